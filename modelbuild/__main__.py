@@ -1,0 +1,3 @@
+from modelbuild.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,221 @@
+"""The command line: the only place that prints or exits."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+from modelbuild import __version__
+from modelbuild.errors import ModelbuildError
+from modelbuild.events import Status
+from modelbuild.scheduler import Options
+
+COMMANDS = ("build", "status", "explain", "graph", "clean", "cache", "schema")
+
+EXIT_OK, EXIT_STALE, EXIT_USAGE, EXIT_STAGE_FAILED = 0, 1, 2, 3
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or (argv[0] not in COMMANDS and argv[0] not in ("-h", "--help", "--version")):
+        argv.insert(0, "build")
+    args = _parser().parse_args(argv)
+    from modelbuild.console import make_console
+
+    console = make_console()
+    try:
+        return args.handler(args, console)
+    except ModelbuildError as err:
+        make_console(sys.stderr).print(f"error: {err}", markup=False)
+        return err.exit_code
+    except KeyboardInterrupt:
+        make_console(sys.stderr).print("interrupted: nothing half-built was recorded", markup=False)
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="modelbuild", description="Build ONNX models into TVM libraries.")
+    parser.add_argument("--version", action="version", version=f"modelbuild {__version__}")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-f", "--file", type=Path, default=Path("deploy.toml"), help="the recipe (deploy.toml)")
+    common.add_argument("--cache-dir", type=Path, help="the store (default: .cache beside the recipe)")
+    common.add_argument("--build-dir", type=Path, help="where artifacts land (default: build beside the recipe)")
+    sub = parser.add_subparsers(dest="command")
+
+    build = sub.add_parser("build", parents=[common], help="build everything, or the builds selected")
+    build.add_argument("selectors", nargs="*", help="builds to make: model@target, a model, or a glob")
+    build.add_argument("-j", "--jobs", type=int, default=1, help="run up to N independent stages at once")
+    build.add_argument("-k", "--keep-going", action="store_true", help="continue past a failed build")
+    build.add_argument("-n", "--dry-run", action="store_true", help="say what would run and why")
+    build.add_argument("--json", action="store_true", help="print a machine-readable summary")
+    build.set_defaults(handler=cmd_build)
+
+    status = sub.add_parser("status", parents=[common], help="list stale stages and why; exit 1 if any")
+    status.add_argument("selectors", nargs="*")
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(handler=cmd_status)
+
+    explain = sub.add_parser("explain", parents=[common], help="the key inputs of a build's stages")
+    explain.add_argument("build")
+    explain.set_defaults(handler=cmd_explain)
+
+    graph = sub.add_parser("graph", parents=[common], help="the graph of stages")
+    graph.add_argument("--format", choices=("tree", "dot", "mermaid"), default="tree")
+    graph.set_defaults(handler=cmd_graph)
+
+    clean = sub.add_parser("clean", parents=[common], help="remove the build folder (--all: the cache too)")
+    clean.add_argument("--all", action="store_true", help="also empty the cache")
+    clean.set_defaults(handler=cmd_clean)
+
+    cache = sub.add_parser("cache", parents=[common], help="the cache: `cache stats`")
+    cache.add_argument("action", choices=("stats",))
+    cache.add_argument("--json", action="store_true")
+    cache.set_defaults(handler=cmd_cache)
+
+    schema = sub.add_parser("schema", help="print the JSON Schema of deploy.toml")
+    schema.set_defaults(handler=cmd_schema)
+    return parser
+
+
+def _project(args):
+    from modelbuild.project import open_project
+
+    return open_project(args.file, cache_dir=args.cache_dir, build_dir=args.build_dir)
+
+
+def cmd_build(args, console) -> int:
+    from modelbuild.console import LiveReporter, result_line
+
+    if args.jobs < 1:
+        raise ModelbuildError(f"-j must be at least 1, got {args.jobs}")
+    project = _project(args)
+    plan = project.plan.select(args.selectors)
+    options = Options(jobs=args.jobs, keep_going=args.keep_going, dry_run=args.dry_run)
+    with LiveReporter(console if not args.json else _null_console(), list(plan.nodes)) as reporter:
+        run = project.run(args.selectors, options, reporter)
+    results = list(run.results.values())
+    if args.json:
+        print(json.dumps(_summary_json(project, run), indent=2))
+    elif args.dry_run:
+        for r in results:
+            if r.status is Status.STALE:
+                console.print(f"would run {r.node}: {'; '.join(r.reasons)}", markup=False)
+        if not run.stale:
+            console.print("nothing to do: every stage is cached", markup=False)
+    else:
+        _print_summary(console, project, plan, run)
+    if run.failed:
+        return EXIT_STAGE_FAILED
+    return EXIT_OK
+
+
+def _print_summary(console, project, plan, run) -> None:
+    from modelbuild.console import is_live, result_line, summary_table
+
+    results = list(run.results.values())
+    if is_live(console):
+        console.print(summary_table(results))
+    for r in run.failed:
+        console.print(f"FAILED {r.node}: {r.error}" + (f"\n  log: {r.log}" if r.log else ""), markup=False)
+    built = sum(r.status is Status.BUILT for r in results)
+    cached = sum(r.status is Status.CACHED for r in results)
+    console.print(f"{built} built, {cached} cached, {len(run.failed)} failed", markup=False)
+    for path in _artifacts(project, plan, run):
+        console.print(f"artifact: {path}", markup=False)
+
+
+def _artifacts(project, plan, run) -> list[str]:
+    out = []
+    for node in plan.nodes.values():
+        result = run.results.get(node.id)
+        if result and result.status in (Status.BUILT, Status.CACHED):
+            out += [_relative(project.build_dir / rel) for rel in node.publish.values()]
+    return out
+
+
+def _relative(path: Path) -> str:
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def _summary_json(project, run) -> dict:
+    return {
+        "nodes": [{"node": r.node, "stage": r.stage, "build": r.build, "status": r.status.value,
+                   "seconds": round(r.seconds, 4), "key": r.key, "reasons": r.reasons, "error": r.error,
+                   "log": r.log} for r in run.results.values()],
+        "cache": run.stats.as_dict(),
+    }
+
+
+def _null_console():
+    from rich.console import Console
+    import io
+
+    return Console(file=io.StringIO(), no_color=True)
+
+
+def cmd_status(args, console) -> int:
+    project = _project(args)
+    run = project.run(args.selectors, Options(dry_run=True))
+    stale = [r for r in run.results.values() if r.status is Status.STALE]
+    if args.json:
+        print(json.dumps({"stale": [{"node": r.node, "reasons": r.reasons} for r in stale]}, indent=2))
+    else:
+        for r in stale:
+            console.print(f"stale  {r.node}: {'; '.join(r.reasons)}", markup=False)
+        if not stale:
+            console.print(f"up to date: {len(run.results)} stages cached", markup=False)
+    return EXIT_STALE if stale else EXIT_OK
+
+
+def cmd_explain(args, console) -> int:
+    from modelbuild.explain import explain
+
+    project = _project(args)
+    for line in explain(project, args.build):
+        console.print(line, markup=False)
+    return EXIT_OK
+
+
+def cmd_graph(args, console) -> int:
+    from modelbuild.graph_render import FORMATS
+
+    print(FORMATS[args.format](_project(args).plan))
+    return EXIT_OK
+
+
+def cmd_clean(args, console) -> int:
+    project = _project(args)
+    shutil.rmtree(project.build_dir, ignore_errors=True)
+    console.print(f"removed {_relative(project.build_dir)}", markup=False)
+    if args.all:
+        project.store.clear()
+        console.print(f"emptied {_relative(project.store.root)}", markup=False)
+    return EXIT_OK
+
+
+def cmd_cache(args, console) -> int:
+    project = _project(args)
+    stats = project.store.stats()
+    entries, size = project.store.usage()
+    data = {"entries": entries, "bytes": size, **stats.as_dict()}
+    if args.json:
+        print(json.dumps(data, indent=2))
+        return EXIT_OK
+    console.print(
+        f"entries {entries}  bytes {size}  hits {stats.hits}  misses {stats.misses}  "
+        f"hit rate {stats.hit_rate:.2f}  mean hit {stats.mean_hit * 1000:.1f} ms  "
+        f"mean miss {stats.mean_miss:.2f} s", markup=False)
+    return EXIT_OK
+
+
+def cmd_schema(args, console) -> int:
+    from modelbuild.recipe.schema import json_schema
+
+    print(json.dumps(json_schema(), indent=2))
+    return EXIT_OK

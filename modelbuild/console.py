@@ -1,0 +1,98 @@
+"""How a run looks in the terminal: a live view of the stages, then a summary. Only the CLI uses this."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from modelbuild.events import NodeFinished, NodeResult, NodeStarted, Status
+
+STYLES = {
+    Status.CACHED: "dim green", Status.BUILT: "bold green", Status.FAILED: "bold red",
+    Status.SKIPPED: "yellow", Status.STALE: "yellow", Status.RUNNING: "cyan", Status.PENDING: "dim",
+}
+
+
+def make_console(stream=None) -> Console:
+    stream = stream or sys.stdout
+    plain = not stream.isatty() or "NO_COLOR" in os.environ
+    return Console(file=stream, no_color=plain, highlight=False, soft_wrap=True,
+                   force_terminal=False if plain else None)
+
+
+def is_live(console: Console) -> bool:
+    return console.is_terminal and not console.no_color
+
+
+class LiveReporter:
+    """Shows each stage's state and time as it changes; plain lines when the output is not a terminal."""
+
+    def __init__(self, console: Console, node_ids: list[str]) -> None:
+        self.console = console
+        self.states: dict[str, tuple[Status, float | None]] = {n: (Status.PENDING, None) for n in node_ids}
+        self.started: dict[str, float] = {}
+        self.live = Live(self._table(), console=console, refresh_per_second=4, transient=True) \
+            if is_live(console) else None
+
+    def __enter__(self) -> "LiveReporter":
+        if self.live:
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.live:
+            self.live.__exit__(*exc)
+
+    def __call__(self, event) -> None:
+        if isinstance(event, NodeStarted):
+            self.started[event.node] = time.perf_counter()
+            self.states[event.node] = (Status.RUNNING, None)
+            if not self.live:
+                why = f"  ({'; '.join(event.reasons)})" if event.reasons else ""
+                self.console.print(f"running  {event.node}{why}")
+        elif isinstance(event, NodeFinished):
+            result = event.result
+            self.states[result.node] = (result.status, result.seconds)
+            if not self.live:
+                self.console.print(result_line(result))
+        if self.live:
+            self.live.update(self._table())
+
+    def _table(self) -> Table:
+        table = Table(show_header=False, box=None, padding=(0, 1))
+        now = time.perf_counter()
+        for node, (status, seconds) in self.states.items():
+            if status is Status.RUNNING:
+                seconds = now - self.started.get(node, now)
+            table.add_row(Text(status.value, style=STYLES[status]), node,
+                          "" if seconds is None else f"{seconds:.2f}s")
+        return table
+
+
+def result_line(result: NodeResult) -> str:
+    line = f"{result.status.value:<8} {result.node}  {result.seconds:.2f}s"
+    if result.status is Status.FAILED:
+        line += f"  {result.error}" + (f" (log: {result.log})" if result.log else "")
+    elif result.status in (Status.STALE, Status.SKIPPED) and result.reasons:
+        line += "  " + "; ".join(result.reasons)
+    return line
+
+
+def summary_table(results: list[NodeResult]) -> Table:
+    table = Table(title="modelbuild", show_lines=False)
+    for column in ("stage", "status", "seconds", "key"):
+        table.add_column(column)
+    for r in results:
+        table.add_row(r.node, Text(r.status.value, style=STYLES[r.status]), f"{r.seconds:.2f}",
+                      (r.key or "")[:12])
+    return table
+
+
+def render_group(*items) -> Group:
+    return Group(*items)

@@ -1,0 +1,52 @@
+"""What the scheduler tells a reporter; only the CLI turns these into output."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Protocol
+
+
+class Status(str, Enum):
+    CACHED = "cached"
+    BUILT = "built"
+    FAILED = "failed"
+    SKIPPED = "skipped"  # an upstream stage failed
+    STALE = "stale"  # would run (dry run, status)
+    PENDING = "pending"
+    RUNNING = "running"
+
+
+@dataclass
+class NodeResult:
+    """The outcome of one node in one run."""
+
+    node: str
+    stage: str
+    build: str | None
+    status: Status
+    key: str | None = None
+    seconds: float = 0.0
+    reasons: list[str] = field(default_factory=list)
+    outputs: dict[str, str] = field(default_factory=dict)  # file name -> digest
+    error: str | None = None
+    log: str | None = None
+
+
+@dataclass(frozen=True)
+class NodeStarted:
+    node: str
+    reasons: list[str]
+
+
+@dataclass(frozen=True)
+class NodeFinished:
+    result: NodeResult
+
+
+class Reporter(Protocol):
+    def __call__(self, event: NodeStarted | NodeFinished) -> None: ...
+
+
+def silent(event: NodeStarted | NodeFinished) -> None:
+    """A reporter that ignores everything (library use, tests)."""

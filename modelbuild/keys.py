@@ -1,0 +1,28 @@
+"""Cache keys: SHA-256 of the canonical JSON of exactly what a stage reads.
+
+Upstream inputs enter as the digests of upstream *outputs*, not upstream keys: an upstream stage that reruns
+and writes the same bytes leaves its downstream keys unchanged (early cutoff). No path enters a key, so two
+clones of a repository in different folders compute the same keys.
+"""
+
+from __future__ import annotations
+
+from modelbuild.hashing import digest_of
+from modelbuild.plan import Node
+from modelbuild.stages import Stage
+from modelbuild.versions import tool_versions
+
+
+def key_inputs(node: Node, stage: Stage, *, files: dict[str, str], upstream: dict[str, str]) -> dict:
+    """Everything a node's output depends on: stage and version, recipe slice, input digests, tool versions."""
+    return {
+        "stage": {"name": stage.name, "version": stage.version},
+        "params": node.params,
+        "files": files,
+        "upstream": upstream,
+        "tools": tool_versions(stage.tools),
+    }
+
+
+def action_key(inputs: dict) -> str:
+    return digest_of(inputs)

@@ -1,0 +1,122 @@
+"""The plan: the graph of stages a recipe asks for, each node with exactly the inputs it may read."""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from modelbuild.errors import SelectionError
+from modelbuild.recipe import LoadedRecipe
+from modelbuild.targets import runs_on_host, tvm_target
+
+TargetResolver = Callable[[dict], dict]
+
+
+@dataclass(frozen=True)
+class Node:
+    """One stage applied to one model or build.
+
+    `params` is the recipe slice the stage reads, `files` the declared input files, `deps` maps an input
+    role to the upstream node whose outputs fill it, and `publish` maps output files to paths under the
+    build folder where users find them.
+    """
+
+    id: str
+    stage: str
+    build: str | None
+    params: dict
+    files: dict[str, Path] = field(default_factory=dict)
+    deps: dict[str, tuple[str, str]] = field(default_factory=dict)  # role -> (node id, output file)
+    publish: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Plan:
+    """Nodes in a topological order, and the node ids that make up each build."""
+
+    nodes: dict[str, Node]
+    builds: dict[str, list[str]]
+
+    def upstream(self, node_id: str) -> set[str]:
+        """Every node that `node_id` transitively depends on."""
+        seen: set[str] = set()
+        todo = [dep for dep, _ in self.nodes[node_id].deps.values()]
+        while todo:
+            current = todo.pop()
+            if current not in seen:
+                seen.add(current)
+                todo.extend(dep for dep, _ in self.nodes[current].deps.values())
+        return seen
+
+    def select(self, selectors: list[str]) -> "Plan":
+        """The sub-plan for builds matching any selector ('cls@host', 'cls', '*@rpi4'), dependencies included."""
+        if not selectors:
+            return self
+        chosen = [b for b in self.builds if any(_matches(b, s) for s in selectors)]
+        unmatched = [s for s in selectors if not any(_matches(b, s) for b in self.builds)]
+        if unmatched:
+            raise SelectionError(f"no build matches {unmatched[0]!r}; builds: {', '.join(self.builds)}")
+        keep: set[str] = set()
+        for build in chosen:
+            for node_id in self.builds[build]:
+                keep |= {node_id, *self.upstream(node_id)}
+        return Plan(nodes={k: v for k, v in self.nodes.items() if k in keep},
+                    builds={b: self.builds[b] for b in chosen})
+
+    def downstream(self, node_id: str) -> set[str]:
+        return {other for other in self.nodes if node_id in self.upstream(other)}
+
+
+def _matches(build: str, selector: str) -> bool:
+    model = build.split("@", 1)[0]
+    return fnmatch.fnmatchcase(build, selector) or selector == model
+
+
+def build_name(model: str, target: str) -> str:
+    return f"{model}@{target}"
+
+
+def build_plan(recipe: LoadedRecipe, resolve: TargetResolver) -> Plan:
+    """The plan for a recipe; `resolve` turns a target table into the one that enters keys (mcpu = host)."""
+    spec = recipe.spec
+    nodes: dict[str, Node] = {}
+    builds: dict[str, list[str]] = {}
+    resolved = {name: resolve(table) for name, table in spec.targets.items()
+                if any(name in b.targets for b in spec.builds)}
+    for build in spec.builds:
+        importer = import_node(recipe, build.model)
+        nodes.setdefault(importer.id, importer)
+        for target in build.targets:
+            name = build_name(build.model, target)
+            compiler = compile_node(name, importer, target, resolved[target])
+            nodes[compiler.id] = compiler
+            builds[name] = [importer.id, compiler.id]
+    return Plan(nodes=nodes, builds=builds)
+
+
+def import_node(recipe: LoadedRecipe, model: str) -> Node:
+    spec = recipe.spec.models[model]
+    params = {
+        "inputs": {name: {"shape": list(i.shape), "dtype": i.dtype} for name, i in spec.inputs.items()},
+        "simplify": spec.simplify,
+    }
+    return Node(id=f"import:{model}", stage="import", build=None, params=params,
+                files={"model": recipe.model_path(model)})
+
+
+def library_name(target: dict) -> str:
+    """model.so where it can be linked; a tar of objects for a cross target with no cross compiler."""
+    if runs_on_host(target) or target.get("cross-compiler") or target.get("kind") != "llvm":
+        return "model.so"
+    return "model.tar"
+
+
+def compile_node(build: str, importer: Node, target_name: str, target: dict) -> Node:
+    library = library_name(target)
+    params = {"target": tvm_target(target), "library": library, "cross_compiler": target.get("cross-compiler")}
+    model = build.split("@", 1)[0]
+    return Node(id=f"compile:{build}", stage="compile", build=build, params=params,
+                deps={"ir": (importer.id, "ir.json")},
+                publish={library: f"{model}/{target_name}/{library}"})

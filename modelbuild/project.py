@@ -1,0 +1,36 @@
+"""A recipe with its store and build folder: what every CLI command starts from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+from modelbuild.plan import Plan, build_plan
+from modelbuild.recipe import LoadedRecipe, load_recipe
+from modelbuild.scheduler import Options, RunResult, Scheduler
+from modelbuild.events import Reporter, silent
+from modelbuild.store import Store
+from modelbuild.targets import resolve_target
+
+
+@dataclass
+class Project:
+    recipe: LoadedRecipe
+    store: Store
+    build_dir: Path
+
+    @cached_property
+    def plan(self) -> Plan:
+        memo = self.store.root / "host-cpu.json"
+        return build_plan(self.recipe, lambda table: resolve_target(table, memo))
+
+    def run(self, selectors: list[str], options: Options, reporter: Reporter = silent) -> RunResult:
+        return Scheduler(self.plan.select(selectors), self.store, self.build_dir, reporter).run(options)
+
+
+def open_project(recipe_path: Path, *, cache_dir: Path | None = None, build_dir: Path | None = None) -> Project:
+    """Load the recipe; the store and build folder default to .cache/ and build/ beside it."""
+    recipe = load_recipe(recipe_path)
+    return Project(recipe=recipe, store=Store(cache_dir or recipe.root / ".cache"),
+                   build_dir=build_dir or recipe.root / "build")

@@ -1,0 +1,191 @@
+"""Reading deploy.toml: TOML, includes, schema validation, and the checks that span sections."""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, get_args, get_origin
+
+from pydantic import BaseModel, ValidationError
+
+from modelbuild.errors import RecipeError
+from modelbuild.recipe.locate import dotted, locate_in_files
+from modelbuild.recipe.schema import Recipe
+from modelbuild.targets import MODELBUILD_KEYS, TARGET_OPTIONS
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+_TOML_POSITION = re.compile(r"\(at line (\d+), column (\d+)\)")
+
+
+@dataclass(frozen=True)
+class LoadedRecipe:
+    """A validated recipe with where it came from: paths in it are relative to `root`."""
+
+    spec: Recipe
+    path: Path
+    files: list[Path] = field(default_factory=list)
+
+    @property
+    def root(self) -> Path:
+        return self.path.parent
+
+    def model_path(self, name: str) -> Path:
+        return (self.root / self.spec.models[name].path).resolve()
+
+
+def load_recipe(path: Path) -> LoadedRecipe:
+    """Read, merge and validate a recipe; every user mistake raises a RecipeError naming file and line."""
+    path = Path(path).resolve()
+    if not path.exists():
+        raise RecipeError("no recipe here", file=str(path), fix="run modelbuild where deploy.toml is, or pass -f FILE")
+    files: list[Path] = []
+    data = _read_with_includes(path, files, chain=())
+    try:
+        spec = Recipe.model_validate(data)
+    except ValidationError as err:
+        raise _recipe_error(err.errors()[0], files) from None
+    loaded = LoadedRecipe(spec=spec, path=path, files=files)
+    _check_targets(loaded)
+    _check_builds(loaded)
+    _check_model_files(loaded)
+    return loaded
+
+
+def _read_toml(path: Path) -> dict:
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as err:
+        match = _TOML_POSITION.search(str(err))
+        message = _TOML_POSITION.sub("", str(err)).strip()
+        line = int(match.group(1)) if match else None
+        raise RecipeError(f"invalid TOML: {message}", file=_shown(path), line=line,
+                          fix="correct the TOML syntax on that line") from None
+
+
+def _read_with_includes(path: Path, files: list[Path], chain: tuple[Path, ...]) -> dict:
+    """The file's tables deep-merged over those of the files it includes (the including file wins)."""
+    files.append(path)
+    data = _read_toml(path)
+    merged: dict = {}
+    for index, name in enumerate(data.get("include", [])):
+        piece = (path.parent / name).resolve()
+        if piece in chain or piece == path:
+            raise RecipeError(f"include cycle through {name!r}", file=_shown(path), field=f"include[{index}]",
+                              fix="remove the include that leads back to this file")
+        if not piece.exists():
+            from modelbuild.recipe.locate import locate
+            raise RecipeError(f"included file {name!r} not found", file=_shown(path),
+                              line=locate(path.read_text(), ("include",)), field=f"include[{index}]",
+                              fix="paths in include are relative to the including file")
+        merged = _merge(merged, _read_with_includes(piece, files, (*chain, path)))
+    return _merge(merged, data)
+
+
+def _merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for key, value in over.items():
+        if key == "include":
+            continue
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        elif isinstance(value, list) and key == "builds" and isinstance(out.get(key), list):
+            out[key] = [*out[key], *value]
+        else:
+            out[key] = value
+    return out
+
+
+def _recipe_error(error: dict, files: list[Path]) -> RecipeError:
+    loc = tuple(error["loc"])
+    file, line = locate_in_files(files, loc)
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        valid = ", ".join(_fields_at(loc[:-1])) or "none"
+        return RecipeError(f"unknown key {loc[-1]!r}", file=_shown(file), line=line, field=dotted(loc),
+                           fix=f"check the spelling; valid keys here: {valid}")
+    if kind == "missing":
+        return RecipeError("required field is missing", file=_shown(file), line=line, field=dotted(loc),
+                           fix=f"add {loc[-1]} = ...")
+    expected = error["msg"].replace("Input should be", "expected").replace("String should", "expected to")
+    found = error.get("input")
+    return RecipeError(f"{expected}, found {_short(found)}", file=_shown(file), line=line, field=dotted(loc),
+                       fix="see `modelbuild schema` for this field")
+
+
+def _fields_at(loc: tuple) -> list[str]:
+    """The keys the schema allows at a location, to suggest the right spelling."""
+    node: Any = Recipe
+    for part in loc:
+        if isinstance(node, type) and issubclass(node, BaseModel):
+            info = node.model_fields.get(str(part))
+            if info is None:
+                return []
+            node = info.annotation
+        elif get_origin(node) in (dict, list):
+            node = get_args(node)[-1]
+        else:
+            return []
+        while get_origin(node) is not None and get_origin(node) not in (dict, list):
+            node = get_args(node)[0]  # unwrap Annotated / Optional
+    if isinstance(node, type) and issubclass(node, BaseModel):
+        return [info.alias or name for name, info in node.model_fields.items()]
+    return []
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _shown(path: Path) -> str:
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def _fail(loaded: LoadedRecipe, loc: tuple, message: str, fix: str) -> RecipeError:
+    file, line = locate_in_files(loaded.files, loc)
+    return RecipeError(message, file=_shown(file), line=line, field=dotted(loc), fix=fix)
+
+
+def _check_targets(loaded: LoadedRecipe) -> None:
+    for name, table in loaded.spec.targets.items():
+        kind = table.get("kind")
+        if kind not in TARGET_OPTIONS:
+            raise _fail(loaded, ("targets", name, "kind"), f"unknown target kind {kind!r}",
+                        f"use one of {', '.join(TARGET_OPTIONS)}")
+        allowed = (*TARGET_OPTIONS[kind], *MODELBUILD_KEYS)
+        for key in table:
+            if key not in allowed:
+                raise _fail(loaded, ("targets", name, key), f"unknown {kind} target option {key!r}",
+                            f"check the spelling; valid options: {', '.join(allowed)}")
+        cores = table.get("num-cores")
+        if cores is not None and (not isinstance(cores, int) or cores < 1):
+            raise _fail(loaded, ("targets", name, "num-cores"), f"expected a positive integer, found {cores!r}",
+                        "set num-cores to the number of cores the library may use")
+
+
+def _check_builds(loaded: LoadedRecipe) -> None:
+    spec = loaded.spec
+    for index, build in enumerate(spec.builds):
+        if build.model not in spec.models:
+            raise _fail(loaded, ("builds", index, "model"), f"no model named {build.model!r}",
+                        f"use one of {', '.join(spec.models)} or declare [models.{build.model}]")
+        for j, target in enumerate(build.targets):
+            if target not in spec.targets:
+                raise _fail(loaded, ("builds", index, "targets", j), f"no target named {target!r}",
+                            f"use one of {', '.join(spec.targets)} or declare [targets.{target}]")
+
+
+def _check_model_files(loaded: LoadedRecipe) -> None:
+    for name, model in loaded.spec.models.items():
+        if not loaded.model_path(name).is_file():
+            raise _fail(loaded, ("models", name, "path"), f"model file {model.path!r} not found",
+                        "paths are relative to the recipe's folder")

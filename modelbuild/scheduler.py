@@ -1,0 +1,213 @@
+"""The scheduler: runs a plan's nodes in dependency order, independent ones in parallel processes.
+
+For each ready node it computes the key from the digests of the node's declared files and of its upstream
+outputs, asks the rebuilder, reuses a cached result or runs the stage in a worker, then records the result in
+the store. It never prints: it reports events.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import shutil
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from modelbuild.errors import StageError
+from modelbuild.events import NodeFinished, NodeResult, NodeStarted, Reporter, Status, silent
+from modelbuild.keys import action_key, key_inputs
+from modelbuild.plan import Node, Plan
+from modelbuild.rebuilder import Decision, decide
+from modelbuild.stages import get_stage
+from modelbuild.store import ActionResult, Stats, Store
+from modelbuild.worker import execute
+
+
+@dataclass
+class RunResult:
+    """Every node's outcome in one run, and the cache use it made."""
+
+    results: dict[str, NodeResult] = field(default_factory=dict)
+    stats: Stats = field(default_factory=Stats)
+
+    @property
+    def failed(self) -> list[NodeResult]:
+        return [r for r in self.results.values() if r.status is Status.FAILED]
+
+    @property
+    def stale(self) -> list[NodeResult]:
+        return [r for r in self.results.values() if r.status is Status.STALE]
+
+
+@dataclass(frozen=True)
+class Options:
+    jobs: int = 1
+    keep_going: bool = False
+    dry_run: bool = False
+
+
+class Scheduler:
+    """Runs one plan against one store, publishing artifacts under `build_dir`."""
+
+    def __init__(self, plan: Plan, store: Store, build_dir: Path, reporter: Reporter = silent) -> None:
+        self.plan = plan
+        self.store = store
+        self.build_dir = Path(build_dir)
+        self.report = reporter
+        self.run_result = RunResult()
+        self._pool: ProcessPoolExecutor | None = None
+        self._running: dict[Future, tuple[Node, Decision, dict, Path, float]] = {}
+
+    def run(self, options: Options = Options()) -> RunResult:
+        try:
+            self._loop(options)
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True, cancel_futures=True)
+            self.store.flush()
+            if not options.dry_run:
+                self.store.add_stats(self.run_result.stats)
+        return self.run_result
+
+    # the loop
+    def _loop(self, options: Options) -> None:
+        waiting = list(self.plan.nodes)
+        stop = False
+        while waiting or self._running:
+            for node_id in list(waiting):
+                if stop:
+                    break
+                state = self._readiness(node_id)
+                if state == "wait":
+                    continue
+                waiting.remove(node_id)
+                if state != "ready":
+                    self._finish(NodeResult(node_id, self.plan.nodes[node_id].stage,
+                                            self.plan.nodes[node_id].build, state[0], reasons=[state[1]]))
+                    continue
+                self._visit(self.plan.nodes[node_id], options)
+            if stop and not self._running:
+                break
+            if self._running:
+                if self._collect() and not options.keep_going:
+                    stop = True
+            elif waiting and all(self._readiness(n) == "wait" for n in waiting):
+                break  # only reachable if the plan has a cycle
+        for node_id in waiting:
+            node = self.plan.nodes[node_id]
+            state = self._readiness(node_id)
+            reason = state[1] if isinstance(state, tuple) else "not started: an earlier stage failed"
+            self._finish(NodeResult(node_id, node.stage, node.build, Status.SKIPPED, reasons=[reason]))
+
+    def _readiness(self, node_id: str):
+        """'ready', 'wait', or (status, reason) when an upstream node cannot give this one its inputs."""
+        for dep, _ in self.plan.nodes[node_id].deps.values():
+            result = self.run_result.results.get(dep)
+            if result is None:
+                return "wait"
+            if result.status in (Status.FAILED, Status.SKIPPED):
+                return (Status.SKIPPED, f"upstream {dep} {result.status.value}")
+            if result.status is Status.STALE:
+                return (Status.STALE, f"upstream {dep} will rerun")
+        return "ready"
+
+    def _visit(self, node: Node, options: Options) -> None:
+        started = time.perf_counter()
+        stage = get_stage(node.stage)
+        inputs = key_inputs(node, stage, files=self._file_digests(node), upstream=self._upstream_digests(node))
+        decision = decide(node.id, action_key(inputs), inputs, self.store)
+        if not decision.stale:
+            self._reuse(node, decision, started)
+        elif options.dry_run:
+            self._finish(NodeResult(node.id, node.stage, node.build, Status.STALE, decision.key,
+                                    reasons=decision.reasons))
+        else:
+            self._submit(node, decision, inputs, options.jobs)
+
+    def _file_digests(self, node: Node) -> dict[str, str]:
+        return {role: self.store.digests.digest(path) for role, path in node.files.items()}
+
+    def _upstream_digests(self, node: Node) -> dict[str, str]:
+        return {role: self.run_result.results[dep].outputs[name] for role, (dep, name) in node.deps.items()}
+
+    def _upstream_paths(self, node: Node) -> dict[str, str]:
+        paths = {role: str(path) for role, path in node.files.items()}
+        for role, digest in self._upstream_digests(node).items():
+            paths[role] = str(self.store.object_path(digest))
+        return paths
+
+    # cached
+    def _reuse(self, node: Node, decision: Decision, started: float) -> None:
+        self._publish(node, decision.result.outputs)
+        seconds = time.perf_counter() - started
+        self.run_result.stats = self.run_result.stats.add(Stats(hits=1, hit_seconds=seconds))
+        self._finish(NodeResult(node.id, node.stage, node.build, Status.CACHED, decision.key, seconds,
+                                outputs=decision.result.outputs))
+
+    def _publish(self, node: Node, outputs: dict[str, str]) -> None:
+        for name, relative in node.publish.items():
+            self.store.materialize(outputs[name], self.build_dir / relative)
+
+    # running
+    def _submit(self, node: Node, decision: Decision, inputs: dict, jobs: int) -> None:
+        if self._pool is None:
+            # spawn, not fork: TVM and onnxruntime hold threads that a forked child would inherit broken.
+            self._pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
+        scratch = self.store.scratch(node.stage + "-")
+        out = scratch / "out"
+        out.mkdir()
+        log = scratch / "stage.log"
+        self.report(NodeStarted(node.id, decision.reasons))
+        future = self._pool.submit(execute, get_stage(node.stage).entry, self._upstream_paths(node),
+                                   node.params, str(out), str(log))
+        self._running[future] = (node, decision, inputs, scratch, time.perf_counter())
+
+    def _collect(self) -> bool:
+        """Wait for at least one running stage; True if one failed."""
+        done, _ = wait(list(self._running), return_when=FIRST_COMPLETED)
+        failed = False
+        for future in done:
+            node, decision, inputs, scratch, started = self._running.pop(future)
+            seconds = time.perf_counter() - started
+            try:
+                future.result()
+                self._record(node, decision, inputs, scratch / "out", seconds)
+            except (StageError, BrokenProcessPool) as err:
+                failed = True
+                self._fail(node, decision, err, scratch, seconds)
+            finally:
+                shutil.rmtree(scratch, ignore_errors=True)
+        return failed
+
+    def _record(self, node: Node, decision: Decision, inputs: dict, out: Path, seconds: float) -> None:
+        outputs = {p.name: self.store.put_object(p) for p in sorted(out.iterdir()) if p.is_file()}
+        self.store.record(decision.key, ActionResult(node.stage, node.id, outputs, seconds))
+        self.store.remember(node.id, decision.key, inputs)
+        self._publish(node, outputs)
+        self.run_result.stats = self.run_result.stats.add(Stats(misses=1, miss_seconds=seconds))
+        self._finish(NodeResult(node.id, node.stage, node.build, Status.BUILT, decision.key, seconds,
+                                reasons=decision.reasons, outputs=outputs))
+
+    def _fail(self, node: Node, decision: Decision, err: Exception, scratch: Path, seconds: float) -> None:
+        if isinstance(err, BrokenProcessPool):
+            self._pool = None  # the worker died (a crash in native code); later stages get a fresh pool
+            message = "the worker process died (a crash inside the stage's native code)"
+        else:
+            message = err.message
+        log = self._keep_log(node, scratch / "stage.log")
+        self._finish(NodeResult(node.id, node.stage, node.build, Status.FAILED, decision.key, seconds,
+                                reasons=decision.reasons, error=message, log=log))
+
+    def _keep_log(self, node: Node, log: Path) -> str | None:
+        if not log.exists():
+            return None
+        kept = self.build_dir / "logs" / (node.id.replace(":", "-").replace("@", "-") + ".log")
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(log, kept)
+        return str(kept)
+
+    def _finish(self, result: NodeResult) -> None:
+        self.run_result.results[result.node] = result
+        self.report(NodeFinished(result))

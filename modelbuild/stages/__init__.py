@@ -1,0 +1,44 @@
+"""The stage registry: each stage is a function from declared inputs to files in an output folder.
+
+A stage's code is named by an import path and loaded only in the worker process that runs it, so a build
+whose stages are all cached never imports TVM, onnx or onnxruntime.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from modelbuild.errors import ModelbuildError
+
+
+@dataclass(frozen=True)
+class Stage:
+    """What the build system knows of a stage: its name, version, code, and the tools that shape its output."""
+
+    name: str
+    version: int  # bump when the stage's code changes what it writes: every key of that stage changes
+    entry: str  # "module:function", called as function(inputs=..., params=..., out=...)
+    tools: tuple[str, ...]
+    summary: str
+
+
+STAGES: dict[str, Stage] = {}
+
+
+def register(stage: Stage) -> Stage:
+    STAGES[stage.name] = stage
+    return stage
+
+
+def get_stage(name: str) -> Stage:
+    """The registered stage of that name; an unknown name lists the valid ones."""
+    try:
+        return STAGES[name]
+    except KeyError:
+        raise ModelbuildError(f"no stage named {name!r}; stages: {', '.join(sorted(STAGES))}") from None
+
+
+register(Stage("import", 1, "modelbuild.stages.onnx_import:run", ("onnx", "onnxslim", "tvm"),
+               "freeze input shapes, simplify, import ONNX into Relax"))
+register(Stage("compile", 1, "modelbuild.stages.compile:run", ("tvm",),
+               "compile the Relax module for a target and export the library"))

@@ -1,0 +1,106 @@
+"""TVM target tables: which keys each kind accepts, and resolving `mcpu = "host"` to a real CPU name."""
+
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+from modelbuild.errors import ModelbuildError
+from modelbuild.fsutil import write_atomic
+from modelbuild.hashing import digest_of
+from modelbuild.versions import tool_version
+
+_COMMON = ("kind", "keys", "tag", "device", "model", "libs", "host", "from_device", "target_device_type")
+
+# The options TVM 0.27 accepts per target kind, copied from its own "Known options" error so that a typo
+# is caught when the recipe loads, without importing TVM (which costs ~0.6 s on every no-op build).
+TARGET_OPTIONS: dict[str, tuple[str, ...]] = {
+    "llvm": _COMMON + ("mattr", "mcpu", "mtriple", "mfloat-abi", "mabi", "num-cores", "fast-math",
+                       "fast-math-nnan", "fast-math-ninf", "fast-math-nsz", "fast-math-arcp",
+                       "fast-math-contract", "fast-math-reassoc", "opt-level", "cl-opt", "jit",
+                       "vector-width"),
+    "c": _COMMON + ("mcpu", "march", "workspace-byte-alignment", "constants-byte-alignment"),
+    "cuda": _COMMON + ("mcpu", "arch", "max_shared_memory_per_block", "max_threads_per_block",
+                       "thread_warp_size", "registers_per_block", "l2_cache_size_bytes", "max_num_threads"),
+    "rocm": _COMMON + ("mcpu", "mtriple", "mattr", "max_num_threads", "max_threads_per_block",
+                       "max_shared_memory_per_block", "thread_warp_size"),
+    "opencl": _COMMON + ("max_threads_per_block", "max_shared_memory_per_block", "max_num_threads",
+                         "thread_warp_size", "texture_spatial_limit", "texture_depth_limit",
+                         "max_function_args", "image_base_address_alignment"),
+}
+
+# Keys modelbuild reads itself; they are stripped before the table becomes TVM's target JSON.
+MODELBUILD_KEYS = ("cross-compiler",)
+
+HOST = "host"
+
+
+def host_arch() -> str:
+    """The host's architecture as LLVM triples spell it (x86_64, aarch64)."""
+    machine = platform.machine().lower()
+    return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
+
+
+def runs_on_host(target: dict) -> bool:
+    """Whether a library for this target can be loaded and run on this machine."""
+    if target.get("kind") != "llvm":
+        return False
+    triple = target.get("mtriple")
+    return not triple or triple.split("-")[0] == host_arch()
+
+
+def tvm_target(target: dict) -> dict:
+    """The part of a recipe target table that TVM reads."""
+    return {k: v for k, v in target.items() if k not in MODELBUILD_KEYS}
+
+
+def _cpu_fingerprint() -> dict:
+    """What identifies this CPU for LLVM: model name and feature flags, read from /proc/cpuinfo."""
+    info = {"machine": platform.machine(), "tvm": tool_version("tvm")}
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return info
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("model name", "flags", "Features", "CPU part") and key.strip() not in info:
+            info[key.strip()] = value.strip()
+    return info
+
+
+def _ask_llvm_for_host_cpu() -> str:
+    code = "import tvm.target.codegen as c; print(c.llvm_get_system_cpu())"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    if proc.returncode != 0 or not proc.stdout.strip():
+        raise ModelbuildError(
+            "cannot resolve mcpu = \"host\": TVM failed to name this CPU "
+            f"({proc.stderr.strip().splitlines()[-1:] or 'no output'}); set mcpu to a CPU name instead"
+        )
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def resolve_host_cpu(memo_path: Path) -> str:
+    """LLVM's name for this machine's CPU, memoised per CPU and TVM version.
+
+    It is computed in a subprocess so that the build process itself never imports TVM.
+    """
+    fingerprint = digest_of(_cpu_fingerprint())
+    try:
+        memo = json.loads(memo_path.read_text())
+        if memo.get("fingerprint") == fingerprint:
+            return memo["cpu"]
+    except (OSError, ValueError, KeyError):
+        pass
+    cpu = _ask_llvm_for_host_cpu()
+    write_atomic(memo_path, json.dumps({"fingerprint": fingerprint, "cpu": cpu}).encode())
+    return cpu
+
+
+def resolve_target(target: dict, memo_path: Path) -> dict:
+    """The target table with `mcpu = "host"` replaced by the real CPU name that enters cache keys."""
+    if target.get("mcpu") != HOST:
+        return dict(target)
+    return {**target, "mcpu": resolve_host_cpu(memo_path)}
