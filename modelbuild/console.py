@@ -22,7 +22,7 @@ STYLES = {
 def make_console(stream=None) -> Console:
     stream = stream or sys.stdout
     plain = not stream.isatty() or "NO_COLOR" in os.environ
-    return Console(file=stream, no_color=plain, highlight=False, soft_wrap=True,
+    return Console(file=stream, no_color=plain, highlight=False, soft_wrap=True, emoji=False,
                    force_terminal=False if plain else None)
 
 
@@ -59,7 +59,7 @@ class LiveReporter:
         elif isinstance(event, NodeFinished):
             result = event.result
             self.states[result.node] = (result.status, result.seconds)
-            if not self.live:
+            if not self.live and result.status is not Status.STALE:  # the command lists what is stale
                 self.console.print(result_line(result))
         if self.live:
             self.live.update(self._table())

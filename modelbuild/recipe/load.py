@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import re
 import sys
 from dataclasses import dataclass, field
@@ -106,9 +107,8 @@ def _recipe_error(error: dict, files: list[Path]) -> RecipeError:
     file, line = locate_in_files(files, loc)
     kind = error["type"]
     if kind == "extra_forbidden":
-        valid = ", ".join(_fields_at(loc[:-1])) or "none"
         return RecipeError(f"unknown key {loc[-1]!r}", file=_shown(file), line=line, field=dotted(loc),
-                           fix=f"check the spelling; valid keys here: {valid}")
+                           fix=_spelling_fix(str(loc[-1]), _fields_at(loc[:-1])))
     if kind == "missing":
         return RecipeError("required field is missing", file=_shown(file), line=line, field=dotted(loc),
                            fix=f"add {loc[-1]} = ...")
@@ -116,6 +116,12 @@ def _recipe_error(error: dict, files: list[Path]) -> RecipeError:
     found = error.get("input")
     return RecipeError(f"{expected}, found {_short(found)}", file=_shown(file), line=line, field=dotted(loc),
                        fix="see `modelbuild schema` for this field")
+
+
+def _spelling_fix(word: str, valid: list[str] | tuple[str, ...]) -> str:
+    close = difflib.get_close_matches(word, valid, n=1)
+    hint = f"did you mean {close[0]!r}? " if close else "check the spelling; "
+    return f"{hint}valid keys here: {', '.join(valid) or 'none'}"
 
 
 def _fields_at(loc: tuple) -> list[str]:
@@ -165,7 +171,7 @@ def _check_targets(loaded: LoadedRecipe) -> None:
         for key in table:
             if key not in allowed:
                 raise _fail(loaded, ("targets", name, key), f"unknown {kind} target option {key!r}",
-                            f"check the spelling; valid options: {', '.join(allowed)}")
+                            _spelling_fix(key, allowed))
         cores = table.get("num-cores")
         if cores is not None and (not isinstance(cores, int) or cores < 1):
             raise _fail(loaded, ("targets", name, "num-cores"), f"expected a positive integer, found {cores!r}",

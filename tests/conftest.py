@@ -1,0 +1,63 @@
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from modelbuild import stages
+from modelbuild.stages import Stage
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def fake_stages(monkeypatch):
+    """Swap the TVM stages for fast fakes that run the same way, in worker processes."""
+    monkeypatch.setitem(stages.STAGES, "import", Stage("import", 1, "tests.fake_stages:import_", ("onnx",), "fake"))
+    monkeypatch.setitem(stages.STAGES, "compile", Stage("compile", 1, "tests.fake_stages:compile_", ("tvm",), "fake"))
+
+
+def write_fake_model(path: Path, graph: list[str], **extra) -> Path:
+    path.write_text(json.dumps({"graph": graph, **extra}))
+    return path
+
+
+FAKE_RECIPE = """
+[models.a]
+path = "a.json"
+inputs.x = {{ shape = {shape_a}, dtype = "float32" }}
+
+[models.b]
+path = "b.json"
+inputs.x = {{ shape = [1, 4], dtype = "float32" }}
+
+[targets.cpu]
+kind = "llvm"
+mcpu = "skylake"
+num-cores = {cores}
+
+[[builds]]
+model = "a"
+targets = ["cpu"]
+
+[[builds]]
+model = "b"
+targets = ["cpu"]
+"""
+
+
+@pytest.fixture
+def fake_project(tmp_path, fake_stages):
+    """A two-model recipe over fake JSON models; returns a writer to edit it."""
+    write_fake_model(tmp_path / "a.json", ["conv", "relu"])
+    write_fake_model(tmp_path / "b.json", ["matmul"])
+
+    def write(shape_a="[1, 3, 8, 8]", cores=2) -> Path:
+        recipe = tmp_path / "deploy.toml"
+        recipe.write_text(textwrap.dedent(FAKE_RECIPE.format(shape_a=shape_a, cores=cores)))
+        return recipe
+
+    write()
+    return tmp_path, write

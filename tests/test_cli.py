@@ -1,0 +1,118 @@
+"""The command line: exit codes, one-line errors, and what each command prints."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from modelbuild.cli import main
+
+
+def run_cli(capsys, root, *args) -> tuple[int, str, str]:
+    code = main([*args, "-f", str(root / "deploy.toml")])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_build_then_status_is_up_to_date(fake_project, capsys):
+    root, _ = fake_project
+    code, out, _ = run_cli(capsys, root, "build")
+    assert code == 0
+    assert "4 built, 0 cached, 0 failed" in out
+    assert f"artifact: {root / 'build/a/cpu/model.so'}" in out
+    assert run_cli(capsys, root, "status")[0] == 0
+
+
+def test_status_lists_stale_stages_with_reasons_and_exits_1(fake_project, capsys):
+    root, write = fake_project
+    run_cli(capsys, root, "build")
+    write(cores=8)
+    code, out, _ = run_cli(capsys, root, "status")
+    assert code == 1
+    assert "stale  compile:a@cpu: target num-cores changed 2 -> 8" in out
+    assert "import:a" not in out
+
+
+def test_selected_build_runs_only_its_stages(fake_project, capsys):
+    root, _ = fake_project
+    code, out, _ = run_cli(capsys, root, "build", "b@cpu", "--json")
+    assert code == 0
+    nodes = {n["node"] for n in json.loads(out)["nodes"]}
+    assert nodes == {"import:b", "compile:b@cpu"}
+
+
+def test_unknown_selector_is_a_usage_error(fake_project, capsys):
+    root, _ = fake_project
+    code, _, err = run_cli(capsys, root, "build", "nope@cpu")
+    assert code == 2 and "no build matches 'nope@cpu'" in err and "a@cpu" in err
+
+
+def test_dry_run_says_what_would_run(fake_project, capsys):
+    root, _ = fake_project
+    code, out, _ = run_cli(capsys, root, "build", "--dry-run")
+    assert code == 0 and "would run import:a: never built" in out
+    assert not (root / ".cache/actions").exists()
+
+
+def test_failed_stage_exits_3_and_points_at_its_log(fake_project, capsys):
+    root, _ = fake_project
+    (root / "a.json").write_text(json.dumps({"graph": [], "fail": "no kernel for Foo"}))
+    code, out, _ = run_cli(capsys, root, "build", "--keep-going")
+    assert code == 3
+    assert "FAILED import:a: fake import refuses: no kernel for Foo" in out
+    log = root / "build/logs/import-a.log"
+    assert "Traceback" in log.read_text()
+
+
+def test_explain_shows_key_inputs_and_what_changed(fake_project, capsys):
+    root, write = fake_project
+    run_cli(capsys, root, "build")
+    write(shape_a="[1, 3, 2, 2]")
+    code, out, _ = run_cli(capsys, root, "explain", "a@cpu")
+    assert code == 0
+    assert "params.inputs.x.shape = [1,3,2,2]" in out
+    assert "since last build: input x shape changed [1,3,8,8] -> [1,3,2,2]" in out
+
+
+@pytest.mark.parametrize("fmt, expected", [("tree", "└── compile:a@cpu"), ("dot", '"import:a" -> "compile:a@cpu"'),
+                                           ("mermaid", "flowchart LR")])
+def test_graph_formats(fake_project, capsys, fmt, expected):
+    root, _ = fake_project
+    code, out, _ = run_cli(capsys, root, "graph", "--format", fmt)
+    assert code == 0 and expected in out
+
+
+def test_cache_stats_and_clean(fake_project, capsys):
+    root, _ = fake_project
+    run_cli(capsys, root, "build")
+    run_cli(capsys, root, "build")
+    code, out, _ = run_cli(capsys, root, "cache", "stats", "--json")
+    stats = json.loads(out)
+    assert (stats["hits"], stats["misses"], stats["entries"]) == (4, 4, 4)
+    assert stats["hit_rate"] == 0.5
+    assert run_cli(capsys, root, "clean")[0] == 0
+    assert not (root / "build").exists() and (root / ".cache").exists()
+    run_cli(capsys, root, "clean", "--all")
+    assert not (root / ".cache").exists()
+
+
+def test_schema_prints_json_schema(capsys):
+    assert main(["schema"]) == 0
+    assert json.loads(capsys.readouterr().out)["title"] == "modelbuild deploy.toml"
+
+
+def test_bad_recipe_is_one_line_exit_2_no_traceback_and_cache_untouched(fake_project, capsys):
+    root, _ = fake_project
+    assert run_cli(capsys, root, "build")[0] == 0
+    before = sorted(p.name for p in (root / ".cache").rglob("*"))
+    text = (root / "deploy.toml").read_text().replace("num-cores", "num-core")
+    (root / "deploy.toml").write_text(text)
+    proc = subprocess.run([sys.executable, "-m", "modelbuild", "-f", str(root / "deploy.toml")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert "deploy.toml:13: targets.cpu.num-core: unknown llvm target option 'num-core' (fix: did you mean 'num-cores'?" in proc.stderr
+    assert sorted(p.name for p in (root / ".cache").rglob("*")) == before

@@ -1,0 +1,134 @@
+"""Loading deploy.toml: valid recipes, includes, and one clear error per mistake."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import jsonschema
+import pytest
+
+from modelbuild.errors import RecipeError
+from modelbuild.recipe import load_recipe
+from modelbuild.recipe.load import _read_toml
+from modelbuild.recipe.schema import json_schema
+from tests.conftest import REPO
+
+GOOD = """
+[models.cls]
+path = "m.onnx"
+inputs.x = { shape = [1, 3, 48, 192], dtype = "float32" }
+
+[targets.host]
+kind = "llvm"
+mcpu = "host"
+num-cores = 2
+
+[[builds]]
+model = "cls"
+targets = ["host"]
+"""
+
+
+def write(tmp_path, text, name="deploy.toml"):
+    (tmp_path / "m.onnx").write_bytes(b"not parsed when loading")
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def error_of(tmp_path, text) -> RecipeError:
+    with pytest.raises(RecipeError) as info:
+        load_recipe(write(tmp_path, text))
+    return info.value
+
+
+def test_a_good_recipe_loads(tmp_path):
+    recipe = load_recipe(write(tmp_path, GOOD))
+    assert recipe.spec.models["cls"].inputs["x"].shape == [1, 3, 48, 192]
+    assert recipe.spec.targets["host"]["num-cores"] == 2
+    assert recipe.model_path("cls") == (tmp_path / "m.onnx").resolve()
+
+
+def test_unknown_key_names_file_line_field_and_the_valid_keys(tmp_path):
+    err = error_of(tmp_path, GOOD.replace('path = "m.onnx"', 'path = "m.onnx"\nsimplfy = true'))
+    assert err.line == 4 and err.field == "models.cls.simplfy"
+    assert str(err).endswith("deploy.toml:4: models.cls.simplfy: unknown key 'simplfy' (fix: did you mean 'simplify'? valid keys here: path, inputs, simplify)")
+    assert "simplify" in err.fix
+
+
+def test_wrong_type_says_expected_and_found(tmp_path):
+    err = error_of(tmp_path, GOOD.replace("[1, 3, 48, 192]", '[1, 3, "tall", 192]'))
+    assert err.field == "models.cls.inputs.x.shape[2]" and err.line == 4
+    assert "expected a valid integer" in err.message and "'tall'" in err.message
+
+
+def test_missing_field_points_at_its_table(tmp_path):
+    err = error_of(tmp_path, GOOD.replace('path = "m.onnx"\n', ""))
+    assert err.field == "models.cls.path" and err.line == 2
+    assert "required" in err.message
+
+
+def test_toml_syntax_error_gives_the_line(tmp_path):
+    err = error_of(tmp_path, GOOD.replace("num-cores = 2", "num-cores = "))
+    assert err.line == 9 and "invalid TOML" in err.message
+
+
+def test_unknown_target_option_lists_the_valid_ones(tmp_path):
+    err = error_of(tmp_path, GOOD.replace("num-cores = 2", "num_cores = 2"))
+    assert err.field == "targets.host.num_cores" and err.line == 9
+    assert "num-cores" in err.fix
+
+
+def test_unknown_target_kind(tmp_path):
+    err = error_of(tmp_path, GOOD.replace('kind = "llvm"', 'kind = "tpu"'))
+    assert err.field == "targets.host.kind" and "llvm" in err.fix
+
+
+def test_build_naming_an_unknown_target(tmp_path):
+    err = error_of(tmp_path, GOOD.replace('targets = ["host"]', 'targets = ["host", "gpu"]'))
+    assert err.field == "builds[0].targets[1]" and err.line == 13
+    assert "no target named 'gpu'" in err.message
+
+
+def test_missing_model_file(tmp_path):
+    err = error_of(tmp_path, GOOD.replace("m.onnx", "absent.onnx"))
+    assert err.field == "models.cls.path" and err.line == 3 and "not found" in err.message
+
+
+def test_includes_merge_and_the_including_file_wins(tmp_path):
+    (tmp_path / "pieces").mkdir()
+    (tmp_path / "pieces/t.toml").write_text('[targets.host]\nkind = "llvm"\nmcpu = "skylake"\nnum-cores = 8\n')
+    recipe = load_recipe(write(tmp_path, 'include = ["pieces/t.toml"]\n' + GOOD.replace('mcpu = "host"\n', "")))
+    assert recipe.spec.targets["host"] == {"kind": "llvm", "mcpu": "skylake", "num-cores": 2}
+
+
+def test_an_error_in_an_included_file_names_that_file(tmp_path):
+    (tmp_path / "t.toml").write_text('[targets.arm]\nkind = "llvm"\nmtripel = "aarch64-linux-gnu"\n')
+    err = error_of(tmp_path, 'include = ["t.toml"]\n' + GOOD)
+    assert err.file.endswith("t.toml") and err.line == 3
+
+
+def test_missing_include(tmp_path):
+    err = error_of(tmp_path, 'include = ["nowhere.toml"]\n' + GOOD)
+    assert err.line == 1 and "not found" in err.message
+
+
+def test_include_cycle(tmp_path):
+    (tmp_path / "a.toml").write_text('include = ["b.toml"]\n')
+    (tmp_path / "b.toml").write_text('include = ["a.toml"]\n')
+    err = error_of(tmp_path, 'include = ["a.toml"]\n' + GOOD)
+    assert "cycle" in err.message
+
+
+def test_json_schema_accepts_every_recipe_the_project_ships():
+    schema = json_schema()
+    jsonschema.Draft202012Validator.check_schema(schema)
+    for path in [REPO / "deploy.toml", *sorted((REPO / "recipes/examples").glob("*.toml"))]:
+        recipe = load_recipe(path)
+        jsonschema.validate(json.loads(recipe.spec.model_dump_json(by_alias=True)), schema)
+
+
+def test_json_schema_rejects_unknown_keys():
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"models": {}, "targets": {}, "builds": [], "typo": 1}, json_schema())

@@ -1,0 +1,154 @@
+"""Build-system properties with fake stages: what reruns after each kind of edit, and failures."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from modelbuild.events import Status
+from modelbuild.project import open_project
+from modelbuild.scheduler import Options
+from tests.conftest import write_fake_model
+
+
+def build(root, **options):
+    run = open_project(root / "deploy.toml").run([], Options(**options))
+    return run, {node: r.status for node, r in run.results.items()}
+
+
+def ran(statuses) -> set[str]:
+    return {node for node, status in statuses.items() if status is Status.BUILT}
+
+
+def test_first_build_runs_everything_and_publishes_artifacts(fake_project):
+    root, _ = fake_project
+    run, statuses = build(root)
+    assert ran(statuses) == {"import:a", "compile:a@cpu", "import:b", "compile:b@cpu"}
+    published = json.loads((root / "build/a/cpu/model.so").read_text())
+    assert published["ir"]["graph"] == ["conv", "relu"]
+
+
+def test_second_build_runs_nothing(fake_project):
+    root, _ = fake_project
+    build(root)
+    run, statuses = build(root)
+    assert set(statuses.values()) == {Status.CACHED}
+    assert run.stats.hits == 4 and run.stats.misses == 0
+
+
+def test_input_shape_edit_reruns_import_and_compile_of_that_model(fake_project):
+    root, write = fake_project
+    build(root)
+    write(shape_a="[1, 3, 16, 16]")
+    _, statuses = build(root)
+    assert ran(statuses) == {"import:a", "compile:a@cpu"}
+
+
+def test_num_cores_edit_reruns_only_compile(fake_project):
+    root, write = fake_project
+    build(root)
+    write(cores=4)
+    _, statuses = build(root)
+    assert ran(statuses) == {"compile:a@cpu", "compile:b@cpu"}
+    assert statuses["import:a"] is Status.CACHED
+
+
+def test_touching_a_model_without_changing_bytes_reruns_nothing(fake_project):
+    root, _ = fake_project
+    build(root)
+    later = time.time() + 5
+    os.utime(root / "a.json", (later, later))
+    _, statuses = build(root)
+    assert ran(statuses) == set()
+
+
+def test_changing_one_model_of_two_leaves_the_other_cached(fake_project):
+    root, _ = fake_project
+    build(root)
+    write_fake_model(root / "b.json", ["matmul", "gelu"])
+    _, statuses = build(root)
+    assert ran(statuses) == {"import:b", "compile:b@cpu"}
+
+
+def test_same_graph_saved_differently_cuts_off_early(fake_project):
+    root, _ = fake_project
+    build(root)
+    write_fake_model(root / "a.json", ["conv", "relu"], producer="another exporter")
+    _, statuses = build(root)
+    assert ran(statuses) == {"import:a"}
+    assert statuses["compile:a@cpu"] is Status.CACHED
+
+
+def test_switching_back_to_an_earlier_recipe_is_a_cache_hit(fake_project):
+    root, write = fake_project
+    build(root)
+    write(cores=4)
+    build(root)
+    write(cores=2)
+    _, statuses = build(root)
+    assert ran(statuses) == set()
+
+
+def test_failed_stage_is_not_recorded_and_reruns_next_time(fake_project):
+    root, _ = fake_project
+    write_fake_model(root / "a.json", ["conv"], fail="unsupported op")
+    run, statuses = build(root, keep_going=True)
+    assert statuses["import:a"] is Status.FAILED
+    assert "unsupported op" in run.results["import:a"].error
+    assert statuses["compile:a@cpu"] is Status.SKIPPED
+    assert statuses["compile:b@cpu"] is Status.BUILT  # keep-going finished the other build
+    _, again = build(root, keep_going=True)
+    assert again["import:a"] is Status.FAILED  # never cached as a success
+
+
+def test_without_keep_going_the_build_stops_after_a_failure(fake_project):
+    root, _ = fake_project
+    write_fake_model(root / "a.json", ["conv"], fail="boom")
+    _, statuses = build(root)
+    assert statuses["import:a"] is Status.FAILED
+    assert Status.BUILT not in {statuses.get("compile:a@cpu"), statuses.get("compile:b@cpu")}
+
+
+def test_a_crashed_worker_fails_its_stage_without_poisoning_the_cache(fake_project):
+    root, _ = fake_project
+    write_fake_model(root / "a.json", ["conv"], crash=True)
+    run, statuses = build(root, keep_going=True)
+    assert statuses["import:a"] is Status.FAILED
+    assert "worker process died" in run.results["import:a"].error
+    write_fake_model(root / "a.json", ["conv"])
+    _, statuses = build(root)
+    assert statuses["import:a"] is Status.BUILT
+
+
+def test_parallel_jobs_overlap_independent_stages(fake_project):
+    root, _ = fake_project
+    write_fake_model(root / "a.json", ["conv"], sleep=1.0)
+    write_fake_model(root / "b.json", ["matmul"], sleep=1.0)
+    project = open_project(root / "deploy.toml")
+    run = project.run([], Options(jobs=2))
+    (a0, a1), (b0, b1) = (json.loads(project.store.object_path(run.results[n].outputs["interval.json"]).read_text())
+                          for n in ("import:a", "import:b"))
+    assert a0 < b1 and b0 < a1  # the two imports ran at the same time
+
+
+def test_dry_run_runs_nothing_and_says_why(fake_project):
+    root, write = fake_project
+    build(root)
+    write(shape_a="[1, 3, 4, 4]")
+    run, statuses = build(root, dry_run=True)
+    assert statuses["import:a"] is Status.STALE
+    assert run.results["import:a"].reasons == ["input x shape changed [1,3,8,8] -> [1,3,4,4]"]
+    assert run.results["compile:a@cpu"].reasons == ["upstream import:a will rerun"]
+    _, after = build(root, dry_run=True)
+    assert after["import:a"] is Status.STALE  # the dry run recorded nothing
+
+
+def test_deleted_cache_object_is_rebuilt_not_trusted(fake_project):
+    root, _ = fake_project
+    run, _ = build(root)
+    digest = run.results["compile:a@cpu"].outputs["model.so"]
+    obj = root / ".cache/objects" / digest[:2] / digest
+    obj.write_text("damaged")
+    _, statuses = build(root)
+    assert statuses["compile:a@cpu"] is Status.BUILT
