@@ -1,0 +1,43 @@
+"""Tiny ONNX models the tests make, with known structure."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+
+def conv_relu(path: Path, *, channels: int = 4, seed: int = 0, doc: str = "", opset: int = 13) -> Path:
+    """x[1,3,H,W] -> Conv(3x3, pad 1) + bias -> Relu -> y, with a dynamic H and W as exporters write them."""
+    rng = np.random.default_rng(seed)
+    weight = numpy_helper.from_array(rng.standard_normal((channels, 3, 3, 3)).astype(np.float32), "w")
+    bias = numpy_helper.from_array(rng.standard_normal(channels).astype(np.float32), "b")
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv0", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["y"], name="relu0"),
+    ]
+    graph = helper.make_graph(
+        nodes, "conv_relu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, "h", "w"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, channels, "h", "w"])],
+        initializer=[weight, bias],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], doc_string=doc)
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+def with_unsupported_op(path: Path) -> Path:
+    """A model whose only node is an operator TVM's ONNX frontend lacks (ConvInteger)."""
+    x = helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 1, 4, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.INT32, [1, 1, 2, 2])
+    w = numpy_helper.from_array(np.ones((1, 1, 3, 3), dtype=np.uint8), "w")
+    node = helper.make_node("ConvInteger", ["x", "w"], ["y"], name="qconv")
+    graph = helper.make_graph([node], "unsupported", [x], [y], initializer=[w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path

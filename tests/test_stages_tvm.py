@@ -1,0 +1,130 @@
+"""The real import and compile stages with TVM: few, real and small."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from modelbuild.events import Status
+from modelbuild.project import open_project
+from modelbuild.scheduler import Options
+from tests.conftest import REPO
+from tests.onnx_models import conv_relu, with_unsupported_op
+
+pytestmark = pytest.mark.tvm
+
+RECIPE = """
+[models.tiny]
+path = "tiny.onnx"
+inputs.x = {{ shape = {shape}, dtype = "float32" }}
+
+[targets.cpu]
+kind = "llvm"
+mcpu = "host"
+num-cores = {cores}
+
+[[builds]]
+model = "tiny"
+targets = ["cpu"]
+"""
+
+
+def write_recipe(root, shape="[1, 3, 8, 8]", cores=2):
+    (root / "deploy.toml").write_text(textwrap.dedent(RECIPE.format(shape=shape, cores=cores)))
+
+
+def build(root):
+    run = open_project(root / "deploy.toml").run([], Options())
+    assert not run.failed, [r.error for r in run.failed]
+    return run, {node for node, r in run.results.items() if r.status is Status.BUILT}
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    conv_relu(tmp_path / "tiny.onnx")
+    write_recipe(tmp_path)
+    return tmp_path
+
+
+def test_library_computes_what_onnxruntime_computes(tiny):
+    import onnxruntime as ort
+    import tvm
+    from tvm import relax
+
+    build(tiny)
+    x = np.random.default_rng(1).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    vm = relax.VirtualMachine(tvm.runtime.load_module(str(tiny / "build/tiny/cpu/model.so")), tvm.cpu())
+    got = vm["main"](tvm.runtime.tensor(x)).numpy()
+    want = ort.InferenceSession(str(tiny / "tiny.onnx"), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_each_edit_reruns_exactly_the_stages_it_touches(tiny):
+    assert build(tiny)[1] == {"import:tiny", "compile:tiny@cpu"}
+    assert build(tiny)[1] == set()
+
+    write_recipe(tiny, shape="[1, 3, 16, 16]")
+    assert build(tiny)[1] == {"import:tiny", "compile:tiny@cpu"}
+
+    write_recipe(tiny, shape="[1, 3, 16, 16]", cores=1)
+    assert build(tiny)[1] == {"compile:tiny@cpu"}
+
+    os.utime(tiny / "tiny.onnx")
+    assert build(tiny)[1] == set()
+
+    conv_relu(tiny / "tiny.onnx", doc="re-exported with another doc string")  # new bytes, same graph
+    assert build(tiny)[1] == {"import:tiny"}  # early cutoff: the IR is identical, compile stays cached
+
+
+def test_two_clones_compute_identical_keys(tmp_path):
+    keys = []
+    for clone in ("one", "two"):
+        root = tmp_path / clone
+        root.mkdir()
+        conv_relu(root / "tiny.onnx")
+        write_recipe(root)
+        run, _ = build(root)
+        keys.append({node: r.key for node, r in run.results.items()})
+    assert keys[0] == keys[1]
+
+
+def test_an_operator_tvm_lacks_is_named_with_its_node(tmp_path):
+    with_unsupported_op(tmp_path / "tiny.onnx")
+    (tmp_path / "deploy.toml").write_text(textwrap.dedent(RECIPE.format(shape="[1, 1, 4, 4]", cores=1))
+                                          .replace('"float32"', '"uint8"'))
+    run = open_project(tmp_path / "deploy.toml").run([], Options())
+    failure = run.results["import:tiny"]
+    assert failure.status is Status.FAILED
+    assert failure.error == "operator ConvInteger (node 'qconv') is not supported by TVM's ONNX frontend"
+    assert not (tmp_path / ".cache/actions").exists()
+
+
+def test_declaring_an_input_the_model_lacks_fails_clearly(tiny):
+    (tiny / "deploy.toml").write_text((tiny / "deploy.toml").read_text().replace("inputs.x", "inputs.image"))
+    run = open_project(tiny / "deploy.toml").run([], Options())
+    assert run.results["import:tiny"].error == "the model has no input 'image'; its inputs are x"
+
+
+def _cli(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "modelbuild", *args], cwd=cwd, capture_output=True, text=True,
+                          env={**os.environ, "NO_COLOR": "1"})
+
+
+@pytest.mark.parametrize("recipe", ["deploy.toml", *sorted(p.name for p in (REPO / "recipes/examples").glob("*.toml"))])
+def test_the_recipes_the_project_ships_build(tmp_path, recipe):
+    path = REPO / recipe if recipe == "deploy.toml" else REPO / "recipes/examples" / recipe
+    proc = _cli("-f", str(path), "--cache-dir", str(tmp_path / "cache"), "--build-dir", str(tmp_path / "build"),
+                cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    artifacts = [line.split(": ", 1)[1] for line in proc.stdout.splitlines() if line.startswith("artifact: ")]
+    assert artifacts and all((tmp_path / a).stat().st_size > 10_000 for a in artifacts)
+    again = _cli("-f", str(path), "--cache-dir", str(tmp_path / "cache"), "--build-dir", str(tmp_path / "build"),
+                 cwd=tmp_path)
+    assert re.search(r"^0 built, \d+ cached, 0 failed$", again.stdout, re.M), again.stdout
