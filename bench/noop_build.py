@@ -50,6 +50,8 @@ def compile_seconds(recipe: Path, cache: Path, build: Path) -> list[tuple[str, f
 def generated_recipe(root: Path, models: int = 10) -> Path:
     from tests.onnx_models import conv_relu
 
+    root.mkdir(parents=True, exist_ok=True)
+
     lines = []
     for i in range(models):
         conv_relu(root / f"m{i}.onnx", seed=i)
