@@ -13,9 +13,10 @@ from modelbuild.errors import ModelbuildError
 from modelbuild.events import Status
 from modelbuild.scheduler import Options
 
-COMMANDS = ("build", "status", "explain", "graph", "clean", "cache", "schema")
+COMMANDS = ("build", "status", "explain", "graph", "clean", "cache", "schema", "report")
 
-EXIT_OK, EXIT_STALE, EXIT_USAGE, EXIT_STAGE_FAILED = 0, 1, 2, 3
+EXIT_OK, EXIT_GATE_FAILED, EXIT_USAGE, EXIT_STAGE_FAILED = 0, 1, 2, 3
+EXIT_STALE = 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,6 +76,10 @@ def _parser() -> argparse.ArgumentParser:
     cache.add_argument("--json", action="store_true")
     cache.set_defaults(handler=cmd_cache)
 
+    report = sub.add_parser("report", parents=[common], help="re-render the reports from the cache, running nothing")
+    report.add_argument("selectors", nargs="*")
+    report.set_defaults(handler=cmd_report)
+
     schema = sub.add_parser("schema", help="print the JSON Schema of deploy.toml")
     schema.set_defaults(handler=cmd_schema)
     return parser
@@ -97,19 +102,45 @@ def cmd_build(args, console) -> int:
     with LiveReporter(console if not args.json else _null_console(), list(plan.nodes)) as reporter:
         run = project.run(args.selectors, options, reporter)
     results = list(run.results.values())
-    if args.json:
-        print(json.dumps(_summary_json(project, run), indent=2))
-    elif args.dry_run:
+    if args.dry_run:
         for r in results:
             if r.status is Status.STALE:
                 console.print(f"would run {r.node}: {'; '.join(r.reasons)}", markup=False)
         if not run.stale:
             console.print("nothing to do: every stage is cached", markup=False)
+        return EXIT_OK
+    report = _write_reports(project, run)
+    if args.json:
+        print(json.dumps(_summary_json(project, run, report), indent=2))
     else:
         _print_summary(console, project, plan, run)
+        _print_gates(console, project, report)
+    return _exit_code(run, report)
+
+
+def _write_reports(project, run, cache: dict | None = None) -> dict:
+    from modelbuild.reports import collect, write_reports
+
+    report = collect(project, run, cache=cache)
+    write_reports(report, project.build_dir)
+    return report
+
+
+def _exit_code(run, report: dict) -> int:
     if run.failed:
         return EXIT_STAGE_FAILED
-    return EXIT_OK
+    return EXIT_OK if report["passed"] else EXIT_GATE_FAILED
+
+
+def _print_gates(console, project, report: dict) -> None:
+    from modelbuild.gates import GateResult
+
+    for build in report["builds"]:
+        for gate in build["gates"]:
+            if not gate["passed"]:
+                console.print(f"GATE FAILED {build['name']}  {GateResult(**gate).describe()}", markup=False)
+    verdict = "all gates passed" if report["passed"] else "gates FAILED"
+    console.print(f"{verdict}: report {_relative(project.build_dir / 'report.json')}", markup=False)
 
 
 def _print_summary(console, project, plan, run) -> None:
@@ -143,8 +174,10 @@ def _relative(path: Path) -> str:
         return str(path)
 
 
-def _summary_json(project, run) -> dict:
+def _summary_json(project, run, report: dict) -> dict:
     return {
+        "passed": report["passed"],
+        "report": str(project.build_dir / "report.json"),
         "nodes": [{"node": r.node, "stage": r.stage, "build": r.build, "status": r.status.value,
                    "seconds": round(r.seconds, 4), "key": r.key, "reasons": r.reasons, "error": r.error,
                    "log": r.log} for r in run.results.values()],
@@ -212,6 +245,17 @@ def cmd_cache(args, console) -> int:
         f"hit rate {stats.hit_rate:.2f}  mean hit {stats.mean_hit * 1000:.1f} ms  "
         f"mean miss {stats.mean_miss:.2f} s", markup=False)
     return EXIT_OK
+
+
+def cmd_report(args, console) -> int:
+    project = _project(args)
+    run = project.run(args.selectors, Options(dry_run=True))
+    if run.stale:
+        names = ", ".join(r.node for r in run.stale[:3])
+        raise ModelbuildError(f"not built yet: {names}; run `modelbuild` first (report runs nothing)")
+    report = _write_reports(project, run, cache=project.store.stats().as_dict())
+    _print_gates(console, project, report)
+    return EXIT_OK if report["passed"] else EXIT_GATE_FAILED
 
 
 def cmd_schema(args, console) -> int:

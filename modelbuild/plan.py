@@ -9,7 +9,7 @@ from typing import Callable
 
 from modelbuild.errors import SelectionError
 from modelbuild.recipe import LoadedRecipe
-from modelbuild.targets import runs_on_host, tvm_target
+from modelbuild.targets import host_machine, runs_on_host, tvm_target
 
 TargetResolver = Callable[[dict], dict]
 
@@ -93,6 +93,12 @@ def build_plan(recipe: LoadedRecipe, resolve: TargetResolver) -> Plan:
             compiler = compile_node(name, importer, target, resolved[target])
             nodes[compiler.id] = compiler
             builds[name] = [importer.id, compiler.id]
+            validation = recipe.validation_for(build.model, target)
+            if validation.enabled:
+                reference = reference_node(recipe, name, validation)
+                validator = validate_node(name, target, resolved[target], validation, importer, compiler)
+                nodes[reference.id], nodes[validator.id] = reference, validator
+                builds[name] += [reference.id, validator.id]
     return Plan(nodes=nodes, builds=builds)
 
 
@@ -120,3 +126,45 @@ def compile_node(build: str, importer: Node, target_name: str, target: dict) -> 
     return Node(id=f"compile:{build}", stage="compile", build=build, params=params,
                 deps={"ir": (importer.id, "ir.json")},
                 publish={library: f"{model}/{target_name}/{library}"})
+
+
+def reference_node(recipe: LoadedRecipe, build: str, validation) -> Node:
+    """Golden inputs and onnxruntime's outputs; its key has nothing of the target, so it is shared."""
+    model = build.split("@", 1)[0]
+    spec = recipe.spec.models[model]
+    golden = validation.golden
+    files = {"model": recipe.model_path(model)}
+    if golden.source == "npz":
+        files["golden"] = recipe.root / golden.path
+    elif golden.source == "npy_dir":
+        files |= {f"golden:{name}": recipe.root / golden.path / f"{name}.npy" for name in spec.inputs}
+    params = {
+        "inputs": {name: {"shape": list(i.shape), "dtype": i.dtype} for name, i in spec.inputs.items()},
+        "golden": golden.model_dump(exclude={"path"}),
+    }
+    return Node(id=f"reference:{build}", stage="reference", build=build, params=params, files=files)
+
+
+def validate_node(build: str, target_name: str, target: dict, validation, importer: Node, compiler: Node) -> Node:
+    runs_here = runs_on_host(target)
+    timing = validation.timing
+    params = {
+        "timing": timing.model_dump(exclude={"threads"}),
+        "threads": timing.threads or target.get("num-cores") or 1,
+        "runs_here": runs_here,
+        "reason": "" if runs_here else _why_not_here(target),
+        # timings belong to the machine that measured them: a shared cache must not mix machines
+        "machine": host_machine(),
+    }
+    model = build.split("@", 1)[0]
+    library = compiler.params["library"]
+    return Node(id=f"validate:{build}", stage="validate", build=build, params=params,
+                deps={"library": (compiler.id, library), "golden": (f"reference:{build}", "golden.npz"),
+                      "signature": (importer.id, "signature.json")},
+                publish={"metrics.json": f"{model}/{target_name}/validation.json"})
+
+
+def _why_not_here(target: dict) -> str:
+    if target.get("kind") != "llvm":
+        return f"a {target.get('kind')} library needs that device; this machine runs llvm (CPU) libraries only"
+    return f"built for {target.get('mtriple')}; this machine is not that architecture"

@@ -132,10 +132,15 @@ class Scheduler:
     def _upstream_digests(self, node: Node) -> dict[str, str]:
         return {role: self.run_result.results[dep].outputs[name] for role, (dep, name) in node.deps.items()}
 
-    def _upstream_paths(self, node: Node) -> dict[str, str]:
+    def _stage_inputs(self, node: Node, scratch: Path) -> dict[str, str]:
+        """Declared files as they are; upstream outputs hard-linked under their own names (TVM reads the suffix,
+        after resolving symlinks)."""
         paths = {role: str(path) for role, path in node.files.items()}
-        for role, digest in self._upstream_digests(node).items():
-            paths[role] = str(self.store.object_path(digest))
+        for role, (dep, name) in node.deps.items():
+            link = scratch / "in" / role / name
+            link.parent.mkdir(parents=True)
+            self.store.link_object(self.run_result.results[dep].outputs[name], link)
+            paths[role] = str(link)
         return paths
 
     # cached
@@ -160,7 +165,7 @@ class Scheduler:
         out.mkdir()
         log = scratch / "stage.log"
         self.report(NodeStarted(node.id, decision.reasons))
-        future = self._pool.submit(execute, get_stage(node.stage).entry, self._upstream_paths(node),
+        future = self._pool.submit(execute, get_stage(node.stage).entry, self._stage_inputs(node, scratch),
                                    node.params, str(out), str(log))
         self._running[future] = (node, decision, inputs, scratch, time.perf_counter())
 

@@ -14,6 +14,7 @@ that a shared remote cache can serve both by digest.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 import time
@@ -153,6 +154,13 @@ class Store:
         if dest.is_file() and self.digests.digest(dest) == digest:
             return
         copy_atomic(self.object_path(digest), dest)
+
+    def link_object(self, digest: str, dest: Path) -> None:
+        """Make an object readable at `dest` without copying it where the filesystem allows."""
+        try:
+            os.link(self.object_path(digest), dest)
+        except OSError:
+            shutil.copyfile(self.object_path(digest), dest)
 
     def clear(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -55,6 +56,19 @@ def runs_on_host(target: dict) -> bool:
 def tvm_target(target: dict) -> dict:
     """The part of a recipe target table that TVM reads."""
     return {k: v for k, v in target.items() if k not in MODELBUILD_KEYS}
+
+
+def host_machine() -> dict:
+    """The CPU model and core count of this machine, as reports show them."""
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count()}
 
 
 def _cpu_fingerprint() -> dict:

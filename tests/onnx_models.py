@@ -30,6 +30,29 @@ def conv_relu(path: Path, *, channels: int = 4, seed: int = 0, doc: str = "", op
     return path
 
 
+def two_convs(path: Path, *, channels: int = 16, seed: int = 0) -> Path:
+    """x[1,3,H,W] -> Conv -> Relu -> Conv -> y: enough multiply-adds that TVM's float sums round differently
+    from onnxruntime's, so an exact-equality gate must fail."""
+    rng = np.random.default_rng(seed)
+    w1 = numpy_helper.from_array(rng.standard_normal((channels, 3, 3, 3)).astype(np.float32), "w1")
+    w2 = numpy_helper.from_array(rng.standard_normal((channels, channels, 3, 3)).astype(np.float32), "w2")
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+        helper.make_node("Conv", ["r1", "w2"], ["y"], name="conv2", pads=[1, 1, 1, 1]),
+    ]
+    graph = helper.make_graph(
+        nodes, "two_convs",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, "h", "w"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, channels, "h", "w"])],
+        initializer=[w1, w2],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
 def with_unsupported_op(path: Path) -> Path:
     """A model whose only node is an operator TVM's ONNX frontend lacks (ConvInteger)."""
     x = helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 1, 4, 4])

@@ -39,6 +39,13 @@ class LoadedRecipe:
     def model_path(self, name: str) -> Path:
         return (self.root / self.spec.models[name].path).resolve()
 
+    def validation_for(self, model: str, target: str):
+        """The validation settings of one build: the recipe's defaults under the build's own overrides."""
+        for build in self.spec.builds:
+            if build.model == model and target in build.targets:
+                return self.spec.validation.overridden_by(build.validation)
+        raise KeyError(f"{model}@{target}")
+
 
 def load_recipe(path: Path) -> LoadedRecipe:
     """Read, merge and validate a recipe; every user mistake raises a RecipeError naming file and line."""
@@ -55,6 +62,7 @@ def load_recipe(path: Path) -> LoadedRecipe:
     _check_targets(loaded)
     _check_builds(loaded)
     _check_model_files(loaded)
+    _check_golden_files(loaded)
     return loaded
 
 
@@ -180,7 +188,13 @@ def _check_targets(loaded: LoadedRecipe) -> None:
 
 def _check_builds(loaded: LoadedRecipe) -> None:
     spec = loaded.spec
+    seen: set[tuple[str, str]] = set()
     for index, build in enumerate(spec.builds):
+        for j, target in enumerate(build.targets):
+            if (build.model, target) in seen:
+                raise _fail(loaded, ("builds", index, "targets", j), f"{build.model}@{target} is declared twice",
+                            "declare each model and target pair in one [[builds]] entry")
+            seen.add((build.model, target))
         if build.model not in spec.models:
             raise _fail(loaded, ("builds", index, "model"), f"no model named {build.model!r}",
                         f"use one of {', '.join(spec.models)} or declare [models.{build.model}]")
@@ -188,6 +202,30 @@ def _check_builds(loaded: LoadedRecipe) -> None:
             if target not in spec.targets:
                 raise _fail(loaded, ("builds", index, "targets", j), f"no target named {target!r}",
                             f"use one of {', '.join(spec.targets)} or declare [targets.{target}]")
+
+
+def _check_golden_files(loaded: LoadedRecipe) -> None:
+    specs = [("validation",), *[("builds", i, "validation") for i, b in enumerate(loaded.spec.builds) if b.validation]]
+    for loc in specs:
+        spec = loaded.spec.validation if loc == ("validation",) else loaded.spec.builds[loc[1]].validation
+        golden = spec.golden
+        if golden.source != "generate" and "path" not in golden.model_fields_set and loc != ("validation",):
+            continue
+        if golden.source == "generate":
+            continue
+        if golden.path is None:
+            raise _fail(loaded, (*loc, "golden", "source"), f"golden source {golden.source!r} needs a path",
+                        "add path = \"...\" to the golden table")
+        path = loaded.root / golden.path
+        if not (path.is_file() if golden.source == "npz" else path.is_dir()):
+            raise _fail(loaded, (*loc, "golden", "path"), f"golden {golden.source} {golden.path!r} not found",
+                        "paths are relative to the recipe's folder")
+    for loc in [("validation",), *[("builds", i, "validation") for i, b in enumerate(loaded.spec.builds)
+                                   if b.validation and b.validation.baseline]]:
+        spec = loaded.spec.validation if loc == ("validation",) else loaded.spec.builds[loc[1]].validation
+        if spec.baseline and not (loaded.root / spec.baseline.report).is_file():
+            raise _fail(loaded, (*loc, "baseline", "report"), f"baseline report {spec.baseline.report!r} not found",
+                        "point it at a report.json from an earlier build")
 
 
 def _check_model_files(loaded: LoadedRecipe) -> None:

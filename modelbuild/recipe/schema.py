@@ -29,11 +29,78 @@ class ModelSpec(Strict):
     simplify: bool = Field(default=True, description="Simplify with onnxslim before import.")
 
 
+class GoldenSpec(Strict):
+    """Where the golden inputs come from: generated with a seed, or loaded from files."""
+
+    source: Literal["generate", "npz", "npy_dir"] = "generate"
+    fill: Literal["random", "zeros", "ones"] = "random"
+    seed: int = 0
+    count: int = Field(default=4, ge=1, description="Number of golden samples.")
+    path: str | None = Field(default=None, description="The .npz file or .npy folder (for npz / npy_dir).")
+
+
+class TimingSpec(Strict):
+    """How latency is measured: warm-up, then at least min_runs runs and at least min_seconds."""
+
+    warmup: int = Field(default=10, ge=0)
+    min_runs: int = Field(default=50, ge=1)
+    min_seconds: float = Field(default=1.0, ge=0)
+    threads: int | None = Field(default=None, ge=1, description="Default: the target's num-cores.")
+
+
+class BaselineSpec(Strict):
+    """Gates relative to an earlier report.json (for example the main branch's)."""
+
+    report: str
+    max_p50_increase: float | None = Field(default=None, description="0.10 = at most 10% above the baseline")
+    max_p99_increase: float | None = None
+    min_throughput_ratio: float | None = Field(default=None, description="0.9 = at least 90% of the baseline")
+
+
+class GatesSpec(Strict):
+    """What "good enough" means; every gate is optional."""
+
+    max_abs_error: float | None = None
+    max_rel_error: float | None = None
+    min_cosine: float | None = None
+    min_sqnr_db: float | None = None
+    min_top1_agreement: float | None = Field(default=None, ge=0, le=1)
+    max_p50_ms: float | None = None
+    max_p99_ms: float | None = None
+    min_throughput: float | None = Field(default=None, description="Inferences per second.")
+
+
+class ValidationSpec(Strict):
+    """How a built library is checked against the ONNX model run by onnxruntime."""
+
+    enabled: bool = True
+    golden: GoldenSpec = GoldenSpec()
+    timing: TimingSpec = TimingSpec()
+    gates: GatesSpec = GatesSpec()
+    baseline: BaselineSpec | None = None
+    not_run_here: Literal["pass", "fail"] = Field(
+        default="pass", description="A target this machine cannot run (cross-compiled, no GPU): pass or fail.")
+
+    def overridden_by(self, other: "ValidationSpec | None") -> "ValidationSpec":
+        """This spec with every field the other one sets explicitly, nested tables field by field."""
+        if other is None:
+            return self
+        update = {}
+        for name in other.model_fields_set:
+            mine, theirs = getattr(self, name), getattr(other, name)
+            if isinstance(mine, Strict) and isinstance(theirs, Strict):
+                update[name] = mine.model_copy(update={f: getattr(theirs, f) for f in theirs.model_fields_set})
+            else:
+                update[name] = theirs
+        return self.model_copy(update=update)
+
+
 class BuildSpec(Strict):
-    """Which model goes to which targets."""
+    """Which model goes to which targets, and how its validation differs from the defaults."""
 
     model: Name
     targets: list[Name] = Field(min_length=1)
+    validation: ValidationSpec | None = None
 
 
 class Recipe(Strict):
@@ -45,6 +112,7 @@ class Recipe(Strict):
         min_length=1, description="TVM target JSON per name, e.g. kind = \"llvm\", mcpu = \"host\"."
     )
     builds: list[BuildSpec] = Field(min_length=1)
+    validation: ValidationSpec = ValidationSpec()
 
 
 def json_schema() -> dict:

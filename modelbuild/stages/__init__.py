@@ -42,3 +42,7 @@ register(Stage("import", 1, "modelbuild.stages.onnx_import:run", ("onnx", "onnxs
                "freeze input shapes, simplify, import ONNX into Relax"))
 register(Stage("compile", 1, "modelbuild.stages.compile:run", ("tvm",),
                "compile the Relax module for a target and export the library"))
+register(Stage("reference", 1, "modelbuild.stages.reference:run", ("onnxruntime", "numpy"),
+               "golden inputs and the ONNX model's outputs from onnxruntime"))
+register(Stage("validate", 1, "modelbuild.stages.validate:run", ("tvm", "numpy"),
+               "run the library on the golden inputs, compare with the reference, time it"))

@@ -1,0 +1,98 @@
+"""Gates: what "good enough" means, checked against a build's metrics. Pure, cheap, never cached, so editing
+a gate reruns nothing but this check."""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+from modelbuild.recipe.schema import ValidationSpec
+
+
+@dataclass(frozen=True)
+class GateResult:
+    name: str
+    value: float | None
+    limit: float | None
+    passed: bool
+    detail: str = ""
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def describe(self) -> str:
+        """'max_p99_ms: 4.45 > 0.001' for a person reading a failure."""
+        if self.value is None:
+            return f"{self.name}: {self.detail}"
+        sign = "<=" if self.passed else ">"
+        if self.name.startswith("min"):
+            sign = ">=" if self.passed else "<"
+        return f"{self.name}: {_num(self.value)} {sign} {_num(self.limit)}" + (f" ({self.detail})" if self.detail else "")
+
+
+def _num(x) -> str:
+    return f"{x:.6g}" if isinstance(x, float) else str(x)
+
+
+def _worst(metrics: dict, field: str, pick) -> tuple[float | None, str]:
+    values = [(out[field], name) for name, out in metrics.get("accuracy", {}).items() if field in out]
+    if not values:
+        return None, f"no output has {field}"
+    value, name = pick(values)
+    return value, (f"worst output {name}" if len(values) > 1 else "")
+
+
+# gate name -> (how to read its value from metrics, how a value passes against the limit)
+Reader = Callable[[dict], tuple[float | None, str]]
+GATES: dict[str, tuple[Reader, Callable[[float, float], bool]]] = {
+    "max_abs_error": (lambda m: _worst(m, "max_abs", max), operator.le),
+    "max_rel_error": (lambda m: _worst(m, "max_rel", max), operator.le),
+    "min_cosine": (lambda m: _worst(m, "cosine", min), operator.ge),
+    "min_sqnr_db": (lambda m: _worst(m, "sqnr_db", min), operator.ge),
+    "min_top1_agreement": (lambda m: _worst(m, "top1_agreement", min), operator.ge),
+    "max_p50_ms": (lambda m: (m["latency_ms"]["median"], ""), operator.le),
+    "max_p99_ms": (lambda m: (m["latency_ms"]["p99"], ""), operator.le),
+    "min_throughput": (lambda m: (m["latency_ms"]["throughput"], ""), operator.ge),
+}
+
+# baseline gate -> (statistic, how the value is formed from current and baseline, comparison)
+BASELINE_GATES = {
+    "max_p50_increase": ("median", lambda now, base: now / base - 1, operator.le),
+    "max_p99_increase": ("p99", lambda now, base: now / base - 1, operator.le),
+    "min_throughput_ratio": ("throughput", lambda now, base: now / base, operator.ge),
+}
+
+
+def evaluate(spec: ValidationSpec, metrics: dict | None, baseline: dict | None = None) -> list[GateResult]:
+    """Every configured gate's value, limit and verdict for one build's metrics."""
+    if metrics is None:
+        return []
+    if not metrics.get("ran"):
+        passed = spec.not_run_here == "pass"
+        return [GateResult("runs_here", None, None, passed, f"not run here: {metrics.get('reason')}")]
+    results = []
+    for name, limit in spec.gates.model_dump().items():
+        if limit is None:
+            continue
+        read, ok = GATES[name]
+        value, detail = read(metrics)
+        results.append(GateResult(name, value, limit, value is not None and ok(value, limit), detail))
+    return results + _baseline_gates(spec, metrics, baseline)
+
+
+def _baseline_gates(spec: ValidationSpec, metrics: dict, baseline: dict | None) -> list[GateResult]:
+    if spec.baseline is None:
+        return []
+    results = []
+    for name, limit in spec.baseline.model_dump(exclude={"report"}).items():
+        if limit is None:
+            continue
+        stat, form, ok = BASELINE_GATES[name]
+        base = (baseline or {}).get("latency_ms") or {}
+        if stat not in base:
+            results.append(GateResult(name, None, limit, False, "the baseline report has no timing for this build"))
+            continue
+        value = form(metrics["latency_ms"][stat], base[stat])
+        results.append(GateResult(name, value, limit, ok(value, limit), f"baseline {stat} {base[stat]:.4g}"))
+    return results

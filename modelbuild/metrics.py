@@ -1,0 +1,101 @@
+"""Accuracy and timing statistics: pure numpy, so they are tested against hand-computed values."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+PERCENTILE_METHOD = "nearest-rank: the smallest value with at least p% of samples at or below it"
+_TINY = 1e-12
+
+
+def nearest_rank(values, p: float) -> float:
+    """The p-th percentile by nearest rank: sorted(values)[ceil(p/100 * n) - 1]."""
+    ordered = sorted(values)
+    if not ordered:
+        raise ValueError("no values")
+    rank = max(1, math.ceil(p / 100 * len(ordered)))
+    return float(ordered[rank - 1])
+
+
+def timing_summary(seconds: list[float]) -> dict:
+    """Latency statistics in milliseconds, and throughput as runs per second of total time."""
+    ms = np.asarray(seconds, dtype=np.float64) * 1000
+    mean = float(ms.mean())
+    std = float(ms.std(ddof=1)) if len(ms) > 1 else 0.0
+    return {
+        "runs": len(ms),
+        "min": float(ms.min()), "mean": mean, "median": nearest_rank(ms, 50), "p90": nearest_rank(ms, 90),
+        "p99": nearest_rank(ms, 99), "p99.9": nearest_rank(ms, 99.9), "max": float(ms.max()),
+        "std": std, "cv": std / mean if mean else 0.0,
+        "throughput": len(ms) / float(np.sum(seconds)),
+        "percentile_method": PERCENTILE_METHOD,
+    }
+
+
+def compare(actual: np.ndarray, expected: np.ndarray) -> dict:
+    """How far `actual` is from the reference `expected`, element-wise and as whole tensors."""
+    a = np.asarray(actual, dtype=np.float64)
+    e = np.asarray(expected, dtype=np.float64)
+    if a.shape != e.shape:
+        raise ValueError(f"shape {a.shape} differs from the reference's {e.shape}")
+    finite = np.isfinite(a) & np.isfinite(e)
+    abs_err = np.abs(a - e)[finite]
+    rel_err = abs_err / np.maximum(np.abs(e[finite]), _TINY)
+    return {
+        "max_abs": _max(abs_err), "mean_abs": _mean(abs_err), "p99_abs": _p99(abs_err),
+        "max_rel": _max(rel_err), "mean_rel": _mean(rel_err), "p99_rel": _p99(rel_err),
+        "cosine": cosine(a[finite], e[finite]),
+        "sqnr_db": sqnr_db(a[finite], e[finite]),
+        "nan": int(np.isnan(a).sum()), "inf": int(np.isinf(a).sum()),
+        # the smallest tolerances under which np.allclose-style checks would pass
+        "min_atol": _max(abs_err), "min_rtol": _max(rel_err),
+    }
+
+
+def cosine(a: np.ndarray, e: np.ndarray) -> float:
+    na, ne = float(np.linalg.norm(a)), float(np.linalg.norm(e))
+    if na < _TINY and ne < _TINY:
+        return 1.0
+    if na < _TINY or ne < _TINY:
+        return 0.0
+    return float(np.dot(a.ravel(), e.ravel()) / (na * ne))
+
+
+SQNR_CAP_DB = 999.0  # identical outputs have infinite SQNR, which strict JSON cannot hold
+
+
+def sqnr_db(a: np.ndarray, e: np.ndarray) -> float:
+    """Signal-to-quantisation-noise ratio 10 log10(sum e^2 / sum (a - e)^2), capped at 999 dB."""
+    noise = float(np.sum((a - e) ** 2))
+    signal = float(np.sum(e ** 2))
+    if noise == 0:
+        return SQNR_CAP_DB
+    return min(SQNR_CAP_DB, 10 * math.log10(max(signal, _TINY) / noise))
+
+
+def looks_like_class_scores(shape: tuple) -> bool:
+    """A [batch, classes] output with more than one class."""
+    return len(shape) == 2 and shape[1] > 1
+
+
+def topk_agreement(actual: np.ndarray, expected: np.ndarray, k: int = 1) -> float:
+    """The fraction of rows whose reference top-1 class is in the actual top-k."""
+    a = np.asarray(actual).reshape(-1, actual.shape[-1])
+    e = np.asarray(expected).reshape(-1, expected.shape[-1])
+    top_ref = np.argmax(e, axis=1)
+    top_k = np.argsort(-a, axis=1)[:, :k]
+    return float(np.mean([ref in row for ref, row in zip(top_ref, top_k)]))
+
+
+def _max(x):
+    return float(x.max()) if x.size else 0.0
+
+
+def _mean(x):
+    return float(x.mean()) if x.size else 0.0
+
+
+def _p99(x):
+    return nearest_rank(x, 99) if x.size else 0.0

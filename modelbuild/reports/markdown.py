@@ -1,0 +1,73 @@
+"""report.md: one table of builds and gates (failures first), then the details, sized for a CI job summary."""
+
+from __future__ import annotations
+
+
+def render(report: dict) -> str:
+    verdict = "passed" if report["passed"] else "FAILED"
+    lines = [f"# modelbuild report: {verdict}", "", "| build | status | p50 ms | p99 ms | throughput/s | gates |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for b in report["builds"]:
+        lines.append(f"| {b['name']} | {_status(b)} | {_ms(b, 'median')} | {_ms(b, 'p99')} | "
+                     f"{_fmt(b['throughput'])} | {_gates(b)} |")
+    for b in report["builds"]:
+        lines += ["", f"## {b['name']}", ""] + _details(b)
+    c = report["cache"]
+    lines += ["", "## Cache", "", f"hits {c['hits']}, misses {c['misses']}, hit rate {c['hit_rate']:.2f}, "
+              f"mean hit {c['mean_hit_seconds'] * 1000:.1f} ms, mean miss {c['mean_miss_seconds']:.2f} s, "
+              f"T_avg {c['mean_access_seconds']:.3f} s"]
+    return "\n".join(lines) + "\n"
+
+
+def _status(b: dict) -> str:
+    if any(s["status"] == "failed" for s in b["stages"].values()):
+        return "stage failed"
+    if not b["validation"]["ran"]:
+        return "built, not run here" if b["passed"] else "not run here (fails)"
+    return "passed" if b["passed"] else "gate failed"
+
+
+def _gates(b: dict) -> str:
+    failed = [g for g in b["gates"] if not g["passed"]]
+    if not b["gates"]:
+        return "none"
+    if not failed:
+        return f"{len(b['gates'])} passed"
+    return "; ".join(f"**{g['name']}** {_fmt(g['value'])} (limit {_fmt(g['limit'])})" for g in failed)
+
+
+def _details(b: dict) -> list[str]:
+    out = [f"- artifact: `{b['artifact']}`" + (f" ({b['artifact_bytes']} bytes)" if b["artifact_bytes"] else "")]
+    out += [f"- {stage}: {s['status']} in {s['seconds']:.2f} s" + (f": {s['error']}" if s.get("error") else "")
+            for stage, s in b["stages"].items()]
+    if not b["validation"]["ran"]:
+        out.append(f"- not validated: {b['validation']['reason']}")
+    if b["gates"]:
+        out += ["", "| gate | value | limit | result |", "| --- | --- | --- | --- |"]
+        out += [f"| {g['name']} | {_fmt(g['value'])} | {_fmt(g['limit'])} | {'pass' if g['passed'] else '**FAIL**'} |"
+                for g in b["gates"]]
+    if b["accuracy"]:
+        out += ["", "| output | max abs | max rel | cosine | SQNR dB | top-1 |", "| --- | --- | --- | --- | --- | --- |"]
+        out += [f"| {name} | {_fmt(a['max_abs'])} | {_fmt(a['max_rel'])} | {_fmt(a['cosine'])} | "
+                f"{_fmt(a['sqnr_db'])} | {_fmt(a.get('top1_agreement'))} |" for name, a in b["accuracy"].items()]
+    if b["latency_ms"]:
+        t = b["latency_ms"]
+        out += ["", f"Latency over {t['runs']} runs (ms): min {_fmt(t['min'])}, mean {_fmt(t['mean'])}, "
+                f"p50 {_fmt(t['median'])}, p90 {_fmt(t['p90'])}, p99 {_fmt(t['p99'])}, p99.9 {_fmt(t['p99.9'])}, "
+                f"max {_fmt(t['max'])}, CV {t['cv']:.1%}; cold (load + first run) {_fmt(b['cold_ms'])} ms; "
+                f"peak RSS {b['peak_rss_bytes'] / 2**20:.1f} MiB. Percentiles: {t['percentile_method']}."]
+        if t["cv"] > 0.05:
+            out.append(f"\n> Warning: the coefficient of variation is {t['cv']:.0%}: the machine was noisy.")
+    return out
+
+
+def _ms(b: dict, stat: str) -> str:
+    return _fmt(b["latency_ms"][stat]) if b["latency_ms"] else "-"
+
+
+def _fmt(x) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float):
+        return f"{x:.4g}"
+    return str(x)

@@ -1,0 +1,109 @@
+"""The report model: what a run built, what it measured and which gates passed, as plain JSON data.
+
+Schema "modelbuild.report/1" (report.schema.json beside this file) is what CI scripts may rely on; fields
+are only ever added within a version.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from modelbuild import gates
+from modelbuild.events import NodeResult, Status
+from modelbuild.scheduler import RunResult
+from modelbuild.versions import tool_versions
+
+SCHEMA_ID = "modelbuild.report/1"
+
+
+def collect(project, run: RunResult, *, cache: dict | None = None) -> dict:
+    """The report of one run over every build of the plan that ran."""
+    builds = [_build(project, run, name) for name in project.plan.builds
+              if all(n in run.results for n in project.plan.builds[name])]
+    builds.sort(key=lambda b: (b["passed"], b["name"]))  # failures first
+    return {
+        "schema": SCHEMA_ID,
+        "passed": all(b["passed"] for b in builds),
+        "recipe": str(project.recipe.path),
+        "builds": builds,
+        "cache": cache if cache is not None else run.stats.as_dict(),
+    }
+
+
+def _build(project, run: RunResult, name: str) -> dict:
+    model, target = name.split("@", 1)
+    nodes = {run.results[n].stage: run.results[n] for n in project.plan.builds[name]}
+    metrics = _metrics(project, nodes.get("validate"))
+    spec = project.recipe.validation_for(model, target)
+    results = gates.evaluate(spec, metrics, _baseline(project, spec, name))
+    stages_ok = all(r.status in (Status.BUILT, Status.CACHED) for r in nodes.values())
+    latency = (metrics or {}).get("latency_ms")
+    return {
+        "name": name, "model": model, "target": target,
+        "artifact": _artifact(project, name),
+        "stages": {stage: _stage(r) for stage, r in nodes.items()},
+        "validation": {"ran": bool(metrics and metrics.get("ran")),
+                       "reason": (metrics or {}).get("reason") or (None if metrics else "not validated")},
+        "accuracy": (metrics or {}).get("accuracy"),
+        "latency_ms": latency,
+        "cold_ms": (metrics or {}).get("cold_ms"),
+        "throughput": latency["throughput"] if latency else None,
+        "artifact_bytes": (metrics or {}).get("artifact_bytes"),
+        "peak_rss_bytes": (metrics or {}).get("peak_rss_bytes"),
+        "gates": [g.as_dict() for g in results],
+        "passed": stages_ok and all(g.passed for g in results),
+        "provenance": _provenance(project, nodes, spec, metrics),
+    }
+
+
+def _stage(result: NodeResult) -> dict:
+    out = {"status": result.status.value, "seconds": round(result.seconds, 4), "key": result.key}
+    if result.error:
+        out["error"] = result.error
+    if result.log:
+        out["log"] = result.log
+    return out
+
+
+def _metrics(project, result: NodeResult | None) -> dict | None:
+    if result is None or "metrics.json" not in result.outputs:
+        return None
+    return json.loads(project.store.object_path(result.outputs["metrics.json"]).read_text())
+
+
+def _artifact(project, name: str) -> str | None:
+    for node_id in project.plan.builds[name]:
+        node = project.plan.nodes[node_id]
+        if node.stage == "compile":
+            path = project.build_dir / next(iter(node.publish.values()))
+            try:  # relative to the recipe, so a CI script reads the same path on every machine
+                return str(path.relative_to(project.recipe.root))
+            except ValueError:
+                return str(path)
+    return None
+
+
+def _baseline(project, spec, name: str) -> dict | None:
+    if spec.baseline is None:
+        return None
+    data = json.loads((project.recipe.root / spec.baseline.report).read_text())
+    return next((b for b in data.get("builds", []) if b.get("name") == name), None)
+
+
+def _provenance(project, nodes: dict[str, NodeResult], spec, metrics: dict | None) -> dict:
+    model, target = nodes["compile"].build.split("@", 1)
+    compile_node = project.plan.nodes[nodes["compile"].node]
+    return {
+        "model_sha256": project.store.digests.digest(project.recipe.model_path(model)),
+        "recipe": {
+            "model": project.recipe.spec.models[model].model_dump(),
+            "target": project.recipe.spec.targets[target],
+            "validation": spec.model_dump(),
+        },
+        "target": compile_node.params["target"],
+        "host_cpu": compile_node.params["target"].get("mcpu"),
+        "tools": tool_versions(("tvm", "tvm-ffi", "onnx", "onnxruntime", "onnxslim", "numpy")),
+        "seeds": {"golden": spec.golden.seed},
+        "machine": (metrics or {}).get("machine"),
+    }

@@ -1,0 +1,25 @@
+"""Writing the three reports into the build folder, each atomically."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from modelbuild.fsutil import write_atomic
+from modelbuild.reports import junit, markdown
+
+FILES = {
+    "report.json": lambda r: json.dumps(r, indent=2, allow_nan=False),
+    "report.md": markdown.render,
+    "junit.xml": junit.render,
+}
+
+
+def write_reports(report: dict, build_dir: Path) -> list[Path]:
+    """Write report.json, report.md and junit.xml; return their paths."""
+    paths = []
+    for name, render in FILES.items():
+        path = Path(build_dir) / name
+        write_atomic(path, render(report).encode())
+        paths.append(path)
+    return paths

@@ -1,0 +1,94 @@
+"""Runs a TVM library on golden inputs and times it; called by the validate stage as a fresh process.
+
+usage: python -m modelbuild.stages.measure LIBRARY GOLDEN.npz SIGNATURE.json TIMING_JSON OUT.json
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from modelbuild import metrics
+from modelbuild.targets import host_machine
+
+
+def main(library: str, golden_path: str, signature_path: str, timing_json: str, out_path: str) -> None:
+    timing = json.loads(timing_json)
+    signature = json.loads(Path(signature_path).read_text())
+    golden = dict(np.load(golden_path))
+    input_names = list(signature["inputs"])
+    output_names = list(signature["outputs"])
+    count = len(golden[f"in.{input_names[0]}"])
+
+    import tvm  # noqa: F401  (importing the Python package is not part of loading the library)
+
+    started = time.perf_counter()
+    run = _load(library)
+    first = run([golden[f"in.{n}"][0] for n in input_names])
+    cold_ms = (time.perf_counter() - started) * 1000
+
+    actual = {name: [] for name in output_names}
+    for i in range(count):
+        results = first if i == 0 else run([golden[f"in.{n}"][i] for n in input_names])
+        for name, value in zip(output_names, results):
+            actual[name].append(value)
+    accuracy = {name: _accuracy(np.stack(actual[name]), golden[f"out.{name}"]) for name in output_names}
+
+    latencies = _time(run, [golden[f"in.{n}"][0] for n in input_names], **timing)
+    result = {
+        "accuracy": accuracy,
+        "cold_ms": cold_ms,
+        "latency_ms": metrics.timing_summary(latencies),
+        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "machine": host_machine(),
+        "samples": count,
+    }
+    Path(out_path).write_text(json.dumps(result))
+
+
+def _load(library: str):
+    import tvm
+    from tvm import relax
+
+    vm = relax.VirtualMachine(tvm.runtime.load_module(library), tvm.cpu())
+    main_fn = vm["main"]
+
+    def run(arrays):
+        result = main_fn(*[tvm.runtime.tensor(a) for a in arrays])
+        values = [result] if hasattr(result, "numpy") else list(result)
+        return [v.numpy() for v in values]
+
+    return run
+
+
+def _accuracy(actual: np.ndarray, expected: np.ndarray) -> dict:
+    stats = metrics.compare(actual, expected)
+    per_sample = expected.shape[1:]
+    if metrics.looks_like_class_scores(per_sample):
+        stats["top1_agreement"] = metrics.topk_agreement(actual, expected, k=1)
+        if per_sample[-1] > 5:
+            stats["top5_agreement"] = metrics.topk_agreement(actual, expected, k=5)
+    return stats
+
+
+def _time(run, arrays, *, warmup: int, min_runs: int, min_seconds: float, threads=None) -> list[float]:
+    """Warm up, then run until both min_runs and min_seconds are met."""
+    for _ in range(warmup):
+        run(arrays)
+    latencies: list[float] = []
+    total = 0.0
+    while len(latencies) < min_runs or total < min_seconds:
+        started = time.perf_counter()
+        run(arrays)
+        latencies.append(time.perf_counter() - started)
+        total += latencies[-1]
+    return latencies
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:6])

@@ -1,0 +1,46 @@
+"""The reference stage: golden inputs, and the original ONNX model's outputs on them from onnxruntime's CPU
+provider. Cached under its own key, so editing a gate or a target never reruns it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from modelbuild import golden
+from modelbuild.errors import StageError
+
+GOLDEN_FILE = "golden.npz"
+
+
+def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
+    """Write golden.npz: 'in.NAME' and 'out.NAME' arrays, each [count, *shape]."""
+    spec = params["golden"]
+    if spec["source"] == "generate":
+        samples = golden.generate(params["inputs"], fill=spec["fill"], seed=spec["seed"], count=spec["count"])
+    else:
+        samples = golden.load({k: v for k, v in inputs.items() if k.startswith("golden")}, params["inputs"],
+                              spec["count"])
+    outputs = _run_onnxruntime(inputs["model"], samples)
+    arrays = {f"in.{k}": v for k, v in samples.items()} | {f"out.{k}": v for k, v in outputs.items()}
+    with open(out / GOLDEN_FILE, "wb") as f:
+        np.savez(f, **arrays)
+
+
+def _run_onnxruntime(model: Path, samples: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1  # the reference needs to be right and reproducible, not fast
+    try:
+        session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+    except Exception as err:
+        raise StageError(f"onnxruntime cannot load the model: {err}") from err
+    names = [o.name for o in session.get_outputs()]
+    count = len(next(iter(samples.values())))
+    results: dict[str, list] = {name: [] for name in names}
+    for i in range(count):
+        feed = {name: array[i] for name, array in samples.items()}
+        for name, value in zip(names, session.run(names, feed)):
+            results[name].append(value)
+    return {name: np.stack(values) for name, values in results.items()}

@@ -1,0 +1,62 @@
+from modelbuild.gates import evaluate
+from modelbuild.recipe.schema import ValidationSpec
+
+METRICS = {
+    "ran": True,
+    "accuracy": {"y": {"max_abs": 0.01, "max_rel": 0.02, "cosine": 0.999, "sqnr_db": 40.0},
+                 "scores": {"max_abs": 0.001, "max_rel": 0.01, "cosine": 0.9999, "sqnr_db": 50.0,
+                            "top1_agreement": 0.75}},
+    "latency_ms": {"median": 2.0, "p99": 3.0, "throughput": 400.0},
+}
+
+
+def spec(**data) -> ValidationSpec:
+    return ValidationSpec.model_validate(data)
+
+
+def by_name(results):
+    return {g.name: g for g in results}
+
+
+def test_each_gate_reads_the_worst_output_and_compares_with_its_limit():
+    gates = by_name(evaluate(spec(gates={"max_abs_error": 0.005, "min_cosine": 0.99, "min_top1_agreement": 0.9,
+                                         "max_p99_ms": 5, "min_throughput": 500}), METRICS))
+    assert (gates["max_abs_error"].value, gates["max_abs_error"].passed) == (0.01, False)
+    assert "worst output y" in gates["max_abs_error"].detail
+    assert (gates["min_cosine"].value, gates["min_cosine"].passed) == (0.999, True)
+    assert (gates["min_top1_agreement"].value, gates["min_top1_agreement"].passed) == (0.75, False)
+    assert gates["max_p99_ms"].passed and not gates["min_throughput"].passed
+    assert gates["max_abs_error"].describe() == "max_abs_error: 0.01 > 0.005 (worst output y)"
+
+
+def test_no_gates_configured_means_no_results():
+    assert evaluate(spec(), METRICS) == []
+
+
+def test_a_build_not_run_here_passes_or_fails_by_the_recipe():
+    missing = {"ran": False, "reason": "built for aarch64-linux-gnu"}
+    passing = evaluate(spec(gates={"max_p99_ms": 1}), missing)
+    assert [(g.name, g.passed) for g in passing] == [("runs_here", True)]
+    assert "aarch64" in passing[0].detail
+    failing = evaluate(spec(not_run_here="fail"), missing)
+    assert not failing[0].passed
+
+
+def test_baseline_gates_compare_with_an_earlier_report():
+    baseline = {"latency_ms": {"median": 1.9, "p99": 2.5, "throughput": 420.0}}
+    gates = by_name(evaluate(spec(baseline={"report": "b.json", "max_p99_increase": 0.10,
+                                            "min_throughput_ratio": 0.9}), METRICS, baseline))
+    assert gates["max_p99_increase"].value == 3.0 / 2.5 - 1 and not gates["max_p99_increase"].passed
+    assert gates["min_throughput_ratio"].passed
+
+
+def test_a_baseline_without_this_build_fails_the_gate_and_says_why():
+    gates = evaluate(spec(baseline={"report": "b.json", "max_p50_increase": 0.1}), METRICS, None)
+    assert not gates[0].passed and "no timing" in gates[0].detail
+
+
+def test_per_build_overrides_replace_only_what_they_set():
+    base = spec(gates={"max_p99_ms": 5, "min_cosine": 0.99}, timing={"min_runs": 7})
+    override = ValidationSpec.model_validate({"gates": {"max_p99_ms": 1}})
+    merged = base.overridden_by(override)
+    assert merged.gates.max_p99_ms == 1 and merged.gates.min_cosine == 0.99 and merged.timing.min_runs == 7

@@ -1,0 +1,63 @@
+import math
+
+import numpy as np
+import pytest
+
+from modelbuild import metrics
+
+
+def test_nearest_rank_percentiles_on_a_known_list():
+    values = [15, 20, 35, 40, 50]  # the textbook example for nearest rank
+    assert metrics.nearest_rank(values, 5) == 15
+    assert metrics.nearest_rank(values, 30) == 20
+    assert metrics.nearest_rank(values, 40) == 20
+    assert metrics.nearest_rank(values, 50) == 35
+    assert metrics.nearest_rank(values, 100) == 50
+    hundred = list(range(1, 101))
+    assert metrics.nearest_rank(hundred, 99) == 99 and metrics.nearest_rank(hundred, 99.9) == 100
+
+
+def test_timing_summary_in_milliseconds():
+    summary = metrics.timing_summary([0.001, 0.002, 0.003, 0.004])
+    assert summary["runs"] == 4
+    assert summary["min"] == pytest.approx(1.0) and summary["max"] == pytest.approx(4.0)
+    assert summary["mean"] == pytest.approx(2.5) and summary["median"] == pytest.approx(2.0)
+    assert summary["std"] == pytest.approx(np.std([1, 2, 3, 4], ddof=1))
+    assert summary["cv"] == pytest.approx(summary["std"] / 2.5)
+    assert summary["throughput"] == pytest.approx(4 / 0.010)
+
+
+def test_compare_against_hand_computed_values():
+    expected = np.array([1.0, -2.0, 4.0, 0.5])
+    actual = np.array([1.1, -2.0, 3.0, 0.5])
+    stats = metrics.compare(actual, expected)
+    assert stats["max_abs"] == pytest.approx(1.0)
+    assert stats["mean_abs"] == pytest.approx((0.1 + 0 + 1.0 + 0) / 4)
+    assert stats["max_rel"] == pytest.approx(0.25)  # |3 - 4| / 4
+    assert stats["mean_rel"] == pytest.approx((0.1 + 0 + 0.25 + 0) / 4)
+    dot, na, ne = 1.1 + 4.0 + 12.0 + 0.25, math.sqrt(1.21 + 4 + 9 + 0.25), math.sqrt(1 + 4 + 16 + 0.25)
+    assert stats["cosine"] == pytest.approx(dot / (na * ne))
+    assert stats["sqnr_db"] == pytest.approx(10 * math.log10(21.25 / 1.01))
+    assert stats["nan"] == 0 and stats["inf"] == 0
+    assert stats["min_atol"] == stats["max_abs"]
+
+
+def test_identical_outputs_and_non_finite_values():
+    x = np.array([1.0, 2.0])
+    assert metrics.compare(x, x)["sqnr_db"] == metrics.SQNR_CAP_DB
+    assert metrics.compare(x, x)["cosine"] == pytest.approx(1.0)
+    stats = metrics.compare(np.array([np.nan, np.inf, 1.0]), np.array([1.0, 1.0, 1.0]))
+    assert stats["nan"] == 1 and stats["inf"] == 1 and stats["max_abs"] == 0.0
+
+
+def test_shape_mismatch_is_an_error():
+    with pytest.raises(ValueError):
+        metrics.compare(np.zeros(3), np.zeros(4))
+
+
+def test_top_k_agreement():
+    expected = np.array([[0.1, 0.9, 0.0], [0.8, 0.1, 0.1], [0.2, 0.3, 0.5]])
+    actual = np.array([[0.2, 0.7, 0.1], [0.1, 0.8, 0.1], [0.1, 0.2, 0.7]])
+    assert metrics.topk_agreement(actual, expected, k=1) == pytest.approx(2 / 3)
+    assert metrics.topk_agreement(actual, expected, k=2) == pytest.approx(1.0)
+    assert metrics.looks_like_class_scores((1, 2)) and not metrics.looks_like_class_scores((1, 1, 8, 8))

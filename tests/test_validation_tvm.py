@@ -1,0 +1,140 @@
+"""Validation end to end with the real TVM and onnxruntime: gates, reports, and what reruns."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+import xml.etree.ElementTree as ET
+from importlib import resources
+
+import jsonschema
+import pytest
+
+from modelbuild.cli import main
+from tests.onnx_models import two_convs
+
+pytestmark = pytest.mark.tvm
+
+RECIPE = """
+[models.net]
+path = "net.onnx"
+inputs.x = {{ shape = [1, 3, 8, 8], dtype = "float32" }}
+
+[targets.cpu]
+kind = "llvm"
+mcpu = "host"
+num-cores = 1
+
+[validation]
+golden = {{ seed = {seed}, count = 2 }}
+timing = {{ warmup = 1, min_runs = 5, min_seconds = 0.0 }}
+
+[validation.gates]
+min_cosine = 0.999
+max_p99_ms = {p99}
+
+[[builds]]
+model = "net"
+targets = ["cpu"]
+"""
+
+
+@pytest.fixture
+def project(tmp_path):
+    two_convs(tmp_path / "net.onnx")
+
+    def write(seed=0, p99=1000.0, extra=""):
+        (tmp_path / "deploy.toml").write_text(textwrap.dedent(RECIPE.format(seed=seed, p99=p99)) + extra)
+
+    write()
+    return tmp_path, write
+
+
+def build(root, capsys, *args):
+    code = main(["build", "-f", str(root / "deploy.toml"), "--json", *args])
+    summary = json.loads(capsys.readouterr().out)
+    return code, {n["stage"]: n["status"] for n in summary["nodes"]}
+
+
+def report(root) -> dict:
+    return json.loads((root / "build/report.json").read_text())
+
+
+def test_passing_build_reports_accuracy_timing_and_provenance(project, capsys):
+    root, _ = project
+    code, stages = build(root, capsys)
+    assert code == 0 and set(stages.values()) == {"built"}
+    data = report(root)
+    jsonschema.validate(data, json.loads(resources.files("modelbuild.reports").joinpath("report.schema.json").read_text()))
+    b = data["builds"][0]
+    assert b["passed"] and b["validation"]["ran"]
+    assert b["accuracy"]["y"]["cosine"] > 0.9999
+    assert b["latency_ms"]["runs"] >= 5 and b["latency_ms"]["median"] > 0
+    assert b["provenance"]["model_sha256"] == data["builds"][0]["provenance"]["model_sha256"]
+    assert b["provenance"]["host_cpu"] not in (None, "host")
+    assert {g["name"] for g in b["gates"]} == {"min_cosine", "max_p99_ms"}
+
+
+def test_a_gate_that_must_fail_exits_1_and_shows_in_all_three_reports(project, capsys):
+    root, write = project
+    write(p99=1e-6, extra="")
+    (root / "deploy.toml").write_text((root / "deploy.toml").read_text().replace(
+        "min_cosine = 0.999", "min_cosine = 0.999\nmax_abs_error = 0.0"))
+    code, _ = build(root, capsys)
+    assert code == 1
+    gates = {g["name"]: g for g in report(root)["builds"][0]["gates"]}
+    assert not gates["max_p99_ms"]["passed"] and gates["max_p99_ms"]["limit"] == 1e-6
+    assert not gates["max_abs_error"]["passed"] and gates["max_abs_error"]["value"] > 0
+    assert gates["min_cosine"]["passed"]
+    markdown = (root / "build/report.md").read_text()
+    assert "gate failed" in markdown and "**max_p99_ms**" in markdown and "**max_abs_error**" in markdown
+    junit = ET.parse(root / "build/junit.xml").getroot()
+    failed = {case.get("name") for case in junit.iter("testcase") if case.find("failure") is not None}
+    assert failed == {"max_p99_ms", "max_abs_error"}
+    assert junit.get("failures") == "2"
+
+
+def test_editing_a_latency_gate_reruns_nothing_but_the_gate_check(project, capsys):
+    root, write = project
+    build(root, capsys)
+    write(p99=1e-6)
+    code, stages = build(root, capsys)
+    assert code == 1 and set(stages.values()) == {"cached"}
+    write(p99=1000.0)
+    assert build(root, capsys)[0] == 0
+
+
+def test_editing_the_golden_seed_reruns_reference_and_validation_not_compile(project, capsys):
+    root, write = project
+    build(root, capsys)
+    write(seed=7)
+    _, stages = build(root, capsys)
+    assert stages == {"import": "cached", "compile": "cached", "reference": "built", "validate": "built"}
+
+
+def test_report_command_rerenders_from_the_cache_without_running(project, capsys):
+    root, write = project
+    build(root, capsys)
+    for name in ("report.json", "report.md", "junit.xml"):
+        (root / "build" / name).unlink()
+    write(p99=1e-6)  # a gate edit needs no stage, so report can show its effect
+    assert main(["report", "-f", str(root / "deploy.toml")]) == 1
+    assert "GATE FAILED net@cpu  max_p99_ms:" in capsys.readouterr().out
+    assert all((root / "build" / n).exists() for n in ("report.json", "report.md", "junit.xml"))
+    write(seed=3)  # needs a reference run: report refuses rather than run it
+    assert main(["report", "-f", str(root / "deploy.toml")]) == 2
+    assert "not built yet: reference:net@cpu" in capsys.readouterr().err
+
+
+def test_golden_inputs_from_an_npz_file(project, capsys):
+    import numpy as np
+
+    root, write = project
+    np.savez(root / "golden.npz", x=np.ones((3, 1, 3, 8, 8), dtype=np.float32))
+    write(extra='')
+    text = (root / "deploy.toml").read_text().replace('golden = { seed = 0, count = 2 }',
+                                                      'golden = { source = "npz", path = "golden.npz", count = 3 }')
+    (root / "deploy.toml").write_text(text)
+    code, _ = build(root, capsys)
+    assert code == 0
+    assert report(root)["builds"][0]["accuracy"]["y"]["cosine"] > 0.9999
