@@ -61,6 +61,8 @@ def _parser() -> argparse.ArgumentParser:
 
     explain = sub.add_parser("explain", parents=[common], help="the key inputs of a build's stages")
     explain.add_argument("build")
+    explain.add_argument("--ir", action="store_true",
+                         help="write the IR before and after fusion and memory planning next to the artifact")
     explain.set_defaults(handler=cmd_explain)
 
     graph = sub.add_parser("graph", parents=[common], help="the graph of stages")
@@ -134,7 +136,12 @@ def _exit_code(run, report: dict) -> int:
 
 def _print_gates(console, project, report: dict) -> None:
     from modelbuild.gates import GateResult
+    from modelbuild.reports.markdown import summary_line
 
+    for build in sorted(report["builds"], key=lambda b: b["name"]):
+        line = summary_line(build)
+        if line:
+            console.print(line, markup=False)
     for build in report["builds"]:
         for gate in build["gates"]:
             if not gate["passed"]:
@@ -207,11 +214,14 @@ def cmd_status(args, console) -> int:
 
 
 def cmd_explain(args, console) -> int:
-    from modelbuild.explain import explain
+    from modelbuild.explain import explain, write_ir
 
     project = _project(args)
     for line in explain(project, args.build):
         console.print(line, markup=False)
+    if args.ir:
+        for path in write_ir(project, args.build):
+            console.print(f"wrote {_relative(path)}", markup=False)
     return EXIT_OK
 
 

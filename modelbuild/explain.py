@@ -45,3 +45,20 @@ def _inputs_of(project, run, node_id: str) -> dict | None:
         upstream[role] = outputs[name]
     files = {role: project.store.digests.digest(path) for role, path in node.files.items()}
     return key_inputs(node, get_stage(node.stage), files=files, upstream=upstream)
+
+
+IR_FILES = ("ir_before_fusion.py", "ir_after_fusion.py", "ir_planned.py")
+
+
+def write_ir(project, build: str) -> list:
+    """Put the compile stage's cached IR texts in an ir/ folder beside the build's artifact; runs nothing."""
+    run = project.run([build], Options(dry_run=True))
+    node_id = next(n for n in project.plan.builds[build] if project.plan.nodes[n].stage == "compile")
+    outputs = run.results[node_id].outputs
+    if not all(name in outputs for name in IR_FILES):
+        raise SelectionError(f"{build} is not built yet (or its target has no IR figures); run `modelbuild` first")
+    folder = project.build_dir / next(iter(project.plan.nodes[node_id].publish.values()))
+    paths = [folder.parent / "ir" / name for name in IR_FILES]
+    for name, path in zip(IR_FILES, paths):
+        project.store.materialize(outputs[name], path)
+    return paths

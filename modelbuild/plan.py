@@ -90,7 +90,7 @@ def build_plan(recipe: LoadedRecipe, resolve: TargetResolver) -> Plan:
         nodes.setdefault(importer.id, importer)
         for target in build.targets:
             name = build_name(build.model, target)
-            compiler = compile_node(name, importer, target, resolved[target])
+            compiler = compile_node(name, importer, target, resolved[target], build)
             nodes[compiler.id] = compiler
             builds[name] = [importer.id, compiler.id]
             validation = recipe.validation_for(build.model, target)
@@ -119,13 +119,15 @@ def library_name(target: dict) -> str:
     return "model.tar"
 
 
-def compile_node(build: str, importer: Node, target_name: str, target: dict) -> Node:
+def compile_node(build: str, importer: Node, target_name: str, target: dict, spec) -> Node:
     library = library_name(target)
-    params = {"target": tvm_target(target), "library": library, "cross_compiler": target.get("cross-compiler")}
+    params = {"target": tvm_target(target), "library": library, "cross_compiler": target.get("cross-compiler"),
+              "options": {"fuse": spec.fuse, "opt_level": spec.opt_level, "layout": spec.layout}}
     model = build.split("@", 1)[0]
     return Node(id=f"compile:{build}", stage="compile", build=build, params=params,
                 deps={"ir": (importer.id, "ir.json")},
-                publish={library: f"{model}/{target_name}/{library}"})
+                publish={library: f"{model}/{target_name}/{library}",
+                         "analysis.json": f"{model}/{target_name}/analysis.json"})
 
 
 def reference_node(recipe: LoadedRecipe, build: str, validation) -> Node:

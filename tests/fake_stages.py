@@ -32,3 +32,4 @@ def import_(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
 def compile_(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
     ir = json.loads(inputs["ir"].read_text())
     (out / params["library"]).write_text(json.dumps({"ir": ir, "target": params["target"]}, sort_keys=True))
+    (out / "analysis.json").write_text(json.dumps({"fusion": None, "memory": None}))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -126,11 +127,37 @@ def test_the_recipes_the_project_ships_build(tmp_path, recipe):
     proc = _cli("-f", str(path), "--cache-dir", str(tmp_path / "cache"), "--build-dir", str(tmp_path / "build"),
                 cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    report = __import__("json").loads((tmp_path / "build/report.json").read_text())
+    report = json.loads((tmp_path / "build/report.json").read_text())
     assert report["passed"] and all(b["passed"] for b in report["builds"])  # its own gates, on this machine
+    for b in report["builds"]:
+        fusion, memory = b["fusion"], b["memory"]
+        assert fusion["kernels"] < fusion["operators"] and fusion["traffic_ratio"] > 1
+        assert memory["lower_bound_bytes"] <= memory["planned_bytes"] <= memory["naive_bytes"]
+        assert re.search(rf"^{re.escape(b['name'])}  ops {fusion['operators']} -> kernels {fusion['kernels']}  "
+                         r"traffic /[\d.]+  memory [\d.]+ [kM]B -> [\d.]+ [kM]B \(bound [\d.]+ [kM]B\)$",
+                         proc.stdout, re.M), proc.stdout
     artifacts = [line.split(": ", 1)[1] for line in proc.stdout.splitlines() if line.startswith("artifact: ")]
     libraries = [a for a in artifacts if a.endswith((".so", ".tar"))]
     assert libraries and all((tmp_path / a).stat().st_size > 10_000 for a in libraries)
     again = _cli("-f", str(path), "--cache-dir", str(tmp_path / "cache"), "--build-dir", str(tmp_path / "build"),
                  cwd=tmp_path)
     assert re.search(r"^0 built, \d+ cached, 0 failed$", again.stdout, re.M), again.stdout
+
+
+def test_explain_ir_writes_the_ir_before_and_after_fusion_and_planning(tiny):
+    build(tiny)
+    proc = _cli("explain", "tiny@cpu", "--ir", cwd=tiny)
+    assert proc.returncode == 0, proc.stderr
+    folder = tiny / "build/tiny/cpu/ir"
+    before, after, planned = (folder / n for n in ("ir_before_fusion.py", "ir_after_fusion.py", "ir_planned.py"))
+    assert before.read_text().count("R.call_tir(") == 3  # conv2d, bias add, relu
+    assert after.read_text().count("R.call_tir(") == 1
+    assert "R.builtin.alloc_tensor" in planned.read_text()
+
+
+def test_fuse_false_builds_the_unfused_library(tiny):
+    text = (tiny / "deploy.toml").read_text().replace('model = "tiny"', 'model = "tiny"\nfuse = false')
+    (tiny / "deploy.toml").write_text(text)
+    run, _ = build(tiny)
+    figures = json.loads((tiny / "build/tiny/cpu/analysis.json").read_text())["fusion"]
+    assert figures["kernels"] == figures["operators"] and figures["traffic_ratio"] == 1

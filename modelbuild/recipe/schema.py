@@ -96,10 +96,13 @@ class ValidationSpec(Strict):
 
 
 class BuildSpec(Strict):
-    """Which model goes to which targets, and how its validation differs from the defaults."""
+    """Which model goes to which targets, how they are compiled, and how validation differs from the defaults."""
 
     model: Name
     targets: list[Name] = Field(min_length=1)
+    fuse: bool = Field(default=True, description="Operator fusion (false builds the unfused library, to measure).")
+    opt_level: int = Field(default=3, ge=0, le=4)
+    layout: Literal["NCHW", "NHWC"] | None = Field(default=None, description="Convert conv2d to this layout.")
     validation: ValidationSpec | None = None
 
 

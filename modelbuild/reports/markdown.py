@@ -50,6 +50,7 @@ def _details(b: dict) -> list[str]:
         out += ["", "| output | max abs | max rel | cosine | SQNR dB | top-1 |", "| --- | --- | --- | --- | --- | --- |"]
         out += [f"| {name} | {_fmt(a['max_abs'])} | {_fmt(a['max_rel'])} | {_fmt(a['cosine'])} | "
                 f"{_fmt(a['sqnr_db'])} | {_fmt(a.get('top1_agreement'))} |" for name, a in b["accuracy"].items()]
+    out += _fusion_and_memory(b)
     if b["latency_ms"]:
         t = b["latency_ms"]
         out += ["", f"Latency over {t['runs']} runs (ms): min {_fmt(t['min'])}, mean {_fmt(t['mean'])}, "
@@ -59,6 +60,41 @@ def _details(b: dict) -> list[str]:
         if t["cv"] > 0.05:
             out.append(f"\n> Warning: the coefficient of variation is {t['cv']:.0%}: the machine was noisy.")
     return out
+
+
+def _fusion_and_memory(b: dict) -> list[str]:
+    out = []
+    f, m = b.get("fusion"), b.get("memory")
+    if f:
+        out += ["", f"Fusion: {f['operators']} operators -> {f['kernels']} kernels; estimated memory traffic "
+                f"{mb(f['traffic_bytes_before'])} -> {mb(f['traffic_bytes_after'])} (/{f['traffic_ratio']:.2f})."]
+        if f["groups"]:
+            out += ["", "| fused kernel | operators | calls |", "| --- | --- | --- |"]
+            out += [f"| {g['kernel']} | {' + '.join(g['ops'])} | {g['calls']} |" for g in f["groups"][:10]]
+            if len(f["groups"]) > 10:
+                out.append(f"| ... {len(f['groups']) - 10} more | | |")
+    if m:
+        rss = f", measured peak RSS {mb(m['measured_peak_rss_bytes'])}" if m.get("measured_peak_rss_bytes") else ""
+        out += ["", f"Memory for {m['intermediates']} intermediates: naive {mb(m['naive_bytes'])}, planned "
+                f"{mb(m['planned_bytes'])} ({m['planned_over_naive']:.2f} of naive), lower bound "
+                f"{mb(m['lower_bound_bytes'])} (planned is {m['planned_over_bound']:.2f}x the bound){rss}."]
+    return out
+
+
+def mb(n: int | None) -> str:
+    """Bytes as a person reads them: 38.2 MB, 412.0 kB."""
+    if n is None:
+        return "-"
+    return f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{n / 1e3:.1f} kB"
+
+
+def summary_line(b: dict) -> str | None:
+    """One line per build for the terminal: ops -> kernels, traffic ratio, memory naive -> planned (bound)."""
+    f, m = b.get("fusion"), b.get("memory")
+    if not f or not m:
+        return None
+    return (f"{b['name']}  ops {f['operators']} -> kernels {f['kernels']}  traffic /{f['traffic_ratio']:.1f}  "
+            f"memory {mb(m['naive_bytes'])} -> {mb(m['planned_bytes'])} (bound {mb(m['lower_bound_bytes'])})")
 
 
 def _ms(b: dict, stat: str) -> str:

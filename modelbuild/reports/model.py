@@ -35,6 +35,7 @@ def _build(project, run: RunResult, name: str) -> dict:
     model, target = name.split("@", 1)
     nodes = {run.results[n].stage: run.results[n] for n in project.plan.builds[name]}
     metrics = _metrics(project, nodes.get("validate"))
+    figures = _output_json(project, nodes.get("compile"), "analysis.json") or {}
     spec = project.recipe.validation_for(model, target)
     results = gates.evaluate(spec, metrics, _baseline(project, spec, name))
     stages_ok = all(r.status in (Status.BUILT, Status.CACHED) for r in nodes.values())
@@ -51,6 +52,8 @@ def _build(project, run: RunResult, name: str) -> dict:
         "throughput": latency["throughput"] if latency else None,
         "artifact_bytes": (metrics or {}).get("artifact_bytes"),
         "peak_rss_bytes": (metrics or {}).get("peak_rss_bytes"),
+        "fusion": figures.get("fusion"),
+        "memory": _memory(figures.get("memory"), metrics),
         "gates": [g.as_dict() for g in results],
         "passed": stages_ok and all(g.passed for g in results),
         "provenance": _provenance(project, nodes, spec, metrics),
@@ -67,9 +70,20 @@ def _stage(result: NodeResult) -> dict:
 
 
 def _metrics(project, result: NodeResult | None) -> dict | None:
-    if result is None or "metrics.json" not in result.outputs:
+    return _output_json(project, result, "metrics.json")
+
+
+def _output_json(project, result: NodeResult | None, name: str) -> dict | None:
+    if result is None or name not in result.outputs:
         return None
-    return json.loads(project.store.object_path(result.outputs["metrics.json"]).read_text())
+    return json.loads(project.store.object_path(result.outputs[name]).read_text())
+
+
+def _memory(planned: dict | None, metrics: dict | None) -> dict | None:
+    """The planner's figures beside the peak resident memory the validate stage measured."""
+    if planned is None:
+        return None
+    return {**planned, "measured_peak_rss_bytes": (metrics or {}).get("peak_rss_bytes")}
 
 
 def _artifact(project, name: str) -> str | None:

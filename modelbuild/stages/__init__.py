@@ -40,7 +40,7 @@ def get_stage(name: str) -> Stage:
 
 register(Stage("import", 1, "modelbuild.stages.onnx_import:run", ("onnx", "onnxslim", "tvm"),
                "freeze input shapes, simplify, import ONNX into Relax"))
-register(Stage("compile", 1, "modelbuild.stages.compile:run", ("tvm",),
+register(Stage("compile", 3, "modelbuild.stages.compile:run", ("tvm",),
                "compile the Relax module for a target and export the library"))
 register(Stage("reference", 1, "modelbuild.stages.reference:run", ("onnxruntime", "numpy"),
                "golden inputs and the ONNX model's outputs from onnxruntime"))

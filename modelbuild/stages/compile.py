@@ -1,28 +1,76 @@
-"""The compile stage: Relax IRModule -> tvm.compile for the target -> exported library."""
+"""The compile stage: Relax IRModule -> the CPU pipeline in phases -> tvm.compile -> exported library.
+
+Besides the library it writes analysis.json (fusion and memory figures) and the IR before fusion, after
+fusion and after memory planning, all read off the same lowering: the figures cost no extra compile and
+are cached with the library.
+"""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+from modelbuild import analysis
 from modelbuild.errors import StageError
+
+ANALYSIS_FILE = "analysis.json"
+IR_FILES = {"ir_before_fusion.py": "legalized", "ir_after_fusion.py": "fused", "ir_planned.py": "planned"}
 
 
 def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
-    """Write the library named by params['library'] (model.so, or model.tar of objects when cross-compiling
-    with no cross compiler)."""
+    """Write params['library'] (model.so, or model.tar of objects when cross-compiling with no cross
+    compiler), analysis.json and the IR texts."""
     import tvm
 
     module = tvm.ir.load_json(inputs["ir"].read_text())
+    target = _target(params["target"])
+    options = params["options"]
     try:
-        target = tvm.target.Target(params["target"])
-    except Exception as err:
-        raise StageError(f"TVM rejects the target {params['target']}: {err}") from err
-    try:
-        with tvm.transform.PassContext(opt_level=params.get("opt_level", 3)):
-            executable = tvm.compile(module, target=target)
+        with target, tvm.transform.PassContext(opt_level=options["opt_level"]):
+            executable, phases = _build(module, target, options)
+    except StageError:
+        raise
     except Exception as err:
         raise StageError(f"tvm.compile failed for {params['target']}: {_last_line(err)}") from err
     _export(executable, out / params["library"], params.get("cross_compiler"))
+    (out / ANALYSIS_FILE).write_text(json.dumps(_figures(phases), indent=1, sort_keys=True))
+    for name, phase in IR_FILES.items():
+        (out / name).write_text(getattr(phases, phase).script(show_meta=False))
+
+
+def _target(spec: dict):
+    import tvm
+
+    try:
+        return tvm.target.Target(spec)
+    except Exception as err:
+        raise StageError(f"TVM rejects the target {spec}: {_last_line(err)}") from err
+
+
+def _build(module, target, options: dict):
+    import tvm
+
+    from modelbuild.stages import lowering
+
+    if target.kind.name != "llvm":  # the phased pipeline mirrors the CPU one; other kinds use their own
+        return tvm.compile(module, target=target), None
+    phases = lowering.lower(module, target, fuse=options["fuse"], layout=options["layout"])
+    executable = tvm.compile(phases.planned, target=target, relax_pipeline=lowering.finish_passes(target))
+    return executable, phases
+
+
+def _figures(phases) -> dict:
+    if phases is None:
+        return {"fusion": None, "memory": None}
+    from modelbuild.stages import lowering
+
+    before = lowering.kernel_calls(phases.legalized)
+    after = lowering.kernel_calls(phases.fused, phases.grouped)
+    steps, returned = lowering.steps(phases.lowered)
+    return {
+        "fusion": analysis.fusion_summary(before, after),
+        "memory": analysis.memory_summary(steps, returned, lowering.planned_storage_bytes(phases.planned)),
+    }
 
 
 def _export(executable, path: Path, cross_compiler: str | None) -> None:

@@ -1,0 +1,62 @@
+"""Fusion and memory figures from IR facts: pure, with answers computed by hand."""
+
+from modelbuild.analysis import KernelCall, Step, fusion_summary, lifetimes, memory_summary, peak_live_bytes
+
+S = 4096  # bytes of one tensor
+
+
+def test_a_fused_chain_of_n_elementwise_ops_cuts_traffic_n_fold():
+    for n in (1, 2, 5):
+        before = [KernelCall(f"op{i}", (f"op{i}",), S, S) for i in range(n)]
+        after = [KernelCall("fused", tuple(f"op{i}" for i in range(n)), S, S)]
+        figures = fusion_summary(before, after)
+        assert figures["traffic_bytes_before"] == 2 * n * S and figures["traffic_bytes_after"] == 2 * S
+        assert figures["traffic_ratio"] == n
+        assert (figures["operators"], figures["kernels"]) == (n, 1)
+
+
+def test_groups_list_only_kernels_that_merged_ops_and_count_their_calls():
+    after = [KernelCall("fused_conv_add_relu", ("conv2d", "add", "relu"), 3 * S, S),
+             KernelCall("fused_conv_add_relu", ("conv2d", "add", "relu"), 3 * S, S),
+             KernelCall("softmax", ("softmax",), S, S)]
+    groups = fusion_summary(after, after)["groups"]
+    assert groups == [{"kernel": "fused_conv_add_relu", "ops": ["conv2d", "add", "relu"], "calls": 2}]
+
+
+def diamond_steps():
+    """a = f(x); b = g(a); c = h(a); d = b + c; out = k(d): allocation, call and alias steps."""
+    return [
+        Step(allocates={"a": S}), Step(uses=("x", "a")), Step(uses=("a",), alias={"lv": "a"}),
+        Step(allocates={"b": S}), Step(uses=("lv", "b")), Step(uses=("b",), alias={"lv1": "b"}),
+        Step(allocates={"c": S}), Step(uses=("lv", "c")), Step(uses=("c",), alias={"lv2": "c"}),
+        Step(allocates={"d": S}), Step(uses=("lv1", "lv2", "d")), Step(uses=("d",), alias={"lv3": "d"}),
+        Step(allocates={"out": S}), Step(uses=("lv3", "out")), Step(uses=("out",), alias={"gv": "out"}),
+    ]
+
+
+def test_diamond_lifetimes_and_lower_bound_by_hand():
+    spans = lifetimes(diamond_steps(), outputs={"gv"})
+    assert spans == {"a": (0, 7, S), "b": (3, 10, S), "c": (6, 10, S), "d": (9, 13, S)}
+    assert peak_live_bytes(spans) == 3 * S  # a, b, c at step 7; b, c, d at step 10
+
+
+def test_memory_summary_compares_planned_with_naive_and_the_bound():
+    figures = memory_summary(diamond_steps(), {"gv"}, planned_bytes=3 * S)
+    assert figures["naive_bytes"] == 4 * S and figures["lower_bound_bytes"] == 3 * S
+    assert figures["planned_over_naive"] == 0.75 and figures["planned_over_bound"] == 1.0
+    assert figures["intermediates"] == 4
+
+
+def test_a_chain_needs_only_two_buffers_alive_at_once():
+    steps = []
+    previous = "x"
+    for i in range(5):
+        steps += [Step(allocates={f"t{i}": S}), Step(uses=(previous, f"t{i}"))]
+        previous = f"t{i}"
+    spans = lifetimes(steps, outputs={"t4"})
+    assert peak_live_bytes(spans) == 2 * S and sum(s for *_, s in spans.values()) == 4 * S
+
+
+def test_no_intermediates_means_nothing_to_plan():
+    figures = memory_summary([Step(allocates={"out": S}), Step(uses=("x", "out"))], {"out"}, 0)
+    assert figures["naive_bytes"] == 0 and figures["lower_bound_bytes"] == 0 and figures["planned_over_naive"] == 1.0

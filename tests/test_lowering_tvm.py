@@ -1,0 +1,95 @@
+"""Fusion and memory figures read off real TVM IR, on hand-built Relax graphs whose answers are known."""
+
+from __future__ import annotations
+
+import pytest
+
+from modelbuild.analysis import fusion_summary, memory_summary
+
+pytestmark = pytest.mark.tvm
+
+SHAPE = (1, 8, 16, 16)
+S = 1 * 8 * 16 * 16 * 4
+
+
+def build_module(body):
+    """A main(x) whose dataflow block is written by `body(bb, x)` returning the output."""
+    from tvm import relax
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(shape=SHAPE, dtype="float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(body(bb, x))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def figures(module, *, fuse=True):
+    import tvm
+
+    from modelbuild.stages import lowering
+
+    target = tvm.target.Target({"kind": "llvm"})
+    with target, tvm.transform.PassContext(opt_level=3):
+        phases = lowering.lower(module, target, fuse=fuse, layout=None)
+        tvm.compile(phases.planned, target=target, relax_pipeline=lowering.finish_passes(target))  # it builds
+    steps, returned = lowering.steps(phases.lowered)
+    fusion = fusion_summary(lowering.kernel_calls(phases.legalized),
+                            lowering.kernel_calls(phases.fused, phases.grouped))
+    return fusion, memory_summary(steps, returned, lowering.planned_storage_bytes(phases.planned))
+
+
+def elementwise_chain(n):
+    from tvm import relax
+
+    ops = [relax.op.exp, relax.op.nn.relu, relax.op.sigmoid, relax.op.tanh, relax.op.negative]
+
+    def body(bb, x):
+        value = x
+        for i in range(n):
+            value = bb.emit(ops[i % len(ops)](value))
+        return value
+
+    return build_module(body)
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_elementwise_chain_fuses_into_one_kernel_and_traffic_drops_n_fold(n):
+    fusion, memory = figures(elementwise_chain(n))
+    assert (fusion["operators"], fusion["kernels"]) == (n, 1)
+    assert fusion["traffic_bytes_before"] == 2 * n * S and fusion["traffic_bytes_after"] == 2 * S
+    assert fusion["traffic_ratio"] == n
+    assert memory["naive_bytes"] == 0  # nothing lives between kernels any more
+
+
+def test_conv2d_bias_relu_is_one_kernel():
+    import numpy as np
+    from tvm import relax
+
+    def body(bb, x):
+        w = relax.const(np.ones((8, 8, 3, 3), "float32"))
+        b = relax.const(np.ones((1, 8, 1, 1), "float32"))
+        conv = bb.emit(relax.op.nn.conv2d(x, w, padding=1))
+        return bb.emit(relax.op.nn.relu(bb.emit(relax.op.add(conv, b))))
+
+    fusion, _ = figures(build_module(body))
+    assert (fusion["operators"], fusion["kernels"]) == (3, 1)
+    assert fusion["groups"][0]["ops"] == ["conv2d", "add", "relu"]
+
+
+def test_diamond_unfused_shares_storage_down_to_the_hand_computed_bound():
+    from tvm import relax
+
+    def body(bb, x):
+        a = bb.emit(relax.op.exp(x))
+        b = bb.emit(relax.op.nn.relu(a))
+        c = bb.emit(relax.op.sigmoid(a))
+        d = bb.emit(relax.op.add(b, c))
+        return bb.emit(relax.op.tanh(d))
+
+    fusion, memory = figures(build_module(body), fuse=False)
+    assert fusion["kernels"] == fusion["operators"] == 5 and fusion["traffic_ratio"] == 1
+    assert memory["intermediates"] == 4 and memory["naive_bytes"] == 4 * S
+    assert memory["lower_bound_bytes"] == 3 * S  # a, b, c live together; d can take a's storage
+    assert memory["planned_bytes"] == 3 * S
