@@ -30,6 +30,9 @@ class Node:
     files: dict[str, Path] = field(default_factory=dict)
     deps: dict[str, tuple[str, str]] = field(default_factory=dict)  # role -> (node id, output file)
     publish: dict[str, str] = field(default_factory=dict)
+    # Stores a stage may read and extend that are memos, not inputs: its output is the same with them cold
+    # or warm (up to measurement noise), so they stay out of the key. The tuning database is one.
+    memos: dict[str, Path] = field(default_factory=dict)
 
 
 @dataclass
@@ -78,8 +81,9 @@ def build_name(model: str, target: str) -> str:
     return f"{model}@{target}"
 
 
-def build_plan(recipe: LoadedRecipe, resolve: TargetResolver) -> Plan:
-    """The plan for a recipe; `resolve` turns a target table into the one that enters keys (mcpu = host)."""
+def build_plan(recipe: LoadedRecipe, resolve: TargetResolver, *, tuning_root: Path | None = None) -> Plan:
+    """The plan for a recipe; `resolve` turns a target table into the one that enters keys (mcpu = host);
+    tuning databases live under `tuning_root`."""
     spec = recipe.spec
     nodes: dict[str, Node] = {}
     builds: dict[str, list[str]] = {}
@@ -90,9 +94,13 @@ def build_plan(recipe: LoadedRecipe, resolve: TargetResolver) -> Plan:
         nodes.setdefault(importer.id, importer)
         for target in build.targets:
             name = build_name(build.model, target)
-            compiler = compile_node(name, importer, target, resolved[target], build)
+            tuner = None
+            if build.tuning:
+                tuner = tune_node(recipe, name, importer, resolved[target], build, tuning_root)
+                nodes[tuner.id] = tuner
+            compiler = compile_node(name, importer, target, resolved[target], build, tuner)
             nodes[compiler.id] = compiler
-            builds[name] = [importer.id, compiler.id]
+            builds[name] = [importer.id, *([tuner.id] if tuner else []), compiler.id]
             validation = recipe.validation_for(build.model, target)
             if validation.enabled:
                 reference = reference_node(recipe, name, validation)
@@ -119,13 +127,33 @@ def library_name(target: dict) -> str:
     return "model.tar"
 
 
-def compile_node(build: str, importer: Node, target_name: str, target: dict, spec) -> Node:
+def compile_options(spec) -> dict:
+    return {"fuse": spec.fuse, "opt_level": spec.opt_level, "layout": spec.layout}
+
+
+def tune_node(recipe: LoadedRecipe, build: str, importer: Node, target: dict, spec, tuning_root: Path | None) -> Node:
+    """Tune the build's kernels into the target's shared database; output the best record of each."""
+    from modelbuild.tuning_db import folder_for
+
+    tuning = recipe.spec.tuning[spec.tuning]
+    files = {"records": recipe.root / tuning.records} if tuning.records else {}
+    params = {"target": tvm_target(target), "options": compile_options(spec),
+              "tuning": tuning.model_dump(exclude={"records"})}
+    root = tuning_root or recipe.root / ".cache" / "tuning"
+    return Node(id=f"tune:{build}", stage="tune", build=build, params=params, files=files,
+                deps={"ir": (importer.id, "ir.json")},
+                memos={"database": folder_for(root, tvm_target(target))})
+
+
+def compile_node(build: str, importer: Node, target_name: str, target: dict, spec, tuner: Node | None = None) -> Node:
     library = library_name(target)
     params = {"target": tvm_target(target), "library": library, "cross_compiler": target.get("cross-compiler"),
-              "options": {"fuse": spec.fuse, "opt_level": spec.opt_level, "layout": spec.layout}}
+              "options": compile_options(spec)}
     model = build.split("@", 1)[0]
-    return Node(id=f"compile:{build}", stage="compile", build=build, params=params,
-                deps={"ir": (importer.id, "ir.json")},
+    deps = {"ir": (importer.id, "ir.json")}
+    if tuner:
+        deps["tuning"] = (tuner.id, "records.json")
+    return Node(id=f"compile:{build}", stage="compile", build=build, params=params, deps=deps,
                 publish={library: f"{model}/{target_name}/{library}",
                          "analysis.json": f"{model}/{target_name}/analysis.json"})
 

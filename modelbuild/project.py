@@ -23,7 +23,11 @@ class Project:
     @cached_property
     def plan(self) -> Plan:
         memo = self.store.root / "host-cpu.json"
-        return build_plan(self.recipe, lambda table: resolve_target(table, memo))
+        return build_plan(self.recipe, lambda table: resolve_target(table, memo), tuning_root=self.tuning_root)
+
+    @property
+    def tuning_root(self) -> Path:
+        return self.store.root / "tuning"
 
     def run(self, selectors: list[str], options: Options, reporter: Reporter = silent) -> RunResult:
         return Scheduler(self.plan.select(selectors), self.store, self.build_dir, reporter).run(options)

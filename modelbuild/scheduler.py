@@ -135,7 +135,7 @@ class Scheduler:
     def _stage_inputs(self, node: Node, scratch: Path) -> dict[str, str]:
         """Declared files as they are; upstream outputs hard-linked under their own names (TVM reads the suffix,
         after resolving symlinks)."""
-        paths = {role: str(path) for role, path in node.files.items()}
+        paths = {role: str(path) for role, path in (node.files | node.memos).items()}
         for role, (dep, name) in node.deps.items():
             link = scratch / "in" / role / name
             link.parent.mkdir(parents=True)

@@ -63,6 +63,7 @@ def load_recipe(path: Path) -> LoadedRecipe:
     _check_builds(loaded)
     _check_model_files(loaded)
     _check_golden_files(loaded)
+    _check_tuning_records(loaded)
     return loaded
 
 
@@ -198,6 +199,9 @@ def _check_builds(loaded: LoadedRecipe) -> None:
         if build.model not in spec.models:
             raise _fail(loaded, ("builds", index, "model"), f"no model named {build.model!r}",
                         f"use one of {', '.join(spec.models)} or declare [models.{build.model}]")
+        if build.tuning and build.tuning not in spec.tuning:
+            raise _fail(loaded, ("builds", index, "tuning"), f"no tuning section named {build.tuning!r}",
+                        f"declare [tuning.{build.tuning}] or use one of: {', '.join(spec.tuning) or 'none yet'}")
         for j, target in enumerate(build.targets):
             if target not in spec.targets:
                 raise _fail(loaded, ("builds", index, "targets", j), f"no target named {target!r}",
@@ -226,6 +230,13 @@ def _check_golden_files(loaded: LoadedRecipe) -> None:
         if spec.baseline and not (loaded.root / spec.baseline.report).is_file():
             raise _fail(loaded, (*loc, "baseline", "report"), f"baseline report {spec.baseline.report!r} not found",
                         "point it at a report.json from an earlier build")
+
+
+def _check_tuning_records(loaded: LoadedRecipe) -> None:
+    for name, tuning in loaded.spec.tuning.items():
+        if tuning.records and not (loaded.root / tuning.records).is_file():
+            raise _fail(loaded, ("tuning", name, "records"), f"tuning records {tuning.records!r} not found",
+                        "make one with `modelbuild tune export FILE`; paths are relative to the recipe")
 
 
 def _check_model_files(loaded: LoadedRecipe) -> None:

@@ -95,6 +95,22 @@ class ValidationSpec(Strict):
         return self.model_copy(update=update)
 
 
+class TuningSpec(Strict):
+    """MetaSchedule tuning: how many trials each task gets, how candidates are searched and measured."""
+
+    trials_per_task: int = Field(default=64, ge=0, description="0 applies the records already known, no search.")
+    max_trials: int | None = Field(default=None, ge=0, description="A cap on trials measured in one run.")
+    strategy: Literal["evolutionary", "replay-trace", "replay-func"] = "evolutionary"
+    cost_model: Literal["xgb", "mlp", "random"] = "xgb"
+    number: int = Field(default=3, ge=1, description="Runs per measurement.")
+    repeat: int = Field(default=1, ge=1)
+    min_repeat_ms: int = Field(default=100, ge=0)
+    timeout_s: float = Field(default=30.0, gt=0)
+    runner: Literal["local"] = Field(default="local", description="Where candidates are measured.")
+    seed: int = 0
+    records: str | None = Field(default=None, description="A `modelbuild tune export` file to start from.")
+
+
 class BuildSpec(Strict):
     """Which model goes to which targets, how they are compiled, and how validation differs from the defaults."""
 
@@ -103,6 +119,7 @@ class BuildSpec(Strict):
     fuse: bool = Field(default=True, description="Operator fusion (false builds the unfused library, to measure).")
     opt_level: int = Field(default=3, ge=0, le=4)
     layout: Literal["NCHW", "NHWC"] | None = Field(default=None, description="Convert conv2d to this layout.")
+    tuning: Name | None = Field(default=None, description="A [tuning.NAME] section; none builds untuned.")
     validation: ValidationSpec | None = None
 
 
@@ -116,6 +133,7 @@ class Recipe(Strict):
     )
     builds: list[BuildSpec] = Field(min_length=1)
     validation: ValidationSpec = ValidationSpec()
+    tuning: dict[Name, TuningSpec] = Field(default_factory=dict)
 
 
 def json_schema() -> dict:

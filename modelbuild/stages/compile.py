@@ -27,7 +27,7 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
     options = params["options"]
     try:
         with target, tvm.transform.PassContext(opt_level=options["opt_level"]):
-            executable, phases = _build(module, target, options)
+            executable, phases = _build(module, target, options, inputs.get("tuning"))
     except StageError:
         raise
     except Exception as err:
@@ -47,16 +47,30 @@ def _target(spec: dict):
         raise StageError(f"TVM rejects the target {spec}: {_last_line(err)}") from err
 
 
-def _build(module, target, options: dict):
+def _build(module, target, options: dict, records: Path | None):
     import tvm
 
     from modelbuild.stages import lowering
 
     if target.kind.name != "llvm":  # the phased pipeline mirrors the CPU one; other kinds use their own
         return tvm.compile(module, target=target), None
-    phases = lowering.lower(module, target, fuse=options["fuse"], layout=options["layout"])
+    database = _database(records) if records else None
+    phases = lowering.lower(module, target, fuse=options["fuse"], layout=options["layout"], database=database)
     executable = tvm.compile(phases.planned, target=target, relax_pipeline=lowering.finish_passes(target))
     return executable, phases
+
+
+def _database(records: Path):
+    """The tune stage's best records as an in-memory MetaSchedule database."""
+    import tempfile
+
+    from tvm.s_tir import meta_schedule as ms
+
+    from modelbuild import tuning_db
+
+    folder = Path(tempfile.mkdtemp(prefix="modelbuild-records-"))
+    tuning_db.write(folder, json.loads(records.read_text()))
+    return ms.database.JSONDatabase(work_dir=str(folder))
 
 
 def _figures(phases) -> dict:

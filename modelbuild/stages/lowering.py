@@ -34,8 +34,10 @@ class Phases:
     planned: object  # after StaticPlanBlockMemory
 
 
-def lower(module, target, *, fuse: bool, layout: str | None) -> Phases:
-    """Run the CPU pipeline up to memory planning; call inside `with target:` and a PassContext."""
+def lower(module, target, *, fuse: bool, layout: str | None, database=None) -> Phases:
+    """Run the CPU pipeline up to memory planning; call inside `with target:` and a PassContext.
+
+    With a MetaSchedule database, the kernels it has records for get their tuned schedules after fusion."""
     import tvm
     from tvm import relax
     from tvm.relax.backend.cpu_generic import pipeline as cpu
@@ -47,6 +49,9 @@ def lower(module, target, *, fuse: bool, layout: str | None) -> Phases:
                     relax.transform.AnnotateTIROpPattern(), relax.transform.FoldConstant()])(module)
     grouped = relax.transform.FuseOps()(legalized) if fuse else legalized
     fused = relax.transform.FuseTIR()(grouped) if fuse else legalized
+    if database is not None:
+        with database:
+            fused = relax.transform.MetaScheduleApplyDatabase()(fused)
     lowered = seq(cpu.dataflow_lower_passes(target))(fused)
     planned = relax.transform.StaticPlanBlockMemory()(lowered)
     return Phases(legalized, grouped, fused, lowered, planned)

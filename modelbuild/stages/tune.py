@@ -1,0 +1,132 @@
+"""The tune stage: MetaSchedule search for the build's kernels, paid once per workload and target.
+
+Measurements go into the target's shared database (a memo under .cache/tuning/, see tuning_db.py). Before
+searching, each task's trial count in that database is checked: a workload another model or an earlier run
+already tuned to `trials_per_task` is not measured again, and raising `trials_per_task` measures only the
+difference. MetaSchedule commits each record as it is measured, so an interrupted run keeps what it measured.
+
+Outputs: records.json (the best record of each of this build's tasks, which the compile stage applies) and
+tune.json (tasks, trials, and best latency per task).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import tempfile
+from pathlib import Path
+
+from modelbuild import tuning_db
+from modelbuild.errors import StageError
+
+RECORDS_FILE = "records.json"
+SUMMARY_FILE = "tune.json"
+
+
+def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    from modelbuild.stages import lowering
+
+    target = tvm.target.Target(params["target"])
+    options, tuning = params["options"], params["tuning"]
+    module = tvm.ir.load_json(inputs["ir"].read_text())
+    with target, tvm.transform.PassContext(opt_level=options["opt_level"]):
+        fused = lowering.lower(module, target, fuse=options["fuse"], layout=options["layout"]).fused
+    tasks = ms.relax_integration.extract_tasks(fused, target)
+    folder = Path(inputs["database"])
+    with tuning_db.locked(folder):
+        _seed_database(folder, params["target"], inputs.get("records"))
+        database = ms.database.JSONDatabase(work_dir=str(folder))
+        hashes = [database.commit_workload(t.dispatched[0]).as_json()[0] for t in tasks]
+        trials = tuning_db.read(folder)["trials"]
+        todo = _deficits(hashes, trials, tuning)
+        if todo:
+            _search([tasks[i] for i in todo], todo, tuning, database, target)
+            for i, need in todo.items():
+                trials[hashes[i]] = trials.get(hashes[i], 0) + need
+            data = tuning_db.read(folder)
+            tuning_db.write(folder, {**data, "trials": trials})
+        data = tuning_db.read(folder)
+    best = _best_records(data, hashes)
+    (out / RECORDS_FILE).write_text(json.dumps(best, sort_keys=True))
+    (out / SUMMARY_FILE).write_text(json.dumps(_summary(tasks, hashes, data, todo, best), indent=1))
+
+
+def _seed_database(folder: Path, target: dict, records: Path | None) -> None:
+    """Make the folder a database for this target, with a committed export merged in when one is declared."""
+    data = tuning_db.read(folder)
+    data["target"] = target
+    if records is not None:
+        exported = json.loads(records.read_text())
+        for database in exported.get("databases", []):
+            if database.get("target") == target:
+                data = tuning_db.merge(data, database)
+    tuning_db.write(folder, data)
+
+
+def _deficits(hashes: list[str], trials: dict, tuning: dict) -> dict[int, int]:
+    """Task index -> trials still owed, capped by max_trials in task order."""
+    owed = {i: tuning["trials_per_task"] - trials.get(h, 0) for i, h in enumerate(hashes)}
+    owed = {i: n for i, n in owed.items() if n > 0}
+    cap = tuning.get("max_trials")
+    if cap is not None:
+        left, capped = cap, {}
+        for i, n in owed.items():
+            if left <= 0:
+                break
+            capped[i], left = min(n, left), left - min(n, left)
+        owed = capped
+    return dict(sorted({h: n for h, n in owed.items()}.items()))
+
+
+def _search(tasks, owed: dict[int, int], tuning: dict, database, target) -> None:
+    from tvm.s_tir import meta_schedule as ms
+
+    per_task = max(owed.values())
+    with tempfile.TemporaryDirectory(prefix="modelbuild-tune-") as work_dir:
+        contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
+            tasks, work_dir=work_dir, strategy=tuning["strategy"], seed=tuning["seed"])
+        config = ms.runner.EvaluatorConfig(number=tuning["number"], repeat=tuning["repeat"],
+                                           min_repeat_ms=tuning["min_repeat_ms"])
+        try:
+            ms.tune_tasks(tasks=contexts, task_weights=weights, work_dir=work_dir,
+                          max_trials_global=sum(owed.values()), max_trials_per_task=per_task,
+                          num_trials_per_iter=min(64, per_task), database=database,
+                          cost_model=tuning["cost_model"],
+                          builder=ms.builder.LocalBuilder(timeout_sec=tuning["timeout_s"]),
+                          runner=ms.runner.LocalRunner(timeout_sec=tuning["timeout_s"], evaluator_config=config))
+        except Exception as err:
+            raise StageError(f"MetaSchedule tuning failed: {str(err).strip().splitlines()[-1]}") from err
+
+
+def _mean_seconds(record: list) -> float:
+    run_secs = record[1] or [float("inf")]
+    return statistics.fmean(float(s) for s in run_secs)
+
+
+def _best_records(data: dict, hashes: list[str]) -> dict:
+    """A database holding only the fastest record of each task: what the compile stage applies."""
+    index = {w[0]: i for i, w in enumerate(data["workloads"])}
+    best: dict[str, list] = {}
+    for i, record in data["records"]:
+        shash = data["workloads"][i][0]
+        if shash in hashes and _mean_seconds(record) < 1e9:
+            if shash not in best or _mean_seconds(record) < _mean_seconds(best[shash]):
+                best[shash] = record
+    chosen = sorted(best)
+    return {"target": data["target"], "workloads": [data["workloads"][index[h]] for h in chosen],
+            "records": [[n, best[h]] for n, h in enumerate(chosen)], "trials": {}}
+
+
+def _summary(tasks, hashes, data, todo, best) -> dict:
+    fastest = {data_w[0]: _mean_seconds(r) for data_w, (_, r) in zip(best["workloads"], best["records"])}
+    return {
+        "tasks": [{"name": t.task_name, "workload": h, "weight": int(t.weight),
+                   "trials": data["trials"].get(h, 0), "measured_now": todo.get(i, 0),
+                   "best_us": fastest[h] * 1e6 if h in fastest else None}
+                  for i, (t, h) in enumerate(zip(tasks, hashes))],
+        "measured_now": sum(todo.values()),
+        "estimated_latency_us": sum(fastest.get(h, 0) * t.weight for t, h in zip(tasks, hashes)) * 1e6,
+    }
