@@ -13,7 +13,7 @@ from modelbuild.errors import ModelbuildError
 from modelbuild.events import Status
 from modelbuild.scheduler import Options
 
-COMMANDS = ("build", "status", "explain", "graph", "clean", "cache", "schema", "report")
+COMMANDS = ("build", "status", "explain", "graph", "clean", "cache", "schema", "report", "tune")
 
 EXIT_OK, EXIT_GATE_FAILED, EXIT_USAGE, EXIT_STAGE_FAILED = 0, 1, 2, 3
 EXIT_STALE = 1
@@ -81,6 +81,11 @@ def _parser() -> argparse.ArgumentParser:
     report = sub.add_parser("report", parents=[common], help="re-render the reports from the cache, running nothing")
     report.add_argument("selectors", nargs="*")
     report.set_defaults(handler=cmd_report)
+
+    tune = sub.add_parser("tune", parents=[common], help="move tuning records: `tune export FILE`, `tune import FILE`")
+    tune.add_argument("action", choices=("export", "import"))
+    tune.add_argument("path", type=Path, help="the records file")
+    tune.set_defaults(handler=cmd_tune)
 
     schema = sub.add_parser("schema", help="print the JSON Schema of deploy.toml")
     schema.set_defaults(handler=cmd_schema)
@@ -266,6 +271,27 @@ def cmd_report(args, console) -> int:
     report = _write_reports(project, run, cache=project.store.stats().as_dict())
     _print_gates(console, project, report)
     return EXIT_OK if report["passed"] else EXIT_GATE_FAILED
+
+
+def cmd_tune(args, console) -> int:
+    from modelbuild import tuning_db
+
+    project = _project(args)
+    if args.action == "export":
+        exported = tuning_db.export_all(project.tuning_root)
+        args.path.parent.mkdir(parents=True, exist_ok=True)
+        args.path.write_text(tuning_db.format_export(exported))
+        records = sum(len(d["records"]) for d in exported["databases"])
+        console.print(f"exported {records} records for {len(exported['databases'])} targets to {args.path}",
+                      markup=False)
+        return EXIT_OK
+    try:
+        exported = json.loads(args.path.read_text())
+    except (OSError, ValueError) as err:
+        raise ModelbuildError(f"{args.path}: cannot read tuning records ({err})") from None
+    total = tuning_db.import_all(project.tuning_root, exported)
+    console.print(f"imported {args.path}: {total} records known", markup=False)
+    return EXIT_OK
 
 
 def cmd_schema(args, console) -> int:

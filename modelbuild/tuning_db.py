@@ -109,3 +109,20 @@ def import_all(root: Path, exported: dict) -> int:
             write(folder, merged)
         total += len(merged["records"])
     return total
+
+
+def format_export(exported: dict) -> str:
+    """The export as text with one workload or record per line, so committed records diff line by line."""
+    def rows(items: list) -> str:
+        return ",\n".join("    " + json.dumps(item, sort_keys=True) for item in items)
+
+    databases = []
+    for db in exported["databases"]:
+        databases.append(
+            "  {\n"
+            f'   "target": {json.dumps(db["target"], sort_keys=True)},\n'
+            f'   "trials": {json.dumps(db["trials"], sort_keys=True)},\n'
+            f'   "workloads": [\n{rows(db["workloads"])}\n   ],\n'
+            f'   "records": [\n{rows(db["records"])}\n   ]\n'
+            "  }")
+    return f'{{\n "format": "{exported["format"]}",\n "databases": [\n' + ",\n".join(databases) + "\n ]\n}\n"

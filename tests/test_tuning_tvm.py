@@ -1,0 +1,127 @@
+"""Tuning with the real MetaSchedule on tiny models: a handful of trials, paid once."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from modelbuild.cli import main
+from modelbuild import tuning_db
+from tests.onnx_models import conv_relu
+
+pytestmark = pytest.mark.tvm
+
+RECIPE = """
+[models.a]
+path = "a.onnx"
+inputs.x = {{ shape = [1, 3, 16, 16] }}
+{second}
+[targets.cpu]
+kind = "llvm"
+mcpu = "host"
+num-cores = 2
+
+[tuning.quick]
+trials_per_task = {trials}
+cost_model = "random"
+number = 1
+min_repeat_ms = 0
+{records}
+[validation]
+enabled = false
+
+[[builds]]
+model = "a"
+targets = ["cpu"]
+tuning = "quick"
+{second_build}
+"""
+
+SECOND = """
+[models.b]
+path = "b.onnx"
+inputs.x = { shape = [1, 3, 16, 16] }
+"""
+SECOND_BUILD = """
+[[builds]]
+model = "b"
+targets = ["cpu"]
+tuning = "quick"
+"""
+
+
+def write(root, trials=2, second=False, records=""):
+    text = RECIPE.format(trials=trials, second=SECOND if second else "", second_build=SECOND_BUILD if second else "",
+                         records=records)
+    (root / "deploy.toml").write_text(textwrap.dedent(text))
+
+
+def build(root, capsys) -> dict:
+    assert main(["build", "-f", str(root / "deploy.toml"), "--json"]) == 0
+    return {n["node"]: n["status"] for n in json.loads(capsys.readouterr().out)["nodes"]}
+
+
+def summary(root, build_name) -> dict:
+    trace = json.loads((root / ".cache/traces" / f"tune__{build_name}.json").read_text())
+    action = json.loads((root / ".cache/actions" / trace["key"][:2] / f"{trace['key']}.json").read_text())
+    digest = action["outputs"]["tune.json"]
+    return json.loads((root / ".cache/objects" / digest[:2] / digest).read_text())
+
+
+def database(root) -> dict:
+    folders = list((root / ".cache/tuning").iterdir())
+    assert len(folders) == 1  # one target, one database
+    return tuning_db.read(folders[0])
+
+
+@pytest.fixture
+def root(tmp_path):
+    conv_relu(tmp_path / "a.onnx", channels=8)
+    conv_relu(tmp_path / "b.onnx", channels=8, seed=5)  # other weights, the same conv workload
+    write(tmp_path)
+    return tmp_path
+
+
+def test_tuning_is_paid_once_continues_when_raised_and_is_shared_by_workload(root, capsys):
+    statuses = build(root, capsys)
+    assert statuses["tune:a@cpu"] == "built"
+    first = summary(root, "a@cpu")
+    assert first["measured_now"] == 2 and len(first["tasks"]) == 1
+    records_after_first = len(database(root)["records"])
+    assert records_after_first >= 1
+    assert main(["explain", "a@cpu", "--ir", "-f", str(root / "deploy.toml")]) == 0
+    capsys.readouterr()
+    ir = root / "build/a/cpu/ir"
+    assert "T.parallel" in (ir / "ir_after_fusion.py").read_text() or "T.vectorized" in (ir / "ir_after_fusion.py").read_text()
+    assert "T.parallel" not in (ir / "ir_before_fusion.py").read_text()  # the tuned schedule, not TVM's default
+
+    statuses = build(root, capsys)  # a second build measures nothing
+    assert set(statuses.values()) == {"cached"}
+
+    write(root, trials=3)  # raising the trials continues from the records already there
+    build(root, capsys)
+    assert summary(root, "a@cpu")["measured_now"] == 1
+    db = database(root)
+    assert len(db["records"]) >= records_after_first and list(db["trials"].values()) == [3]
+
+    write(root, trials=3, second=True)  # a second model with the same workload reuses its records
+    statuses = build(root, capsys)
+    assert statuses["tune:b@cpu"] == "built" and statuses["tune:a@cpu"] == "cached"
+    assert summary(root, "b@cpu")["measured_now"] == 0
+
+
+def test_exported_records_let_a_fresh_clone_build_with_zero_trials(root, tmp_path_factory, capsys):
+    build(root, capsys)
+    assert main(["tune", "export", str(root / "tuning/records.json"), "-f", str(root / "deploy.toml")]) == 0
+    capsys.readouterr()
+    clone = tmp_path_factory.mktemp("clone")
+    conv_relu(clone / "a.onnx", channels=8)
+    (clone / "tuning").mkdir()
+    (clone / "tuning/records.json").write_text((root / "tuning/records.json").read_text())
+    write(clone, trials=2, records='records = "tuning/records.json"')
+    build(clone, capsys)
+    assert summary(clone, "a@cpu")["measured_now"] == 0
+    tuned = (root / "build/a/cpu/model.so").read_bytes()
+    assert (clone / "build/a/cpu/model.so").read_bytes() == tuned  # the same records give the same library
