@@ -34,6 +34,33 @@ def timing_summary(seconds: list[float]) -> dict:
     }
 
 
+def amdahl_fraction(threads: list[int], seconds: list[float]) -> float | None:
+    """The parallel fraction f that best fits S_p = 1 / ((1 - f) + f / p) to measured latencies.
+
+    With T_p / T_1 = (1 - f) + f / p = 1 - f (1 - 1/p), least squares over p > 1 gives
+    f = sum((1 - T_p/T_1)(1 - 1/p)) / sum((1 - 1/p)^2), clamped to [0, 1] (noise on a serial library can
+    fit a slightly negative f). None when only one thread count was measured.
+    """
+    base = dict(zip(threads, seconds)).get(1)
+    points = [(p, t) for p, t in zip(threads, seconds) if p > 1]
+    if base is None or not points:
+        return None
+    num = sum((1 - t / base) * (1 - 1 / p) for p, t in points)
+    den = sum((1 - 1 / p) ** 2 for p, _ in points)
+    return min(1.0, max(0.0, num / den))
+
+
+def scaling_summary(threads: list[int], medians_ms: list[float]) -> dict:
+    """Latency per thread count, the speed-up over one thread, and Amdahl's parallel fraction."""
+    one = dict(zip(threads, medians_ms)).get(1)
+    return {
+        "threads": threads,
+        "median_ms": medians_ms,
+        "speedup": [one / m if one else None for m in medians_ms],
+        "parallel_fraction": amdahl_fraction(threads, medians_ms),
+    }
+
+
 def compare(actual: np.ndarray, expected: np.ndarray) -> dict:
     """How far `actual` is from the reference `expected`, element-wise and as whole tensors."""
     a = np.asarray(actual, dtype=np.float64)

@@ -61,3 +61,18 @@ def test_top_k_agreement():
     assert metrics.topk_agreement(actual, expected, k=1) == pytest.approx(2 / 3)
     assert metrics.topk_agreement(actual, expected, k=2) == pytest.approx(1.0)
     assert metrics.looks_like_class_scores((1, 2)) and not metrics.looks_like_class_scores((1, 1, 8, 8))
+
+
+def test_amdahl_fraction_recovers_f_from_exact_latencies():
+    for f in (0.0, 0.5, 0.9, 1.0):
+        threads = [1, 2, 4]
+        seconds = [(1 - f) + f / p for p in threads]
+        assert metrics.amdahl_fraction(threads, seconds) == pytest.approx(f)
+    assert metrics.amdahl_fraction([1], [1.0]) is None
+    assert metrics.amdahl_fraction([1, 2], [1.0, 1.05]) == 0.0  # slower with more threads: serial, not negative
+
+
+def test_scaling_summary():
+    summary = metrics.scaling_summary([1, 2], [4.0, 2.5])
+    assert summary["speedup"] == [1.0, 1.6]
+    assert summary["parallel_fraction"] == pytest.approx((1 - 2.5 / 4) / 0.5)  # T2/T1 = 1 - f/2

@@ -46,6 +46,7 @@ class TimingSpec(Strict):
     min_runs: int = Field(default=50, ge=1)
     min_seconds: float = Field(default=1.0, ge=0)
     threads: int | None = Field(default=None, ge=1, description="Default: the target's num-cores.")
+    scaling: bool = Field(default=True, description="Also time 1..threads threads and fit Amdahl's law.")
 
 
 class BaselineSpec(Strict):

@@ -57,6 +57,12 @@ def _details(b: dict) -> list[str]:
                 f"p50 {_fmt(t['median'])}, p90 {_fmt(t['p90'])}, p99 {_fmt(t['p99'])}, p99.9 {_fmt(t['p99.9'])}, "
                 f"max {_fmt(t['max'])}, CV {t['cv']:.1%}; cold (load + first run) {_fmt(b['cold_ms'])} ms; "
                 f"peak RSS {b['peak_rss_bytes'] / 2**20:.1f} MiB. Percentiles: {t['percentile_method']}."]
+        if b.get("scaling"):
+            sc = b["scaling"]
+            points = ", ".join(f"{p}: {m:.3g} ms" for p, m in zip(sc["threads"], sc["median_ms"]))
+            f = sc["parallel_fraction"]
+            out.append(f"\nScaling (median latency by thread count): {points}; Amdahl parallel fraction "
+                       f"f = {f:.2f}, so more cores could give at most {1 / (1 - f) if f < 1 else float('inf'):.1f}x.")
         if t["cv"] > 0.05:
             out.append(f"\n> Warning: the coefficient of variation is {t['cv']:.0%}: the machine was noisy.")
     return out

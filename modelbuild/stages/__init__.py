@@ -46,5 +46,5 @@ register(Stage("tune", 1, "modelbuild.stages.tune:run", ("tvm", "tvm-ffi"),
                "MetaSchedule tuning into the target's shared database; the best record of each task"))
 register(Stage("reference", 1, "modelbuild.stages.reference:run", ("onnxruntime", "numpy"),
                "golden inputs and the ONNX model's outputs from onnxruntime"))
-register(Stage("validate", 1, "modelbuild.stages.validate:run", ("tvm", "numpy"),
+register(Stage("validate", 2, "modelbuild.stages.validate:run", ("tvm", "numpy"),
                "run the library on the golden inputs, compare with the reference, time it"))

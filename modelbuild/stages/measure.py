@@ -76,7 +76,7 @@ def _accuracy(actual: np.ndarray, expected: np.ndarray) -> dict:
     return stats
 
 
-def _time(run, arrays, *, warmup: int, min_runs: int, min_seconds: float, threads=None) -> list[float]:
+def _time(run, arrays, *, warmup: int, min_runs: int, min_seconds: float, **_) -> list[float]:
     """Warm up, then run until both min_runs and min_seconds are met."""
     for _ in range(warmup):
         run(arrays)

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from modelbuild import metrics
 from modelbuild.errors import StageError
 
 METRICS_FILE = "metrics.json"
@@ -22,21 +23,39 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
     if not params["runs_here"]:
         _write(out, {"ran": False, "reason": params["reason"]})
         return
+    metrics = _measure(inputs, params["timing"], params["threads"], out)
+    metrics.update(ran=True, artifact_bytes=inputs["library"].stat().st_size, threads=params["threads"])
+    if params["timing"].get("scaling") and params["threads"] > 1:
+        metrics["scaling"] = _scaling(inputs, params["timing"], params["threads"], out)
+    _write(out, metrics)
+
+
+# Each thread count of the scaling curve gets a short run: it shows the shape, not a gate-grade figure.
+SCALING_TIMING = {"warmup": 3, "min_runs": 20, "min_seconds": 0.2, "latency_only": True}
+
+
+def _scaling(inputs: dict[str, Path], timing: dict, threads: int, out: Path) -> dict:
+    counts = list(range(1, threads + 1))
+    medians = [_measure(inputs, SCALING_TIMING, p, out)["latency_ms"]["median"] for p in counts]
+    return metrics.scaling_summary(counts, medians)
+
+
+def _measure(inputs: dict[str, Path], timing: dict, threads: int, out: Path) -> dict:
+    """Run measure.py in a fresh process with `threads` runtime threads; its JSON result."""
     result = out / "measured.json"
-    env = {**os.environ, "TVM_NUM_THREADS": str(params["threads"]), "OMP_NUM_THREADS": str(params["threads"])}
+    env = {**os.environ, "TVM_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
     proc = subprocess.run(
         [sys.executable, "-m", "modelbuild.stages.measure", str(inputs["library"]), str(inputs["golden"]),
-         str(inputs["signature"]), json.dumps(params["timing"]), str(result)],
+         str(inputs["signature"]), json.dumps(timing), str(result)],
         env=env, capture_output=True, text=True,
     )
     sys.stdout.write(proc.stdout), sys.stderr.write(proc.stderr)
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise StageError(f"running the library failed (exit {proc.returncode}): {tail}")
-    metrics = json.loads(result.read_text())
+    measured = json.loads(result.read_text())
     result.unlink()
-    metrics.update(ran=True, artifact_bytes=inputs["library"].stat().st_size, threads=params["threads"])
-    _write(out, metrics)
+    return measured
 
 
 def _write(out: Path, metrics: dict) -> None:
