@@ -99,7 +99,7 @@ def _project(args):
 
 
 def cmd_build(args, console) -> int:
-    from modelbuild.console import LiveReporter, result_line
+    from modelbuild.console import LiveReporter
 
     if args.jobs < 1:
         raise ModelbuildError(f"-j must be at least 1, got {args.jobs}")
@@ -156,7 +156,7 @@ def _print_gates(console, project, report: dict) -> None:
 
 
 def _print_summary(console, project, plan, run) -> None:
-    from modelbuild.console import is_live, result_line, summary_table
+    from modelbuild.console import is_live, summary_table
 
     results = list(run.results.values())
     if is_live(console):

@@ -6,7 +6,7 @@ import os
 import sys
 import time
 
-from rich.console import Console, Group
+from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
@@ -92,7 +92,3 @@ def summary_table(results: list[NodeResult]) -> Table:
         table.add_row(r.node, Text(r.status.value, style=STYLES[r.status]), f"{r.seconds:.2f}",
                       (r.key or "")[:12])
     return table
-
-
-def render_group(*items) -> Group:
-    return Group(*items)

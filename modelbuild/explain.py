@@ -5,7 +5,7 @@ from __future__ import annotations
 from modelbuild.errors import SelectionError
 from modelbuild.hashing import canonical_json
 from modelbuild.keys import key_inputs
-from modelbuild.rebuilder import _flatten, changes
+from modelbuild.rebuilder import changes, flatten
 from modelbuild.scheduler import Options
 
 
@@ -21,7 +21,7 @@ def explain(project, build: str) -> list[str]:
         trace = project.store.last_trace(node_id)
         inputs = _inputs_of(project, run, node_id)
         if inputs is not None:
-            for path, value in _flatten(inputs).items():
+            for path, value in flatten(inputs).items():
                 lines.append(f"    {'.'.join(path)} = {value if isinstance(value, str) else canonical_json(value)}")
         if trace is None:
             lines.append("    last build: never")

@@ -10,6 +10,7 @@ from typing import Callable
 from modelbuild.errors import SelectionError
 from modelbuild.recipe import LoadedRecipe
 from modelbuild.targets import host_machine, runs_on_host, tvm_target
+from modelbuild.tuning_db import folder_for
 
 TargetResolver = Callable[[dict], dict]
 
@@ -133,8 +134,6 @@ def compile_options(spec) -> dict:
 
 def tune_node(recipe: LoadedRecipe, build: str, importer: Node, target: dict, spec, tuning_root: Path | None) -> Node:
     """Tune the build's kernels into the target's shared database; output the best record of each."""
-    from modelbuild.tuning_db import folder_for
-
     tuning = recipe.spec.tuning[spec.tuning]
     files = {"records": recipe.root / tuning.records} if tuning.records else {}
     params = {"target": tvm_target(target), "options": compile_options(spec),

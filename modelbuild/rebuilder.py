@@ -40,7 +40,7 @@ def decide(node_id: str, key: str, inputs: dict, store: Store) -> Decision:
 
 def changes(old: dict, new: dict) -> list[str]:
     """Human reasons for every difference between two sets of key inputs."""
-    before, after = _flatten(old), _flatten(new)
+    before, after = flatten(old), flatten(new)
     reasons = []
     for path in sorted(set(before) | set(after)):
         if before.get(path, _ABSENT) != after.get(path, _ABSENT):
@@ -51,11 +51,12 @@ def changes(old: dict, new: dict) -> list[str]:
 _ABSENT = object()
 
 
-def _flatten(value, prefix: tuple = ()) -> dict[tuple, object]:
+def flatten(value, prefix: tuple = ()) -> dict[tuple, object]:
+    """Nested dicts as {path tuple: leaf}; an empty dict is a leaf."""
     if isinstance(value, dict) and value:
         out = {}
         for key, item in value.items():
-            out.update(_flatten(item, (*prefix, str(key))))
+            out.update(flatten(item, (*prefix, str(key))))
         return out
     return {prefix: value}
 

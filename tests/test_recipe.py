@@ -10,7 +10,6 @@ import pytest
 
 from modelbuild.errors import RecipeError
 from modelbuild.recipe import load_recipe
-from modelbuild.recipe.load import _read_toml
 from modelbuild.recipe.schema import json_schema
 from tests.conftest import REPO
 
@@ -132,3 +131,39 @@ def test_json_schema_accepts_every_recipe_the_project_ships():
 def test_json_schema_rejects_unknown_keys():
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({"models": {}, "targets": {}, "builds": [], "typo": 1}, json_schema())
+
+
+def test_golden_files_need_a_path_that_exists(tmp_path):
+    err = error_of(tmp_path, GOOD + '\n[validation]\ngolden = { source = "npz" }\n')
+    assert err.field == "validation.golden.source" and "needs a path" in err.message
+    err = error_of(tmp_path, GOOD + '\n[validation]\ngolden = { source = "npz", path = "g.npz" }\n')
+    assert err.field == "validation.golden.path" and err.line == 16
+
+
+def test_a_build_override_is_checked_too(tmp_path):
+    text = GOOD.replace('targets = ["host"]', 'targets = ["host"]\n[builds.validation.baseline]\nreport = "b.json"')
+    err = error_of(tmp_path, text)
+    assert err.field == "builds[0].validation.baseline.report" and "not found" in err.message
+
+
+def test_a_build_naming_an_unknown_tuning_section(tmp_path):
+    err = error_of(tmp_path, GOOD.replace('targets = ["host"]', 'targets = ["host"]\ntuning = "fast"'))
+    assert err.field == "builds[0].tuning" and "[tuning.fast]" in err.fix
+
+
+def test_tuning_records_must_exist(tmp_path):
+    err = error_of(tmp_path, GOOD + '\n[tuning.fast]\nrecords = "tuning/records.json"\n')
+    assert err.field == "tuning.fast.records" and err.line == 16
+
+
+def test_a_build_declared_twice(tmp_path):
+    err = error_of(tmp_path, GOOD + '\n[[builds]]\nmodel = "cls"\ntargets = ["host"]\n')
+    assert err.field == "builds[1].targets[0]" and "declared twice" in err.message
+
+
+def test_per_build_validation_overrides_the_defaults(tmp_path):
+    text = GOOD + "\n[validation.gates]\nmax_p99_ms = 5\nmin_cosine = 0.99\n"
+    text = text.replace('targets = ["host"]', 'targets = ["host"]\n[builds.validation.gates]\nmax_p99_ms = 9')
+    recipe = load_recipe(write(tmp_path, text))
+    gates = recipe.validation_for("cls", "host").gates
+    assert gates.max_p99_ms == 9 and gates.min_cosine == 0.99

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -161,3 +160,14 @@ def test_fuse_false_builds_the_unfused_library(tiny):
     run, _ = build(tiny)
     figures = json.loads((tiny / "build/tiny/cpu/analysis.json").read_text())["fusion"]
     assert figures["kernels"] == figures["operators"] and figures["traffic_ratio"] == 1
+
+
+def test_a_fully_cached_build_imports_neither_tvm_nor_onnxruntime(tiny):
+    build(tiny)
+    code = ("import sys; from modelbuild.cli import main; rc = main(['-f', 'deploy.toml']); "
+            "heavy = [m for m in ('tvm', 'tvm_ffi', 'onnxruntime', 'onnx', 'onnxslim', 'numpy') if m in sys.modules]; "
+            "print('HEAVY', heavy); sys.exit(rc)")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tiny, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "0 built, 2 cached, 0 failed" in proc.stdout
+    assert "HEAVY []" in proc.stdout

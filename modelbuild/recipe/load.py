@@ -208,25 +208,25 @@ def _check_builds(loaded: LoadedRecipe) -> None:
                             f"use one of {', '.join(spec.targets)} or declare [targets.{target}]")
 
 
+def _validation_specs(loaded: LoadedRecipe):
+    """(location, spec) of the recipe's [validation] and of every build's override."""
+    yield ("validation",), loaded.spec.validation
+    for index, build in enumerate(loaded.spec.builds):
+        if build.validation is not None:
+            yield ("builds", index, "validation"), build.validation
+
+
 def _check_golden_files(loaded: LoadedRecipe) -> None:
-    specs = [("validation",), *[("builds", i, "validation") for i, b in enumerate(loaded.spec.builds) if b.validation]]
-    for loc in specs:
-        spec = loaded.spec.validation if loc == ("validation",) else loaded.spec.builds[loc[1]].validation
+    for loc, spec in _validation_specs(loaded):
         golden = spec.golden
-        if golden.source != "generate" and "path" not in golden.model_fields_set and loc != ("validation",):
-            continue
-        if golden.source == "generate":
-            continue
-        if golden.path is None:
-            raise _fail(loaded, (*loc, "golden", "source"), f"golden source {golden.source!r} needs a path",
-                        "add path = \"...\" to the golden table")
-        path = loaded.root / golden.path
-        if not (path.is_file() if golden.source == "npz" else path.is_dir()):
-            raise _fail(loaded, (*loc, "golden", "path"), f"golden {golden.source} {golden.path!r} not found",
-                        "paths are relative to the recipe's folder")
-    for loc in [("validation",), *[("builds", i, "validation") for i, b in enumerate(loaded.spec.builds)
-                                   if b.validation and b.validation.baseline]]:
-        spec = loaded.spec.validation if loc == ("validation",) else loaded.spec.builds[loc[1]].validation
+        if golden.source != "generate":
+            if golden.path is None:
+                raise _fail(loaded, (*loc, "golden", "source"), f"golden source {golden.source!r} needs a path",
+                            'add path = "..." to the golden table')
+            path = loaded.root / golden.path
+            if not (path.is_file() if golden.source == "npz" else path.is_dir()):
+                raise _fail(loaded, (*loc, "golden", "path"), f"golden {golden.source} {golden.path!r} not found",
+                            "paths are relative to the recipe's folder")
         if spec.baseline and not (loaded.root / spec.baseline.report).is_file():
             raise _fail(loaded, (*loc, "baseline", "report"), f"baseline report {spec.baseline.report!r} not found",
                         "point it at a report.json from an earlier build")

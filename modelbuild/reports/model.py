@@ -7,7 +7,6 @@ are only ever added within a version.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from modelbuild import gates
 from modelbuild.events import NodeResult, Status

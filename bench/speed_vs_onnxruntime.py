@@ -1,0 +1,127 @@
+"""Latency of modelbuild's libraries against onnxruntime's CPU provider, on both bundled models.
+
+Builds each model with modelbuild (the fused default, the stock unfused build, and, with --trials or
+--records, a tuned build), then times every library and an onnxruntime session with the same thread count,
+alternating them in one process so that machine noise hits all alike. Prints medians and the ratio of each
+to onnxruntime (goals from issue 6: untuned <= 3x, tuned <= 1.0x).
+
+Usage: python bench/speed_vs_onnxruntime.py [--threads 2] [--trials N | --records FILE] [--seconds S]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+MODELS = {
+    "text_cls": ("text_direction_cls.onnx", [1, 3, 48, 192]),
+    "text_det": ("text_det.onnx", [1, 3, 640, 640]),
+}
+
+
+def recipe(threads: int, tuned: str | None) -> str:
+    lines = []
+    for name, (file, shape) in MODELS.items():
+        lines += [f"[models.{name}]", f'path = "{REPO / "models" / file}"', f"inputs.x = {{ shape = {shape} }}", ""]
+    lines += ["[targets.cpu]", 'kind = "llvm"', 'mcpu = "host"', f"num-cores = {threads}", "",
+              "[validation]", "enabled = false", ""]
+    if tuned:
+        lines += ["[tuning.bench]", tuned, ""]
+    for name in MODELS:
+        lines += ["[[builds]]", f'model = "{name}"', 'targets = ["cpu"]', ""]
+    return "\n".join(lines)
+
+
+def build(folder: Path, text: str, variant: str, fuse: bool, tuning: bool) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    if not fuse:
+        text = text.replace('targets = ["cpu"]', 'targets = ["cpu"]\nfuse = false')
+    if tuning:
+        text = text.replace('targets = ["cpu"]', 'targets = ["cpu"]\ntuning = "bench"')
+    (folder / "deploy.toml").write_text(text)
+    print(f"building {variant} ...", flush=True)
+    proc = subprocess.run([sys.executable, "-m", "modelbuild", "-f", str(folder / "deploy.toml"), "-j", "1",
+                           "--cache-dir", str(folder.parent / "cache")], capture_output=True, text=True,
+                          env={**os.environ, "NO_COLOR": "1"})
+    if proc.returncode != 0:
+        raise SystemExit(proc.stdout + proc.stderr)
+
+
+def runners(folders: dict[str, Path], model: str, threads: int):
+    import numpy as np
+    import onnxruntime as ort
+    import tvm
+    from tvm import relax
+
+    file, shape = MODELS[model]
+    x = np.random.default_rng(0).standard_normal(shape).astype("float32")
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    session = ort.InferenceSession(str(REPO / "models" / file), options, providers=["CPUExecutionProvider"])
+    name = session.get_inputs()[0].name
+    out = {"onnxruntime": lambda: session.run(None, {name: x})}
+    for variant, folder in folders.items():
+        vm = relax.VirtualMachine(tvm.runtime.load_module(str(folder / f"build/{model}/cpu/model.so")), tvm.cpu())
+        xt = tvm.runtime.tensor(x)
+        out[variant] = lambda vm=vm, xt=xt: vm["main"](xt)
+    return out
+
+
+def measure(fns: dict, seconds: float) -> dict[str, float]:
+    """Median seconds of each function, taken in alternating rounds until each had its share of time."""
+    samples: dict[str, list[float]] = {k: [] for k in fns}
+    for fn in fns.values():
+        fn()
+    spent = {k: 0.0 for k in fns}
+    while min(spent.values()) < seconds or min(len(v) for v in samples.values()) < 5:
+        for key, fn in fns.items():
+            started = time.perf_counter()
+            fn()
+            samples[key].append(time.perf_counter() - started)
+            spent[key] += samples[key][-1]
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--trials", type=int, help="tune with this many trials per task")
+    parser.add_argument("--records", type=Path, help="a `modelbuild tune export` file to build with (0 trials)")
+    parser.add_argument("--seconds", type=float, default=3.0, help="time spent on each library per model")
+    args = parser.parse_args()
+    os.environ["TVM_NUM_THREADS"] = str(args.threads)
+    tuned = None
+    if args.records:
+        tuned = f'trials_per_task = 0\nrecords = "{args.records.resolve()}"'
+    elif args.trials:
+        tuned = f"trials_per_task = {args.trials}"
+    with tempfile.TemporaryDirectory(prefix="modelbuild-bench-") as tmp:
+        root = Path(tmp)
+        folders = {"modelbuild (fused, untuned)": (root / "fused", True, False),
+                   "stock tvm.compile (unfused)": (root / "stock", False, False)}
+        if tuned:
+            folders[f"modelbuild tuned ({'records' if args.records else f'{args.trials} trials/task'})"] = (
+                root / "tuned", True, True)
+        text = recipe(args.threads, tuned)
+        for variant, (folder, fuse, tuning) in folders.items():
+            build(folder, text, variant, fuse, tuning)
+        print(f"\nthreads {args.threads}; medians of alternating runs; ratio = latency / onnxruntime's")
+        for model in MODELS:
+            results = measure(runners({k: v[0] for k, v in folders.items()}, model, args.threads), args.seconds)
+            base = results["onnxruntime"]
+            print(f"\n{model}")
+            for variant, seconds in results.items():
+                print(f"  {variant:<40} {seconds * 1000:10.2f} ms   {seconds / base:6.2f}x")
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
