@@ -129,15 +129,16 @@ def library_name(target: dict) -> str:
 
 
 def compile_options(spec) -> dict:
-    return {"fuse": spec.fuse, "opt_level": spec.opt_level, "layout": spec.layout}
+    return {"fuse": spec.fuse, "opt_level": spec.opt_level, "layout": spec.layout, "schedule": spec.schedule}
 
 
 def tune_node(recipe: LoadedRecipe, build: str, importer: Node, target: dict, spec, tuning_root: Path | None) -> Node:
     """Tune the build's kernels into the target's shared database; output the best record of each."""
     tuning = recipe.spec.tuning[spec.tuning]
     files = {"records": recipe.root / tuning.records} if tuning.records else {}
-    params = {"target": tvm_target(target), "options": compile_options(spec),
-              "tuning": tuning.model_dump(exclude={"records"})}
+    # tasks come from the fused IR before any scheduling, so the schedule option does not enter this key
+    options = {k: v for k, v in compile_options(spec).items() if k != "schedule"}
+    params = {"target": tvm_target(target), "options": options, "tuning": tuning.model_dump(exclude={"records"})}
     root = tuning_root or recipe.root / ".cache" / "tuning"
     return Node(id=f"tune:{build}", stage="tune", build=build, params=params, files=files,
                 deps={"ir": (importer.id, "ir.json")},

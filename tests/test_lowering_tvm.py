@@ -12,12 +12,12 @@ SHAPE = (1, 8, 16, 16)
 S = 1 * 8 * 16 * 16 * 4
 
 
-def build_module(body):
+def build_module(body, shape=SHAPE):
     """A main(x) whose dataflow block is written by `body(bb, x)` returning the output."""
     from tvm import relax
 
     bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType(shape=SHAPE, dtype="float32"))
+    x = relax.Var("x", relax.TensorType(shape=shape, dtype="float32"))
     with bb.function("main", [x]):
         with bb.dataflow():
             out = bb.emit_output(body(bb, x))
@@ -93,3 +93,58 @@ def test_diamond_unfused_shares_storage_down_to_the_hand_computed_bound():
     assert memory["intermediates"] == 4 and memory["naive_bytes"] == 4 * S
     assert memory["lower_bound_bytes"] == 3 * S  # a, b, c live together; d can take a's storage
     assert memory["planned_bytes"] == 3 * S
+
+
+def scheduled_kernel(module, name: str, *, schedule: bool) -> tuple[str, object]:
+    """The script of the kernel whose name has `name` after lowering, and the built library's main."""
+    import tvm
+    from tvm import relax, tirx
+
+    from modelbuild.stages import lowering
+
+    target = tvm.target.Target({"kind": "llvm", "num-cores": 2})
+    with target, tvm.transform.PassContext(opt_level=3):
+        phases = lowering.lower(module, target, fuse=True, layout=None, schedule=schedule)
+        executable = tvm.compile(phases.planned, target=target, relax_pipeline=lowering.finish_passes(target))
+    kernels = [f for gv, f in phases.fused.functions.items() if isinstance(f, tirx.PrimFunc) and name in gv.name_hint]
+    assert len(kernels) == 1
+    return kernels[0].script(), relax.VirtualMachine(executable, tvm.cpu())["main"]
+
+
+BIG = (1, 8, 128, 128)  # kernels of 262144 outputs: enough work for the default schedule to go parallel
+
+
+def conv_module():
+    import numpy as np
+    from tvm import relax
+
+    def body(bb, x):
+        w = relax.const(np.random.default_rng(0).standard_normal((16, 8, 3, 3)).astype("float32"))
+        return bb.emit(relax.op.nn.relu(bb.emit(relax.op.nn.conv2d(x, w, padding=1))))
+
+    return build_module(body, BIG)
+
+
+def matmul_module():
+    import numpy as np
+    from tvm import relax
+
+    def body(bb, x):
+        flat = bb.emit(relax.op.reshape(x, (1024, 128)))
+        w = relax.const(np.random.default_rng(1).standard_normal((128, 256)).astype("float32"))
+        return bb.emit(relax.op.matmul(flat, w))
+
+    return build_module(body, BIG)
+
+
+@pytest.mark.parametrize("make, name", [(conv_module, "conv2d"), (matmul_module, "matmul")], ids=["conv2d", "matmul"])
+def test_the_untuned_default_has_parallel_and_vectorised_loops_and_computes_the_same(make, name):
+    import numpy as np
+    import tvm
+
+    script, scheduled = scheduled_kernel(make(), name, schedule=True)
+    assert "T.parallel(" in script and "T.vectorized(" in script
+    stock_script, stock = scheduled_kernel(make(), name, schedule=False)
+    assert "T.parallel(" not in stock_script and "T.vectorized(" not in stock_script
+    x = tvm.runtime.tensor(np.random.default_rng(2).standard_normal(BIG).astype("float32"))
+    np.testing.assert_allclose(scheduled(x).numpy(), stock(x).numpy(), rtol=1e-5, atol=1e-4)

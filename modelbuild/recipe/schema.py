@@ -121,6 +121,9 @@ class BuildSpec(Strict):
     opt_level: int = Field(default=3, ge=0, le=4)
     layout: Literal["NCHW", "NHWC"] | None = Field(default=None, description="Convert conv2d to this layout.")
     tuning: Name | None = Field(default=None, description="A [tuning.NAME] section; none builds untuned.")
+    schedule: Literal["default", "none"] = Field(
+        default="default", description="Kernels without a tuning record get modelbuild's parallel, vectorised "
+                                       "default schedule; none leaves them as stock TVM does (serial loops).")
     validation: ValidationSpec | None = None
 
 

@@ -55,7 +55,8 @@ def _build(module, target, options: dict, records: Path | None):
     if target.kind.name != "llvm":  # the phased pipeline mirrors the CPU one; other kinds use their own
         return tvm.compile(module, target=target), None
     database = _database(records) if records else None
-    phases = lowering.lower(module, target, fuse=options["fuse"], layout=options["layout"], database=database)
+    phases = lowering.lower(module, target, fuse=options["fuse"], layout=options["layout"], database=database,
+                            schedule=options["schedule"] == "default")
     executable = tvm.compile(phases.planned, target=target, relax_pipeline=lowering.finish_passes(target))
     return executable, phases
 

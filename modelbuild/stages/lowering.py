@@ -34,10 +34,11 @@ class Phases:
     planned: object  # after StaticPlanBlockMemory
 
 
-def lower(module, target, *, fuse: bool, layout: str | None, database=None) -> Phases:
+def lower(module, target, *, fuse: bool, layout: str | None, database=None, schedule: bool = False) -> Phases:
     """Run the CPU pipeline up to memory planning; call inside `with target:` and a PassContext.
 
-    With a MetaSchedule database, the kernels it has records for get their tuned schedules after fusion."""
+    With a MetaSchedule database, the kernels it has records for get their tuned schedules after fusion;
+    with `schedule`, every other kernel gets the default schedule (default_schedule.py)."""
     import tvm
     from tvm import relax
     from tvm.relax.backend.cpu_generic import pipeline as cpu
@@ -52,6 +53,10 @@ def lower(module, target, *, fuse: bool, layout: str | None, database=None) -> P
     if database is not None:
         with database:
             fused = relax.transform.MetaScheduleApplyDatabase()(fused)
+    if schedule:
+        from modelbuild.stages import default_schedule
+
+        fused = default_schedule.apply(fused, target)
     lowered = seq(cpu.dataflow_lower_passes(target))(fused)
     planned = relax.transform.StaticPlanBlockMemory()(lowered)
     return Phases(legalized, grouped, fused, lowered, planned)

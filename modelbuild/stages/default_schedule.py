@@ -1,0 +1,209 @@
+"""A schedule for every kernel without a tuned record: parallel outer loops, vectorised inner loops.
+
+Stock TVM 0.27 schedules nothing for CPU targets: every kernel is one thread of scalar loops. This is a fixed,
+measurement-free recipe for the kernels that dominate CNNs and transformers (conv2d, dense/matmul, pooling,
+element-wise chains, reductions):
+- an element-wise producer feeding another element-wise block (bias, activation) is inlined into it;
+  padding that feeds a reduction stays a block of its own, so the reduction's inner loop has no selects;
+- a reduction block keeps its spatial loops outside and its reduction loops inside, with the innermost
+  spatial loop split by the vector width and moved below the reductions, so each step of the reduction
+  updates a whole vector of outputs; its epilogue is computed at the same loop, while the values are hot;
+- other blocks are split by the vector width;
+- the outermost spatial loops of a kernel with enough work are fused and run in parallel.
+Each step runs on a copy of the schedule and is kept only if TVM accepts it, so an unusual kernel keeps a
+simpler schedule rather than failing the build.
+"""
+
+from __future__ import annotations
+
+VECTOR_LANES = 16  # float32 lanes of AVX-512; narrower vector units run the loop in several instructions
+CHANNEL_BLOCK = 4  # output rows computed together, so each loaded input vector feeds several FMAs
+PARALLEL_MIN_WORK = 1 << 18  # spatial iterations below which a parallel region costs more than it saves
+# (measured on 2 cores: 4096 made the small classifier 1.25 ms, 65536 0.98 ms, 262144 0.93 ms; the detector
+# is unchanged, its kernels being far larger)
+
+
+def apply(module, target):
+    """Schedule every PrimFunc of `module` that no tuning record scheduled already."""
+    from tvm import tirx
+
+    cores = int(target.attrs["num-cores"]) if "num-cores" in target.attrs else 1
+    scheduled = {}
+    for gv, func in module.functions.items():
+        if isinstance(func, tirx.PrimFunc) and not (func.attrs and "tirx.is_scheduled" in func.attrs):
+            new = schedule_function(func, cores=cores)
+            if new is not None:
+                scheduled[gv] = new.with_attr("tirx.is_scheduled", True)
+    for gv, func in scheduled.items():
+        module[gv] = func
+    return module
+
+
+def schedule_function(func, *, cores: int):
+    """The function with the default schedule, or None when it has no block to schedule."""
+    from tvm.s_tir import Schedule
+
+    sch = Schedule(func)
+    try:
+        root = sch.get_sblock("root")
+    except Exception:
+        return None
+    sch = _inline_elementwise(sch, root)
+    for block in sch.get_child_blocks(root):
+        if _is_reduction(sch, block):
+            sch = _attempt(sch, lambda s, b=block: _schedule_reduction(s, b, cores))
+    for block in sch.get_child_blocks(root):
+        if not _is_reduction(sch, block) and not _is_nested(sch, block):
+            sch = _attempt(sch, lambda s, b=block: _schedule_spatial(s, b, cores))
+    return sch.mod["main"]
+
+
+def _attempt(sch, step):
+    """Run a step on a copy (the copy keeps the symbol table, so handles stay valid); keep it if it worked."""
+    trial = sch.copy()
+    try:
+        step(trial)
+    except Exception:
+        return sch
+    return trial
+
+
+def _is_reduction(sch, block) -> bool:
+    return any("Reduce" in str(iv.iter_type) or int(iv.iter_type) == 2 for iv in sch.get(block).iter_vars)
+
+
+def _spatial_and_reduce(sch, block):
+    loops = sch.get_loops(block)
+    kinds = ["R" if "Reduce" in str(iv.iter_type) or int(iv.iter_type) == 2 else "S" for iv in sch.get(block).iter_vars]
+    if len(loops) != len(kinds):
+        raise ValueError("loops and iterators do not line up")
+    return [l for l, k in zip(loops, kinds) if k == "S"], [l for l, k in zip(loops, kinds) if k == "R"]
+
+
+def _is_nested(sch, block) -> bool:
+    """Whether the block was moved under another block's loops (an epilogue computed at a reduction)."""
+    loops = sch.get_loops(block)
+    return bool(loops) and len(sch.get_child_blocks(loops[0])) > 1
+
+
+def _inline_elementwise(sch, root):
+    """Inline blocks that are neither outputs, reductions, nor inputs of a reduction."""
+    refused: set[str] = set()
+    while True:
+        outputs = {sch.get(b).name_hint for b in sch.get_output_blocks(root)}
+        candidates = [b for b in sch.get_child_blocks(root)
+                      if sch.get(b).name_hint not in outputs | refused and not _is_reduction(sch, b)
+                      and not any(_is_reduction(sch, c) for c in sch.get_consumers(b))]
+        if not candidates:
+            return sch
+        block = candidates[0]
+        trial = _attempt(sch, lambda s, b=block: s.compute_inline(b))
+        if trial is sch:
+            refused.add(sch.get(block).name_hint)
+        sch = trial
+
+
+def _extent(sch, loop) -> int | None:
+    try:
+        return int(sch.get(loop).extent)
+    except (TypeError, ValueError):
+        return None
+
+
+def _vector_split(sch, loop):
+    """Split a loop into (outer, inner) with the widest inner that divides it, up to VECTOR_LANES; or None."""
+    extent = _extent(sch, loop)
+    width = next((w for w in (VECTOR_LANES, VECTOR_LANES // 2, VECTOR_LANES // 4) if extent and extent % w == 0),
+                 None)
+    if width is None:
+        return None
+    return sch.split(loop, factors=[None, width])
+
+
+def _work(sch, loops) -> int:
+    total = 1
+    for loop in loops:
+        total *= _extent(sch, loop) or 1
+    return total
+
+
+def _parallelize(sch, loops, cores: int, work: int) -> None:
+    """Fuse leading loops until each core has several chunks, then run them in parallel."""
+    if cores < 2 or work < PARALLEL_MIN_WORK:
+        return
+    chosen, chunks = [], 1
+    for loop in loops:
+        extent = _extent(sch, loop)
+        if extent is None:
+            break
+        chosen.append(loop)
+        chunks *= extent
+        if chunks >= 4 * cores:
+            break
+    if chunks < 2:
+        return
+    sch.parallel(sch.fuse(*chosen) if len(chosen) > 1 else chosen[0])
+
+
+def _schedule_reduction(sch, block, cores: int) -> None:
+    spatial, reduce = _spatial_and_reduce(sch, block)
+    if not spatial or not reduce:
+        return
+    work = _work(sch, spatial)
+    split = _vector_split(sch, spatial[-1])
+    consumers = sch.get_consumers(block)
+    if split is None:
+        sch.reorder(*spatial, *reduce)
+        for consumer in consumers:
+            sch.reverse_compute_at(consumer, spatial[-1])
+        _parallelize(sch, spatial, cores, work)
+        return
+    outer, inner = split
+    block_loop = _channel_block(sch, spatial[:-1])
+    if block_loop is not None:
+        index, (rows_outer, rows) = block_loop
+        leading = [*spatial[:index], rows_outer, *spatial[index + 1:-1]]
+        sch.reorder(*leading, outer, *reduce, rows, inner)
+        sch.unroll(rows)
+        spatial = [*leading, None]
+    else:
+        sch.reorder(*spatial[:-1], outer, *reduce, inner)
+    for consumer in consumers:
+        sch.reverse_compute_at(consumer, outer)
+        _vectorize_innermost(sch, consumer)
+    # Annotate first: parallel and vectorize need a whole reduction block (with its init) below them.
+    _parallelize(sch, [*spatial[:-1], outer], cores, work)
+    sch.vectorize(inner)
+    init = sch.decompose_reduction(block, reduce[0])
+    _vectorize_innermost(sch, init)
+
+
+def _channel_block(sch, spatial):
+    """Split one of the outer spatial loops (given without the vector loop) into (outer, CHANNEL_BLOCK):
+    the channels of an NCHW conv [n, c, h] come second from the end, the rows of a matmul [i] last."""
+    order = [len(spatial) - 2, len(spatial) - 1, *range(len(spatial) - 3, -1, -1)]
+    for index in (i for i in order if i >= 0):
+        extent = _extent(sch, spatial[index])
+        if extent and extent >= CHANNEL_BLOCK and extent % CHANNEL_BLOCK == 0:
+            return index, sch.split(spatial[index], factors=[None, CHANNEL_BLOCK])
+    return None
+
+
+def _vectorize_innermost(sch, block) -> None:
+    loops = sch.get_loops(block)
+    extent = _extent(sch, loops[-1]) if loops else None
+    if extent and 1 < extent <= 4 * VECTOR_LANES:
+        sch.vectorize(loops[-1])
+
+
+def _schedule_spatial(sch, block, cores: int) -> None:
+    loops = sch.get_loops(block)
+    if not loops:
+        return
+    work = _work(sch, loops)
+    split = _vector_split(sch, loops[-1])
+    if split is not None:
+        outer, inner = split
+        sch.vectorize(inner)
+        loops = [*loops[:-1], outer]
+    _parallelize(sch, loops, cores, work)
