@@ -101,3 +101,38 @@ def memory_summary(steps: list[Step], outputs: set[str], planned_bytes: int) -> 
         "planned_over_naive": planned_bytes / naive if naive else 1.0,
         "planned_over_bound": planned_bytes / bound if bound else 1.0,
     }
+
+
+def heaviest_kernels(calls: list[KernelCall], flops: dict[str, int], args: dict[str, list], top: int = 8) -> list[dict]:
+    """The kernels doing the most floating-point work over the whole model, with what a roofline needs."""
+    totals: dict[str, dict] = {}
+    for call in calls:
+        entry = totals.setdefault(call.kernel, {"kernel": call.kernel, "ops": list(call.ops), "calls": 0,
+                                                "flops": flops.get(call.kernel, 0),
+                                                "bytes": call.read_bytes + call.write_bytes,
+                                                "args": args.get(call.kernel, [])})
+        entry["calls"] += 1
+    ranked = sorted(totals.values(), key=lambda k: (-k["flops"] * k["calls"], k["kernel"]))
+    return [k for k in ranked if k["flops"] > 0 and k["args"]][:top]
+
+
+def roofline(kernels: list[dict], seconds: dict[str, float], peak_flops: float, peak_bytes: float) -> dict:
+    """Each kernel's achieved FLOP/s and bytes/s against the machine's peaks, and which roof bounds it.
+
+    A kernel whose arithmetic intensity (FLOPs per byte moved) is below the ridge peak_flops / peak_bytes is
+    memory-bound; its roof is intensity x peak_bytes, otherwise peak_flops."""
+    ridge = peak_flops / peak_bytes
+    rows = []
+    for k in kernels:
+        t = seconds.get(k["kernel"])
+        if not t:
+            continue
+        intensity = k["flops"] / k["bytes"] if k["bytes"] else float("inf")
+        roof = min(peak_flops, intensity * peak_bytes)
+        achieved = k["flops"] / t
+        rows.append({"kernel": k["kernel"], "ops": k["ops"], "calls": k["calls"], "flops": k["flops"],
+                     "bytes": k["bytes"], "seconds": t, "flops_per_s": achieved, "bytes_per_s": k["bytes"] / t,
+                     "intensity": intensity, "bound": "memory" if intensity < ridge else "compute",
+                     "roof_fraction": achieved / roof})
+    return {"peak_flops_per_s": peak_flops, "peak_bytes_per_s": peak_bytes, "ridge_flops_per_byte": ridge,
+            "kernels": rows}

@@ -11,12 +11,16 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from modelbuild.events import NodeFinished, NodeResult, NodeStarted, Status
+from modelbuild.events import NodeFinished, NodeProgress, NodeResult, NodeStarted, Status
+from modelbuild.progress import describe
 
 STYLES = {
     Status.CACHED: "dim green", Status.BUILT: "bold green", Status.FAILED: "bold red",
     Status.SKIPPED: "yellow", Status.STALE: "yellow", Status.RUNNING: "cyan", Status.PENDING: "dim",
 }
+
+
+PLAIN_PROGRESS_SECONDS = 10.0  # without a live view, a progress line at most this often per stage
 
 
 def make_console(stream=None) -> Console:
@@ -37,6 +41,8 @@ class LiveReporter:
         self.console = console
         self.states: dict[str, tuple[Status, float | None]] = {n: (Status.PENDING, None) for n in node_ids}
         self.started: dict[str, float] = {}
+        self.notes: dict[str, str] = {}
+        self.printed_at: dict[str, float] = {}
         self.live = Live(self._table(), console=console, refresh_per_second=4, transient=True) \
             if is_live(console) else None
 
@@ -56,6 +62,12 @@ class LiveReporter:
             if not self.live:
                 why = f"  ({'; '.join(event.reasons)})" if event.reasons else ""
                 self.console.print(f"running  {event.node}{why}")
+        elif isinstance(event, NodeProgress):
+            self.notes[event.node] = describe(event.fields)
+            now = time.perf_counter()
+            if not self.live and now - self.printed_at.get(event.node, 0) >= PLAIN_PROGRESS_SECONDS:
+                self.printed_at[event.node] = now
+                self.console.print(f"progress {event.node}  {self.notes[event.node]}", markup=False)
         elif isinstance(event, NodeFinished):
             result = event.result
             self.states[result.node] = (result.status, result.seconds)
@@ -70,8 +82,9 @@ class LiveReporter:
         for node, (status, seconds) in self.states.items():
             if status is Status.RUNNING:
                 seconds = now - self.started.get(node, now)
+            note = self.notes.get(node, "") if status is Status.RUNNING else ""
             table.add_row(Text(status.value, style=STYLES[status]), node,
-                          "" if seconds is None else f"{seconds:.2f}s")
+                          "" if seconds is None else f"{seconds:.2f}s", Text(note, style="dim"))
         return table
 
 

@@ -40,13 +40,21 @@ class NodeStarted:
 
 
 @dataclass(frozen=True)
+class NodeProgress:
+    """What a running stage last reported of its progress (tuning: tasks, trials, best latency)."""
+
+    node: str
+    fields: dict
+
+
+@dataclass(frozen=True)
 class NodeFinished:
     result: NodeResult
 
 
 class Reporter(Protocol):
-    def __call__(self, event: NodeStarted | NodeFinished) -> None: ...
+    def __call__(self, event: NodeStarted | NodeProgress | NodeFinished) -> None: ...
 
 
-def silent(event: NodeStarted | NodeFinished) -> None:
+def silent(event: NodeStarted | NodeProgress | NodeFinished) -> None:
     """A reporter that ignores everything (library use, tests)."""

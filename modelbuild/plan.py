@@ -190,7 +190,7 @@ def validate_node(build: str, target_name: str, target: dict, validation, import
     library = compiler.params["library"]
     return Node(id=f"validate:{build}", stage="validate", build=build, params=params,
                 deps={"library": (compiler.id, library), "golden": (f"reference:{build}", "golden.npz"),
-                      "signature": (importer.id, "signature.json")},
+                      "signature": (importer.id, "signature.json"), "analysis": (compiler.id, "analysis.json")},
                 publish={"metrics.json": f"{model}/{target_name}/validation.json"})
 
 

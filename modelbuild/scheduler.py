@@ -16,13 +16,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from modelbuild.errors import StageError
-from modelbuild.events import NodeFinished, NodeResult, NodeStarted, Reporter, Status, silent
+from modelbuild import progress
+from modelbuild.events import NodeFinished, NodeProgress, NodeResult, NodeStarted, Reporter, Status, silent
 from modelbuild.keys import action_key, key_inputs
 from modelbuild.plan import Node, Plan
 from modelbuild.rebuilder import Decision, decide
 from modelbuild.stages import get_stage
 from modelbuild.store import ActionResult, Stats, Store
 from modelbuild.worker import execute
+
+
+PROGRESS_POLL_SECONDS = 0.5
 
 
 @dataclass
@@ -59,6 +63,7 @@ class Scheduler:
         self.run_result = RunResult()
         self._pool: ProcessPoolExecutor | None = None
         self._running: dict[Future, tuple[Node, Decision, dict, Path, float]] = {}
+        self._progress: dict[str, dict] = {}
 
     def run(self, options: Options = Options()) -> RunResult:
         try:
@@ -166,12 +171,17 @@ class Scheduler:
         log = scratch / "stage.log"
         self.report(NodeStarted(node.id, decision.reasons))
         future = self._pool.submit(execute, get_stage(node.stage).entry, self._stage_inputs(node, scratch),
-                                   node.params, str(out), str(log))
+                                   node.params, str(out), str(log), str(scratch / "progress.jsonl"))
         self._running[future] = (node, decision, inputs, scratch, time.perf_counter())
 
     def _collect(self) -> bool:
-        """Wait for at least one running stage; True if one failed."""
-        done, _ = wait(list(self._running), return_when=FIRST_COMPLETED)
+        """Wait for at least one running stage, passing on their progress meanwhile; True if one failed."""
+        done: set = set()
+        while not done:
+            done, _ = wait(list(self._running), timeout=PROGRESS_POLL_SECONDS, return_when=FIRST_COMPLETED)
+            if not done:
+                self._report_progress()
+        self._report_progress()  # a stage's last report may land after the last poll
         failed = False
         for future in done:
             node, decision, inputs, scratch, started = self._running.pop(future)
@@ -185,6 +195,13 @@ class Scheduler:
             finally:
                 shutil.rmtree(scratch, ignore_errors=True)
         return failed
+
+    def _report_progress(self) -> None:
+        for node, _, _, scratch, _ in self._running.values():
+            fields = progress.latest(scratch / "progress.jsonl")
+            if fields and fields != self._progress.get(node.id):
+                self._progress[node.id] = fields
+                self.report(NodeProgress(node.id, fields))
 
     def _record(self, node: Node, decision: Decision, inputs: dict, out: Path, seconds: float) -> None:
         outputs = {p.name: self.store.put_object(p) for p in sorted(out.iterdir()) if p.is_file()}

@@ -9,10 +9,14 @@ import traceback
 from pathlib import Path
 
 from modelbuild.errors import StageError
+from modelbuild.progress import ENV
 
 
-def execute(entry: str, inputs: dict[str, str], params: dict, out: str, log: str) -> None:
-    """Call the stage function `entry` ('module:function'); any failure becomes a StageError with the log."""
+def execute(entry: str, inputs: dict[str, str], params: dict, out: str, log: str, progress: str) -> None:
+    """Call the stage function `entry` ('module:function'); any failure becomes a StageError with the log.
+
+    The stage's progress reports go to the file `progress`, which the scheduler reads while it runs."""
+    os.environ[ENV] = progress
     with open(log, "ab") as log_file:
         saved = os.dup(1), os.dup(2)
         sys.stdout.flush(), sys.stderr.flush()

@@ -20,6 +20,12 @@ def import_(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
         raise StageError(f"fake import refuses: {model['fail']}")
     if model.get("crash"):
         os._exit(11)  # a worker that dies as a segfault in native code would
+    if model.get("progress"):
+        from modelbuild import progress
+
+        for step in range(model["progress"]):
+            progress.report(message=f"step {step + 1}/{model['progress']}", step=step + 1)
+            time.sleep(0.4)
     if model.get("sleep"):
         started = time.time()
         time.sleep(model["sleep"])

@@ -1,6 +1,7 @@
 """Fusion and memory figures from IR facts: pure, with answers computed by hand."""
 
-from modelbuild.analysis import KernelCall, Step, fusion_summary, lifetimes, memory_summary, peak_live_bytes
+from modelbuild.analysis import (KernelCall, Step, fusion_summary, heaviest_kernels, lifetimes, memory_summary,
+                                 peak_live_bytes, roofline)
 
 S = 4096  # bytes of one tensor
 
@@ -60,3 +61,22 @@ def test_a_chain_needs_only_two_buffers_alive_at_once():
 def test_no_intermediates_means_nothing_to_plan():
     figures = memory_summary([Step(allocates={"out": S}), Step(uses=("x", "out"))], {"out"}, 0)
     assert figures["naive_bytes"] == 0 and figures["lower_bound_bytes"] == 0 and figures["planned_over_naive"] == 1.0
+
+
+def test_heaviest_kernels_rank_by_total_flops_over_their_calls():
+    calls = [KernelCall("a", ("conv2d",), 100, 100), KernelCall("a", ("conv2d",), 100, 100),
+             KernelCall("b", ("dense",), 50, 50), KernelCall("c", ("relu",), 10, 10)]
+    kernels = heaviest_kernels(calls, {"a": 1000, "b": 1500, "c": 0}, {"a": [[[1], "float32"]], "b": [[[1], "float32"]]})
+    assert [(k["kernel"], k["calls"]) for k in kernels] == [("a", 2), ("b", 1)]  # 2000 > 1500; c does no flops
+    assert kernels[0]["bytes"] == 200
+
+
+def test_roofline_classifies_by_arithmetic_intensity_against_the_ridge():
+    kernels = [{"kernel": "dense", "ops": ["dense"], "calls": 1, "flops": 8000, "bytes": 100},
+               {"kernel": "add", "ops": ["add"], "calls": 1, "flops": 100, "bytes": 1200}]
+    result = roofline(kernels, {"dense": 1e-6, "add": 1e-6}, peak_flops=1e10, peak_bytes=1e9)
+    assert result["ridge_flops_per_byte"] == 10
+    dense, add = result["kernels"]
+    assert dense["bound"] == "compute" and dense["flops_per_s"] == 8e9 and dense["roof_fraction"] == 0.8
+    assert add["bound"] == "memory" and add["bytes_per_s"] == 1.2e9
+    assert add["roof_fraction"] == (100 / 1e-6) / (100 / 1200 * 1e9)

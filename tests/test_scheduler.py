@@ -152,3 +152,14 @@ def test_deleted_cache_object_is_rebuilt_not_trusted(fake_project):
     obj.write_text("damaged")
     _, statuses = build(root)
     assert statuses["compile:a@cpu"] is Status.BUILT
+
+
+def test_a_running_stage_reports_its_progress(fake_project):
+    from modelbuild.events import NodeProgress
+
+    root, _ = fake_project
+    write_fake_model(root / "a.json", ["conv"], progress=4)
+    events = []
+    open_project(root / "deploy.toml").run(["a@cpu"], Options(), events.append)
+    seen = [e.fields["step"] for e in events if isinstance(e, NodeProgress) and e.node == "import:a"]
+    assert seen and seen == sorted(seen) and len(set(seen)) == len(seen)  # in order, each change once

@@ -73,6 +73,11 @@ def test_passing_build_reports_accuracy_timing_and_provenance(project, capsys):
     assert b["provenance"]["model_sha256"] == data["builds"][0]["provenance"]["model_sha256"]
     assert b["provenance"]["host_cpu"] not in (None, "host")
     assert {g["name"] for g in b["gates"]} == {"min_cosine", "max_p99_ms"}
+    assert b["scaling"] is None  # one core in this recipe: nothing to scale
+    roof = b["roofline"]
+    assert roof["peak_flops_per_s"] > 1e9 and roof["peak_bytes_per_s"] > 1e8
+    assert [k["ops"][0] for k in roof["kernels"]][:2] == ["conv2d", "conv2d"]  # the two convs are the heaviest
+    assert all(k["bound"] in ("compute", "memory") and k["seconds"] > 0 for k in roof["kernels"])
 
 
 def test_a_gate_that_must_fail_exits_1_and_shows_in_all_three_reports(project, capsys):

@@ -47,6 +47,7 @@ class TimingSpec(Strict):
     min_seconds: float = Field(default=1.0, ge=0)
     threads: int | None = Field(default=None, ge=1, description="Default: the target's num-cores.")
     scaling: bool = Field(default=True, description="Also time 1..threads threads and fit Amdahl's law.")
+    roofline: bool = Field(default=True, description="Time the heaviest kernels against the machine's peaks.")
 
 
 class BaselineSpec(Strict):

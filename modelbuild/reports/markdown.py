@@ -63,8 +63,21 @@ def _details(b: dict) -> list[str]:
             f = sc["parallel_fraction"]
             out.append(f"\nScaling (median latency by thread count): {points}; Amdahl parallel fraction "
                        f"f = {f:.2f}, so more cores could give at most {1 / (1 - f) if f < 1 else float('inf'):.1f}x.")
+        out += _roofline(b.get("roofline"))
         if t["cv"] > 0.05:
             out.append(f"\n> Warning: the coefficient of variation is {t['cv']:.0%}: the machine was noisy.")
+    return out
+
+
+def _roofline(r: dict | None) -> list[str]:
+    if not r or not r["kernels"]:
+        return []
+    out = ["", f"Roofline (machine peaks: {r['peak_flops_per_s'] / 1e9:.1f} GFLOP/s, "
+           f"{r['peak_bytes_per_s'] / 1e9:.1f} GB/s; ridge {r['ridge_flops_per_byte']:.1f} FLOP/byte):", "",
+           "| kernel | calls | GFLOP/s | GB/s | FLOP/byte | bound | of roof |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    out += [f"| {k['kernel']} | {k['calls']} | {k['flops_per_s'] / 1e9:.2f} | {k['bytes_per_s'] / 1e9:.2f} | "
+            f"{k['intensity']:.1f} | {k['bound']} | {k['roof_fraction']:.0%} |" for k in r["kernels"]]
+    out += ["", "The bandwidth peak is a 64 MB copy, i.e. main memory: a kernel whose data stays in cache can pass it."]
     return out
 
 

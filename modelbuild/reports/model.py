@@ -50,6 +50,7 @@ def _build(project, run: RunResult, name: str) -> dict:
         "cold_ms": (metrics or {}).get("cold_ms"),
         "throughput": latency["throughput"] if latency else None,
         "scaling": (metrics or {}).get("scaling"),
+        "roofline": (metrics or {}).get("roofline"),
         "artifact_bytes": (metrics or {}).get("artifact_bytes"),
         "peak_rss_bytes": (metrics or {}).get("peak_rss_bytes"),
         "fusion": figures.get("fusion"),

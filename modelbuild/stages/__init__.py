@@ -40,11 +40,11 @@ def get_stage(name: str) -> Stage:
 
 register(Stage("import", 1, "modelbuild.stages.onnx_import:run", ("onnx", "onnxslim", "tvm"),
                "freeze input shapes, simplify, import ONNX into Relax"))
-register(Stage("compile", 4, "modelbuild.stages.compile:run", ("tvm",),
+register(Stage("compile", 6, "modelbuild.stages.compile:run", ("tvm",),
                "compile the Relax module for a target and export the library"))
 register(Stage("tune", 1, "modelbuild.stages.tune:run", ("tvm", "tvm-ffi"),
                "MetaSchedule tuning into the target's shared database; the best record of each task"))
 register(Stage("reference", 1, "modelbuild.stages.reference:run", ("onnxruntime", "numpy"),
                "golden inputs and the ONNX model's outputs from onnxruntime"))
-register(Stage("validate", 2, "modelbuild.stages.validate:run", ("tvm", "numpy"),
+register(Stage("validate", 4, "modelbuild.stages.validate:run", ("tvm", "numpy"),
                "run the library on the golden inputs, compare with the reference, time it"))

@@ -82,9 +82,11 @@ def _figures(phases) -> dict:
     before = lowering.kernel_calls(phases.legalized)
     after = lowering.kernel_calls(phases.fused, phases.grouped)
     steps, returned = lowering.steps(phases.lowered)
+    flops, args = lowering.kernel_flops_and_args(phases.fused)
     return {
         "fusion": analysis.fusion_summary(before, after),
         "memory": analysis.memory_summary(steps, returned, lowering.planned_storage_bytes(phases.planned)),
+        "kernels": analysis.heaviest_kernels(after, flops, args),
     }
 
 

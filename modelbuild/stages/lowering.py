@@ -156,3 +156,32 @@ def planned_storage_bytes(module) -> int:
         if getattr(getattr(value, "op", None), "name", None) == "relax.memory.alloc_storage":
             total += int(value.args[0].values[0])
     return total
+
+
+def kernel_flops_and_args(module) -> tuple[dict[str, int], dict[str, list]]:
+    """FLOPs of each PrimFunc (TVM's estimate) and the shape and dtype of each of its buffer arguments."""
+    from tvm import tirx
+    from tvm.s_tir.analysis import estimate_tir_flops
+
+    import tvm
+
+    flops, args = {}, {}
+    for gv, func in module.functions.items():
+        if not isinstance(func, tirx.PrimFunc):
+            continue
+        try:
+            flops[gv.name_hint] = int(estimate_tir_flops(tvm.IRModule({"main": func})))
+        except Exception:  # an estimate TVM cannot make just leaves the kernel off the roofline
+            continue
+        # in TVM 0.27 a PrimFunc's parameters are buffer variables carrying their own shape and dtype
+        if all(getattr(p, "shape", None) is not None and _static(p.shape) for p in func.params):
+            args[gv.name_hint] = [[[int(d) for d in p.shape], str(p.dtype)] for p in func.params]
+    return flops, args
+
+
+def _static(shape) -> bool:
+    try:
+        [int(d) for d in shape]
+        return True
+    except (TypeError, ValueError):
+        return False

@@ -1,6 +1,6 @@
 """Runs a TVM library on golden inputs and times it; called by the validate stage as a fresh process.
 
-usage: python -m modelbuild.stages.measure LIBRARY GOLDEN.npz SIGNATURE.json TIMING_JSON OUT.json
+usage: python -m modelbuild.stages.measure LIBRARY GOLDEN.npz SIGNATURE.json TIMING_JSON OUT.json [ANALYSIS.json]
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from modelbuild import metrics
 from modelbuild.targets import host_machine
 
 
-def main(library: str, golden_path: str, signature_path: str, timing_json: str, out_path: str) -> None:
+def main(library: str, golden_path: str, signature_path: str, timing_json: str, out_path: str,
+         analysis_path: str = "") -> None:
     timing = json.loads(timing_json)
     signature = json.loads(Path(signature_path).read_text())
     golden = dict(np.load(golden_path))
@@ -40,7 +41,9 @@ def main(library: str, golden_path: str, signature_path: str, timing_json: str, 
     accuracy = {name: _accuracy(np.stack(actual[name]), golden[f"out.{name}"]) for name in output_names}
 
     latencies = _time(run, [golden[f"in.{n}"][0] for n in input_names], **timing)
+    kernels = json.loads(Path(analysis_path).read_text()).get("kernels") if analysis_path else None
     result = {
+        "roofline": _roofline(library, kernels) if kernels else None,
         "accuracy": accuracy,
         "cold_ms": cold_ms,
         "latency_ms": metrics.timing_summary(latencies),
@@ -64,6 +67,45 @@ def _load(library: str):
         return [v.numpy() for v in values]
 
     return run
+
+
+def _roofline(library: str, kernels: list[dict]) -> dict:
+    """Time the heaviest kernels one by one, and the machine's peaks, for a roofline."""
+    from modelbuild import analysis
+
+    seconds = {k["kernel"]: _time_kernel(library, k) for k in kernels}
+    return analysis.roofline(kernels, {k: s for k, s in seconds.items() if s}, *machine_peaks())
+
+
+def _time_kernel(library: str, kernel: dict) -> float | None:
+    import tvm
+
+    module = tvm.runtime.load_module(library).imports[0]
+    rng = np.random.default_rng(0)
+    args = [tvm.runtime.tensor(rng.standard_normal(shape).astype(dtype) if dtype.startswith("float")
+                               else np.zeros(shape, dtype)) for shape, dtype in kernel["args"]]
+    try:
+        timer = module.time_evaluator(kernel["kernel"], tvm.cpu(), number=5, repeat=5, min_repeat_ms=20)
+        return float(np.median(timer(*args).results))
+    except Exception:  # a kernel the library names differently is left off the roofline, not fatal
+        return None
+
+
+def machine_peaks() -> tuple[float, float]:
+    """This machine's attainable FLOP/s (BLAS float32 matmul) and bytes/s (a large copy): best of 5."""
+    n = 1024
+    a, b = np.ones((n, n), np.float32), np.ones((n, n), np.float32)
+    flops = max(2 * n**3 / _seconds(lambda: a @ b) for _ in range(5))
+    src = np.ones(64 * 2**20 // 4, np.float32)
+    dst = np.empty_like(src)
+    bandwidth = max(2 * src.nbytes / _seconds(lambda: np.copyto(dst, src)) for _ in range(5))
+    return flops, bandwidth
+
+
+def _seconds(fn) -> float:
+    started = time.perf_counter()
+    fn()
+    return time.perf_counter() - started
 
 
 def _accuracy(actual: np.ndarray, expected: np.ndarray) -> dict:
@@ -91,4 +133,4 @@ def _time(run, arrays, *, warmup: int, min_runs: int, min_seconds: float, **_) -
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:6])
+    main(*sys.argv[1:7])

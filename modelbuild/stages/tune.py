@@ -16,7 +16,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from modelbuild import tuning_db
+from modelbuild import progress, tuning_db
 from modelbuild.errors import StageError
 
 RECORDS_FILE = "records.json"
@@ -43,11 +43,10 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
         trials = tuning_db.read(folder)["trials"]
         todo = _deficits(hashes, trials, tuning)
         if todo:
-            _search([tasks[i] for i in todo], todo, tuning, database, target)
-            for i, need in todo.items():
-                trials[hashes[i]] = trials.get(hashes[i], 0) + need
-            data = tuning_db.read(folder)
-            tuning_db.write(folder, {**data, "trials": trials})
+            before = dict(trials)
+            ledger = Ledger(folder, trials, [hashes[i] for i in todo], [int(tasks[i].weight) for i in todo])
+            _search([tasks[i] for i in todo], todo, tuning, database, ledger)
+            ledger.finished(list(todo.values()), before)
         data = tuning_db.read(folder)
     best = _best_records(data, hashes)
     (out / RECORDS_FILE).write_text(json.dumps(best, sort_keys=True))
@@ -81,7 +80,62 @@ def _deficits(hashes: list[str], trials: dict, tuning: dict) -> dict[int, int]:
     return dict(sorted({h: n for h, n in owed.items()}.items()))
 
 
-def _search(tasks, owed: dict[int, int], tuning: dict, database, target) -> None:
+class Ledger:
+    """Counts trials per workload as they are measured, writing them through so an interrupted run keeps its
+    count, and reports progress: tasks done, trials, and the model latency estimated from the best so far."""
+
+    def __init__(self, folder: Path, trials: dict, hashes: list[str], weights: list[int]) -> None:
+        self.folder, self.trials, self.hashes, self.weights = folder, trials, hashes, weights
+        self.best = [None] * len(hashes)
+        self.measured = [0] * len(hashes)
+
+    def measured_batch(self, task: int, seconds: list[float], planned: dict[int, int]) -> None:
+        shash = self.hashes[task]
+        self.trials[shash] = self.trials.get(shash, 0) + len(seconds)
+        self.measured[task] += len(seconds)
+        finite = [s for s in seconds if s < 1e9]
+        if finite and (self.best[task] is None or min(finite) < self.best[task]):
+            self.best[task] = min(finite)
+        data = tuning_db.read(self.folder)
+        tuning_db.write(self.folder, {**data, "trials": self.trials})
+        self._report(planned)
+
+    def finished(self, owed: list[int], before: dict) -> None:
+        """The search is over: a workload counts as tuned to what was asked, even if MetaSchedule found fewer
+        distinct candidates than that (a small search space), so it is not searched again next time."""
+        for shash, need in zip(self.hashes, owed):
+            self.trials[shash] = max(self.trials.get(shash, 0), before.get(shash, 0) + need)
+        data = tuning_db.read(self.folder)
+        tuning_db.write(self.folder, {**data, "trials": self.trials})
+
+    def _report(self, planned: dict[int, int]) -> None:
+        done = sum(m >= planned[i] for i, m in enumerate(self.measured))
+        total = sum(planned.values())
+        estimate = sum(w * b for w, b in zip(self.weights, self.best) if b is not None) * 1000
+        progress.report(message=f"tasks {done}/{len(self.hashes)}  trials {sum(self.measured)}/{total}  "
+                                f"est. {estimate:.3f} ms (tuned tasks)",
+                        tasks=len(self.hashes), tasks_done=done, trials=sum(self.measured), planned=total,
+                        best_us=[b * 1e6 if b is not None else None for b in self.best])
+
+
+def _progress_callback(ledger: Ledger, planned: dict[int, int]):
+    """A MetaSchedule measure callback that feeds the ledger after each measured batch."""
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir.meta_schedule.measure_callback import PyMeasureCallback
+
+    @derived_object
+    class ProgressCallback(PyMeasureCallback):
+        def apply(self, task_scheduler, task_id, measure_candidates, builder_results, runner_results) -> None:
+            seconds = []
+            for result in runner_results:
+                runs = [float(getattr(s, "value", s)) for s in (result.run_secs or [])]
+                seconds.append(statistics.fmean(runs) if runs and not result.error_msg else float("inf"))
+            ledger.measured_batch(task_id, seconds, planned)
+
+    return ProgressCallback()
+
+
+def _search(tasks, owed: dict[int, int], tuning: dict, database, ledger: Ledger) -> None:
     from tvm.s_tir import meta_schedule as ms
 
     per_task = max(owed.values())
@@ -90,11 +144,13 @@ def _search(tasks, owed: dict[int, int], tuning: dict, database, target) -> None
             tasks, work_dir=work_dir, strategy=tuning["strategy"], seed=tuning["seed"])
         config = ms.runner.EvaluatorConfig(number=tuning["number"], repeat=tuning["repeat"],
                                            min_repeat_ms=tuning["min_repeat_ms"])
+        planned = dict(enumerate(owed.values()))
+        callbacks = [*ms.measure_callback.MeasureCallback.create("default"), _progress_callback(ledger, planned)]
         try:
             ms.tune_tasks(tasks=contexts, task_weights=weights, work_dir=work_dir,
                           max_trials_global=sum(owed.values()), max_trials_per_task=per_task,
                           num_trials_per_iter=min(64, per_task), database=database,
-                          cost_model=tuning["cost_model"],
+                          cost_model=tuning["cost_model"], measure_callbacks=callbacks,
                           builder=ms.builder.LocalBuilder(timeout_sec=tuning["timeout_s"]),
                           runner=ms.runner.LocalRunner(timeout_sec=tuning["timeout_s"], evaluator_config=config))
         except Exception as err:

@@ -23,7 +23,7 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
     if not params["runs_here"]:
         _write(out, {"ran": False, "reason": params["reason"]})
         return
-    metrics = _measure(inputs, params["timing"], params["threads"], out)
+    metrics = _measure(inputs, params["timing"], params["threads"], out, roofline=params["timing"].get("roofline"))
     metrics.update(ran=True, artifact_bytes=inputs["library"].stat().st_size, threads=params["threads"])
     if params["timing"].get("scaling") and params["threads"] > 1:
         metrics["scaling"] = _scaling(inputs, params["timing"], params["threads"], out)
@@ -40,13 +40,14 @@ def _scaling(inputs: dict[str, Path], timing: dict, threads: int, out: Path) -> 
     return metrics.scaling_summary(counts, medians)
 
 
-def _measure(inputs: dict[str, Path], timing: dict, threads: int, out: Path) -> dict:
+def _measure(inputs: dict[str, Path], timing: dict, threads: int, out: Path, roofline: bool = False) -> dict:
     """Run measure.py in a fresh process with `threads` runtime threads; its JSON result."""
     result = out / "measured.json"
     env = {**os.environ, "TVM_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
     proc = subprocess.run(
         [sys.executable, "-m", "modelbuild.stages.measure", str(inputs["library"]), str(inputs["golden"]),
-         str(inputs["signature"]), json.dumps(timing), str(result)],
+         str(inputs["signature"]), json.dumps(timing), str(result),
+         *([str(inputs["analysis"])] if roofline and "analysis" in inputs else [])],
         env=env, capture_output=True, text=True,
     )
     sys.stdout.write(proc.stdout), sys.stderr.write(proc.stderr)
