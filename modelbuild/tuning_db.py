@@ -2,7 +2,9 @@
 
 A database folder holds `database_workload.json` (one `[structural hash, module]` line per workload),
 `database_tuning_record.json` (one `[workload line index, record]` line per measured candidate),
-`trials.json` (how many trials each workload has had, so tuning continues rather than restarts) and
+`trials.json` (how many trials each workload has had, so tuning continues rather than restarts),
+`defaults.json` (each workload's time under modelbuild's default schedule, by modelbuild version: a tuned
+record is applied only where it beats it, and keeping the time here makes every clone choose alike) and
 `target.json`. The store keeps one folder per target under .cache/tuning/: a record measured for one model is
 found by every other model that has the same workload.
 """
@@ -21,6 +23,7 @@ from modelbuild.hashing import digest_of
 WORKLOADS = "database_workload.json"
 RECORDS = "database_tuning_record.json"
 TRIALS = "trials.json"
+DEFAULTS = "defaults.json"
 TARGET = "target.json"
 EXPORT_FORMAT = "modelbuild.tuning/1"
 
@@ -50,10 +53,11 @@ def _lines(path: Path) -> list[list]:
 
 def read(folder: Path) -> dict:
     """A database as data: target, workloads [[shash, module]], records [[workload index, record]], trials."""
-    trials = json.loads((folder / TRIALS).read_text()) if (folder / TRIALS).exists() else {}
-    target = json.loads((folder / TARGET).read_text()) if (folder / TARGET).exists() else None
-    return {"target": target, "workloads": _lines(folder / WORKLOADS), "records": _lines(folder / RECORDS),
-            "trials": trials}
+    def load(name, empty):
+        return json.loads((folder / name).read_text()) if (folder / name).exists() else empty
+
+    return {"target": load(TARGET, None), "workloads": _lines(folder / WORKLOADS), "records": _lines(folder / RECORDS),
+            "trials": load(TRIALS, {}), "defaults": load(DEFAULTS, {})}
 
 
 def write(folder: Path, data: dict) -> None:
@@ -61,6 +65,7 @@ def write(folder: Path, data: dict) -> None:
     for name, rows in ((WORKLOADS, data["workloads"]), (RECORDS, data["records"])):
         write_atomic(folder / name, "".join(json.dumps(row) + "\n" for row in rows).encode())
     write_atomic(folder / TRIALS, json.dumps(data["trials"], sort_keys=True).encode())
+    write_atomic(folder / DEFAULTS, json.dumps(data.get("defaults", {}), sort_keys=True).encode())
     if data.get("target") is not None:
         write_atomic(folder / TARGET, json.dumps(data["target"], sort_keys=True).encode())
 
@@ -84,8 +89,9 @@ def merge(into: dict, other: dict) -> dict:
     trials = dict(into["trials"])
     for shash, count in other["trials"].items():
         trials[shash] = max(count, trials.get(shash, 0))
+    defaults = {**other.get("defaults", {}), **into.get("defaults", {})}  # a time measured here wins
     return {"target": into.get("target") or other.get("target"), "workloads": workloads, "records": records,
-            "trials": trials}
+            "trials": trials, "defaults": defaults}
 
 
 def export_all(root: Path) -> dict:
@@ -122,6 +128,7 @@ def format_export(exported: dict) -> str:
             "  {\n"
             f'   "target": {json.dumps(db["target"], sort_keys=True)},\n'
             f'   "trials": {json.dumps(db["trials"], sort_keys=True)},\n'
+            f'   "defaults": {json.dumps(db.get("defaults", {}), sort_keys=True)},\n'
             f'   "workloads": [\n{rows(db["workloads"])}\n   ],\n'
             f'   "records": [\n{rows(db["records"])}\n   ]\n'
             "  }")

@@ -10,9 +10,9 @@ from modelbuild.errors import ModelbuildError
 TARGET = {"kind": "llvm", "mcpu": "skylake", "num-cores": 2}
 
 
-def database(workloads, records, trials=None, target=TARGET):
+def database(workloads, records, trials=None, target=TARGET, defaults=None):
     return {"target": target, "workloads": [[h, f"module-{h}"] for h in workloads],
-            "records": records, "trials": trials or {}}
+            "records": records, "trials": trials or {}, "defaults": defaults or {}}
 
 
 def test_merge_reindexes_records_and_drops_duplicates():
@@ -53,3 +53,11 @@ def test_an_export_line_per_record(tmp_path):
 def test_importing_something_else_is_refused(tmp_path):
     with pytest.raises(ModelbuildError, match="not a modelbuild tuning export"):
         tuning_db.import_all(tmp_path, {"format": "other"})
+
+
+def test_default_schedule_times_travel_with_the_records_and_local_ones_win():
+    here = database(["a"], [], defaults={"a": {"modelbuild": "0.1.0", "seconds": 1.0}})
+    there = database(["a", "b"], [], defaults={"a": {"modelbuild": "0.1.0", "seconds": 9.0},
+                                              "b": {"modelbuild": "0.1.0", "seconds": 2.0}})
+    merged = tuning_db.merge(here, there)
+    assert merged["defaults"]["a"]["seconds"] == 1.0 and merged["defaults"]["b"]["seconds"] == 2.0

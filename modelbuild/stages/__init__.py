@@ -42,7 +42,7 @@ register(Stage("import", 1, "modelbuild.stages.onnx_import:run", ("onnx", "onnxs
                "freeze input shapes, simplify, import ONNX into Relax"))
 register(Stage("compile", 6, "modelbuild.stages.compile:run", ("tvm",),
                "compile the Relax module for a target and export the library"))
-register(Stage("tune", 1, "modelbuild.stages.tune:run", ("tvm", "tvm-ffi"),
+register(Stage("tune", 2, "modelbuild.stages.tune:run", ("tvm", "tvm-ffi"),
                "MetaSchedule tuning into the target's shared database; the best record of each task"))
 register(Stage("reference", 1, "modelbuild.stages.reference:run", ("onnxruntime", "numpy"),
                "golden inputs and the ONNX model's outputs from onnxruntime"))

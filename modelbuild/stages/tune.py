@@ -47,10 +47,11 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
             ledger = Ledger(folder, trials, [hashes[i] for i in todo], [int(tasks[i].weight) for i in todo])
             _search([tasks[i] for i in todo], todo, tuning, database, ledger)
             ledger.finished(list(todo.values()), before)
+        baseline = _defaults(folder, tasks, hashes, target, tuning)
         data = tuning_db.read(folder)
-    best = _best_records(data, hashes)
+    best = _best_records(data, hashes, baseline)
     (out / RECORDS_FILE).write_text(json.dumps(best, sort_keys=True))
-    (out / SUMMARY_FILE).write_text(json.dumps(_summary(tasks, hashes, data, todo, best), indent=1))
+    (out / SUMMARY_FILE).write_text(json.dumps(_summary(tasks, hashes, data, todo, best, baseline), indent=1))
 
 
 def _seed_database(folder: Path, target: dict, records: Path | None) -> None:
@@ -162,8 +163,51 @@ def _mean_seconds(record: list) -> float:
     return statistics.fmean(float(s) for s in run_secs)
 
 
-def _best_records(data: dict, hashes: list[str]) -> dict:
-    """A database holding only the fastest record of each task: what the compile stage applies."""
+def _defaults(folder: Path, tasks, hashes: list[str], target, tuning: dict) -> dict[str, float | None]:
+    """Each task's time under the default schedule: measured once per workload and modelbuild version, then
+    kept in the database (and its exports), so every later run and every clone compares against the same."""
+    from modelbuild import __version__
+
+    data = tuning_db.read(folder)
+    known = data["defaults"]
+    changed = False
+    for task, shash in zip(tasks, hashes):
+        entry = known.get(shash)
+        if not entry or entry.get("modelbuild") != __version__:
+            known[shash] = {"modelbuild": __version__, "seconds": _default_seconds(task, target, tuning)}
+            changed = True
+    if changed:
+        tuning_db.write(folder, {**data, "defaults": known})
+    return {h: known[h]["seconds"] for h in hashes}
+
+
+def _default_seconds(task, target, tuning: dict) -> float | None:
+    """How fast the task's kernel runs with modelbuild's default schedule, timed like a tuning candidate, so
+    a tuned record is applied only where it beats it. None when the default schedule cannot be timed."""
+    import numpy as np
+    import tvm
+
+    from modelbuild.stages import default_schedule
+
+    func = task.dispatched[0]["main"]
+    cores = int(target.attrs["num-cores"]) if "num-cores" in target.attrs else 1
+    scheduled = default_schedule.schedule_function(func, cores=cores) or func
+    try:
+        library = tvm.compile(tvm.IRModule({"main": scheduled}), target=target)
+        rng = np.random.default_rng(0)
+        args = [tvm.runtime.tensor(rng.standard_normal([int(d) for d in p.shape]).astype(str(p.dtype))
+                                   if str(p.dtype).startswith("float") else
+                                   np.zeros([int(d) for d in p.shape], str(p.dtype))) for p in scheduled.params]
+        timer = library.time_evaluator("main", tvm.cpu(), number=tuning["number"], repeat=tuning["repeat"],
+                                       min_repeat_ms=tuning["min_repeat_ms"])
+        return float(np.median(timer(*args).results))
+    except Exception:  # an untimable default never blocks a tuned record
+        return None
+
+
+def _best_records(data: dict, hashes: list[str], baseline: dict[str, float | None]) -> dict:
+    """A database holding the fastest record of each task, for the tasks where it beats the default schedule:
+    what the compile stage applies. Tuning with a small budget can find worse schedules than the default."""
     index = {w[0]: i for i, w in enumerate(data["workloads"])}
     best: dict[str, list] = {}
     for i, record in data["records"]:
@@ -171,18 +215,24 @@ def _best_records(data: dict, hashes: list[str]) -> dict:
         if shash in hashes and _mean_seconds(record) < 1e9:
             if shash not in best or _mean_seconds(record) < _mean_seconds(best[shash]):
                 best[shash] = record
-    chosen = sorted(best)
+    chosen = sorted(h for h in best if baseline.get(h) is None or _mean_seconds(best[h]) < baseline[h])
     return {"target": data["target"], "workloads": [data["workloads"][index[h]] for h in chosen],
-            "records": [[n, best[h]] for n, h in enumerate(chosen)], "trials": {}}
+            "records": [[n, best[h]] for n, h in enumerate(chosen)], "trials": {}, "defaults": {}}
 
 
-def _summary(tasks, hashes, data, todo, best) -> dict:
-    fastest = {data_w[0]: _mean_seconds(r) for data_w, (_, r) in zip(best["workloads"], best["records"])}
+def _summary(tasks, hashes, data, todo, best, baseline) -> dict:
+    applied = {w[0]: _mean_seconds(r) for w, (_, r) in zip(best["workloads"], best["records"])}
+    def used(h):  # the seconds of what the compile stage will use for this task
+        return applied.get(h, baseline.get(h)) or 0.0
+
     return {
         "tasks": [{"name": t.task_name, "workload": h, "weight": int(t.weight),
                    "trials": data["trials"].get(h, 0), "measured_now": todo.get(i, 0),
-                   "best_us": fastest[h] * 1e6 if h in fastest else None}
+                   "tuned_us": applied[h] * 1e6 if h in applied else None,
+                   "default_us": baseline[h] * 1e6 if baseline.get(h) else None,
+                   "applied": "tuned" if h in applied else "default"}
                   for i, (t, h) in enumerate(zip(tasks, hashes))],
         "measured_now": sum(todo.values()),
-        "estimated_latency_us": sum(fastest.get(h, 0) * t.weight for t, h in zip(tasks, hashes)) * 1e6,
+        "tuned_tasks": len(applied),
+        "estimated_latency_us": sum(used(h) * t.weight for t, h in zip(tasks, hashes)) * 1e6,
     }
