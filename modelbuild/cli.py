@@ -70,7 +70,8 @@ def _parser() -> argparse.ArgumentParser:
     graph.set_defaults(handler=cmd_graph)
 
     clean = sub.add_parser("clean", parents=[common], help="remove the build folder (--all: the cache too)")
-    clean.add_argument("--all", action="store_true", help="also empty the cache")
+    clean.add_argument("--all", action="store_true",
+                       help="also empty the cache, tuning databases included (`tune export` them first)")
     clean.set_defaults(handler=cmd_clean)
 
     cache = sub.add_parser("cache", parents=[common], help="the cache: `cache stats`")

@@ -62,3 +62,9 @@ class StageError(ModelbuildError):
 
 def _rebuild_stage_error(message: str, log: str | None) -> StageError:
     return StageError(message, log=log)
+
+
+def last_line(err: BaseException, limit: int = 500) -> str:
+    """The last non-empty line of an exception's message: where TVM and onnx put the actual complaint."""
+    lines = [line for line in str(err).strip().splitlines() if line.strip()]
+    return lines[-1][:limit] if lines else type(err).__name__

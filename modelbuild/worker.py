@@ -8,7 +8,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from modelbuild.errors import StageError
+from modelbuild.errors import StageError, last_line
 from modelbuild.progress import ENV
 
 
@@ -28,7 +28,7 @@ def execute(entry: str, inputs: dict[str, str], params: dict, out: str, log: str
             raise StageError(err.message, log=log) from None
         except Exception as err:  # a bug or a TVM crash in Python: keep the traceback in the log
             traceback.print_exc()
-            raise StageError(f"{type(err).__name__}: {_last_line(err)}", log=log) from None
+            raise StageError(f"{type(err).__name__}: {last_line(err)}", log=log) from None
         finally:
             sys.stdout.flush(), sys.stderr.flush()
             os.dup2(saved[0], 1), os.dup2(saved[1], 2)
@@ -38,8 +38,3 @@ def execute(entry: str, inputs: dict[str, str], params: dict, out: str, log: str
 def _call(entry: str, inputs: dict[str, Path], params: dict, out: Path) -> None:
     module_name, _, function = entry.partition(":")
     getattr(importlib.import_module(module_name), function)(inputs=inputs, params=params, out=out)
-
-
-def _last_line(err: Exception) -> str:
-    lines = [line for line in str(err).strip().splitlines() if line.strip()]
-    return lines[-1][:500] if lines else ""

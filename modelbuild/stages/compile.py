@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from modelbuild import analysis
-from modelbuild.errors import StageError
+from modelbuild.errors import StageError, last_line
 
 ANALYSIS_FILE = "analysis.json"
 IR_FILES = {"ir_before_fusion.py": "legalized", "ir_after_fusion.py": "fused", "ir_planned.py": "planned"}
@@ -31,7 +31,7 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
     except StageError:
         raise
     except Exception as err:
-        raise StageError(f"tvm.compile failed for {params['target']}: {_last_line(err)}") from err
+        raise StageError(f"tvm.compile failed for {params['target']}: {last_line(err)}") from err
     _export(executable, out / params["library"], params.get("cross_compiler"))
     (out / ANALYSIS_FILE).write_text(json.dumps(_figures(phases), indent=1, sort_keys=True))
     for name, phase in IR_FILES.items():
@@ -44,7 +44,7 @@ def _target(spec: dict):
     try:
         return tvm.target.Target(spec)
     except Exception as err:
-        raise StageError(f"TVM rejects the target {spec}: {_last_line(err)}") from err
+        raise StageError(f"TVM rejects the target {spec}: {last_line(err)}") from err
 
 
 def _build(module, target, options: dict, records: Path | None):
@@ -97,8 +97,3 @@ def _export(executable, path: Path, cross_compiler: str | None) -> None:
         executable.export_library(str(path), fcompile=cc.cross_compiler(cross_compiler))
     else:
         executable.export_library(str(path))
-
-
-def _last_line(err: Exception) -> str:
-    lines = [line for line in str(err).strip().splitlines() if line.strip()]
-    return lines[-1] if lines else type(err).__name__

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from modelbuild.errors import StageError
+from modelbuild.errors import StageError, last_line
 
 IR_FILE = "ir.json"
 SIGNATURE_FILE = "signature.json"
@@ -79,7 +79,7 @@ def _to_relax(model, declared: dict):
     try:
         return relax_onnx.from_onnx(model, shape_dict=shapes, dtype_dict=dtypes, keep_params_in_input=False)
     except Exception as err:
-        raise StageError(f"TVM could not import the model: {_first_line(err)}") from err
+        raise StageError(f"TVM could not import the model: {last_line(err)}") from err
 
 
 def _check_supported(model, table: dict) -> None:
@@ -104,8 +104,3 @@ def _signature(model, onnx) -> dict:
         "inputs": tensors(i for i in model.graph.input if i.name not in initializers),
         "outputs": tensors(model.graph.output),
     }
-
-
-def _first_line(err: Exception) -> str:
-    lines = [line for line in str(err).strip().splitlines() if line.strip()]
-    return lines[-1] if lines else type(err).__name__

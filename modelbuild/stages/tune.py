@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 from modelbuild import progress, tuning_db
-from modelbuild.errors import StageError
+from modelbuild.errors import StageError, last_line
 
 RECORDS_FILE = "records.json"
 SUMMARY_FILE = "tune.json"
@@ -155,7 +155,7 @@ def _search(tasks, owed: dict[int, int], tuning: dict, database, ledger: Ledger)
                           builder=ms.builder.LocalBuilder(timeout_sec=tuning["timeout_s"]),
                           runner=ms.runner.LocalRunner(timeout_sec=tuning["timeout_s"], evaluator_config=config))
         except Exception as err:
-            raise StageError(f"MetaSchedule tuning failed: {str(err).strip().splitlines()[-1]}") from err
+            raise StageError(f"MetaSchedule tuning failed: {last_line(err)}") from err
 
 
 def _mean_seconds(record: list) -> float:

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from modelbuild import metrics
-from modelbuild.errors import StageError
+from modelbuild.errors import StageError, last_line
 
 METRICS_FILE = "metrics.json"
 
@@ -52,8 +52,7 @@ def _measure(inputs: dict[str, Path], timing: dict, threads: int, out: Path, roo
     )
     sys.stdout.write(proc.stdout), sys.stderr.write(proc.stderr)
     if proc.returncode != 0:
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise StageError(f"running the library failed (exit {proc.returncode}): {tail}")
+        raise StageError(f"running the library failed (exit {proc.returncode}): {last_line(proc.stderr or 'no output')}")
     measured = json.loads(result.read_text())
     result.unlink()
     return measured
