@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from modelbuild.hashing import digest_of
 from modelbuild.plan import Node
-from modelbuild.stages import Stage
+from modelbuild.stages import Stage, source_digest
 from modelbuild.versions import tool_versions
 
 
 def key_inputs(node: Node, stage: Stage, *, files: dict[str, str], upstream: dict[str, str]) -> dict:
     """Everything a node's output depends on: stage and version, recipe slice, input digests, tool versions."""
     return {
-        "stage": {"name": stage.name, "version": stage.version},
+        "stage": {"name": stage.name, "version": stage.version, "source": source_digest(stage.modules)},
         "params": node.params,
         "files": files,
         "upstream": upstream,

@@ -84,6 +84,8 @@ def _describe(path: tuple, old, new) -> str:
             return f"{tool} {change}"
         case ("stage", "version"):
             return f"stage implementation changed v{_show(old)} -> v{_show(new)}"
+        case ("stage", "source"):
+            return "stage code changed"
         case ("params", *rest):
             return f"{'.'.join(rest)} changed {change}"
     return f"{'.'.join(path)} changed {change}"

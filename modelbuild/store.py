@@ -135,8 +135,14 @@ class Store:
             return Stats()
 
     def add_stats(self, run: Stats) -> None:
-        total = self.stats().add(run)
-        write_atomic(self.root / "stats.json", json.dumps(asdict(total)).encode())
+        """Add one run's hits and misses; a lock keeps two concurrent builds from losing each other's."""
+        import fcntl
+
+        self.root.mkdir(parents=True, exist_ok=True)
+        with open(self.root / ".stats.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            total = self.stats().add(run)
+            write_atomic(self.root / "stats.json", json.dumps(asdict(total)).encode())
 
     def usage(self) -> tuple[int, int]:
         """(action entries, bytes of objects)."""

@@ -163,3 +163,22 @@ def test_a_running_stage_reports_its_progress(fake_project):
     open_project(root / "deploy.toml").run(["a@cpu"], Options(), events.append)
     seen = [e.fields["step"] for e in events if isinstance(e, NodeProgress) and e.node == "import:a"]
     assert seen and seen == sorted(seen) and len(set(seen)) == len(seen)  # in order, each change once
+
+
+def test_editing_a_stage_helper_reruns_that_stage_only(fake_project, monkeypatch, tmp_path_factory):
+    from dataclasses import replace
+
+    from modelbuild import stages
+
+    lib = tmp_path_factory.mktemp("lib")
+    (lib / "mb_helper_under_test.py").write_text("FACTOR = 1\n")
+    monkeypatch.syspath_prepend(str(lib))
+    monkeypatch.setitem(stages.STAGES, "compile", replace(stages.STAGES["compile"], helpers=("mb_helper_under_test",)))
+    root, _ = fake_project
+    stages.source_digest.cache_clear()  # one process builds twice here; a CLI run is a fresh process
+    build(root)
+    (lib / "mb_helper_under_test.py").write_text("FACTOR = 2\n")
+    stages.source_digest.cache_clear()
+    run, statuses = build(root, dry_run=True)
+    assert {n for n, s in statuses.items() if s is Status.STALE} == {"compile:a@cpu", "compile:b@cpu"}
+    assert run.results["compile:a@cpu"].reasons == ["stage code changed"]

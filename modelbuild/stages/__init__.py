@@ -6,9 +6,13 @@ whose stages are all cached never imports TVM, onnx or onnxruntime.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import importlib.util
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
 
 from modelbuild.errors import ModelbuildError
+from modelbuild.hashing import sha256_file
 
 
 @dataclass(frozen=True)
@@ -20,6 +24,27 @@ class Stage:
     entry: str  # "module:function", called as function(inputs=..., params=..., out=...)
     tools: tuple[str, ...]
     summary: str
+    # modules besides the entry's whose code shapes the output; their bytes enter the key, so an edit to a
+    # stage or a helper it uses can never serve an output the old code wrote
+    helpers: tuple[str, ...] = field(default=())
+
+    @property
+    def modules(self) -> tuple[str, ...]:
+        return (self.entry.partition(":")[0], *self.helpers)
+
+
+@cache
+def source_digest(modules: tuple[str, ...]) -> str:
+    """SHA-256 over the source files of these modules, found without importing them (nor TVM)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for name in modules:
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.origin is None:
+            raise ModelbuildError(f"stage module {name!r} not found")
+        h.update(name.encode() + b"\0" + sha256_file(Path(spec.origin)).encode())
+    return h.hexdigest()
 
 
 STAGES: dict[str, Stage] = {}
@@ -41,10 +66,14 @@ def get_stage(name: str) -> Stage:
 register(Stage("import", 1, "modelbuild.stages.onnx_import:run", ("onnx", "onnxslim", "tvm"),
                "freeze input shapes, simplify, import ONNX into Relax"))
 register(Stage("compile", 6, "modelbuild.stages.compile:run", ("tvm",),
-               "compile the Relax module for a target and export the library"))
+               "compile the Relax module for a target and export the library",
+               ("modelbuild.stages.lowering", "modelbuild.stages.default_schedule", "modelbuild.analysis",
+                "modelbuild.tuning_db")))
 register(Stage("tune", 2, "modelbuild.stages.tune:run", ("tvm", "tvm-ffi"),
-               "MetaSchedule tuning into the target's shared database; the best record of each task"))
+               "MetaSchedule tuning into the target's shared database; the best record of each task",
+               ("modelbuild.stages.lowering", "modelbuild.stages.default_schedule", "modelbuild.tuning_db")))
 register(Stage("reference", 1, "modelbuild.stages.reference:run", ("onnxruntime", "numpy"),
-               "golden inputs and the ONNX model's outputs from onnxruntime"))
+               "golden inputs and the ONNX model's outputs from onnxruntime", ("modelbuild.golden",)))
 register(Stage("validate", 4, "modelbuild.stages.validate:run", ("tvm", "numpy"),
-               "run the library on the golden inputs, compare with the reference, time it"))
+               "run the library on the golden inputs, compare with the reference, time it",
+               ("modelbuild.stages.measure", "modelbuild.metrics", "modelbuild.analysis")))
