@@ -64,3 +64,31 @@ def with_unsupported_op(path: Path) -> Path:
     model.ir_version = 8
     onnx.save(model, str(path))
     return path
+
+
+def quantized_qdq(source: Path, path: Path, shape: list[int], *, samples: int = 8) -> Path:
+    """onnxruntime's static QDQ quantization of `source` (symmetric int8, per-channel weights), calibrated on
+    seeded random inputs of `shape`."""
+    from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType,
+                                          quantize_static)
+
+    model = onnx.load(str(source))
+    for dim, value in zip(model.graph.input[0].type.tensor_type.shape.dim, shape):
+        dim.ClearField("dim_param")
+        dim.dim_value = value
+    fixed = path.with_suffix(".fixed.onnx")
+    onnx.save(model, str(fixed))
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.batches = iter([{"x": np.random.default_rng(i).standard_normal(shape).astype(np.float32)}
+                                 for i in range(samples)])
+
+        def get_next(self):
+            return next(self.batches, None)
+
+    quantize_static(str(fixed), str(path), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+                    calibrate_method=CalibrationMethod.MinMax,
+                    extra_options={"ActivationSymmetric": True, "WeightSymmetric": True})
+    return path

@@ -1,0 +1,101 @@
+"""Integer kernels for quantized models: dequantize -> conv2d / matmul becomes int8 x int8 -> int32.
+
+An onnxruntime QDQ model imports into Relax as float operators between `dequantize` and `quantize`, and
+computes in float. This pass finds conv2d and matmul whose data and weight both come straight from
+`dequantize` of 8-bit tensors, and replaces each with the same operator on the 8-bit tensors accumulating
+in int32, followed by one rescale by s_x * s_w (per output channel for per-channel weights). The rescale is a
+float multiply, which on CPUs is as fast as a fixed-point multiplier and shift; everything downstream (bias,
+activation, the next `quantize`) is unchanged, so the result equals onnxruntime's QDQ result up to the
+rounding of that one multiply.
+
+Non-zero zero points (affine activations) are subtracted in int32 before the operator, which stays exact.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+_EIGHT_BIT = ("int8", "uint8")
+
+
+def rewrite(module):
+    """The module with every eligible float conv2d / matmul over dequantized 8-bit inputs made integer."""
+    from tvm import relax
+    from tvm.ir import Constant  # relax constants are tvm.ir.Constant in TVM 0.27
+
+    @relax.expr_functor.mutator
+    class IntegerOps(relax.PyExprMutator):
+        def visit_call_(self, call):
+            call = super().visit_call_(call)
+            name = getattr(call.op, "name", None)
+            if name not in ("relax.nn.conv2d", "relax.matmul"):
+                return call
+            data = self._dequantized(call.args[0])
+            weight = self._dequantized(call.args[1])
+            if data is None or weight is None:
+                return call
+            return _integer(self.builder_, call, data, weight)
+
+        def _dequantized(self, expr):
+            """(quantized tensor, scale array, zero point array, axis) if `expr` is dequantize of 8-bit."""
+            value = self.lookup_binding(expr) if isinstance(expr, relax.Var) else expr
+            if value is None or getattr(getattr(value, "op", None), "name", None) != "relax.dequantize":
+                return None
+            quantized, scale, zero = value.args[0], value.args[1], value.args[2]
+            if str(quantized.ty.dtype) not in _EIGHT_BIT:
+                return None
+            if not isinstance(scale, Constant) or not isinstance(zero, Constant):
+                return None
+            return quantized, _array(scale), _array(zero), int(value.attrs.axis)
+
+    for gv, func in list(module.functions.items()):
+        if isinstance(func, relax.Function):
+            module[gv] = IntegerOps(module).visit_expr(func)
+    return relax.transform.RemoveUnusedOutputs()(relax.transform.DeadCodeElimination()(module))
+
+
+def _integer(bb, call, data, weight):
+    """Emit the integer operator and its rescale; return the float result that replaces `call`."""
+    from tvm import relax
+
+    (xq, sx, zx, _), (wq, sw, zw, w_axis) = data, weight
+    x = _centered(bb, xq, zx)
+    w = _centered(bb, wq, zw)
+    if call.op.name == "relax.nn.conv2d":
+        attrs = call.attrs
+        acc = bb.emit(relax.op.nn.conv2d(x, w, strides=attrs.strides, padding=attrs.padding,
+                                         dilation=attrs.dilation, groups=attrs.groups,
+                                         data_layout=attrs.data_layout, kernel_layout=attrs.kernel_layout,
+                                         out_layout=attrs.out_layout, out_dtype="int32"))
+        scale = _channel_scale(sx, sw, rank=4, channel_axis=1)
+    else:
+        acc = bb.emit(relax.op.matmul(x, w, out_dtype="int32"))
+        rank = len(call.ty.shape)
+        scale = _channel_scale(sx, sw, rank=rank, channel_axis=rank - 1) if w_axis in (-1, 1) else \
+            _channel_scale(sx, sw.reshape(-1)[:1], rank=rank, channel_axis=rank - 1)
+    real = bb.emit(relax.op.astype(acc, "float32"))
+    return relax.op.multiply(real, relax.const(scale, "float32"))
+
+
+def _centered(bb, quantized, zero):
+    """The 8-bit tensor itself when its zero point is 0, else (q - z) in int32."""
+    from tvm import relax
+
+    if not np.any(zero):
+        return quantized
+    shifted = bb.emit(relax.op.astype(quantized, "int32"))
+    return bb.emit(relax.op.subtract(shifted, relax.const(zero.astype("int32"), "int32")))
+
+
+def _channel_scale(sx: np.ndarray, sw: np.ndarray, *, rank: int, channel_axis: int) -> np.ndarray:
+    """s_x * s_w shaped to broadcast along the output-channel axis."""
+    scale = (np.asarray(sx, np.float64).reshape(-1)[0] * np.asarray(sw, np.float64).reshape(-1)).astype(np.float32)
+    shape = [1] * rank
+    shape[channel_axis] = scale.size
+    return scale.reshape(shape)
+
+
+def _array(constant) -> np.ndarray:
+    """A relax constant's value as numpy (TVM 0.27 keeps it in `.value`)."""
+    value = constant.value
+    return value.numpy() if hasattr(value, "numpy") else np.asarray(value)
