@@ -137,7 +137,13 @@ def _progress_callback(ledger: Ledger, planned: dict[int, int]):
 
 
 def _search(tasks, owed: dict[int, int], tuning: dict, database, ledger: Ledger) -> None:
+    import importlib.util
+
     from tvm.s_tir import meta_schedule as ms
+
+    if tuning["cost_model"] == "xgb" and importlib.util.find_spec("xgboost") is None:
+        raise StageError('cost_model = "xgb" needs xgboost: pip install "modelbuild[tuning]", '
+                         'or set cost_model = "random" in the tuning section')
 
     per_task = max(owed.values())
     with tempfile.TemporaryDirectory(prefix="modelbuild-tune-") as work_dir:
