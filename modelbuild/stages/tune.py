@@ -204,8 +204,9 @@ def _default_seconds(task, target, tuning: dict) -> float | None:
         args = [tvm.runtime.tensor(rng.standard_normal([int(d) for d in p.shape]).astype(str(p.dtype))
                                    if str(p.dtype).startswith("float") else
                                    np.zeros([int(d) for d in p.shape], str(p.dtype))) for p in scheduled.params]
-        timer = library.time_evaluator("main", tvm.cpu(), number=tuning["number"], repeat=tuning["repeat"],
-                                       min_repeat_ms=tuning["min_repeat_ms"])
+        runtime_module = getattr(library, "mod", library)  # tvm.compile returns an Executable around it
+        timer = runtime_module.time_evaluator("main", tvm.cpu(), number=tuning["number"], repeat=tuning["repeat"],
+                                              min_repeat_ms=tuning["min_repeat_ms"])
         return float(np.median(timer(*args).results))
     except Exception:  # an untimable default never blocks a tuned record
         return None
