@@ -55,3 +55,25 @@ def test_without_the_rewrite_the_same_model_computes_in_float(tmp_path):
     qdq = quantized_qdq(two_convs(tmp_path / "net.onnx", channels=8), tmp_path / "net.qdq.onnx", SHAPE)
     _, convs = compile_qdq(qdq, integer=False)
     assert all(str(p.dtype) == "float32" for conv in convs for p in conv.params)
+
+
+def test_quantize_rounds_halves_to_even_as_onnx_specifies():
+    import tvm
+    from tvm import relax
+
+    from modelbuild.stages import lowering
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(shape=(6,), dtype="float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            q = bb.emit_output(relax.op.quantize(x, relax.const(1.0, "float32"), relax.const(0, "int8"),
+                                                 axis=0, out_dtype="int8"))
+        bb.emit_func_output(q)
+    target = tvm.target.Target({"kind": "llvm"})
+    with target, tvm.transform.PassContext(opt_level=3):
+        phases = lowering.lower(bb.get(), target, fuse=True, layout=None)
+        executable = tvm.compile(phases.planned, target=target, relax_pipeline=lowering.finish_passes(target))
+    values = np.array([0.5, 1.5, 2.5, -0.5, -1.5, 300.0], np.float32)
+    got = relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(values)).numpy()
+    assert got.tolist() == [0, 2, 2, 0, -2, 127]  # half to even, then clipped to int8

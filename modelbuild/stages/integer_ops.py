@@ -99,3 +99,35 @@ def _array(constant) -> np.ndarray:
     """A relax constant's value as numpy (TVM 0.27 keeps it in `.value`)."""
     value = constant.value
     return value.numpy() if hasattr(value, "numpy") else np.asarray(value)
+
+
+def legalize_quantize(bb, call):
+    """relax.quantize as clip(nearbyint(x / scale) + zero_point): round half to even, as ONNX QuantizeLinear
+    specifies and onnxruntime computes.
+
+    TVM 0.27's own legalisation uses `round` (half away from zero): it differs from ONNX at exact halves, and
+    x86 has no vector instruction for it, so LLVM calls roundf per element. nearbyint is one vector
+    instruction: the quantized classifier's heaviest int8 kernels ran about 40% faster with it.
+    """
+    from tvm import te, tirx
+    from tvm.relax.transform.legalize_ops.common import _try_convert_to_scalar_const
+
+    axis, out_dtype = int(call.attrs.axis), str(call.attrs.out_dtype)
+
+    def param(value, indices):
+        if isinstance(value, (tirx.IntImm, tirx.FloatImm)):
+            return value
+        if all(int(d) == 1 for d in value.shape):
+            return value[(0,) * len(value.shape)]
+        return value[indices[axis]]
+
+    def quantize(data, scale, zero):
+        def compute(*indices):
+            q = tirx.nearbyint(data[indices] / param(scale, indices)) + param(zero, indices).astype(data.dtype)
+            lo, hi = tirx.min_value(out_dtype).astype(data.dtype), tirx.max_value(out_dtype).astype(data.dtype)
+            return te.max(te.min(q, hi), lo).astype(out_dtype)
+
+        return te.compute(data.shape, compute, name="quantized")
+
+    return bb.call_te(quantize, call.args[0], _try_convert_to_scalar_const(call.args[1]),
+                      _try_convert_to_scalar_const(call.args[2]), primfunc_name_hint="quantize")

@@ -46,7 +46,10 @@ def lower(module, target, *, fuse: bool, layout: str | None, database=None, sche
     if layout:
         module = relax.transform.ConvertLayout(LAYOUTS[layout])(module)
     seq = tvm.transform.Sequential
-    legalized = seq(cpu.library_dispatch_passes(target) + [relax.transform.LegalizeOps(),
+    from modelbuild.stages.integer_ops import legalize_quantize
+
+    legalize = relax.transform.LegalizeOps(customize_legalize_map={"relax.quantize": legalize_quantize})
+    legalized = seq(cpu.library_dispatch_passes(target) + [legalize,
                     relax.transform.AnnotateTIROpPattern(), relax.transform.FoldConstant()])(module)
     grouped = relax.transform.FuseOps()(legalized) if fuse else legalized
     fused = relax.transform.FuseTIR()(grouped) if fuse else legalized
