@@ -95,19 +95,31 @@ def build_plan(recipe: LoadedRecipe, resolve: TargetResolver, *, tuning_root: Pa
         nodes.setdefault(importer.id, importer)
         for target in build.targets:
             name = build_name(build.model, target)
+            builds[name] = [importer.id]
+            ir = (importer.id, "ir.json")
+            quantizer = None
+            if build.quantization:
+                quantizer = quantize_node(recipe, name, importer, build)
+                nodes[quantizer.id], ir = quantizer, (quantizer.id, "ir.json")
+                builds[name].append(quantizer.id)
             tuner = None
             if build.tuning:
-                tuner = tune_node(recipe, name, importer, resolved[target], build, tuning_root)
+                tuner = tune_node(recipe, name, ir, resolved[target], build, tuning_root)
                 nodes[tuner.id] = tuner
-            compiler = compile_node(name, importer, target, resolved[target], build, tuner)
+                builds[name].append(tuner.id)
+            compiler = compile_node(name, ir, target, resolved[target], build, tuner)
             nodes[compiler.id] = compiler
-            builds[name] = [importer.id, *([tuner.id] if tuner else []), compiler.id]
+            builds[name].append(compiler.id)
             validation = recipe.validation_for(build.model, target)
             if validation.enabled:
-                reference = reference_node(recipe, name, validation)
-                validator = validate_node(name, target, resolved[target], validation, importer, compiler)
-                nodes[reference.id], nodes[validator.id] = reference, validator
-                builds[name] += [reference.id, validator.id]
+                references = [reference_node(recipe, name, validation)]
+                if quantizer:
+                    references.append(reference_node(recipe, name, validation, qdq=quantizer))
+                validator = validate_node(name, target, resolved[target], validation, importer, compiler,
+                                          qdq=references[1].id if quantizer else None)
+                for node in (*references, validator):
+                    nodes[node.id] = node
+                    builds[name].append(node.id)
     return Plan(nodes=nodes, builds=builds)
 
 
@@ -132,7 +144,21 @@ def compile_options(spec) -> dict:
     return {"fuse": spec.fuse, "opt_level": spec.opt_level, "layout": spec.layout, "schedule": spec.schedule}
 
 
-def tune_node(recipe: LoadedRecipe, build: str, importer: Node, target: dict, spec, tuning_root: Path | None) -> Node:
+def quantize_node(recipe: LoadedRecipe, build: str, importer: Node, spec) -> Node:
+    """Calibrate and quantize the imported (frozen, simplified) ONNX model; its IR replaces import's."""
+    quantization = recipe.spec.quantization[spec.quantization]
+    calibration = quantization.calibration
+    files = {}
+    if calibration.source == "npz":
+        files["calibration"] = recipe.root / calibration.path
+    elif calibration.source == "npy_dir":
+        files |= {f"calibration:{name}": recipe.root / calibration.path / f"{name}.npy" for name in importer.params["inputs"]}
+    params = {"inputs": importer.params["inputs"], "quantization": quantization.model_dump(exclude={"calibration": {"path"}})}
+    return Node(id=f"quantize:{build}", stage="quantize", build=build, params=params, files=files,
+                deps={"onnx": (importer.id, "model.onnx")})
+
+
+def tune_node(recipe: LoadedRecipe, build: str, ir: tuple[str, str], target: dict, spec, tuning_root: Path | None) -> Node:
     """Tune the build's kernels into the target's shared database; output the best record of each."""
     tuning = recipe.spec.tuning[spec.tuning]
     files = {"records": recipe.root / tuning.records} if tuning.records else {}
@@ -140,17 +166,16 @@ def tune_node(recipe: LoadedRecipe, build: str, importer: Node, target: dict, sp
     options = {k: v for k, v in compile_options(spec).items() if k != "schedule"}
     params = {"target": tvm_target(target), "options": options, "tuning": tuning.model_dump(exclude={"records"})}
     root = tuning_root or recipe.root / ".cache" / "tuning"
-    return Node(id=f"tune:{build}", stage="tune", build=build, params=params, files=files,
-                deps={"ir": (importer.id, "ir.json")},
+    return Node(id=f"tune:{build}", stage="tune", build=build, params=params, files=files, deps={"ir": ir},
                 memos={"database": folder_for(root, tvm_target(target))})
 
 
-def compile_node(build: str, importer: Node, target_name: str, target: dict, spec, tuner: Node | None = None) -> Node:
+def compile_node(build: str, ir: tuple[str, str], target_name: str, target: dict, spec, tuner: Node | None = None) -> Node:
     library = library_name(target)
     params = {"target": tvm_target(target), "library": library, "cross_compiler": target.get("cross-compiler"),
               "options": compile_options(spec)}
     model = build.split("@", 1)[0]
-    deps = {"ir": (importer.id, "ir.json")}
+    deps = {"ir": ir}
     if tuner:
         deps["tuning"] = (tuner.id, "records.json")
     return Node(id=f"compile:{build}", stage="compile", build=build, params=params, deps=deps,
@@ -158,12 +183,14 @@ def compile_node(build: str, importer: Node, target_name: str, target: dict, spe
                          "analysis.json": f"{model}/{target_name}/analysis.json"})
 
 
-def reference_node(recipe: LoadedRecipe, build: str, validation) -> Node:
-    """Golden inputs and onnxruntime's outputs; its key has nothing of the target, so it is shared."""
+def reference_node(recipe: LoadedRecipe, build: str, validation, *, qdq: Node | None = None) -> Node:
+    """Golden inputs and onnxruntime's outputs; its key has nothing of the target, so it is shared.
+
+    With `qdq`, the model run is onnxruntime's own quantized model: the second reference of an int8 build."""
     model = build.split("@", 1)[0]
     spec = recipe.spec.models[model]
     golden = validation.golden
-    files = {"model": recipe.model_path(model)}
+    files = {} if qdq else {"model": recipe.model_path(model)}
     if golden.source == "npz":
         files["golden"] = recipe.root / golden.path
     elif golden.source == "npy_dir":
@@ -172,10 +199,14 @@ def reference_node(recipe: LoadedRecipe, build: str, validation) -> Node:
         "inputs": {name: {"shape": list(i.shape), "dtype": i.dtype} for name, i in spec.inputs.items()},
         "golden": golden.model_dump(exclude={"path"}),
     }
+    if qdq:
+        return Node(id=f"reference-qdq:{build}", stage="reference", build=build, params=params, files=files,
+                    deps={"model": (qdq.id, "qdq.onnx")})
     return Node(id=f"reference:{build}", stage="reference", build=build, params=params, files=files)
 
 
-def validate_node(build: str, target_name: str, target: dict, validation, importer: Node, compiler: Node) -> Node:
+def validate_node(build: str, target_name: str, target: dict, validation, importer: Node, compiler: Node,
+                  *, qdq: str | None = None) -> Node:
     runs_here = runs_on_host(target)
     timing = validation.timing
     params = {
@@ -188,9 +219,11 @@ def validate_node(build: str, target_name: str, target: dict, validation, import
     }
     model = build.split("@", 1)[0]
     library = compiler.params["library"]
-    return Node(id=f"validate:{build}", stage="validate", build=build, params=params,
-                deps={"library": (compiler.id, library), "golden": (f"reference:{build}", "golden.npz"),
-                      "signature": (importer.id, "signature.json"), "analysis": (compiler.id, "analysis.json")},
+    deps = {"library": (compiler.id, library), "golden": (f"reference:{build}", "golden.npz"),
+            "signature": (importer.id, "signature.json"), "analysis": (compiler.id, "analysis.json")}
+    if qdq:
+        deps["golden_qdq"] = (qdq, "golden.npz")
+    return Node(id=f"validate:{build}", stage="validate", build=build, params=params, deps=deps,
                 publish={"metrics.json": f"{model}/{target_name}/validation.json"})
 
 

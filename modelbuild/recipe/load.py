@@ -64,6 +64,7 @@ def load_recipe(path: Path) -> LoadedRecipe:
     _check_model_files(loaded)
     _check_golden_files(loaded)
     _check_tuning_records(loaded)
+    _check_calibration_files(loaded)
     return loaded
 
 
@@ -199,6 +200,10 @@ def _check_builds(loaded: LoadedRecipe) -> None:
         if build.model not in spec.models:
             raise _fail(loaded, ("builds", index, "model"), f"no model named {build.model!r}",
                         f"use one of {', '.join(spec.models)} or declare [models.{build.model}]")
+        if build.quantization and build.quantization not in spec.quantization:
+            raise _fail(loaded, ("builds", index, "quantization"), f"no quantization section named {build.quantization!r}",
+                        f"declare [quantization.{build.quantization}] or use one of: "
+                        f"{', '.join(spec.quantization) or 'none yet'}")
         if build.tuning and build.tuning not in spec.tuning:
             raise _fail(loaded, ("builds", index, "tuning"), f"no tuning section named {build.tuning!r}",
                         f"declare [tuning.{build.tuning}] or use one of: {', '.join(spec.tuning) or 'none yet'}")
@@ -230,6 +235,18 @@ def _check_golden_files(loaded: LoadedRecipe) -> None:
         if spec.baseline and not (loaded.root / spec.baseline.report).is_file():
             raise _fail(loaded, (*loc, "baseline", "report"), f"baseline report {spec.baseline.report!r} not found",
                         "point it at a report.json from an earlier build")
+
+
+def _check_calibration_files(loaded: LoadedRecipe) -> None:
+    for name, quantization in loaded.spec.quantization.items():
+        calibration = quantization.calibration
+        if calibration.source == "random":
+            continue
+        path = loaded.root / (calibration.path or "")
+        if calibration.path is None or not (path.is_file() if calibration.source == "npz" else path.is_dir()):
+            raise _fail(loaded, ("quantization", name, "calibration", "path"),
+                        f"calibration {calibration.source} {calibration.path!r} not found",
+                        "point path at the samples; paths are relative to the recipe's folder")
 
 
 def _check_tuning_records(loaded: LoadedRecipe) -> None:

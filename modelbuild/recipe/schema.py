@@ -113,6 +113,28 @@ class TuningSpec(Strict):
     records: str | None = Field(default=None, description="A `modelbuild tune export` file to start from.")
 
 
+class CalibrationSpec(Strict):
+    """Where calibration samples come from, and how ranges are chosen from them."""
+
+    method: Literal["minmax", "percentile", "entropy"] = "minmax"
+    samples: int = Field(default=32, ge=1)
+    source: Literal["random", "npz", "npy_dir"] = Field(
+        default="random", description="random data is a last resort: the report warns about it")
+    path: str | None = None
+    seed: int = 0
+
+
+class QuantizationSpec(Strict):
+    """Static int8 quantization with onnxruntime (QDQ), then integer kernels in TVM."""
+
+    scheme: Literal["symmetric", "affine"] = Field(
+        default="symmetric", description="symmetric: int8 activations, zero point 0; affine: uint8 with zero point")
+    per_channel: bool = True
+    calibration: CalibrationSpec = CalibrationSpec()
+    exclude_ops: list[str] = Field(default_factory=list, description="op types left in float, e.g. Softmax")
+    exclude_nodes: list[str] = Field(default_factory=list, description="node names left in float")
+
+
 class BuildSpec(Strict):
     """Which model goes to which targets, how they are compiled, and how validation differs from the defaults."""
 
@@ -122,6 +144,7 @@ class BuildSpec(Strict):
     opt_level: int = Field(default=3, ge=0, le=4)
     layout: Literal["NCHW", "NHWC"] | None = Field(default=None, description="Convert conv2d to this layout.")
     tuning: Name | None = Field(default=None, description="A [tuning.NAME] section; none builds untuned.")
+    quantization: Name | None = Field(default=None, description="A [quantization.NAME] section; none is float.")
     schedule: Literal["default", "none"] = Field(
         default="default", description="Kernels without a tuning record get modelbuild's parallel, vectorised "
                                        "default schedule; none leaves them as stock TVM does (serial loops).")
@@ -139,6 +162,7 @@ class Recipe(Strict):
     builds: list[BuildSpec] = Field(min_length=1)
     validation: ValidationSpec = ValidationSpec()
     tuning: dict[Name, TuningSpec] = Field(default_factory=dict)
+    quantization: dict[Name, QuantizationSpec] = Field(default_factory=dict)
 
 
 def json_schema() -> dict:

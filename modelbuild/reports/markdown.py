@@ -50,6 +50,7 @@ def _details(b: dict) -> list[str]:
         out += ["", "| output | max abs | max rel | cosine | SQNR dB | top-1 |", "| --- | --- | --- | --- | --- | --- |"]
         out += [f"| {name} | {_fmt(a['max_abs'])} | {_fmt(a['max_rel'])} | {_fmt(a['cosine'])} | "
                 f"{_fmt(a['sqnr_db'])} | {_fmt(a.get('top1_agreement'))} |" for name, a in b["accuracy"].items()]
+    out += _quantization(b)
     out += _fusion_and_memory(b)
     if b["latency_ms"]:
         t = b["latency_ms"]
@@ -66,6 +67,20 @@ def _details(b: dict) -> list[str]:
         out += _roofline(b.get("roofline"))
         if t["cv"] > 0.05:
             out.append(f"\n> Warning: the coefficient of variation is {t['cv']:.0%}: the machine was noisy.")
+    return out
+
+
+def _quantization(b: dict) -> list[str]:
+    q = b.get("quantization")
+    if not q:
+        return []
+    out = ["", f"int8 ({q['scheme']}, {'per-channel' if q['per_channel'] else 'per-tensor'} weights, "
+           f"{q['calibration']['method']} calibration on {q['calibration']['samples']} samples): weights "
+           f"{mb(q['weight_bytes_fp32'])} -> {mb(q['weight_bytes_int8'])} (/{q['weight_ratio']:.1f})."]
+    out += [f"\n> Warning: {w}" for w in q["warnings"]]
+    if b.get("accuracy_vs_qdq"):
+        out += ["", "| output | vs onnxruntime QDQ: max abs | cosine |", "| --- | --- | --- |"]
+        out += [f"| {name} | {_fmt(a['max_abs'])} | {_fmt(a['cosine'])} |" for name, a in b["accuracy_vs_qdq"].items()]
     return out
 
 

@@ -32,9 +32,11 @@ def collect(project, run: RunResult, *, cache: dict | None = None) -> dict:
 
 def _build(project, run: RunResult, name: str) -> dict:
     model, target = name.split("@", 1)
-    nodes = {run.results[n].stage: run.results[n] for n in project.plan.builds[name]}
+    # the int8 build's second reference (onnxruntime's QDQ model) is read through validate's metrics
+    nodes = {run.results[n].stage: run.results[n] for n in project.plan.builds[name] if not n.startswith("reference-qdq:")}
     metrics = _metrics(project, nodes.get("validate"))
     figures = _output_json(project, nodes.get("compile"), "analysis.json") or {}
+    quantization = _output_json(project, nodes.get("quantize"), "quantize.json")
     spec = project.recipe.validation_for(model, target)
     results = gates.evaluate(spec, metrics, _baseline(project, spec, name))
     stages_ok = all(r.status in (Status.BUILT, Status.CACHED) for r in nodes.values())
@@ -46,6 +48,8 @@ def _build(project, run: RunResult, name: str) -> dict:
         "validation": {"ran": bool(metrics and metrics.get("ran")),
                        "reason": (metrics or {}).get("reason") or (None if metrics else "not validated")},
         "accuracy": (metrics or {}).get("accuracy"),
+        "quantization": quantization,
+        "accuracy_vs_qdq": (metrics or {}).get("accuracy_vs_qdq"),
         "latency_ms": latency,
         "cold_ms": (metrics or {}).get("cold_ms"),
         "throughput": latency["throughput"] if latency else None,

@@ -69,6 +69,9 @@ register(Stage("compile", 6, "modelbuild.stages.compile:run", ("tvm",),
                "compile the Relax module for a target and export the library",
                ("modelbuild.stages.lowering", "modelbuild.stages.default_schedule", "modelbuild.stages.integer_ops",
                 "modelbuild.analysis", "modelbuild.tuning_db")))
+register(Stage("quantize", 1, "modelbuild.stages.quantize:run", ("onnx", "onnxruntime", "tvm", "numpy"),
+               "static int8 quantization with onnxruntime (QDQ), then integer kernels",
+               ("modelbuild.stages.integer_ops", "modelbuild.stages.onnx_import", "modelbuild.golden")))
 register(Stage("tune", 2, "modelbuild.stages.tune:run", ("tvm", "tvm-ffi"),
                "MetaSchedule tuning into the target's shared database; the best record of each task",
                ("modelbuild.stages.lowering", "modelbuild.stages.default_schedule", "modelbuild.stages.integer_ops",

@@ -1,13 +1,13 @@
 """Runs a TVM library on golden inputs and times it; called by the validate stage as a fresh process.
 
-usage: python -m modelbuild.stages.measure LIBRARY GOLDEN.npz SIGNATURE.json TIMING_JSON OUT.json [ANALYSIS.json]
+usage: python -m modelbuild.stages.measure LIBRARY GOLDEN.npz SIGNATURE.json TIMING_JSON OUT.json
+                                         [--analysis ANALYSIS.json] [--qdq GOLDEN_QDQ.npz]
 """
 
 from __future__ import annotations
 
 import json
 import resource
-import sys
 import time
 from pathlib import Path
 
@@ -18,7 +18,7 @@ from modelbuild.targets import host_machine
 
 
 def main(library: str, golden_path: str, signature_path: str, timing_json: str, out_path: str,
-         analysis_path: str = "") -> None:
+         analysis_path: str = "", qdq_path: str = "") -> None:
     timing = json.loads(timing_json)
     signature = json.loads(Path(signature_path).read_text())
     golden = dict(np.load(golden_path))
@@ -39,12 +39,16 @@ def main(library: str, golden_path: str, signature_path: str, timing_json: str, 
         for name, value in zip(output_names, results):
             actual[name].append(value)
     accuracy = {name: _accuracy(np.stack(actual[name]), golden[f"out.{name}"]) for name in output_names}
+    if qdq_path:  # an int8 build: also against onnxruntime's own quantized model on the same inputs
+        qdq = dict(np.load(qdq_path))
+        accuracy_vs_qdq = {name: _accuracy(np.stack(actual[name]), qdq[f"out.{name}"]) for name in output_names}
 
     latencies = _time(run, [golden[f"in.{n}"][0] for n in input_names], **timing)
     kernels = json.loads(Path(analysis_path).read_text()).get("kernels") if analysis_path else None
     result = {
         "roofline": _roofline(library, kernels) if kernels else None,
         "accuracy": accuracy,
+        **({"accuracy_vs_qdq": accuracy_vs_qdq} if qdq_path else {}),
         "cold_ms": cold_ms,
         "latency_ms": metrics.timing_summary(latencies),
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
@@ -133,4 +137,12 @@ def _time(run, arrays, *, warmup: int, min_runs: int, min_seconds: float, **_) -
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:7])
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    for name in ("library", "golden", "signature", "timing", "out"):
+        parser.add_argument(name)
+    parser.add_argument("--analysis", default="")
+    parser.add_argument("--qdq", default="")
+    a = parser.parse_args()
+    main(a.library, a.golden, a.signature, a.timing, a.out, a.analysis, a.qdq)

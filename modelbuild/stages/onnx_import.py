@@ -9,20 +9,23 @@ from modelbuild.errors import StageError, last_line
 
 IR_FILE = "ir.json"
 SIGNATURE_FILE = "signature.json"
+ONNX_FILE = "model.onnx"  # the frozen, simplified model: what the quantize stage calibrates
 
 
 def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
-    """Write ir.json (the Relax module, constants included) and signature.json (inputs and outputs)."""
+    """Write ir.json (the Relax module, constants included), signature.json (inputs and outputs) and
+    model.onnx (the frozen, simplified model)."""
     import onnx
 
     model = _load(inputs["model"])
     _freeze_inputs(model, params["inputs"])
     if params["simplify"]:
         model = _simplify(model)
-    module = _to_relax(model, params["inputs"])
+    module = to_relax(model, params["inputs"])
     import tvm
 
     (out / IR_FILE).write_text(tvm.ir.save_json(module))
+    onnx.save(model, str(out / ONNX_FILE))
     (out / SIGNATURE_FILE).write_text(json.dumps(_signature(model, onnx), indent=1, sort_keys=True))
 
 
@@ -69,7 +72,8 @@ def _simplify(model):
         raise StageError(f"onnxslim could not simplify the model: {err}; set simplify = false") from err
 
 
-def _to_relax(model, declared: dict):
+def to_relax(model, declared: dict):
+    """The ONNX model as a Relax module with the declared input shapes and dtypes."""
     from tvm.relax.frontend import onnx as relax_onnx
     from tvm.relax.frontend.onnx import onnx_frontend
 

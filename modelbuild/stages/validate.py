@@ -47,7 +47,8 @@ def _measure(inputs: dict[str, Path], timing: dict, threads: int, out: Path, roo
     proc = subprocess.run(
         [sys.executable, "-m", "modelbuild.stages.measure", str(inputs["library"]), str(inputs["golden"]),
          str(inputs["signature"]), json.dumps(timing), str(result),
-         *([str(inputs["analysis"])] if roofline and "analysis" in inputs else [])],
+         *(["--analysis", str(inputs["analysis"])] if roofline and "analysis" in inputs else []),
+         *(["--qdq", str(inputs["golden_qdq"])] if "golden_qdq" in inputs and not timing.get("latency_only") else [])],
         env=env, capture_output=True, text=True,
     )
     sys.stdout.write(proc.stdout), sys.stderr.write(proc.stderr)

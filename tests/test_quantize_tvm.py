@@ -1,0 +1,77 @@
+"""int8 builds end to end: calibration with onnxruntime, integer kernels in TVM, both references."""
+
+from __future__ import annotations
+
+import json
+import re
+import textwrap
+
+import pytest
+
+from modelbuild.cli import main
+from tests.onnx_models import two_convs
+
+pytestmark = pytest.mark.tvm
+
+RECIPE = """
+[models.net]
+path = "net.onnx"
+inputs.x = {{ shape = [1, 3, 16, 16] }}
+
+[targets.cpu]
+kind = "llvm"
+mcpu = "host"
+num-cores = 1
+
+[quantization.int8]
+calibration = {{ samples = {samples} }}
+
+[validation]
+golden = {{ count = 3 }}
+timing = {{ warmup = 1, min_runs = 3, min_seconds = 0.0, roofline = false }}
+
+[[builds]]
+model = "net"
+targets = ["cpu"]
+quantization = "int8"
+"""
+
+
+def write(root, samples=4):
+    (root / "deploy.toml").write_text(textwrap.dedent(RECIPE.format(samples=samples)))
+
+
+def build(root, capsys) -> dict:
+    code = main(["build", "-f", str(root / "deploy.toml"), "--json"])
+    statuses = {n["node"]: n["status"] for n in json.loads(capsys.readouterr().out)["nodes"]}
+    assert code == 0, statuses
+    return statuses
+
+
+def test_an_int8_build_computes_in_int8_and_matches_onnxruntime_qdq(tmp_path, capsys):
+    two_convs(tmp_path / "net.onnx", channels=8)
+    write(tmp_path)
+    statuses = build(tmp_path, capsys)
+    assert statuses["quantize:net@cpu"] == "built" and statuses["reference-qdq:net@cpu"] == "built"
+
+    report = json.loads((tmp_path / "build/report.json").read_text())["builds"][0]
+    q = report["quantization"]
+    assert q["weight_ratio"] > 3.5  # int8 weights (plus scales) against float32
+    assert q["warnings"] and "random" in q["warnings"][0]  # calibrated on random data: said loudly
+    vs_qdq = report["accuracy_vs_qdq"]["y"]
+    assert vs_qdq["cosine"] > 0.9999
+    step = 1.0 / 127 * max(1e-6, abs(report["accuracy"]["y"]["max_abs"]) + 1)  # generous bound on one step
+    assert vs_qdq["max_abs"] <= step
+    assert "int8" in (tmp_path / "build/report.md").read_text()
+
+    assert main(["explain", "net@cpu", "--ir", "-f", str(tmp_path / "deploy.toml")]) == 0
+    capsys.readouterr()
+    after = (tmp_path / "build/net/cpu/ir/ir_after_fusion.py").read_text()
+    conv_kernels = [block for block in after.split("@T.prim_func")[1:]
+                    if re.match(r"[^\n]*\n\s*def (fused_)?conv2d", block)]
+    assert len(conv_kernels) == 2 and all('"int8")' in k and '"int32"' in k for k in conv_kernels)
+
+    write(tmp_path, samples=1)  # only calibration changed (fewer samples: narrower ranges, new scales)
+    statuses = build(tmp_path, capsys)
+    assert statuses["import:net"] == "cached" and statuses["reference:net@cpu"] == "cached"
+    assert {statuses[n] for n in ("quantize:net@cpu", "compile:net@cpu", "validate:net@cpu")} == {"built"}, statuses
