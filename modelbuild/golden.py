@@ -1,4 +1,5 @@
-"""Golden inputs: generated with a seed and fill mode, or loaded from .npz / a folder of .npy files."""
+"""Golden inputs and calibration samples: generated with a seed and fill mode, or loaded from .npz, a folder
+of .npy files, or a folder of images with a declared preprocessing."""
 
 from __future__ import annotations
 
@@ -45,3 +46,44 @@ def load(files: dict[str, Path], inputs: dict, count: int) -> dict[str, np.ndarr
             raise StageError(f"golden input {name!r} has shape {list(array.shape)}; expected [N, *{spec['shape']}]")
         out[name] = array[:count].astype(spec["dtype"])
     return out
+
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp")
+
+
+def image_files(folder: Path, count: int) -> list[Path]:
+    """The first `count` images of a folder, in name order: the files a stage declares it reads."""
+    return sorted(p for p in Path(folder).iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)[:count]
+
+
+def load_images(paths: list[Path], inputs: dict, preprocess: dict) -> dict[str, np.ndarray]:
+    """Images as the model's single input, [N, *shape]: converted, resized, scaled, normalised, laid out."""
+    from PIL import Image
+
+    if len(inputs) != 1:
+        raise StageError(f"images feed a model with one input; this one has {', '.join(inputs)}")
+    if not paths:
+        raise StageError("the image folder has no .png, .jpg, .bmp or .webp files")
+    (name, spec), = inputs.items()
+    shape = spec["shape"]
+    if shape[0] != 1:
+        raise StageError(f"images are fed one at a time; input {name!r} has batch {shape[0]}, declare batch 1")
+    nchw = preprocess["layout"] == "NCHW"
+    height, width = preprocess["resize"] or (shape[-2:] if nchw else shape[1:3])
+    samples = []
+    for path in paths:
+        image = Image.open(path).convert("L" if preprocess["color"] == "L" else "RGB").resize((width, height),
+                                                                                            Image.BILINEAR)
+        pixels = np.asarray(image, dtype=np.float32).reshape(height, width, -1)
+        if preprocess["color"] == "BGR":
+            pixels = pixels[..., ::-1]
+        channels = pixels.shape[-1]
+        mean = np.asarray(preprocess["mean"][:channels], np.float32)
+        std = np.asarray(preprocess["std"][:channels], np.float32)
+        pixels = (pixels * preprocess["scale"] - mean) / std
+        samples.append(np.transpose(pixels, (2, 0, 1)) if nchw else pixels)
+    batch = np.stack(samples).astype(spec["dtype"])
+    if tuple(batch.shape[1:]) != tuple(shape[1:]):
+        raise StageError(f"preprocessed images have shape {list(batch.shape[1:])}, the input {name!r} needs "
+                         f"{shape[1:]}; set resize or layout")
+    return {name: batch[:, None]}

@@ -148,14 +148,24 @@ def quantize_node(recipe: LoadedRecipe, build: str, importer: Node, spec) -> Nod
     """Calibrate and quantize the imported (frozen, simplified) ONNX model; its IR replaces import's."""
     quantization = recipe.spec.quantization[spec.quantization]
     calibration = quantization.calibration
-    files = {}
-    if calibration.source == "npz":
-        files["calibration"] = recipe.root / calibration.path
-    elif calibration.source == "npy_dir":
-        files |= {f"calibration:{name}": recipe.root / calibration.path / f"{name}.npy" for name in importer.params["inputs"]}
+    files = sample_files("calibration", calibration, recipe.root, list(importer.params["inputs"]), calibration.samples)
     params = {"inputs": importer.params["inputs"], "quantization": quantization.model_dump(exclude={"calibration": {"path"}})}
     return Node(id=f"quantize:{build}", stage="quantize", build=build, params=params, files=files,
                 deps={"onnx": (importer.id, "model.onnx")})
+
+
+def sample_files(role: str, spec, root: Path, inputs: list[str], count: int) -> dict[str, Path]:
+    """The files golden inputs or calibration samples are read from, declared one by one so that editing any
+    of them reruns the stage: an .npz, one .npy per input, or the first `count` images of a folder."""
+    from modelbuild.golden import image_files
+
+    if spec.source == "npz":
+        return {role: root / spec.path}
+    if spec.source == "npy_dir":
+        return {f"{role}:{name}": root / spec.path / f"{name}.npy" for name in inputs}
+    if spec.source == "images":
+        return {f"{role}-image:{i:05d}": path for i, path in enumerate(image_files(root / spec.path, count))}
+    return {}
 
 
 def tune_node(recipe: LoadedRecipe, build: str, ir: tuple[str, str], target: dict, spec, tuning_root: Path | None) -> Node:
@@ -191,10 +201,7 @@ def reference_node(recipe: LoadedRecipe, build: str, validation, *, qdq: Node | 
     spec = recipe.spec.models[model]
     golden = validation.golden
     files = {} if qdq else {"model": recipe.model_path(model)}
-    if golden.source == "npz":
-        files["golden"] = recipe.root / golden.path
-    elif golden.source == "npy_dir":
-        files |= {f"golden:{name}": recipe.root / golden.path / f"{name}.npy" for name in spec.inputs}
+    files |= sample_files("golden", golden, recipe.root, list(spec.inputs), golden.count)
     params = {
         "inputs": {name: {"shape": list(i.shape), "dtype": i.dtype} for name, i in spec.inputs.items()},
         "golden": golden.model_dump(exclude={"path"}),

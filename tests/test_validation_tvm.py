@@ -143,3 +143,25 @@ def test_golden_inputs_from_an_npz_file(project, capsys):
     code, _ = build(root, capsys)
     assert code == 0
     assert report(root)["builds"][0]["accuracy"]["y"]["cosine"] > 0.9999
+
+
+def test_golden_inputs_from_images_with_preprocessing(project, capsys):
+    from PIL import Image
+
+    root, write = project
+    (root / "imgs").mkdir()
+    for i, colour in enumerate([(200, 30, 30), (30, 200, 30), (30, 30, 200)]):
+        Image.new("RGB", (32, 24), colour).save(root / "imgs" / f"{i}.png")
+    text = (root / "deploy.toml").read_text().replace(
+        'golden = { seed = 0, count = 2 }',
+        'golden = { source = "images", path = "imgs", count = 2, preprocess = { mean = [0.5, 0.5, 0.5], '
+        'std = [0.25, 0.25, 0.25] } }')
+    (root / "deploy.toml").write_text(text)
+    code, stages = build(root, capsys)
+    assert code == 0 and stages["reference"] == "built"
+    metrics = json.loads((root / "build/net/cpu/validation.json").read_text())
+    assert metrics["samples"] == 2  # the count caps the images read
+    assert report(root)["builds"][0]["accuracy"]["y"]["cosine"] > 0.9999
+    Image.new("RGB", (32, 24), (0, 0, 0)).save(root / "imgs" / "0.png")  # edit one image: reference reruns
+    _, stages = build(root, capsys)
+    assert stages["reference"] == "built" and stages["compile"] == "cached"

@@ -29,14 +29,27 @@ class ModelSpec(Strict):
     simplify: bool = Field(default=True, description="Simplify with onnxslim before import.")
 
 
+class ImagePreprocess(Strict):
+    """How an image file becomes an input tensor: x = (pixel * scale - mean) / std, per channel."""
+
+    resize: list[Annotated[int, Field(ge=1)]] | None = Field(
+        default=None, min_length=2, max_length=2, description="[height, width]; default: the input's")
+    scale: float = 1 / 255
+    mean: list[float] = Field(default_factory=lambda: [0.0, 0.0, 0.0])
+    std: list[float] = Field(default_factory=lambda: [1.0, 1.0, 1.0])
+    layout: Literal["NCHW", "NHWC"] = "NCHW"
+    color: Literal["RGB", "BGR", "L"] = "RGB"
+
+
 class GoldenSpec(Strict):
     """Where the golden inputs come from: generated with a seed, or loaded from files."""
 
-    source: Literal["generate", "npz", "npy_dir"] = "generate"
+    source: Literal["generate", "npz", "npy_dir", "images"] = "generate"
     fill: Literal["random", "zeros", "ones"] = "random"
     seed: int = 0
     count: int = Field(default=4, ge=1, description="Number of golden samples.")
-    path: str | None = Field(default=None, description="The .npz file or .npy folder (for npz / npy_dir).")
+    path: str | None = Field(default=None, description="The .npz file, .npy folder or image folder.")
+    preprocess: ImagePreprocess = ImagePreprocess()
 
 
 class TimingSpec(Strict):
@@ -118,9 +131,10 @@ class CalibrationSpec(Strict):
 
     method: Literal["minmax", "percentile", "entropy"] = "minmax"
     samples: int = Field(default=32, ge=1)
-    source: Literal["random", "npz", "npy_dir"] = Field(
+    source: Literal["random", "npz", "npy_dir", "images"] = Field(
         default="random", description="random data is a last resort: the report warns about it")
     path: str | None = None
+    preprocess: ImagePreprocess = ImagePreprocess()
     seed: int = 0
 
 

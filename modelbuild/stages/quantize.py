@@ -58,6 +58,9 @@ def _with_opset(model, spec: dict):
 def _calibration_samples(inputs: dict[str, Path], declared: dict, calibration: dict) -> list[dict]:
     if calibration["source"] == "random":
         arrays = golden.generate(declared, fill="random", seed=calibration["seed"], count=calibration["samples"])
+    elif calibration["source"] == "images":
+        images = [path for role, path in sorted(inputs.items()) if role.startswith("calibration-image:")]
+        arrays = golden.load_images(images, declared, calibration["preprocess"])
     else:
         files = {("golden" if role == "calibration" else role.replace("calibration:", "golden:")): path
                  for role, path in inputs.items() if role.startswith("calibration")}

@@ -18,6 +18,9 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
     spec = params["golden"]
     if spec["source"] == "generate":
         samples = golden.generate(params["inputs"], fill=spec["fill"], seed=spec["seed"], count=spec["count"])
+    elif spec["source"] == "images":
+        images = [path for role, path in sorted(inputs.items()) if role.startswith("golden-image:")]
+        samples = golden.load_images(images, params["inputs"], spec["preprocess"])
     else:
         samples = golden.load({k: v for k, v in inputs.items() if k.startswith("golden")}, params["inputs"],
                               spec["count"])
