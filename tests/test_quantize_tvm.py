@@ -63,6 +63,9 @@ def test_an_int8_build_computes_in_int8_and_matches_onnxruntime_qdq(tmp_path, ca
     step = 1.0 / 127 * max(1e-6, abs(report["accuracy"]["y"]["max_abs"]) + 1)  # generous bound on one step
     assert vs_qdq["max_abs"] <= step
     assert "int8" in (tmp_path / "build/report.md").read_text()
+    layers = q["layers"]
+    assert [r["op"] for r in layers] == ["Conv", "Relu", "Conv"]  # every activation, in execution order
+    assert all(0 < r["sqnr_db"] < 999 for r in layers)
 
     assert main(["explain", "net@cpu", "--ir", "-f", str(tmp_path / "deploy.toml")]) == 0
     capsys.readouterr()
@@ -75,3 +78,15 @@ def test_an_int8_build_computes_in_int8_and_matches_onnxruntime_qdq(tmp_path, ca
     statuses = build(tmp_path, capsys)
     assert statuses["import:net"] == "cached" and statuses["reference:net@cpu"] == "cached"
     assert {statuses[n] for n in ("quantize:net@cpu", "compile:net@cpu", "validate:net@cpu")} == {"built"}, statuses
+
+
+def test_a_failed_accuracy_gate_shows_the_per_layer_sqnr_table(tmp_path, capsys):
+    two_convs(tmp_path / "net.onnx", channels=8)
+    write(tmp_path)
+    text = (tmp_path / "deploy.toml").read_text().replace("[[builds]]", "[validation.gates]\nmin_cosine = 1.0\n\n[[builds]]")
+    (tmp_path / "deploy.toml").write_text(text)
+    assert main(["build", "-f", str(tmp_path / "deploy.toml")]) == 1  # int8 is never exactly the fp32 result
+    capsys.readouterr()
+    markdown = (tmp_path / "build/report.md").read_text()
+    assert "SQNR of int8 against fp32 activations, in execution order" in markdown
+    assert markdown.count("| Conv |") == 2 and "| Relu |" in markdown

@@ -81,7 +81,21 @@ def _quantization(b: dict) -> list[str]:
     if b.get("accuracy_vs_qdq"):
         out += ["", "| output | vs onnxruntime QDQ: max abs | cosine |", "| --- | --- | --- |"]
         out += [f"| {name} | {_fmt(a['max_abs'])} | {_fmt(a['cosine'])} |" for name, a in b["accuracy_vs_qdq"].items()]
+    if q.get("layers") and _accuracy_gate_failed(b):
+        jump = q.get("first_jump")
+        out += ["", "An accuracy gate failed. SQNR of int8 against fp32 activations, in execution order"
+                + (f"; the error first jumps at `{jump}`: try `exclude_nodes` for it." if jump else "."), "",
+                "| tensor | op | node | SQNR dB |", "| --- | --- | --- | --- |"]
+        out += [f"| {r['tensor']} | {r['op']} | {r['node']} | {r['sqnr_db']:.1f}"
+                + (" **<- first jump**" if r["tensor"] == jump else "") + " |" for r in q["layers"]]
     return out
+
+
+ACCURACY_GATES = ("max_abs_error", "max_rel_error", "min_cosine", "min_sqnr_db", "min_top1_agreement")
+
+
+def _accuracy_gate_failed(b: dict) -> bool:
+    return any(g["name"] in ACCURACY_GATES and not g["passed"] for g in b["gates"])
 
 
 def _roofline(r: dict | None) -> list[str]:

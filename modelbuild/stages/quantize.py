@@ -39,7 +39,9 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
     onnx.save(qdq, str(out / QDQ_FILE))
     module = integer_ops.rewrite(to_relax(qdq, declared))
     (out / IR_FILE).write_text(tvm.ir.save_json(module))
-    (out / SUMMARY_FILE).write_text(json.dumps(_summary(model, qdq, spec), indent=1, sort_keys=True))
+    summary = _summary(model, qdq, spec)
+    summary["layers"], summary["first_jump"] = layer_sqnr(model, qdq, samples[0])
+    (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=1, sort_keys=True))
 
 
 def _with_opset(model, spec: dict):
@@ -98,6 +100,51 @@ def _quantize(model, samples: list[dict], spec: dict):
         except Exception as err:
             raise StageError(f"onnxruntime could not quantize the model: {last_line(err)}") from err
         return onnx.load(str(target))
+
+
+SQNR_JUMP_DB = 10.0  # a drop this large from one layer to the next marks where the int8 error comes from
+
+
+def layer_sqnr(model, qdq, sample: dict) -> tuple[list[dict], str | None]:
+    """SQNR of every float activation of the QDQ model against the fp32 model, in execution order, and the
+    first tensor where it drops by more than SQNR_JUMP_DB: the layer to try leaving in float.
+
+    onnxruntime runs both models with every intermediate exposed; the QDQ model stands in for the int8
+    library, which computes the same values (see integer_ops)."""
+    from modelbuild.metrics import sqnr_db
+
+    nodes = [(node, name) for node in model.graph.node for name in node.output if name]
+    reference, quantized = _activations(model, sample), _activations(qdq, sample)
+    rows = []
+    for node, name in nodes:
+        if name in reference and name in quantized and reference[name].dtype.kind == "f":
+            rows.append({"tensor": name, "node": node.name, "op": node.op_type,
+                         "sqnr_db": sqnr_db(quantized[name].astype("float64").ravel(),
+                                            reference[name].astype("float64").ravel())})
+    jump = next((b["tensor"] for a, b in zip(rows, rows[1:]) if a["sqnr_db"] - b["sqnr_db"] > SQNR_JUMP_DB),
+                None)
+    return rows, jump
+
+
+def _activations(model, sample: dict) -> dict:
+    """Every tensor a model computes on one sample, by name (onnxruntime, all intermediates as outputs)."""
+    import onnx
+    import onnxruntime as ort
+
+    inferred = onnx.shape_inference.infer_shapes(model)
+    typed = {v.name: v for v in [*inferred.graph.value_info, *inferred.graph.output]}
+    exposed = onnx.ModelProto()
+    exposed.CopyFrom(inferred)
+    present = {o.name for o in exposed.graph.output}
+    for node in exposed.graph.node:
+        for name in node.output:
+            if name in typed and name not in present:
+                exposed.graph.output.append(typed[name])
+                present.add(name)
+    session = ort.InferenceSession(exposed.SerializeToString(), providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    feed = {i.name: sample[i.name] for i in session.get_inputs()}
+    return dict(zip(names, session.run(names, feed)))
 
 
 def _weight_bytes(model) -> int:
