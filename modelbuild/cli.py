@@ -122,7 +122,7 @@ def cmd_build(args, console) -> int:
         print(json.dumps(_summary_json(project, run, report), indent=2))
     else:
         _print_summary(console, project, plan, run)
-        _print_gates(console, project, report)
+        _print_outcome(console, project, report)
     return _exit_code(run, report)
 
 
@@ -140,7 +140,8 @@ def _exit_code(run, report: dict) -> int:
     return EXIT_OK if report["passed"] else EXIT_GATE_FAILED
 
 
-def _print_gates(console, project, report: dict) -> None:
+def _print_outcome(console, project, report: dict) -> None:
+    """One figures line per build, each failed gate with its value and limit, and where the report is."""
     from modelbuild.gates import GateResult
     from modelbuild.reports.markdown import summary_line
 
@@ -270,7 +271,7 @@ def cmd_report(args, console) -> int:
         names = ", ".join(r.node for r in run.stale[:3])
         raise ModelbuildError(f"not built yet: {names}; run `modelbuild` first (report runs nothing)")
     report = _write_reports(project, run, cache=project.store.stats().as_dict())
-    _print_gates(console, project, report)
+    _print_outcome(console, project, report)
     return EXIT_OK if report["passed"] else EXIT_GATE_FAILED
 
 

@@ -31,6 +31,7 @@ class NodeResult:
     outputs: dict[str, str] = field(default_factory=dict)  # file name -> digest
     error: str | None = None
     log: str | None = None
+    inputs: dict | None = None  # the key inputs, when they could be computed (upstream outputs known)
 
 
 @dataclass(frozen=True)

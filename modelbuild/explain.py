@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from modelbuild.errors import SelectionError
 from modelbuild.hashing import canonical_json
-from modelbuild.keys import key_inputs
 from modelbuild.rebuilder import changes, flatten
 from modelbuild.scheduler import Options
 
@@ -19,7 +18,7 @@ def explain(project, build: str) -> list[str]:
         result = run.results[node_id]
         lines.append(f"{node_id}  [{result.status.value}]  key {result.key or '(needs upstream first)'}")
         trace = project.store.last_trace(node_id)
-        inputs = _inputs_of(project, run, node_id)
+        inputs = result.inputs  # None while an upstream stage must run first
         if inputs is not None:
             for path, value in flatten(inputs).items():
                 lines.append(f"    {'.'.join(path)} = {value if isinstance(value, str) else canonical_json(value)}")
@@ -31,20 +30,6 @@ def explain(project, build: str) -> list[str]:
         else:
             lines.append("    since last build: " + "; ".join(result.reasons))
     return lines
-
-
-def _inputs_of(project, run, node_id: str) -> dict | None:
-    from modelbuild.stages import get_stage
-
-    node = project.plan.nodes[node_id]
-    upstream = {}
-    for role, (dep, name) in node.deps.items():
-        outputs = run.results[dep].outputs
-        if name not in outputs:
-            return None
-        upstream[role] = outputs[name]
-    files = {role: project.store.digests.digest(path) for role, path in node.files.items()}
-    return key_inputs(node, get_stage(node.stage), files=files, upstream=upstream)
 
 
 IR_FILES = ("ir_before_fusion.py", "ir_after_fusion.py", "ir_planned.py")

@@ -8,6 +8,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from modelbuild.fsutil import write_atomic
+
 CHUNK = 1 << 20
 
 
@@ -64,7 +66,5 @@ class FileDigests:
     def save(self) -> None:
         if not (self._dirty and self._memo_path):
             return
-        from modelbuild.fsutil import write_atomic
-
         write_atomic(self._memo_path, json.dumps(self._memo).encode())
         self._dirty = False

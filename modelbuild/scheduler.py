@@ -124,10 +124,10 @@ class Scheduler:
         inputs = key_inputs(node, stage, files=self._file_digests(node), upstream=self._upstream_digests(node))
         decision = decide(node.id, action_key(inputs), inputs, self.store)
         if not decision.stale:
-            self._reuse(node, decision, started)
+            self._reuse(node, decision, inputs, started)
         elif options.dry_run:
             self._finish(NodeResult(node.id, node.stage, node.build, Status.STALE, decision.key,
-                                    reasons=decision.reasons))
+                                    reasons=decision.reasons, inputs=inputs))
         else:
             self._submit(node, decision, inputs, options.jobs)
 
@@ -149,12 +149,12 @@ class Scheduler:
         return paths
 
     # cached
-    def _reuse(self, node: Node, decision: Decision, started: float) -> None:
+    def _reuse(self, node: Node, decision: Decision, inputs: dict, started: float) -> None:
         self._publish(node, decision.result.outputs)
         seconds = time.perf_counter() - started
         self.run_result.stats = self.run_result.stats.add(Stats(hits=1, hit_seconds=seconds))
         self._finish(NodeResult(node.id, node.stage, node.build, Status.CACHED, decision.key, seconds,
-                                outputs=decision.result.outputs))
+                                outputs=decision.result.outputs, inputs=inputs))
 
     def _publish(self, node: Node, outputs: dict[str, str]) -> None:
         for name, relative in node.publish.items():
@@ -210,7 +210,7 @@ class Scheduler:
         self._publish(node, outputs)
         self.run_result.stats = self.run_result.stats.add(Stats(misses=1, miss_seconds=seconds))
         self._finish(NodeResult(node.id, node.stage, node.build, Status.BUILT, decision.key, seconds,
-                                reasons=decision.reasons, outputs=outputs))
+                                reasons=decision.reasons, outputs=outputs, inputs=inputs))
 
     def _fail(self, node: Node, decision: Decision, err: Exception, scratch: Path, seconds: float) -> None:
         if isinstance(err, BrokenProcessPool):

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from modelbuild.errors import ModelbuildError
+from modelbuild.errors import ModelbuildError, last_line
 from modelbuild.fsutil import write_atomic
 from modelbuild.hashing import digest_of
 from modelbuild.versions import tool_version
@@ -91,7 +91,7 @@ def _ask_llvm_for_host_cpu() -> str:
     if proc.returncode != 0 or not proc.stdout.strip():
         raise ModelbuildError(
             "cannot resolve mcpu = \"host\": TVM failed to name this CPU "
-            f"({proc.stderr.strip().splitlines()[-1:] or 'no output'}); set mcpu to a CPU name instead"
+            f"({last_line(proc.stderr or 'no output')}); set mcpu to a CPU name instead"
         )
     return proc.stdout.strip().splitlines()[-1]
 

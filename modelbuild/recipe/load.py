@@ -12,7 +12,7 @@ from typing import Any, get_args, get_origin
 from pydantic import BaseModel, ValidationError
 
 from modelbuild.errors import RecipeError
-from modelbuild.recipe.locate import dotted, locate_in_files
+from modelbuild.recipe.locate import dotted, locate, locate_in_files
 from modelbuild.recipe.schema import Recipe
 from modelbuild.targets import MODELBUILD_KEYS, TARGET_OPTIONS
 
@@ -90,7 +90,6 @@ def _read_with_includes(path: Path, files: list[Path], chain: tuple[Path, ...]) 
             raise RecipeError(f"include cycle through {name!r}", file=_shown(path), field=f"include[{index}]",
                               fix="remove the include that leads back to this file")
         if not piece.exists():
-            from modelbuild.recipe.locate import locate
             raise RecipeError(f"included file {name!r} not found", file=_shown(path),
                               line=locate(path.read_text(), ("include",)), field=f"include[{index}]",
                               fix="paths in include are relative to the including file")

@@ -77,14 +77,16 @@ def _roofline(library: str, kernels: list[dict]) -> dict:
     """Time the heaviest kernels one by one, and the machine's peaks, for a roofline."""
     from modelbuild import analysis
 
-    seconds = {k["kernel"]: _time_kernel(library, k) for k in kernels}
+    import tvm
+
+    module = tvm.runtime.load_module(library).imports[0]  # the kernels live in the library's host module
+    seconds = {k["kernel"]: _time_kernel(module, k) for k in kernels}
     return analysis.roofline(kernels, {k: s for k, s in seconds.items() if s}, *machine_peaks())
 
 
-def _time_kernel(library: str, kernel: dict) -> float | None:
+def _time_kernel(module, kernel: dict) -> float | None:
     import tvm
 
-    module = tvm.runtime.load_module(library).imports[0]
     rng = np.random.default_rng(0)
     args = [tvm.runtime.tensor(rng.standard_normal(shape).astype(dtype) if dtype.startswith("float")
                                else np.zeros(shape, dtype)) for shape, dtype in kernel["args"]]
