@@ -9,12 +9,15 @@ element-wise chains, reductions):
   spatial loop split by the vector width and moved below the reductions, so each step of the reduction
   updates a whole vector of outputs; its epilogue is computed at the same loop, while the values are hot;
 - other blocks are split by the vector width;
-- the outermost spatial loops of a kernel with enough work are fused and run in parallel.
+- the outermost spatial loops of a kernel with enough work are fused and run in parallel;
+- an int8 conv legalised for AVX-512 VNNI gets its own schedule (vnni_conv.py).
 Each step runs on a copy of the schedule and is kept only if TVM accepts it, so an unusual kernel keeps a
 simpler schedule rather than failing the build.
 """
 
 from __future__ import annotations
+
+from modelbuild.stages import vnni_conv
 
 VECTOR_LANES = 16  # float32 lanes of AVX-512; narrower vector units run the loop in several instructions
 CHANNEL_BLOCK = 4  # output rows computed together, so each loaded input vector feeds several FMAs
@@ -49,6 +52,8 @@ def schedule_function(func, *, cores: int):
     except Exception:
         return None
     sch = _inline_elementwise(sch, root)
+    if _has_block(sch, root, vnni_conv.BLOCK):
+        return _attempt(sch, lambda s: vnni_conv.schedule(s, cores)).mod["main"]
     for block in sch.get_child_blocks(root):
         if _is_reduction(sch, block):
             sch = _attempt(sch, lambda s, b=block: _schedule_reduction(s, b, cores))
@@ -56,6 +61,10 @@ def schedule_function(func, *, cores: int):
         if not _is_reduction(sch, block) and not _is_nested(sch, block):
             sch = _attempt(sch, lambda s, b=block: _schedule_spatial(s, b, cores))
     return sch.mod["main"]
+
+
+def _has_block(sch, root, name: str) -> bool:
+    return any(sch.get(b).name_hint == name for b in sch.get_child_blocks(root))
 
 
 def _attempt(sch, step):

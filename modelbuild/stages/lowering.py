@@ -46,9 +46,10 @@ def lower(module, target, *, fuse: bool, layout: str | None, database=None, sche
     if layout:
         module = relax.transform.ConvertLayout(LAYOUTS[layout])(module)
     seq = tvm.transform.Sequential
-    from modelbuild.stages.integer_ops import legalize_quantize
+    from modelbuild.stages.integer_ops import legalize_conv2d, legalize_quantize
 
-    legalize = relax.transform.LegalizeOps(customize_legalize_map={"relax.quantize": legalize_quantize})
+    legalize = relax.transform.LegalizeOps(customize_legalize_map={"relax.quantize": legalize_quantize,
+                                                                   "relax.nn.conv2d": legalize_conv2d})
     legalized = seq(cpu.library_dispatch_passes(target) + [legalize,
                     relax.transform.AnnotateTIROpPattern(), relax.transform.FoldConstant()])(module)
     grouped = relax.transform.FuseOps()(legalized) if fuse else legalized

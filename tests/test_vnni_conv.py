@@ -1,0 +1,23 @@
+"""Weight packing for the VNNI conv: pure numpy, no TVM."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from modelbuild.stages.vnni_conv import GROUP, LANES, pack_weights
+
+
+def test_packed_weights_put_16_output_channels_by_4_input_channels_and_pad_with_zeros():
+    weight = np.random.default_rng(0).integers(-128, 128, (20, 6, 3, 2)).astype(np.int8)
+    packed, correction = pack_weights(weight, shifted=True)
+    assert packed.shape == (2, 2, 3, 2, LANES, GROUP)
+    for o, c, kh, kw in [(0, 0, 0, 0), (19, 5, 2, 1), (17, 4, 1, 0), (3, 2, 2, 1)]:
+        assert packed[o // LANES, c // GROUP, kh, kw, o % LANES, c % GROUP] == weight[o, c, kh, kw]
+    assert not packed[1, :, :, :, 4:, :].any()  # output channels 20..31 do not exist
+    assert not packed[:, 1, :, :, :, 2:].any()  # nor input channels 6 and 7
+    assert correction.tolist() == (128 * weight.astype(np.int64).reshape(20, -1).sum(axis=1)).tolist()
+
+
+def test_unshifted_data_needs_no_correction():
+    weight = np.ones((16, 4, 1, 1), np.int8)
+    assert not pack_weights(weight, shifted=False)[1].any()
