@@ -138,6 +138,9 @@ class CalibrationSpec(Strict):
     seed: int = 0
 
 
+INTEGER_OPS = ("Conv", "MatMul", "Gemm")
+
+
 class QuantizationSpec(Strict):
     """Static int8 quantization with onnxruntime (QDQ), then integer kernels in TVM."""
 
@@ -145,6 +148,11 @@ class QuantizationSpec(Strict):
         default="symmetric", description="symmetric: int8 activations, zero point 0; affine: uint8 with zero point")
     per_channel: bool = True
     calibration: CalibrationSpec = CalibrationSpec()
+    ops: list[str] = Field(
+        default_factory=lambda: list(INTEGER_OPS),
+        description="op types quantized (their inputs get quantize/dequantize); ['*'] for every op onnxruntime "
+                    "can quantize. The default is the ops that get integer kernels: a quantize/dequantize pair "
+                    "around an element-wise op costs more than the op and adds rounding error")
     exclude_ops: list[str] = Field(default_factory=list, description="op types left in float, e.g. Softmax")
     exclude_nodes: list[str] = Field(default_factory=list, description="node names left in float")
 

@@ -86,7 +86,8 @@ def _quantize(model, samples: list[dict], spec: dict):
     symmetric = spec["scheme"] == "symmetric"
     method = {"minmax": CalibrationMethod.MinMax, "percentile": CalibrationMethod.Percentile,
               "entropy": CalibrationMethod.Entropy}[spec["calibration"]["method"]]
-    op_types = sorted({n.op_type for n in model.graph.node} - set(spec["exclude_ops"]))
+    present = {n.op_type for n in model.graph.node}
+    op_types = sorted((present if "*" in spec["ops"] else present & set(spec["ops"])) - set(spec["exclude_ops"]))
     with tempfile.TemporaryDirectory(prefix="modelbuild-quantize-") as tmp:
         source, target = Path(tmp) / "float.onnx", Path(tmp) / "qdq.onnx"
         onnx.save(model, str(source))
