@@ -74,12 +74,31 @@ class Plan:
 
 
 def _matches(build: str, selector: str) -> bool:
-    model = build.split("@", 1)[0]
-    return fnmatch.fnmatchcase(build, selector) or selector == model
+    return fnmatch.fnmatchcase(build, selector) or selector in (model_of(build), variant_of(build))
 
 
-def build_name(model: str, target: str) -> str:
-    return f"{model}@{target}"
+def build_name(model: str, target: str, quantization: str | None = None) -> str:
+    """'model@target' for a float build, 'model+quantization@target' for a quantized one, so one recipe can
+    build both and compare them ('+' is not allowed in recipe names)."""
+    return f"{model}+{quantization}@{target}" if quantization else f"{model}@{target}"
+
+
+def variant_of(build: str) -> str:
+    """The folder a build publishes under: 'model' or 'model+quantization'."""
+    return build.split("@", 1)[0]
+
+
+def model_of(build: str) -> str:
+    return variant_of(build).split("+", 1)[0]
+
+
+def target_of(build: str) -> str:
+    return build.split("@", 1)[1]
+
+
+def float_build_of(build: str) -> str | None:
+    """The float build a quantized build is compared with (it may not be in the plan)."""
+    return build_name(model_of(build), target_of(build)) if "+" in variant_of(build) else None
 
 
 def build_plan(recipe: LoadedRecipe, resolve: TargetResolver, *, tuning_root: Path | None = None) -> Plan:
@@ -94,7 +113,7 @@ def build_plan(recipe: LoadedRecipe, resolve: TargetResolver, *, tuning_root: Pa
         importer = import_node(recipe, build.model)
         nodes.setdefault(importer.id, importer)
         for target in build.targets:
-            name = build_name(build.model, target)
+            name = build_name(build.model, target, build.quantization)
             builds[name] = [importer.id]
             ir = (importer.id, "ir.json")
             quantizer = None
@@ -184,20 +203,20 @@ def compile_node(build: str, ir: tuple[str, str], target_name: str, target: dict
     library = library_name(target)
     params = {"target": tvm_target(target), "library": library, "cross_compiler": target.get("cross-compiler"),
               "options": compile_options(spec)}
-    model = build.split("@", 1)[0]
+    variant = variant_of(build)
     deps = {"ir": ir}
     if tuner:
         deps["tuning"] = (tuner.id, "records.json")
     return Node(id=f"compile:{build}", stage="compile", build=build, params=params, deps=deps,
-                publish={library: f"{model}/{target_name}/{library}",
-                         "analysis.json": f"{model}/{target_name}/analysis.json"})
+                publish={library: f"{variant}/{target_name}/{library}",
+                         "analysis.json": f"{variant}/{target_name}/analysis.json"})
 
 
 def reference_node(recipe: LoadedRecipe, build: str, validation, *, qdq: Node | None = None) -> Node:
     """Golden inputs and onnxruntime's outputs; its key has nothing of the target, so it is shared.
 
     With `qdq`, the model run is onnxruntime's own quantized model: the second reference of an int8 build."""
-    model = build.split("@", 1)[0]
+    model = model_of(build)
     spec = recipe.spec.models[model]
     golden = validation.golden
     files = {} if qdq else {"model": recipe.model_path(model)}
@@ -224,14 +243,14 @@ def validate_node(build: str, target_name: str, target: dict, validation, import
         # timings belong to the machine that measured them: a shared cache must not mix machines
         "machine": host_machine(),
     }
-    model = build.split("@", 1)[0]
+    variant = variant_of(build)
     library = compiler.params["library"]
     deps = {"library": (compiler.id, library), "golden": (f"reference:{build}", "golden.npz"),
             "signature": (importer.id, "signature.json"), "analysis": (compiler.id, "analysis.json")}
     if qdq:
         deps["golden_qdq"] = (qdq, "golden.npz")
     return Node(id=f"validate:{build}", stage="validate", build=build, params=params, deps=deps,
-                publish={"metrics.json": f"{model}/{target_name}/validation.json"})
+                publish={"metrics.json": f"{variant}/{target_name}/validation.json"})
 
 
 def _why_not_here(target: dict) -> str:

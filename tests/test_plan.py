@@ -6,7 +6,7 @@ import pytest
 from PIL import Image
 
 from modelbuild.errors import SelectionError
-from modelbuild.plan import build_plan, library_name
+from modelbuild.plan import build_plan, float_build_of, library_name
 from modelbuild.recipe import load_recipe
 
 RECIPE = """
@@ -47,30 +47,47 @@ def plan(tmp_path):
 
 
 def test_an_int8_build_compiles_the_quantized_ir_and_checks_two_references(plan):
-    assert plan.builds["cls@host"] == ["import:cls", "quantize:cls@host", "compile:cls@host",
-                                       "reference:cls@host", "reference-qdq:cls@host", "validate:cls@host"]
-    assert plan.nodes["compile:cls@host"].deps["ir"] == ("quantize:cls@host", "ir.json")
-    assert plan.nodes["quantize:cls@host"].deps["onnx"] == ("import:cls", "model.onnx")
-    assert plan.nodes["reference-qdq:cls@host"].deps["model"] == ("quantize:cls@host", "qdq.onnx")
-    assert plan.nodes["validate:cls@host"].deps["golden_qdq"] == ("reference-qdq:cls@host", "golden.npz")
+    assert plan.builds["cls+int8@host"] == ["import:cls", "quantize:cls+int8@host", "compile:cls+int8@host",
+                                       "reference:cls+int8@host", "reference-qdq:cls+int8@host", "validate:cls+int8@host"]
+    assert plan.nodes["compile:cls+int8@host"].deps["ir"] == ("quantize:cls+int8@host", "ir.json")
+    assert plan.nodes["quantize:cls+int8@host"].deps["onnx"] == ("import:cls", "model.onnx")
+    assert plan.nodes["reference-qdq:cls+int8@host"].deps["model"] == ("quantize:cls+int8@host", "qdq.onnx")
+    assert plan.nodes["validate:cls+int8@host"].deps["golden_qdq"] == ("reference-qdq:cls+int8@host", "golden.npz")
 
 
 def test_image_samples_are_declared_file_by_file_up_to_the_count(plan):
-    calibration = [p.name for r, p in plan.nodes["quantize:cls@host"].files.items() if r.startswith("calibration")]
-    golden = [p.name for r, p in plan.nodes["reference:cls@host"].files.items() if r.startswith("golden")]
+    calibration = [p.name for r, p in plan.nodes["quantize:cls+int8@host"].files.items() if r.startswith("calibration")]
+    golden = [p.name for r, p in plan.nodes["reference:cls+int8@host"].files.items() if r.startswith("golden")]
     assert calibration == ["0.png", "1.png"] and golden == ["0.png", "1.png", "2.png"]
 
 
 def test_a_cross_target_builds_objects_and_is_not_run_here(plan):
-    assert plan.nodes["compile:cls@pi"].publish == {"model.tar": "cls/pi/model.tar",
-                                                    "analysis.json": "cls/pi/analysis.json"}
-    assert plan.nodes["validate:cls@pi"].params["runs_here"] is False
+    assert plan.nodes["compile:cls+int8@pi"].publish == {"model.tar": "cls+int8/pi/model.tar",
+                                                    "analysis.json": "cls+int8/pi/analysis.json"}
+    assert plan.nodes["validate:cls+int8@pi"].params["runs_here"] is False
     assert library_name({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "cross-compiler": "gcc"}) == "model.so"
 
 
 def test_selection_takes_dependencies_along(plan):
     sub = plan.select(["*@pi"])
-    assert set(sub.builds) == {"cls@pi"} and "import:cls" in sub.nodes and "compile:cls@host" not in sub.nodes
-    assert set(plan.select(["cls"]).builds) == {"cls@host", "cls@pi"}
+    assert set(sub.builds) == {"cls+int8@pi"} and "import:cls" in sub.nodes and "compile:cls+int8@host" not in sub.nodes
+    assert set(plan.select(["cls"]).builds) == {"cls+int8@host", "cls+int8@pi"}
     with pytest.raises(SelectionError, match="no build matches 'gpu'"):
         plan.select(["gpu"])
+
+
+def test_a_float_and_an_int8_build_of_one_model_and_target_live_side_by_side(tmp_path):
+    (tmp_path / "m.onnx").write_bytes(b"x")
+    text = textwrap.dedent(RECIPE).replace('targets = ["host", "pi"]', 'targets = ["host"]')
+    text += '\n[[builds]]\nmodel = "cls"\ntargets = ["host"]\n'
+    (tmp_path / "calib").mkdir()
+    Image.new("RGB", (8, 8)).save(tmp_path / "calib" / "0.png")
+    (tmp_path / "deploy.toml").write_text(text)
+    plan = build_plan(load_recipe(tmp_path / "deploy.toml"), lambda table: table)
+    assert set(plan.builds) == {"cls@host", "cls+int8@host"}
+    assert plan.nodes["compile:cls@host"].publish["model.so"] == "cls/host/model.so"
+    assert plan.nodes["compile:cls+int8@host"].publish["model.so"] == "cls+int8/host/model.so"
+    assert plan.nodes["compile:cls@host"].deps["ir"] == ("import:cls", "ir.json")  # one import serves both
+    assert float_build_of("cls+int8@host") == "cls@host" and float_build_of("cls@host") is None
+    assert set(plan.select(["cls+int8"]).builds) == {"cls+int8@host"}
+    assert set(plan.select(["cls"]).builds) == {"cls@host", "cls+int8@host"}

@@ -34,6 +34,10 @@ timing = {{ warmup = 1, min_runs = 3, min_seconds = 0.0, roofline = false }}
 model = "net"
 targets = ["cpu"]
 quantization = "int8"
+
+[[builds]]
+model = "net"
+targets = ["cpu"]
 """
 
 
@@ -52,9 +56,13 @@ def test_an_int8_build_computes_in_int8_and_matches_onnxruntime_qdq(tmp_path, ca
     two_convs(tmp_path / "net.onnx", channels=8)
     write(tmp_path)
     statuses = build(tmp_path, capsys)
-    assert statuses["quantize:net@cpu"] == "built" and statuses["reference-qdq:net@cpu"] == "built"
+    assert statuses["quantize:net+int8@cpu"] == "built" and statuses["reference-qdq:net+int8@cpu"] == "built"
 
-    report = json.loads((tmp_path / "build/report.json").read_text())["builds"][0]
+    builds = {b["name"]: b for b in json.loads((tmp_path / "build/report.json").read_text())["builds"]}
+    report = builds["net+int8@cpu"]
+    assert report["vs_float"]["build"] == "net@cpu"  # the float build of the same recipe, timed alike
+    assert report["vs_float"]["latency_ms"] == builds["net@cpu"]["latency_ms"]["median"]
+    assert (tmp_path / "build/net+int8/cpu/model.so").exists() and (tmp_path / "build/net/cpu/model.so").exists()
     q = report["quantization"]
     assert q["weight_ratio"] > 3.5  # int8 weights (plus scales) against float32
     assert q["warnings"] and "random" in q["warnings"][0]  # calibrated on random data: said loudly
@@ -67,23 +75,23 @@ def test_an_int8_build_computes_in_int8_and_matches_onnxruntime_qdq(tmp_path, ca
     assert [r["op"] for r in layers] == ["Conv", "Relu", "Conv"]  # every activation, in execution order
     assert all(0 < r["sqnr_db"] < 999 for r in layers)
 
-    assert main(["explain", "net@cpu", "--ir", "-f", str(tmp_path / "deploy.toml")]) == 0
+    assert main(["explain", "net+int8@cpu", "--ir", "-f", str(tmp_path / "deploy.toml")]) == 0
     capsys.readouterr()
-    after = (tmp_path / "build/net/cpu/ir/ir_after_fusion.py").read_text()
+    after = (tmp_path / "build/net+int8/cpu/ir/ir_after_fusion.py").read_text()
     conv_kernels = [block for block in after.split("@T.prim_func")[1:]
                     if re.match(r"[^\n]*\n\s*def (fused_)?conv2d", block)]
     assert len(conv_kernels) == 2 and all('"int8")' in k and '"int32"' in k for k in conv_kernels)
 
     write(tmp_path, samples=1)  # only calibration changed (fewer samples: narrower ranges, new scales)
     statuses = build(tmp_path, capsys)
-    assert statuses["import:net"] == "cached" and statuses["reference:net@cpu"] == "cached"
-    assert {statuses[n] for n in ("quantize:net@cpu", "compile:net@cpu", "validate:net@cpu")} == {"built"}, statuses
+    assert statuses["import:net"] == "cached" and statuses["reference:net+int8@cpu"] == "cached"
+    assert {statuses[n] for n in ("quantize:net+int8@cpu", "compile:net+int8@cpu", "validate:net+int8@cpu")} == {"built"}, statuses
 
 
 def test_a_failed_accuracy_gate_shows_the_per_layer_sqnr_table(tmp_path, capsys):
     two_convs(tmp_path / "net.onnx", channels=8)
     write(tmp_path)
-    text = (tmp_path / "deploy.toml").read_text().replace("[[builds]]", "[validation.gates]\nmin_cosine = 1.0\n\n[[builds]]")
+    text = (tmp_path / "deploy.toml").read_text().replace("[[builds]]", "[validation.gates]\nmin_cosine = 1.0\n\n[[builds]]", 1)
     (tmp_path / "deploy.toml").write_text(text)
     assert main(["build", "-f", str(tmp_path / "deploy.toml")]) == 1  # int8 is never exactly the fp32 result
     capsys.readouterr()

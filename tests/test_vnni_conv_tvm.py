@@ -34,7 +34,6 @@ def conv_module(shape, weight, dtype, *, strides, padding, dilation):
 
 def build(module, target_table):
     import tvm
-    from tvm import relax
 
     from modelbuild.stages import lowering
 

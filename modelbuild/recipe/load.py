@@ -189,13 +189,14 @@ def _check_targets(loaded: LoadedRecipe) -> None:
 
 def _check_builds(loaded: LoadedRecipe) -> None:
     spec = loaded.spec
-    seen: set[tuple[str, str]] = set()
+    seen: set[tuple[str, str, str | None]] = set()
     for index, build in enumerate(spec.builds):
         for j, target in enumerate(build.targets):
-            if (build.model, target) in seen:
-                raise _fail(loaded, ("builds", index, "targets", j), f"{build.model}@{target} is declared twice",
-                            "declare each model and target pair in one [[builds]] entry")
-            seen.add((build.model, target))
+            if (build.model, target, build.quantization) in seen:
+                what = f"{build.model}@{target}" + (f" with quantization {build.quantization}" if build.quantization else "")
+                raise _fail(loaded, ("builds", index, "targets", j), f"{what} is declared twice",
+                            "declare each model, target and quantization in one [[builds]] entry")
+            seen.add((build.model, target, build.quantization))
         if build.model not in spec.models:
             raise _fail(loaded, ("builds", index, "model"), f"no model named {build.model!r}",
                         f"use one of {', '.join(spec.models)} or declare [models.{build.model}]")

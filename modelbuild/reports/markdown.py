@@ -78,6 +78,10 @@ def _quantization(b: dict) -> list[str]:
            f"{q['calibration']['method']} calibration on {q['calibration']['samples']} samples): weights "
            f"{mb(q['weight_bytes_fp32'])} -> {mb(q['weight_bytes_int8'])} (/{q['weight_ratio']:.1f})."]
     out += [f"\n> Warning: {w}" for w in q["warnings"]]
+    if b.get("vs_float"):
+        v = b["vs_float"]
+        out += ["", f"Latency {b['latency_ms']['median']:.3f} ms against {v['latency_ms']:.3f} ms for "
+                    f"`{v['build']}`: {v['latency_ratio']:.2f}x."]
     if b.get("accuracy_vs_qdq"):
         out += ["", "| output | vs onnxruntime QDQ: max abs | cosine |", "| --- | --- | --- |"]
         out += [f"| {name} | {_fmt(a['max_abs'])} | {_fmt(a['cosine'])} |" for name, a in b["accuracy_vs_qdq"].items()]

@@ -10,6 +10,7 @@ import json
 
 from modelbuild import gates
 from modelbuild.events import NodeResult, Status
+from modelbuild.plan import float_build_of, model_of, target_of
 from modelbuild.scheduler import RunResult
 from modelbuild.versions import tool_versions
 
@@ -20,6 +21,7 @@ def collect(project, run: RunResult, *, cache: dict | None = None) -> dict:
     """The report of one run over every build of the plan that ran."""
     builds = [_build(project, run, name) for name in project.plan.builds
               if all(n in run.results for n in project.plan.builds[name])]
+    compare_with_float(builds)
     builds.sort(key=lambda b: (b["passed"], b["name"]))  # failures first
     return {
         "schema": SCHEMA_ID,
@@ -30,8 +32,22 @@ def collect(project, run: RunResult, *, cache: dict | None = None) -> dict:
     }
 
 
+def compare_with_float(builds: list[dict]) -> None:
+    """Give each quantized build the latency of the float build of the same model and target, where the
+    recipe has one: the speed-up is the point of quantizing."""
+    by_name = {b["name"]: b for b in builds}
+    for build in builds:
+        reference = by_name.get(float_build_of(build["name"]) or "")
+        ours, theirs = build.get("latency_ms"), (reference or {}).get("latency_ms")
+        if ours and theirs:
+            build["vs_float"] = {"build": reference["name"], "latency_ms": theirs["median"],
+                                 "latency_ratio": ours["median"] / theirs["median"]}
+        else:
+            build["vs_float"] = None
+
+
 def _build(project, run: RunResult, name: str) -> dict:
-    model, target = name.split("@", 1)
+    model, target = model_of(name), target_of(name)
     # the int8 build's second reference (onnxruntime's QDQ model) is read through validate's metrics
     nodes = {run.results[n].stage: run.results[n] for n in project.plan.builds[name] if not n.startswith("reference-qdq:")}
     metrics = _metrics(project, nodes.get("validate"))
@@ -111,7 +127,7 @@ def _baseline(project, spec, name: str) -> dict | None:
 
 
 def _provenance(project, nodes: dict[str, NodeResult], spec, metrics: dict | None) -> dict:
-    model, target = nodes["compile"].build.split("@", 1)
+    model, target = model_of(nodes["compile"].build), target_of(nodes["compile"].build)
     compile_node = project.plan.nodes[nodes["compile"].node]
     return {
         "model_sha256": project.store.digests.digest(project.recipe.model_path(model)),
