@@ -1,0 +1,160 @@
+"""int8 against fp32 on both bundled models: latency, and accuracy on rendered text (bench/text_images.py).
+
+Builds each model twice with modelbuild in one recipe (float, and int8 calibrated on rendered text with the
+model's own preprocessing), then on held-out rendered inputs compares the int8 library's outputs with
+onnxruntime's fp32 outputs (cosine per output and sample, top-1 agreement for the classifier), and times the
+fp32 library, the int8 library and onnxruntime fp32 in alternating rounds in one process, with the same
+thread count and no tuning for either build. Goals from issue 5: int8 <= 0.5x fp32 latency,
+cosine >= 0.99, classifier top-1 agreement >= 99%.
+
+Usage: python bench/int8_vs_fp32.py [--threads 2] [--seconds S] [--calibration N] [--lines N] [--pages N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import text_images  # a sibling script
+from speed_vs_onnxruntime import measure
+
+REPO = Path(__file__).resolve().parents[1]
+MODELS = {  # file, input shape, preprocessing of PaddleOCR's own pipelines
+    "text_cls": ("text_direction_cls.onnx", [1, 3, 48, 192], {"mean": [0.5] * 3, "std": [0.5] * 3}),
+    "text_det": ("text_det.onnx", [1, 3, 640, 640], {"mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}),
+}
+
+
+def recipe(threads: int, folders: dict[str, Path], calibration: int) -> str:
+    lines = []
+    for name, (file, shape, norm) in MODELS.items():
+        pre = f"{{ mean = {norm['mean']}, std = {norm['std']} }}"
+        lines += [f"[models.{name}]", f'path = "{REPO / "models" / file}"', f"inputs.x = {{ shape = {shape} }}", "",
+                  f"[quantization.{name}_int8]",
+                  (f'calibration = {{ source = "images", path = "{folders[name]}", samples = {calibration}, '
+                   f"preprocess = {pre} }}"), ""]
+    lines += ["[targets.cpu]", 'kind = "llvm"', 'mcpu = "host"', f"num-cores = {threads}", "",
+              "[validation]", "enabled = false", ""]
+    for name in MODELS:
+        lines += ["[[builds]]", f'model = "{name}"', 'targets = ["cpu"]', "",
+                  "[[builds]]", f'model = "{name}"', 'targets = ["cpu"]', f'quantization = "{name}_int8"', ""]
+    return "\n".join(lines)
+
+
+def build(root: Path, text: str) -> None:
+    (root / "deploy.toml").write_text(text)
+    print("building fp32 and int8 libraries of both models ...", flush=True)
+    proc = subprocess.run([sys.executable, "-m", "modelbuild", "-f", str(root / "deploy.toml"), "-j", "1",
+                           "--cache-dir", str(root / "cache")], capture_output=True, text=True,
+                          env={**os.environ, "NO_COLOR": "1"}, check=False)
+    if proc.returncode != 0:
+        raise SystemExit(proc.stdout + proc.stderr)
+
+
+def inputs(model: str, paths: list[Path]) -> np.ndarray:
+    from modelbuild.golden import load_images
+
+    _, shape, norm = MODELS[model]
+    preprocess = {"resize": None, "scale": 1 / 255, "layout": "NCHW", "color": "RGB", **norm}
+    return load_images(paths, {"x": {"shape": shape, "dtype": "float32"}}, preprocess)["x"]
+
+
+def libraries(root: Path, model: str):
+    import tvm
+    from tvm import relax
+
+    out = {}
+    for variant, folder in (("fp32", model), ("int8", f"{model}+{model}_int8")):
+        vm = relax.VirtualMachine(tvm.runtime.load_module(str(root / f"build/{folder}/cpu/model.so")), tvm.cpu())
+        out[variant] = vm["main"]
+    return out
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = a.astype(np.float64).ravel(), b.astype(np.float64).ravel()
+    denominator = np.linalg.norm(a) * np.linalg.norm(b)
+    return float(a @ b / denominator) if denominator else float(np.array_equal(a, b))
+
+
+def accuracy(model: str, libs: dict, session, samples: np.ndarray, labels: list[int] | None) -> dict:
+    import tvm
+
+    cosines, agree, correct_fp32, correct_int8 = [], 0, 0, 0
+    for i, x in enumerate(samples):
+        want = session.run(None, {"x": x})[0]
+        got = libs["int8"](tvm.runtime.tensor(x)).numpy()
+        cosines.append(cosine(got, want))
+        if labels is not None:
+            agree += int(got.argmax() == want.argmax())
+            correct_fp32 += int(want.argmax() == labels[i])
+            correct_int8 += int(got.argmax() == labels[i])
+    out = {"samples": len(samples), "min_cosine": min(cosines), "median_cosine": float(np.median(cosines))}
+    if labels is not None:
+        out |= {"top1_agreement": agree / len(samples), "fp32_correct": correct_fp32 / len(samples),
+                "int8_correct": correct_int8 / len(samples)}
+    return out
+
+
+def latencies(session, libs: dict, x: np.ndarray, seconds: float) -> dict[str, float]:
+    import tvm
+
+    xt = tvm.runtime.tensor(x)
+    return measure({"onnxruntime fp32": lambda: session.run(None, {"x": x}),
+                    "modelbuild fp32": lambda: libs["fp32"](xt),
+                    "modelbuild int8": lambda: libs["int8"](xt)}, seconds)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--seconds", type=float, default=3.0, help="time spent on each library per model")
+    parser.add_argument("--calibration", type=int, default=32, help="rendered calibration samples per model")
+    parser.add_argument("--lines", type=int, default=200, help="held-out text lines for the classifier")
+    parser.add_argument("--pages", type=int, default=8, help="held-out pages for the detector")
+    args = parser.parse_args()
+    os.environ["TVM_NUM_THREADS"] = str(args.threads)
+    import onnxruntime as ort
+
+    with tempfile.TemporaryDirectory(prefix="modelbuild-int8-") as tmp:
+        root = Path(tmp)
+        text_images.write_lines(root / "calib-lines", args.calibration, seed=1)
+        text_images.write_pages(root / "calib-pages", args.calibration, seed=2)
+        held_out_lines = text_images.write_lines(root / "eval-lines", args.lines, seed=3)
+        held_out_pages = text_images.write_pages(root / "eval-pages", args.pages, seed=4)
+        build(root, recipe(args.threads, {"text_cls": root / "calib-lines", "text_det": root / "calib-pages"},
+                           args.calibration))
+        print(f"\nthreads {args.threads}; no tuning; medians of alternating runs; calibrated on "
+              f"{args.calibration} rendered samples, evaluated on others")
+        for model, (file, _, _) in MODELS.items():
+            options = ort.SessionOptions()
+            options.intra_op_num_threads = args.threads
+            session = ort.InferenceSession(str(REPO / "models" / file), options, providers=["CPUExecutionProvider"])
+            if model == "text_cls":
+                samples = inputs(model, [p for p, _ in held_out_lines])
+                labels = [label for _, label in held_out_lines]
+            else:
+                samples, labels = inputs(model, held_out_pages), None
+            libs = libraries(root, model)
+            quality = accuracy(model, libs, session, samples, labels)
+            times = latencies(session, libs, samples[0], args.seconds)
+            ratio = times["modelbuild int8"] / times["modelbuild fp32"]
+            print(f"\n{model}")
+            for variant, seconds in times.items():
+                print(f"  {variant:<20} {seconds * 1000:9.3f} ms")
+            print(f"  int8 / fp32 latency  {ratio:9.2f}x   (goal <= 0.5)")
+            print(f"  cosine vs fp32       min {quality['min_cosine']:.4f}, median {quality['median_cosine']:.4f} "
+                  f"over {quality['samples']} held-out samples   (goal >= 0.99)")
+            if labels is not None:
+                print(f"  top-1 agreement      {quality['top1_agreement']:.1%}   (goal >= 99%); orientation right: "
+                      f"fp32 {quality['fp32_correct']:.1%}, int8 {quality['int8_correct']:.1%}")
+
+
+if __name__ == "__main__":
+    main()
