@@ -115,6 +115,9 @@ class TuningSpec(Strict):
 
     trials_per_task: int = Field(default=64, ge=0, description="0 applies the records already known, no search.")
     max_trials: int | None = Field(default=None, ge=0, description="A cap on trials measured in one run.")
+    tasks: int | None = Field(
+        default=None, ge=1, description="Search only this many tasks: those that take longest under the default "
+                                        "schedule (time x calls); the others keep it. None searches every task.")
     strategy: Literal["evolutionary", "replay-trace", "replay-func"] = "evolutionary"
     cost_model: Literal["xgb", "mlp", "random"] = "xgb"
     number: int = Field(default=3, ge=1, description="Runs per measurement.")
@@ -153,6 +156,10 @@ class QuantizationSpec(Strict):
         description="op types quantized (their inputs get quantize/dequantize); ['*'] for every op onnxruntime "
                     "can quantize. The default is the ops that get integer kernels: a quantize/dequantize pair "
                     "around an element-wise op costs more than the op and adds rounding error")
+    quantize_outputs: bool = Field(
+        default=False, description="also quantize the outputs of the quantized ops, as onnxruntime does by "
+                                   "default. modelbuild's integer kernels rescale to float, so quantizing only "
+                                   "their inputs is faster and loses less accuracy")
     exclude_ops: list[str] = Field(default_factory=list, description="op types left in float, e.g. Softmax")
     exclude_nodes: list[str] = Field(default_factory=list, description="node names left in float")
 

@@ -97,7 +97,9 @@ def _quantize(model, samples: list[dict], spec: dict):
                             activation_type=QuantType.QInt8 if symmetric else QuantType.QUInt8,
                             calibrate_method=method, op_types_to_quantize=op_types,
                             nodes_to_exclude=spec["exclude_nodes"],
-                            extra_options={"ActivationSymmetric": symmetric, "WeightSymmetric": True})
+                            extra_options={"ActivationSymmetric": symmetric, "WeightSymmetric": True,
+                                           "OpTypesToExcludeOutputQuantization":
+                                               [] if spec["quantize_outputs"] else op_types})
         except Exception as err:
             raise StageError(f"onnxruntime could not quantize the model: {last_line(err)}") from err
         return onnx.load(str(target))
