@@ -5,7 +5,7 @@ Builds each model with modelbuild (the fused default, the stock unfused build, a
 alternating them in one process so that machine noise hits all alike. Prints medians and the ratio of each
 to onnxruntime (goals from issue 6: untuned <= 3x, tuned <= 1.0x).
 
-Usage: python bench/speed_vs_onnxruntime.py [--threads 2] [--trials N | --records FILE] [--seconds S]
+Usage: python bench/speed_vs_onnxruntime.py [--threads 2] [--trials N [--tasks K] | --records FILE] [--seconds S]
 """
 
 from __future__ import annotations
@@ -55,6 +55,11 @@ def build(folder: Path, text: str, variant: str, fuse: bool, tuning: bool) -> No
         raise SystemExit(proc.stdout + proc.stderr)
 
 
+def export(folder: Path, path: Path) -> None:
+    subprocess.run([sys.executable, "-m", "modelbuild", "tune", "export", str(path), "-f", str(folder / "deploy.toml"),
+                    "--cache-dir", str(folder.parent / "cache")], check=True)
+
+
 def runners(folders: dict[str, Path], model: str, threads: int):
     import numpy as np
     import onnxruntime as ort
@@ -94,7 +99,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--trials", type=int, help="tune with this many trials per task")
+    parser.add_argument("--tasks", type=int, help="with --trials: search only the N slowest tasks per model")
     parser.add_argument("--records", type=Path, help="a `modelbuild tune export` file to build with (0 trials)")
+    parser.add_argument("--export", type=Path, help="with --trials: write the tuning records here, to commit")
     parser.add_argument("--seconds", type=float, default=3.0, help="time spent on each library per model")
     args = parser.parse_args()
     os.environ["TVM_NUM_THREADS"] = str(args.threads)
@@ -102,17 +109,20 @@ def main() -> None:
     if args.records:
         tuned = f'trials_per_task = 0\nrecords = "{args.records.resolve()}"'
     elif args.trials:
-        tuned = f"trials_per_task = {args.trials}"
+        tuned = f"trials_per_task = {args.trials}" + (f"\ntasks = {args.tasks}" if args.tasks else "")
     with tempfile.TemporaryDirectory(prefix="modelbuild-bench-") as tmp:
         root = Path(tmp)
         folders = {"modelbuild default (untuned)": (root / "fused", True, False),
                    "stock tvm.compile": (root / "stock", False, False)}
         if tuned:
-            folders[f"modelbuild tuned ({'records' if args.records else f'{args.trials} trials/task'})"] = (
+            budget = f"{args.trials} trials/task" + (f", {args.tasks} slowest tasks" if args.tasks else "")
+            folders[f"modelbuild tuned ({'records' if args.records else budget})"] = (
                 root / "tuned", True, True)
         text = recipe(args.threads, tuned)
         for variant, (folder, fuse, tuning) in folders.items():
             build(folder, text, variant, fuse, tuning)
+        if args.export and tuned:
+            export(root / "tuned", args.export.resolve())
         print(f"\nthreads {args.threads}; medians of alternating runs; ratio = latency / onnxruntime's")
         for model in MODELS:
             results = measure(runners({k: v[0] for k, v in folders.items()}, model, args.threads), args.seconds)

@@ -1,6 +1,8 @@
 """The tune stage's choices, on database data: no TVM needed."""
 
-from modelbuild.stages.tune import _best_records, _deficits
+from types import SimpleNamespace
+
+from modelbuild.stages.tune import _best_records, _deficits, _heaviest
 
 
 def data():
@@ -24,6 +26,17 @@ def test_without_a_default_time_the_tuned_record_is_applied():
 
 def test_deficits_continue_from_the_trials_already_measured_and_respect_the_cap():
     tuning = {"trials_per_task": 8, "max_trials": None}
-    assert _deficits(["a", "b", "c"], {"a": 8, "b": 3}, tuning) == {1: 5, 2: 8}
-    assert _deficits(["a", "b", "c"], {"a": 8, "b": 3}, {**tuning, "max_trials": 6}) == {1: 5, 2: 1}
-    assert _deficits(["a"], {}, {"trials_per_task": 0, "max_trials": None}) == {}
+    every = {0, 1, 2}
+    assert _deficits(["a", "b", "c"], {"a": 8, "b": 3}, tuning, every) == {1: 5, 2: 8}
+    assert _deficits(["a", "b", "c"], {"a": 8, "b": 3}, {**tuning, "max_trials": 6}, every) == {1: 5, 2: 1}
+    assert _deficits(["a"], {}, {"trials_per_task": 0, "max_trials": None}, {0}) == {}
+    assert _deficits(["a", "b", "c"], {"a": 8, "b": 3}, tuning, {0, 2}) == {2: 8}  # b is not chosen
+
+
+def test_only_the_tasks_with_the_most_default_time_are_searched_when_tasks_is_set():
+    tasks = [SimpleNamespace(weight=w) for w in (1, 4, 1, 2)]
+    baseline = {"a": 3.0, "b": 1.0, "c": None, "d": 0.5}  # seconds per call; c could not be timed
+    hashes = ["a", "b", "c", "d"]
+    assert _heaviest(tasks, hashes, baseline, None) == {0, 1, 2, 3}
+    assert _heaviest(tasks, hashes, baseline, 2) == {2, 1}  # untimed first, then 4 x 1.0 s over 1 x 3.0 s
+    assert _heaviest(tasks, hashes, baseline, 3) == {2, 1, 0}

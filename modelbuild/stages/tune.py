@@ -40,14 +40,14 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
         _seed_database(folder, params["target"], inputs.get("records"))
         database = ms.database.JSONDatabase(work_dir=str(folder))
         hashes = [database.commit_workload(t.dispatched[0]).as_json()[0] for t in tasks]
+        baseline = _defaults(folder, tasks, hashes, target, tuning)
         trials = tuning_db.read(folder)["trials"]
-        todo = _deficits(hashes, trials, tuning)
+        todo = _deficits(hashes, trials, tuning, _heaviest(tasks, hashes, baseline, tuning.get("tasks")))
         if todo:
             before = dict(trials)
             ledger = Ledger(folder, trials, [hashes[i] for i in todo], [int(tasks[i].weight) for i in todo])
             _search([tasks[i] for i in todo], todo, tuning, database, ledger)
             ledger.finished(list(todo.values()), before)
-        baseline = _defaults(folder, tasks, hashes, target, tuning)
         data = tuning_db.read(folder)
     best = _best_records(data, hashes, baseline)
     (out / RECORDS_FILE).write_text(json.dumps(best, sort_keys=True))
@@ -66,9 +66,19 @@ def _seed_database(folder: Path, target: dict, records: Path | None) -> None:
     tuning_db.write(folder, data)
 
 
-def _deficits(hashes: list[str], trials: dict, tuning: dict) -> dict[int, int]:
-    """Task index -> trials still owed, capped by max_trials in task order."""
-    owed = {i: tuning["trials_per_task"] - trials.get(h, 0) for i, h in enumerate(hashes)}
+def _heaviest(tasks, hashes: list[str], baseline: dict[str, float | None], count: int | None) -> set[int]:
+    """Indices of the `count` tasks with the most time under the default schedule (seconds x calls); all
+    of them when count is None. A task whose default could not be timed ranks first: it may be the slowest."""
+    if count is None:
+        return set(range(len(hashes)))
+    cost = [(baseline.get(h) if baseline.get(h) is not None else float("inf")) * int(t.weight)
+            for t, h in zip(tasks, hashes)]
+    return set(sorted(range(len(hashes)), key=lambda i: -cost[i])[:count])
+
+
+def _deficits(hashes: list[str], trials: dict, tuning: dict, chosen: set[int]) -> dict[int, int]:
+    """Task index -> trials still owed, for the chosen tasks, capped by max_trials in task order."""
+    owed = {i: tuning["trials_per_task"] - trials.get(h, 0) for i, h in enumerate(hashes) if i in chosen}
     owed = {i: n for i, n in owed.items() if n > 0}
     cap = tuning.get("max_trials")
     if cap is not None:
