@@ -96,3 +96,20 @@ def test_vnni_conv_is_tensorised_and_bit_exact(geometry):
         pytest.skip("this CPU has no AVX-512 VNNI: compiled and inspected, not run")
     got = relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
     assert np.array_equal(got, want)
+
+
+def test_float_accumulation_is_exact_at_its_bound_of_1024_extreme_products():
+    import tvm
+    from tvm import relax
+
+    from modelbuild.stages.integer_ops import EXACT_FLOAT_PRODUCTS
+
+    shape, wshape = (1, 64, 4, 4), (16, 64, 4, 4)  # 64 x 4 x 4 = 1024 products per output
+    assert wshape[1] * wshape[2] * wshape[3] == EXACT_FLOAT_PRODUCTS
+    x = np.full(shape, -128, np.int8)
+    weight = np.full(wshape, -128, np.int8)
+    module = conv_module(shape, weight, "int8", strides=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1))
+    executable, phases = build(module, PLAIN_CPU)
+    assert any("conv2d_int8" in gv.name_hint for gv in phases.fused.functions)  # the float-accumulated kernel
+    got = relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+    assert got.ravel().tolist() == [1 << 24] * 16  # 1024 x 16384: the largest sum, still exact

@@ -134,7 +134,9 @@ def legalize_quantize(bb, call):
                       _try_convert_to_scalar_const(call.args[2]), primfunc_name_hint="quantize")
 
 
-EXACT_FLOAT_PRODUCTS = 1 << (24 - 16)  # float32 sums of this many 8-bit x 8-bit products are exact integers
+# |int8 x int8| <= 2^14, so float32 sums of up to 2^10 such products are integers below 2^24: exact
+# (uint8 data doubles the bound on a product, halving the count)
+EXACT_FLOAT_PRODUCTS = 1 << (24 - 14)
 
 
 def legalize_conv2d(bb, call):
