@@ -5,7 +5,8 @@ Builds each model with modelbuild (the fused default, the stock unfused build, a
 alternating them in one process so that machine noise hits all alike. Prints medians and the ratio of each
 to onnxruntime (goals from issue 6: untuned <= 3x, tuned <= 1.0x).
 
-Usage: python bench/speed_vs_onnxruntime.py [--threads 2] [--trials N [--tasks K] | --records FILE] [--seconds S]
+Usage: python bench/speed_vs_onnxruntime.py [--threads 2] [--trials N] [--tasks K] [--records FILE]
+       [--export FILE] [--seconds S]
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def build(folder: Path, text: str, variant: str, fuse: bool, tuning: bool) -> No
     print(f"building {variant} ...", flush=True)
     proc = subprocess.run([sys.executable, "-m", "modelbuild", "-f", str(folder / "deploy.toml"), "-j", "1",
                            "--cache-dir", str(folder.parent / "cache")], capture_output=True, text=True,
-                          env={**os.environ, "NO_COLOR": "1"})
+                          env={**os.environ, "NO_COLOR": "1"}, check=False)
     if proc.returncode != 0:
         raise SystemExit(proc.stdout + proc.stderr)
 
@@ -106,17 +107,19 @@ def main() -> None:
     args = parser.parse_args()
     os.environ["TVM_NUM_THREADS"] = str(args.threads)
     tuned = None
-    if args.records:
-        tuned = f'trials_per_task = 0\nrecords = "{args.records.resolve()}"'
-    elif args.trials:
-        tuned = f"trials_per_task = {args.trials}" + (f"\ntasks = {args.tasks}" if args.tasks else "")
+    if args.records or args.trials:  # records alone: zero trials, what a fresh clone with committed records does
+        tuned = "\n".join([*([f'records = "{args.records.resolve()}"'] if args.records else []),
+                           f"trials_per_task = {args.trials or 0}",
+                           *([f"tasks = {args.tasks}"] if args.tasks else [])])
     with tempfile.TemporaryDirectory(prefix="modelbuild-bench-") as tmp:
         root = Path(tmp)
         folders = {"modelbuild default (untuned)": (root / "fused", True, False),
                    "stock tvm.compile": (root / "stock", False, False)}
         if tuned:
-            budget = f"{args.trials} trials/task" + (f", {args.tasks} slowest tasks" if args.tasks else "")
-            folders[f"modelbuild tuned ({'records' if args.records else budget})"] = (
+            budget = ", ".join([*(["records"] if args.records else []),
+                                *([f"{args.trials} trials/task"] if args.trials else []),
+                                *([f"{args.tasks} slowest tasks"] if args.tasks else [])])
+            folders[f"modelbuild tuned ({budget})"] = (
                 root / "tuned", True, True)
         text = recipe(args.threads, tuned)
         for variant, (folder, fuse, tuning) in folders.items():
