@@ -61,3 +61,13 @@ def test_default_schedule_times_travel_with_the_records_and_local_ones_win():
                                               "b": {"modelbuild": "0.1.0", "seconds": 2.0}})
     merged = tuning_db.merge(here, there)
     assert merged["defaults"]["a"]["seconds"] == 1.0 and merged["defaults"]["b"]["seconds"] == 2.0
+
+
+def test_an_export_leaves_out_workloads_without_records_but_keeps_their_counts_and_default_times(tmp_path):
+    data = database(["a", "b", "c"], [[2, ["tc", [1.0]]], [0, ["ta", [2.0]]]], {"a": 8, "b": 8, "c": 8},
+                    defaults={"b": {"modelbuild": "0.1.0", "seconds": 3.0}})
+    tuning_db.write(tuning_db.folder_for(tmp_path, TARGET), data)
+    exported = tuning_db.export_all(tmp_path)["databases"][0]
+    assert [w[0] for w in exported["workloads"]] == ["a", "c"]
+    assert sorted((exported["workloads"][i][0], r[0]) for i, r in exported["records"]) == [("a", "ta"), ("c", "tc")]
+    assert exported["trials"] == {"a": 8, "b": 8, "c": 8} and "b" in exported["defaults"]
