@@ -12,6 +12,7 @@ Usage: python bench/speed_vs_onnxruntime.py [--threads 2] [--trials N] [--tasks 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -59,6 +60,14 @@ def build(folder: Path, text: str, variant: str, fuse: bool, tuning: bool) -> No
 def export(folder: Path, path: Path) -> None:
     subprocess.run([sys.executable, "-m", "modelbuild", "tune", "export", str(path), "-f", str(folder / "deploy.toml"),
                     "--cache-dir", str(folder.parent / "cache")], check=True)
+
+
+def tuning_line(folder: Path, model: str) -> str:
+    """What the tuned build's report says of its tuning: the budget behind the tuned latency."""
+    report = json.loads((folder / "build/report.json").read_text())
+    t = next(b["tuning"] for b in report["builds"] if b["model"] == model)
+    return (f"tuned schedules on {t['tuned_tasks']} of {t['tasks']} kernels; {t['trials_total']} trials in the "
+            f"database for this model, {t['trials_measured_now']} measured by this build")
 
 
 def runners(folders: dict[str, Path], model: str, threads: int):
@@ -133,6 +142,8 @@ def main() -> None:
             print(f"\n{model}")
             for variant, seconds in results.items():
                 print(f"  {variant:<40} {seconds * 1000:10.2f} ms   {seconds / base:6.2f}x")
+            if tuned:
+                print(f"  {tuning_line(root / 'tuned', model)}")
         shutil.rmtree(root, ignore_errors=True)
 
 

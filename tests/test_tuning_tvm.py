@@ -92,6 +92,9 @@ def test_tuning_is_paid_once_continues_when_raised_and_is_shared_by_workload(roo
     assert "built    tune:a@cpu" in shown
     first = summary(root, "a@cpu")
     assert first["measured_now"] == 2 and len(first["tasks"]) == 1
+    reported = json.loads((root / "build/report.json").read_text())["builds"][0]["tuning"]
+    assert reported["trials_measured_now"] == 2 and reported["tasks"] == 1
+    assert "2 measured by this run" in (root / "build/report.md").read_text()
     records_after_first = len(database(root)["records"])
     assert records_after_first >= 1
     task = first["tasks"][0]
@@ -126,5 +129,6 @@ def test_exported_records_let_a_fresh_clone_build_with_zero_trials(root, tmp_pat
     write(clone, trials=2, records='records = "tuning/records.json"')
     build(clone, capsys)
     assert summary(clone, "a@cpu")["measured_now"] == 0
+    assert json.loads((clone / "build/report.json").read_text())["builds"][0]["tuning"]["trials_measured_now"] == 0
     tuned = (root / "build/a/cpu/model.so").read_bytes()
     assert (clone / "build/a/cpu/model.so").read_bytes() == tuned  # the same records give the same library

@@ -51,6 +51,7 @@ def _details(b: dict) -> list[str]:
         out += [f"| {name} | {_fmt(a['max_abs'])} | {_fmt(a['max_rel'])} | {_fmt(a['cosine'])} | "
                 f"{_fmt(a['sqnr_db'])} | {_fmt(a.get('top1_agreement'))} |" for name, a in b["accuracy"].items()]
     out += _quantization(b)
+    out += _tuning(b.get("tuning"))
     out += _fusion_and_memory(b)
     if b["latency_ms"]:
         t = b["latency_ms"]
@@ -68,6 +69,14 @@ def _details(b: dict) -> list[str]:
         if t["cv"] > 0.05:
             out.append(f"\n> Warning: the coefficient of variation is {t['cv']:.0%}: the machine was noisy.")
     return out
+
+
+def _tuning(t: dict | None) -> list[str]:
+    if not t:
+        return []
+    return ["", f"Tuning: {t['tuned_tasks']} of {t['tasks']} kernels use a tuned schedule (the others the default, "
+                f"which was faster or not searched); {t['trials_total']} trials in the database, "
+                f"{t['trials_measured_now']} measured by this run."]
 
 
 def _quantization(b: dict) -> list[str]:

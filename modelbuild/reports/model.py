@@ -65,6 +65,7 @@ def _build(project, run: RunResult, name: str) -> dict:
                        "reason": (metrics or {}).get("reason") or (None if metrics else "not validated")},
         "accuracy": (metrics or {}).get("accuracy"),
         "quantization": quantization,
+        "tuning": _tuning(_output_json(project, nodes.get("tune"), "tune.json"), nodes.get("tune")),
         "accuracy_vs_qdq": (metrics or {}).get("accuracy_vs_qdq"),
         "latency_ms": latency,
         "cold_ms": (metrics or {}).get("cold_ms"),
@@ -79,6 +80,17 @@ def _build(project, run: RunResult, name: str) -> dict:
         "passed": stages_ok and all(g.passed for g in results),
         "provenance": _provenance(project, nodes, spec, metrics),
     }
+
+
+def _tuning(summary: dict | None, result: NodeResult | None) -> dict | None:
+    """What tuning gave this build: kernels with a tuned schedule, and trials measured by this run (none when
+    the tune stage was cached, however many it measured when it ran)."""
+    if summary is None or result is None:
+        return None
+    return {"tasks": len(summary["tasks"]), "tuned_tasks": summary["tuned_tasks"],
+            "trials_total": sum(t["trials"] for t in summary["tasks"]),
+            "trials_measured_now": summary["measured_now"] if result.status == Status.BUILT else 0,
+            "estimated_latency_us": summary["estimated_latency_us"]}
 
 
 def _stage(result: NodeResult) -> dict:
