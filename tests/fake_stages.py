@@ -23,16 +23,27 @@ def import_(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
     if model.get("progress"):
         from modelbuild import progress
 
-        for step in range(model["progress"]):
-            progress.report(message=f"step {step + 1}/{model['progress']}", step=step + 1)
-            time.sleep(0.4)
-    if model.get("sleep"):
-        started = time.time()
-        time.sleep(model["sleep"])
-        (out / "interval.json").write_text(json.dumps([started, time.time()]))
+        for step in range(1, model["progress"] + 1):
+            progress.report(message=f"step {step}/{model['progress']}", step=step)
+            _wait_for(Path(model["acks"]) / f"step-{step}", "the build to show step {step}")
+    if model.get("meet"):  # a rendezvous: finishes only if the other stage is running at the same time
+        folder, other = Path(model["meet"]["folder"]), model["meet"]["other"]
+        (folder / model["meet"]["me"]).touch()
+        _wait_for(folder / other, f"stage {other} to start while this one runs")
     ir = {"graph": model["graph"], "inputs": params["inputs"]}
     (out / "ir.json").write_text(json.dumps(ir, sort_keys=True))
     (out / "signature.json").write_text(json.dumps({"inputs": params["inputs"], "outputs": {}}))
+
+
+def _wait_for(path: Path, what: str, timeout: float = 60.0) -> None:
+    """Poll for a file another process writes; fail the stage (not hang the suite) if it never comes."""
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if time.monotonic() > deadline:
+            from modelbuild.errors import StageError
+
+            raise StageError(f"waited {timeout:.0f} s for {what}")
+        time.sleep(0.01)
 
 
 def compile_(*, inputs: dict[str, Path], params: dict, out: Path) -> None:

@@ -121,15 +121,13 @@ def test_a_crashed_worker_fails_its_stage_without_poisoning_the_cache(fake_proje
     assert statuses["import:a"] is Status.BUILT
 
 
-def test_parallel_jobs_overlap_independent_stages(fake_project):
+def test_parallel_jobs_overlap_independent_stages(fake_project, tmp_path_factory):
     root, _ = fake_project
-    write_fake_model(root / "a.json", ["conv"], sleep=1.0)
-    write_fake_model(root / "b.json", ["matmul"], sleep=1.0)
-    project = open_project(root / "deploy.toml")
-    run = project.run([], Options(jobs=2))
-    (a0, a1), (b0, b1) = (json.loads(project.store.object_path(run.results[n].outputs["interval.json"]).read_text())
-                          for n in ("import:a", "import:b"))
-    assert a0 < b1 and b0 < a1  # the two imports ran at the same time
+    meeting = tmp_path_factory.mktemp("meeting")
+    write_fake_model(root / "a.json", ["conv"], meet={"folder": str(meeting), "me": "a", "other": "b"})
+    write_fake_model(root / "b.json", ["matmul"], meet={"folder": str(meeting), "me": "b", "other": "a"})
+    _, statuses = build(root, jobs=2)  # each import finishes only once it has seen the other one start
+    assert statuses["import:a"] is Status.BUILT and statuses["import:b"] is Status.BUILT
 
 
 def test_dry_run_runs_nothing_and_says_why(fake_project):
@@ -154,15 +152,22 @@ def test_deleted_cache_object_is_rebuilt_not_trusted(fake_project):
     assert statuses["compile:a@cpu"] is Status.BUILT
 
 
-def test_a_running_stage_reports_its_progress(fake_project):
+def test_a_running_stage_reports_its_progress(fake_project, tmp_path_factory):
     from modelbuild.events import NodeProgress
 
     root, _ = fake_project
-    write_fake_model(root / "a.json", ["conv"], progress=4)
-    events = []
-    open_project(root / "deploy.toml").run(["a@cpu"], Options(), events.append)
-    seen = [e.fields["step"] for e in events if isinstance(e, NodeProgress) and e.node == "import:a"]
-    assert seen and seen == sorted(seen) and len(set(seen)) == len(seen)  # in order, each change once
+    acks = tmp_path_factory.mktemp("acks")
+    write_fake_model(root / "a.json", ["conv"], progress=4, acks=str(acks))
+    seen = []
+
+    def reporter(event):  # the stage moves to its next step only once the build has shown this one
+        if isinstance(event, NodeProgress) and event.node == "import:a":
+            seen.append(event.fields["step"])
+            (acks / f"step-{event.fields['step']}").touch()
+
+    run = open_project(root / "deploy.toml").run(["a@cpu"], Options(), reporter)
+    assert run.results["import:a"].status is Status.BUILT
+    assert seen == [1, 2, 3, 4]  # every step, in order, each once
 
 
 def test_editing_a_stage_helper_reruns_that_stage_only(fake_project, monkeypatch, tmp_path_factory):
