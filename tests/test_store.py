@@ -5,21 +5,23 @@ import pytest
 from modelbuild.store import ActionResult, Stats, Store
 
 
-def test_record_then_lookup(tmp_path):
+def stored(tmp_path, content: bytes = b"library"):
+    """A fresh store holding one object: (store, its digest)."""
     store = Store(tmp_path / ".cache")
     out = tmp_path / "lib.so"
-    out.write_bytes(b"library")
-    digest = store.put_object(out)
+    out.write_bytes(content)
+    return store, store.put_object(out)
+
+
+def test_record_then_lookup(tmp_path):
+    store, digest = stored(tmp_path)
     store.record("k1", ActionResult("compile", "compile:a@x", {"lib.so": digest}, 1.5))
     assert store.lookup("k1").outputs == {"lib.so": digest}
     assert store.lookup("k2") is None
 
 
 def test_an_entry_whose_object_is_damaged_or_gone_does_not_count(tmp_path):
-    store = Store(tmp_path / ".cache")
-    out = tmp_path / "lib.so"
-    out.write_bytes(b"library")
-    digest = store.put_object(out)
+    store, digest = stored(tmp_path)
     store.record("k", ActionResult("compile", "n", {"lib.so": digest}, 1.0))
     store.object_path(digest).write_bytes(b"tampered")
     assert store.lookup("k") is None
@@ -35,10 +37,7 @@ def test_recording_outputs_that_are_not_stored_is_refused(tmp_path):
 
 
 def test_materialize_copies_and_skips_identical(tmp_path):
-    store = Store(tmp_path / ".cache")
-    src = tmp_path / "f"
-    src.write_bytes(b"abc")
-    digest = store.put_object(src)
+    store, digest = stored(tmp_path, b"abc")
     dest = tmp_path / "build/m/t/model.so"
     store.materialize(digest, dest)
     assert dest.read_bytes() == b"abc"
@@ -59,8 +58,6 @@ def test_stats_accumulate_across_runs_and_give_mean_access_time(tmp_path):
 
 
 def test_usage_counts_entries_and_bytes(tmp_path):
-    store = Store(tmp_path / ".cache")
-    f = tmp_path / "f"
-    f.write_bytes(b"12345")
-    store.record("k", ActionResult("s", "n", {"f": store.put_object(f)}, 0.1))
+    store, digest = stored(tmp_path, b"12345")
+    store.record("k", ActionResult("s", "n", {"f": digest}, 0.1))
     assert store.usage() == (1, 5)
