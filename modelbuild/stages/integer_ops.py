@@ -46,7 +46,7 @@ def rewrite(module):
                 return None
             if not isinstance(scale, Constant) or not isinstance(zero, Constant):
                 return None
-            return quantized, _array(scale), _array(zero), int(value.attrs.axis)
+            return quantized, constant_value(scale), constant_value(zero), int(value.attrs.axis)
 
     for gv, func in list(module.functions.items()):
         if isinstance(func, relax.Function):
@@ -95,7 +95,7 @@ def _channel_scale(sx: np.ndarray, sw: np.ndarray, *, rank: int, channel_axis: i
     return scale.reshape(shape)
 
 
-def _array(constant) -> np.ndarray:
+def constant_value(constant) -> np.ndarray:
     """A relax constant's value as numpy (TVM 0.27 keeps it in `.value`)."""
     value = constant.value
     return value.numpy() if hasattr(value, "numpy") else np.asarray(value)
@@ -148,7 +148,8 @@ def legalize_conv2d(bb, call):
       quarter of the float rate (vpmulld), so the plain integer loop ran the classifier's depthwise convs at
       half the speed of their fp32 versions;
     - else TVM's own int32 loop."""
-    from tvm import ir, target as tvm_target
+    from tvm import ir
+    from tvm import target as tvm_target
 
     from modelbuild.stages import vnni_conv
 

@@ -40,7 +40,9 @@ def legalize(bb, call):
     """An eligible int8 conv2d (see `eligible`) in packed VNNI form."""
     from tvm import relax
 
-    weight = _constant_value(call.args[1])
+    from modelbuild.stages.integer_ops import constant_value
+
+    weight = constant_value(call.args[1])
     packed, correction = pack_weights(weight, shifted=str(call.args[0].ty.dtype) == "int8")
     attrs = call.attrs
     geometry = {"strides": [int(s) for s in attrs.strides], "padding": [int(p) for p in attrs.padding],
@@ -67,11 +69,6 @@ def _static(shape) -> bool:
         return True
     except (AttributeError, TypeError, ValueError):
         return False
-
-
-def _constant_value(constant) -> np.ndarray:
-    value = constant.value
-    return value.numpy() if hasattr(value, "numpy") else np.asarray(value)
 
 
 def pack_weights(weight: np.ndarray, *, shifted: bool) -> tuple[np.ndarray, np.ndarray]:
