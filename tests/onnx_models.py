@@ -92,3 +92,38 @@ def quantized_qdq(source: Path, path: Path, shape: list[int], *, samples: int = 
                     calibrate_method=CalibrationMethod.MinMax,
                     extra_options={"ActivationSymmetric": True, "WeightSymmetric": True})
     return path
+
+
+def uneven_channels(path: Path, *, channels: int = 8, seed: int = 0) -> Path:
+    """x[1,C,H,W] -> depthwise Conv + bias -> Conv + bias -> GlobalAveragePool -> y, with the input's channels
+    scaled from 1 to 1000 (feed it `uneven_input`): the per-channel spread one int8 scale handles badly, and
+    a pooled output that shows the mean error weight rounding leaves."""
+    rng = np.random.default_rng(seed)
+    initializers = [
+        numpy_helper.from_array(rng.standard_normal((channels, 1, 3, 3)).astype(np.float32), "dw_w"),
+        numpy_helper.from_array(rng.standard_normal(channels).astype(np.float32), "dw_b"),
+        numpy_helper.from_array(rng.standard_normal((channels, channels, 1, 1)).astype(np.float32), "pw_w"),
+        numpy_helper.from_array(rng.standard_normal(channels).astype(np.float32), "pw_b"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "dw_w", "dw_b"], ["d"], name="depthwise", pads=[1, 1, 1, 1], group=channels),
+        helper.make_node("Conv", ["d", "pw_w", "pw_b"], ["p"], name="pointwise"),
+        helper.make_node("GlobalAveragePool", ["p"], ["y"], name="pool"),
+    ]
+    graph = helper.make_graph(
+        nodes, "uneven_channels",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, channels, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, channels, 1, 1])],
+        initializer=initializers,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+def uneven_input(seed: int, channels: int = 8) -> dict:
+    """A sample for `uneven_channels`: positive-mean noise, channel c scaled by 1000^(c / (C - 1))."""
+    rng = np.random.default_rng(seed)
+    scale = (1000.0 ** (np.arange(channels) / (channels - 1))).reshape(1, -1, 1, 1)
+    return {"x": ((rng.standard_normal((1, channels, 16, 16)) + 1.0) * scale).astype(np.float32)}

@@ -53,7 +53,7 @@ def build(root, capsys) -> dict:
 
 
 def test_an_int8_build_computes_in_int8_and_matches_onnxruntime_qdq(tmp_path, capsys):
-    two_convs(tmp_path / "net.onnx", channels=8)
+    two_convs(tmp_path / "net.onnx")
     write(tmp_path)
     statuses = build(tmp_path, capsys)
     assert statuses["quantize:net+int8@cpu"] == "built" and statuses["reference-qdq:net+int8@cpu"] == "built"
@@ -70,7 +70,8 @@ def test_an_int8_build_computes_in_int8_and_matches_onnxruntime_qdq(tmp_path, ca
     assert vs_qdq["cosine"] > 0.9999
     step = 1.0 / 127 * max(1e-6, abs(report["accuracy"]["y"]["max_abs"]) + 1)  # generous bound on one step
     assert vs_qdq["max_abs"] <= step
-    assert "int8" in (tmp_path / "build/report.md").read_text()
+    assert q["smoothed_convs"] == 2 and q["bias_corrected_convs"] == 0  # two_convs has no biases to correct
+    assert "2 convs smoothed" in (tmp_path / "build/report.md").read_text()
     layers = q["layers"]
     assert [r["op"] for r in layers] == ["Conv", "Relu", "Conv"]  # every activation, in execution order
     assert all(0 < r["sqnr_db"] < 999 for r in layers)
@@ -89,7 +90,7 @@ def test_an_int8_build_computes_in_int8_and_matches_onnxruntime_qdq(tmp_path, ca
 
 
 def test_a_failed_accuracy_gate_shows_the_per_layer_sqnr_table(tmp_path, capsys):
-    two_convs(tmp_path / "net.onnx", channels=8)
+    two_convs(tmp_path / "net.onnx")
     write(tmp_path)
     text = (tmp_path / "deploy.toml").read_text().replace("[[builds]]", "[validation.gates]\nmin_cosine = 1.0\n\n[[builds]]", 1)
     (tmp_path / "deploy.toml").write_text(text)

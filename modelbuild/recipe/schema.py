@@ -132,7 +132,11 @@ class TuningSpec(Strict):
 class CalibrationSpec(Strict):
     """Where calibration samples come from, and how ranges are chosen from them."""
 
-    method: Literal["minmax", "percentile", "entropy"] = "minmax"
+    method: Literal["minmax", "percentile", "entropy"] = Field(
+        default="percentile", description="percentile measured more accurate than minmax on both bundled models")
+    percentile: float = Field(
+        default=99.99, gt=50, le=100, description="with method percentile: the share of |x| kept unclipped "
+                                                  "(onnxruntime's default, 99.999, clipped too little here)")
     samples: int = Field(default=32, ge=1)
     source: Literal["random", "npz", "npy_dir", "images"] = Field(
         default="random", description="random data is a last resort: the report warns about it")
@@ -160,6 +164,12 @@ class QuantizationSpec(Strict):
         default=False, description="also quantize the outputs of the quantized ops, as onnxruntime does by "
                                    "default. modelbuild's integer kernels rescale to float, so quantizing only "
                                    "their inputs is faster and loses less accuracy")
+    smoothing: bool = Field(
+        default=True, description="divide each quantized conv's input channels by their calibrated magnitude "
+                                  "and multiply its weights by it, so one int8 scale fits every channel")
+    bias_correction: bool = Field(
+        default=True, description="subtract from each quantized conv's bias the mean error int8 leaves in its "
+                                  "output, measured on calibration samples")
     exclude_ops: list[str] = Field(default_factory=list, description="op types left in float, e.g. Softmax")
     exclude_nodes: list[str] = Field(default_factory=list, description="node names left in float")
 

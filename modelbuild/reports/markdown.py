@@ -85,7 +85,8 @@ def _quantization(b: dict) -> list[str]:
         return []
     out = ["", f"int8 ({q['scheme']}, {'per-channel' if q['per_channel'] else 'per-tensor'} weights, "
            f"{q['calibration']['method']} calibration on {q['calibration']['samples']} samples): weights "
-           f"{mb(q['weight_bytes_fp32'])} -> {mb(q['weight_bytes_int8'])} (/{q['weight_ratio']:.1f})."]
+           f"{mb(q['weight_bytes_fp32'])} -> {mb(q['weight_bytes_int8'])} (/{q['weight_ratio']:.1f})"
+           + _preparation(q) + "."]
     out += [f"\n> Warning: {w}" for w in q["warnings"]]
     if b.get("vs_float"):
         v = b["vs_float"]
@@ -102,6 +103,12 @@ def _quantization(b: dict) -> list[str]:
         out += [f"| {r['tensor']} | {r['op']} | {r['node']} | {r['sqnr_db']:.1f}"
                 + (" **<- first jump**" if r["tensor"] == jump else "") + " |" for r in q["layers"]]
     return out
+
+
+def _preparation(q: dict) -> str:
+    done = [f"{q[key]} convs {what}" for key, what in (("smoothed_convs", "smoothed"),
+                                                     ("bias_corrected_convs", "bias-corrected")) if q.get(key)]
+    return "; " + ", ".join(done) if done else ""
 
 
 ACCURACY_GATES = ("max_abs_error", "max_rel_error", "min_cosine", "min_sqnr_db", "min_top1_agreement")

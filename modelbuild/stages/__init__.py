@@ -71,7 +71,8 @@ register(Stage("compile", 6, "modelbuild.stages.compile:run", ("tvm",),
                 "modelbuild.stages.vnni_conv", "modelbuild.analysis", "modelbuild.tuning_db")))
 register(Stage("quantize", 1, "modelbuild.stages.quantize:run", ("onnx", "onnxruntime", "tvm", "numpy"),
                "static int8 quantization with onnxruntime (QDQ), then integer kernels",
-               ("modelbuild.stages.integer_ops", "modelbuild.stages.onnx_import", "modelbuild.golden")))
+               ("modelbuild.stages.integer_ops", "modelbuild.stages.onnx_import", "modelbuild.stages.smoothing",
+                "modelbuild.stages.bias_correction", "modelbuild.stages.activations", "modelbuild.golden")))
 register(Stage("tune", 2, "modelbuild.stages.tune:run", ("tvm", "tvm-ffi"),
                "MetaSchedule tuning into the target's shared database; the best record of each task",
                ("modelbuild.stages.lowering", "modelbuild.stages.default_schedule", "modelbuild.stages.integer_ops",

@@ -1,19 +1,22 @@
 """The quantize stage: static int8 quantization with onnxruntime, then integer kernels in TVM.
 
-onnxruntime's `quantize_static` calibrates activation ranges (minmax, percentile or entropy) on the declared
-samples and writes a QDQ model with per-channel int8 weights. That model is imported into Relax and
-integer_ops.rewrite turns each dequantize -> conv2d / matmul into int8 x int8 -> int32, so the library's
-hot loops are integer.
+Before onnxruntime sees the model, each quantized conv's input is smoothed (smoothing.py), so one int8
+scale fits all its channels. onnxruntime's `quantize_static` then calibrates activation ranges (minmax,
+percentile or entropy) on the declared samples and writes a QDQ model with per-channel int8 weights, whose
+conv biases bias_correction.py corrects for the mean error int8 leaves. That model is imported into Relax
+and integer_ops.rewrite turns each dequantize -> conv2d / matmul into int8 x int8 -> int32, so the
+library's hot loops are integer.
 
-Outputs: ir.json (what the compile stage builds instead of the import stage's), qdq.onnx (onnxruntime's own
-quantized model, the second reference the validate stage compares against), quantize.json (weight bytes
-before and after, what was calibrated on, warnings).
+Outputs: ir.json (what the compile stage builds instead of the import stage's), qdq.onnx (the quantized
+ONNX model, the second reference the validate stage compares against), quantize.json (weight bytes before
+and after, what was calibrated on, what was smoothed and corrected, per-layer SQNR, warnings).
 """
 
 from __future__ import annotations
 
 import json
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from modelbuild import golden
@@ -35,13 +38,36 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
     spec, declared = params["quantization"], params["inputs"]
     model = _with_opset(onnx.load(str(inputs["onnx"])), spec)
     samples = _calibration_samples(inputs, declared, spec["calibration"])
-    qdq = _quantize(model, samples, spec)
-    onnx.save(qdq, str(out / QDQ_FILE))
-    module = integer_ops.rewrite(to_relax(qdq, declared))
+    result = quantized(model, samples, spec)
+    onnx.save(result.qdq, str(out / QDQ_FILE))
+    module = integer_ops.rewrite(to_relax(result.qdq, declared))
     (out / IR_FILE).write_text(tvm.ir.save_json(module))
-    summary = _summary(model, qdq, spec)
-    summary["layers"], summary["first_jump"] = layer_sqnr(model, qdq, samples[0])
+    summary = _summary(model, result.qdq, spec)
+    summary["smoothed_convs"], summary["bias_corrected_convs"] = result.smoothed, result.corrected
+    summary["layers"], summary["first_jump"] = layer_sqnr(model, result.qdq, samples[0])
     (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=1, sort_keys=True))
+
+
+@dataclass
+class Quantized:
+    prepared: object  # the float model onnxruntime quantized: smoothed, still exact in float
+    qdq: object  # onnxruntime's QDQ model, biases corrected
+    smoothed: int  # convs whose inputs were smoothed
+    corrected: int  # convs whose biases were corrected
+
+
+def quantized(model, samples: list[dict], spec: dict) -> Quantized:
+    """The QDQ model of `model` (ONNX in, ONNX out, no TVM): smoothing, onnxruntime's calibration and QDQ
+    insertion, bias correction, as `spec` (a [quantization.NAME] section) says."""
+    from modelbuild.stages import bias_correction, smoothing
+
+    prepared = _smoothed(model, samples, spec) if spec["smoothing"] else model
+    qdq = _quantize(prepared, samples, spec)
+    corrected = bias_correction.correctable(qdq) if spec["bias_correction"] else []
+    if corrected:
+        bias_correction.correct(prepared, qdq, samples)
+    smoothed = sum(n.name.endswith(smoothing.SMOOTHED_SUFFIX) for n in prepared.graph.node)
+    return Quantized(prepared, qdq, smoothed, len(corrected))
 
 
 def _with_opset(model, spec: dict):
@@ -55,6 +81,23 @@ def _with_opset(model, spec: dict):
             raise StageError(f"cannot convert opset {opset} to {PER_CHANNEL_OPSET} for per-channel weights "
                              f"({last_line(err)}); set per_channel = false") from err
     return model
+
+
+def _smoothed(model, samples: list[dict], spec: dict):
+    """The model with the inputs of the convs that will be quantized smoothed (smoothing.py)."""
+    from modelbuild.stages import smoothing
+
+    if "Conv" not in _quantized_op_types(model, spec):
+        return model
+    convs = {tensor: kept for tensor, nodes in smoothing.conv_inputs(model).items()
+             if (kept := [n for n in nodes if n.name not in spec["exclude_nodes"]])}
+    ranges = smoothing.channel_ranges(model, samples, sorted(convs))
+    return smoothing.smooth(model, ranges, convs)
+
+
+def _quantized_op_types(model, spec: dict) -> list[str]:
+    present = {n.op_type for n in model.graph.node}
+    return sorted((present if "*" in spec["ops"] else present & set(spec["ops"])) - set(spec["exclude_ops"]))
 
 
 def _calibration_samples(inputs: dict[str, Path], declared: dict, calibration: dict) -> list[dict]:
@@ -86,8 +129,11 @@ def _quantize(model, samples: list[dict], spec: dict):
     symmetric = spec["scheme"] == "symmetric"
     method = {"minmax": CalibrationMethod.MinMax, "percentile": CalibrationMethod.Percentile,
               "entropy": CalibrationMethod.Entropy}[spec["calibration"]["method"]]
-    present = {n.op_type for n in model.graph.node}
-    op_types = sorted((present if "*" in spec["ops"] else present & set(spec["ops"])) - set(spec["exclude_ops"]))
+    op_types = _quantized_op_types(model, spec)
+    options = {"ActivationSymmetric": symmetric, "WeightSymmetric": True,
+               "OpTypesToExcludeOutputQuantization": [] if spec["quantize_outputs"] else op_types}
+    if spec["calibration"]["method"] == "percentile":
+        options["CalibPercentile"] = spec["calibration"]["percentile"]
     with tempfile.TemporaryDirectory(prefix="modelbuild-quantize-") as tmp:
         source, target = Path(tmp) / "float.onnx", Path(tmp) / "qdq.onnx"
         onnx.save(model, str(source))
@@ -96,10 +142,7 @@ def _quantize(model, samples: list[dict], spec: dict):
                             per_channel=spec["per_channel"], weight_type=QuantType.QInt8,
                             activation_type=QuantType.QInt8 if symmetric else QuantType.QUInt8,
                             calibrate_method=method, op_types_to_quantize=op_types,
-                            nodes_to_exclude=spec["exclude_nodes"],
-                            extra_options={"ActivationSymmetric": symmetric, "WeightSymmetric": True,
-                                           "OpTypesToExcludeOutputQuantization":
-                                               [] if spec["quantize_outputs"] else op_types})
+                            nodes_to_exclude=spec["exclude_nodes"], extra_options=options)
         except Exception as err:
             raise StageError(f"onnxruntime could not quantize the model: {last_line(err)}") from err
         return onnx.load(str(target))
@@ -115,9 +158,10 @@ def layer_sqnr(model, qdq, sample: dict) -> tuple[list[dict], str | None]:
     onnxruntime runs both models with every intermediate exposed; the QDQ model stands in for the int8
     library, which computes the same values (see integer_ops)."""
     from modelbuild.metrics import sqnr_db
+    from modelbuild.stages import activations
 
     nodes = [(node, name) for node in model.graph.node for name in node.output if name]
-    reference, quantized = _activations(model, sample), _activations(qdq, sample)
+    reference, quantized = activations.compute(model, sample), activations.compute(qdq, sample)
     rows = []
     for node, name in nodes:
         if name in reference and name in quantized and reference[name].dtype.kind == "f":
@@ -127,27 +171,6 @@ def layer_sqnr(model, qdq, sample: dict) -> tuple[list[dict], str | None]:
     jump = next((b["tensor"] for a, b in zip(rows, rows[1:]) if a["sqnr_db"] - b["sqnr_db"] > SQNR_JUMP_DB),
                 None)
     return rows, jump
-
-
-def _activations(model, sample: dict) -> dict:
-    """Every tensor a model computes on one sample, by name (onnxruntime, all intermediates as outputs)."""
-    import onnx
-    import onnxruntime as ort
-
-    inferred = onnx.shape_inference.infer_shapes(model)
-    typed = {v.name: v for v in [*inferred.graph.value_info, *inferred.graph.output]}
-    exposed = onnx.ModelProto()
-    exposed.CopyFrom(inferred)
-    present = {o.name for o in exposed.graph.output}
-    for node in exposed.graph.node:
-        for name in node.output:
-            if name in typed and name not in present:
-                exposed.graph.output.append(typed[name])
-                present.add(name)
-    session = ort.InferenceSession(exposed.SerializeToString(), providers=["CPUExecutionProvider"])
-    names = [o.name for o in session.get_outputs()]
-    feed = {i.name: sample[i.name] for i in session.get_inputs()}
-    return dict(zip(names, session.run(names, feed)))
 
 
 def _weight_bytes(model) -> int:

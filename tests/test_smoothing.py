@@ -1,0 +1,75 @@
+"""Activation smoothing: exact in float, and what it buys int8 when channels differ in scale."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from modelbuild.metrics import sqnr_db
+from modelbuild.recipe.schema import QuantizationSpec
+from modelbuild.stages import activations, smoothing
+from modelbuild.stages.quantize import quantized
+from tests.onnx_models import uneven_channels, uneven_input
+
+SAMPLES = [uneven_input(seed) for seed in range(4)]
+HELD_OUT = uneven_input(99)
+
+
+def smoothed(model):
+    convs = smoothing.conv_inputs(model)
+    return smoothing.smooth(model, smoothing.channel_ranges(model, SAMPLES, sorted(convs)), convs)
+
+
+def output(model, sample=HELD_OUT) -> np.ndarray:
+    return activations.compute(model, sample, ["y"])["y"]
+
+
+def test_a_smoothed_model_computes_the_same_function_in_float(tmp_path):
+    model = onnx.load(str(uneven_channels(tmp_path / "m.onnx")))
+    result = smoothed(model)
+    assert [n.name for n in result.graph.node if n.op_type == "Mul"] == ["depthwise/smoothed", "pointwise/smoothed"]
+    np.testing.assert_allclose(output(result), output(model), rtol=1e-4, atol=1e-3)
+    # the replaced float weights are gone, not carried along as dead initializers
+    assert {t.name for t in result.graph.initializer} & {"dw_w", "pw_w"} == set()
+
+
+def test_smoothing_divides_each_channel_by_its_calibrated_magnitude(tmp_path):
+    model = onnx.load(str(uneven_channels(tmp_path / "m.onnx")))
+    ranges = smoothing.channel_ranges(model, SAMPLES, ["x"])
+    assert ranges["x"].shape == (8,) and ranges["x"][-1] / ranges["x"][0] > 500  # the 1..1000 spread, seen
+    result = smoothed(model)
+    divided = activations.compute(result, HELD_OUT, ["depthwise/smoothed/input"])["depthwise/smoothed/input"]
+    per_channel = np.abs(divided).max(axis=(0, 2, 3))
+    assert per_channel.max() / per_channel.min() < 3  # from 1000x to about even
+
+
+def test_smoothing_makes_int8_accurate_where_channels_differ_in_scale(tmp_path):
+    model = onnx.load(str(uneven_channels(tmp_path / "m.onnx")))
+    spec = QuantizationSpec(bias_correction=False).model_dump()
+    plain = quantized(model, SAMPLES, {**spec, "smoothing": False})
+    smooth = quantized(model, SAMPLES, spec)
+    assert (plain.smoothed, smooth.smoothed) == (0, 2)
+    # the depthwise conv's output, channel by channel: one scale for all leaves the small channels few levels
+    want = activations.compute(model, HELD_OUT, ["d"])["d"][0]
+
+    def worst_channel(qdq) -> float:
+        got = activations.compute(qdq, HELD_OUT, ["d"])["d"][0]
+        return min(sqnr_db(g.ravel(), w.ravel()) for g, w in zip(got, want))
+
+    before, after = worst_channel(plain.qdq), worst_channel(smooth.qdq)
+    assert after > before + 20, (before, after)
+
+
+def test_grouped_convs_and_unseen_inputs_are_left_alone(tmp_path):
+    model = onnx.load(str(uneven_channels(tmp_path / "m.onnx")))
+    grouped = next(n for n in model.graph.node if n.name == "pointwise")
+    grouped.attribute.append(helper.make_attribute("group", 2))
+    weight = next(t for t in model.graph.initializer if t.name == "pw_w")
+    weight.CopyFrom(onnx.numpy_helper.from_array(onnx.numpy_helper.to_array(weight)[:, :4], "pw_w"))
+    convs = smoothing.conv_inputs(model)
+    result = smoothing.smooth(model, {}, convs)  # no ranges: nothing was calibrated
+    assert [n.op_type for n in result.graph.node] == ["Conv", "Conv", "GlobalAveragePool"]
+    ranges = smoothing.channel_ranges(model, SAMPLES, sorted(convs))
+    result = smoothing.smooth(model, ranges, convs)
+    assert [n.name for n in result.graph.node if n.op_type == "Mul"] == ["depthwise/smoothed"]
