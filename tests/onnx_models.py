@@ -127,3 +127,13 @@ def uneven_input(seed: int, channels: int = 8) -> dict:
     rng = np.random.default_rng(seed)
     scale = (1000.0 ** (np.arange(channels) / (channels - 1))).reshape(1, -1, 1, 1)
     return {"x": ((rng.standard_normal((1, channels, 16, 16)) + 1.0) * scale).astype(np.float32)}
+
+
+def quantized_without_and_with(model, samples: list[dict], step: str) -> tuple:
+    """The quantize stage's QDQ results of `model` with only `step` (one of the QuantizationSpec switches,
+    "smoothing" or "bias_correction") in play: off, then on."""
+    from modelbuild.recipe.schema import QuantizationSpec
+    from modelbuild.stages.quantize import quantized
+
+    spec = QuantizationSpec(smoothing=False, bias_correction=False).model_dump()
+    return quantized(model, samples, spec), quantized(model, samples, {**spec, step: True})

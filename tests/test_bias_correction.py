@@ -9,7 +9,12 @@ from modelbuild.recipe.schema import QuantizationSpec
 from modelbuild.stages import activations, bias_correction
 from modelbuild.stages.bias_correction import _corrected
 from modelbuild.stages.quantize import quantized
-from tests.onnx_models import two_convs, uneven_channels, uneven_input
+from tests.onnx_models import (
+    quantized_without_and_with,
+    two_convs,
+    uneven_channels,
+    uneven_input,
+)
 
 SAMPLES = [uneven_input(seed) for seed in range(8)]
 
@@ -23,9 +28,7 @@ def mean_error(model, qdq) -> np.ndarray:
 
 def test_correction_takes_out_most_of_the_mean_error(tmp_path):
     model = onnx.load(str(uneven_channels(tmp_path / "m.onnx")))
-    spec = QuantizationSpec(smoothing=False).model_dump()
-    plain = quantized(model, SAMPLES, {**spec, "bias_correction": False})
-    corrected = quantized(model, SAMPLES, spec)
+    plain, corrected = quantized_without_and_with(model, SAMPLES, "bias_correction")
     assert (plain.corrected, corrected.corrected) == (0, 2)
     before, after = np.abs(mean_error(model, plain.qdq)), np.abs(mean_error(model, corrected.qdq))
     assert after.mean() < 0.3 * before.mean(), (before, after)

@@ -7,10 +7,8 @@ import onnx
 from onnx import helper
 
 from modelbuild.metrics import sqnr_db
-from modelbuild.recipe.schema import QuantizationSpec
 from modelbuild.stages import activations, smoothing
-from modelbuild.stages.quantize import quantized
-from tests.onnx_models import uneven_channels, uneven_input
+from tests.onnx_models import quantized_without_and_with, uneven_channels, uneven_input
 
 SAMPLES = [uneven_input(seed) for seed in range(4)]
 HELD_OUT = uneven_input(99)
@@ -46,9 +44,7 @@ def test_smoothing_divides_each_channel_by_its_calibrated_magnitude(tmp_path):
 
 def test_smoothing_makes_int8_accurate_where_channels_differ_in_scale(tmp_path):
     model = onnx.load(str(uneven_channels(tmp_path / "m.onnx")))
-    spec = QuantizationSpec(bias_correction=False).model_dump()
-    plain = quantized(model, SAMPLES, {**spec, "smoothing": False})
-    smooth = quantized(model, SAMPLES, spec)
+    plain, smooth = quantized_without_and_with(model, SAMPLES, "smoothing")
     assert (plain.smoothed, smooth.smoothed) == (0, 2)
     # the depthwise conv's output, channel by channel: one scale for all leaves the small channels few levels
     want = activations.compute(model, HELD_OUT, ["d"])["d"][0]
