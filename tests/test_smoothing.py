@@ -69,3 +69,17 @@ def test_grouped_convs_and_unseen_inputs_are_left_alone(tmp_path):
     ranges = smoothing.channel_ranges(model, SAMPLES, sorted(convs))
     result = smoothing.smooth(model, ranges, convs)
     assert [n.name for n in result.graph.node if n.op_type == "Mul"] == ["depthwise/smoothed"]
+
+
+def test_a_1d_conv_is_smoothed_with_a_divisor_of_its_own_rank():
+    rng = np.random.default_rng(0)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], name="conv1d", pads=[1, 1])], "conv1d",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4, 32])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 6, 32])],
+        initializer=[onnx.numpy_helper.from_array(rng.standard_normal((6, 4, 3)).astype(np.float32), "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    samples = [{"x": (rng.standard_normal((1, 4, 32)) * [[[1], [10], [100], [1000]]]).astype(np.float32)}]
+    convs = smoothing.conv_inputs(model)
+    result = smoothing.smooth(model, smoothing.channel_ranges(model, samples, sorted(convs)), convs)
+    np.testing.assert_allclose(output(result, samples[0]), output(model, samples[0]), rtol=1e-4, atol=1e-2)
