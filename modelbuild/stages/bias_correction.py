@@ -38,8 +38,8 @@ def correctable(qdq) -> list[tuple]:
     return found
 
 
-def correct(float_model, qdq, samples: list[dict]):
-    """`qdq` with its conv biases corrected in place (see the module text); returns it."""
+def correct(float_model, qdq, samples: list[dict]) -> int:
+    """Correct the conv biases of `qdq` in place (see the module text); return how many convs were corrected."""
     import onnx
     from onnx import numpy_helper
 
@@ -47,7 +47,7 @@ def correct(float_model, qdq, samples: list[dict]):
 
     convs = correctable(qdq)
     if not convs:
-        return qdq
+        return 0
     samples = samples[:SAMPLES]
     outputs = [node.output[0] for node, _, _ in convs]
     reference = activations.session(activations.exposed(float_model, outputs))
@@ -64,7 +64,7 @@ def correct(float_model, qdq, samples: list[dict]):
         biases[bias.name] = _corrected(biases[bias.name], _channel_mean(np.stack(errors)), scale)
     for _, bias, _ in convs:
         bias.CopyFrom(numpy_helper.from_array(biases[bias.name], bias.name))
-    return qdq
+    return len(convs)
 
 
 def _channel_mean(errors: np.ndarray) -> np.ndarray:

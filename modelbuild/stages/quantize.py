@@ -50,8 +50,7 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
 
 @dataclass
 class Quantized:
-    prepared: object  # the float model onnxruntime quantized: smoothed, still exact in float
-    qdq: object  # onnxruntime's QDQ model, biases corrected
+    qdq: object  # onnxruntime's QDQ model of the smoothed model, biases corrected
     smoothed: int  # convs whose inputs were smoothed
     corrected: int  # convs whose biases were corrected
 
@@ -63,11 +62,9 @@ def quantized(model, samples: list[dict], spec: dict) -> Quantized:
 
     prepared = _smoothed(model, samples, spec) if spec["smoothing"] else model
     qdq = _quantize(prepared, samples, spec)
-    corrected = bias_correction.correctable(qdq) if spec["bias_correction"] else []
-    if corrected:
-        bias_correction.correct(prepared, qdq, samples)
+    corrected = bias_correction.correct(prepared, qdq, samples) if spec["bias_correction"] else 0
     smoothed = sum(n.name.endswith(smoothing.SMOOTHED_SUFFIX) for n in prepared.graph.node)
-    return Quantized(prepared, qdq, smoothed, len(corrected))
+    return Quantized(qdq, smoothed, corrected)
 
 
 def _with_opset(model, spec: dict):
