@@ -1,0 +1,33 @@
+"""The quantize stage's ONNX half (no TVM): what the recipe's calibration fields do to onnxruntime's QDQ."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from modelbuild.recipe.schema import CalibrationSpec, QuantizationSpec
+from modelbuild.stages.quantize import quantized
+from tests.onnx_models import uneven_channels, uneven_input
+
+SAMPLES = [uneven_input(seed) for seed in range(4)]
+
+
+def input_scale(qdq) -> float:
+    """The scale of the QuantizeLinear that reads the model's input x."""
+    initializers = {t.name: numpy_helper.to_array(t) for t in qdq.graph.initializer}
+    node = next(n for n in qdq.graph.node if n.op_type == "QuantizeLinear" and n.input[0] == "x")
+    return float(initializers[node.input[1]])
+
+
+def test_the_calibration_percentile_reaches_onnxruntime(tmp_path):
+    model = onnx.load(str(uneven_channels(tmp_path / "m.onnx")))
+
+    def scale(percentile: float) -> float:
+        calibration = CalibrationSpec(method="percentile", percentile=percentile)
+        spec = QuantizationSpec(calibration=calibration, smoothing=False, bias_correction=False).model_dump()
+        return input_scale(quantized(model, SAMPLES, spec).qdq)
+
+    everything = float(np.abs(np.concatenate([s["x"].ravel() for s in SAMPLES])).max()) / 127
+    assert np.isclose(scale(100.0), everything, rtol=0.01)  # nothing clipped: the largest |x| sets the scale
+    assert scale(90.0) < 0.5 * scale(100.0)  # the input's channels span 1..1000: the top 10% are far out
