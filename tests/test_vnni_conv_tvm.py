@@ -59,14 +59,19 @@ def reference(x, weight, *, strides, padding, dilation):
 
 
 GEOMETRIES = [  # (data shape, weight shape, strides, padding, dilation, data dtype)
+    # output widths that are not a multiple of 16: output channels in the vector lanes
     ((1, 16, 12, 12), (32, 16, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), "int8"),
     ((1, 3, 17, 20), (8, 3, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1), "int8"),  # 3 channels, stride 2, odd sizes
     ((1, 24, 10, 9), (20, 24, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), "uint8"),
     ((1, 8, 11, 11), (16, 8, 3, 3), (1, 1), (2, 1, 0, 2), (2, 2), "int8"),  # uneven padding, dilation 2
+    # output widths of 16 and 32: output columns in the vector lanes
+    ((1, 20, 3, 32), (40, 20, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), "int8"),  # 20 channels, 40 outputs
+    ((1, 3, 9, 32), (8, 3, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1), "int8"),  # stride 2: columns split by phase
+    ((1, 8, 7, 48), (24, 8, 5, 3), (1, 3), (2, 1, 2, 2), (1, 2), "uint8"),  # 5x3, stride (1, 3), dilation 2
 ]
 
 
-@pytest.mark.parametrize("geometry", GEOMETRIES, ids=lambda g: f"{g[0][1]}x{g[1][0]}k{g[1][2]}s{g[2][0]}{g[5]}")
+@pytest.mark.parametrize("geometry", GEOMETRIES, ids=lambda g: f"{g[0][1]}x{g[1][0]}k{g[1][2]}s{g[2][0]}w{g[0][3]}{g[5]}")
 def test_vnni_conv_is_tensorised_and_bit_exact(geometry):
     import tvm
     from tvm import relax
@@ -82,10 +87,13 @@ def test_vnni_conv_is_tensorised_and_bit_exact(geometry):
 
     executable, phases = build(module, VNNI_CPU)
     kernels = [f.script() for f in phases.fused.functions.values() if hasattr(f, "params") and "sblock" in f.script()]
-    assert any(vnni_conv.BLOCK in k for k in kernels)
+    out_width = reference(x, weight, strides=strides, padding=padding, dilation=dilation).shape[3]
+    form = vnni_conv.COLUMN_BLOCK if out_width % 16 == 0 else vnni_conv.BLOCK
+    assert any(f'sblock("{form}_update' in k for k in kernels)
     assembly = "".join(m.inspect_source("asm") for m in executable.mod.imports)
     assert "vpdpbusd" in assembly  # the hot loop is the VNNI instruction, not a fallback
     want = reference(x, weight, strides=strides, padding=padding, dilation=dilation)
+    assert want.shape[3] == out_width
 
     plain, plain_phases = build(module, PLAIN_CPU)
     assert not any(vnni_conv.BLOCK in f.script() for f in plain_phases.fused.functions.values()

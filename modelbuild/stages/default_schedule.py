@@ -52,7 +52,7 @@ def schedule_function(func, *, cores: int):
     except Exception:
         return None
     sch = _inline_elementwise(sch, root)
-    if _has_block(sch, root, vnni_conv.BLOCK):
+    if any(_has_block(sch, root, name) for name in vnni_conv.BLOCKS):
         return _attempt(sch, lambda s: vnni_conv.schedule(s, cores)).mod["main"]
     for block in sch.get_child_blocks(root):
         if _is_reduction(sch, block):
