@@ -148,3 +148,18 @@ def test_the_untuned_default_has_parallel_and_vectorised_loops_and_computes_the_
     assert "T.parallel(" not in stock_script and "T.vectorized(" not in stock_script
     x = tvm.runtime.tensor(np.random.default_rng(2).standard_normal(BIG).astype("float32"))
     np.testing.assert_allclose(scheduled(x).numpy(), stock(x).numpy(), rtol=1e-5, atol=1e-4)
+
+
+def test_a_global_pool_sums_each_channel_in_vector_lanes_and_computes_the_mean():
+    """One sum per channel leaves no output axis to vectorise; the reduction axis is summed in 16 lanes."""
+    import numpy as np
+    import tvm
+    from tvm import relax
+
+    shape = (1, 8, 6, 96)
+    module = build_module(lambda bb, x: bb.emit(relax.op.mean(x, axis=[2, 3], keepdims=True)), shape)
+    script, pooled = scheduled_kernel(module, "mean", schedule=True)
+    assert '_rf_update"' in script and "T.vectorized(T.int64(16))" in script  # partial sums, a vector add a step
+    x = np.random.default_rng(3).standard_normal(shape).astype("float32")
+    np.testing.assert_allclose(pooled(tvm.runtime.tensor(x)).numpy(), x.mean(axis=(2, 3), keepdims=True),
+                               rtol=1e-5, atol=1e-6)

@@ -8,6 +8,8 @@ element-wise chains, reductions):
 - a reduction block keeps its spatial loops outside and its reduction loops inside, with the innermost
   spatial loop split by the vector width and moved below the reductions, so each step of the reduction
   updates a whole vector of outputs; its epilogue is computed at the same loop, while the values are hot;
+- a reduction whose output has no axis to vectorise (a global pool: one sum per channel) sums its
+  innermost reduction axis in vector-wide partial sums instead (the classifier's ten pools: 65 -> 9 us);
 - other blocks are split by the vector width;
 - the outermost spatial loops of a kernel with enough work are fused and run in parallel;
 - an int8 conv legalised for AVX-512 VNNI gets its own schedule (vnni_conv.py).
@@ -163,6 +165,7 @@ def _schedule_reduction(sch, block, cores: int) -> None:
     consumers = sch.get_consumers(block)
     if split is None:
         sch.reorder(*spatial, *reduce)
+        spatial = _sum_in_lanes(sch, block, spatial, reduce) or spatial
         for consumer in consumers:
             sch.reverse_compute_at(consumer, spatial[-1])
         _parallelize(sch, spatial, cores, work)
@@ -185,6 +188,24 @@ def _schedule_reduction(sch, block, cores: int) -> None:
     sch.vectorize(inner)
     init = sch.decompose_reduction(block, reduce[0])
     _vectorize_innermost(sch, init)
+
+
+def _sum_in_lanes(sch, block, spatial, reduce):
+    """A reduction with no vector axis in its output (a global pool: one sum per channel) that reads its
+    innermost reduction axis contiguously: summed in VECTOR_LANES partial sums, one vector add a step
+    (rfactor), which the block then adds up. Returns the block's new spatial loops, or None if the axis
+    is too short or uneven, leaving the schedule as it was. Expects the loops ordered spatial, reduce."""
+    extent = _extent(sch, reduce[-1])
+    if not extent or extent % VECTOR_LANES or extent < 2 * VECTOR_LANES:
+        return None
+    _, lanes = sch.split(reduce[-1], factors=[None, VECTOR_LANES])
+    partial = sch.rfactor(lanes, factor_axis=0)
+    # the partial sums keep the block's loops, [*spatial, *reduce, lanes], the lanes now a spatial axis
+    loops = sch.get_loops(partial)
+    sch.vectorize(loops[-1])
+    init = sch.decompose_reduction(partial, loops[len(spatial)])
+    _vectorize_innermost(sch, init)
+    return sch.get_loops(block)[:len(spatial)]
 
 
 def _channel_block(sch, spatial):
