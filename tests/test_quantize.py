@@ -31,3 +31,20 @@ def test_the_calibration_percentile_reaches_onnxruntime(tmp_path):
     everything = float(np.abs(np.concatenate([s["x"].ravel() for s in SAMPLES])).max()) / 127
     assert np.isclose(scale(100.0), everything, rtol=0.01)  # nothing clipped: the largest |x| sets the scale
     assert scale(90.0) < 0.5 * scale(100.0)  # the input's channels span 1..1000: the top 10% are far out
+
+
+def test_entropy_calibration_clips_a_rare_outlier_that_minmax_keeps(tmp_path):
+    """onnxruntime's quantize_static runs its entropy calibrator with 128 bins, where the only candidate
+    range is the whole histogram: without the stage's own 2048-bin run, entropy gave minmax's scales."""
+    model = onnx.load(str(uneven_channels(tmp_path / "m.onnx")))
+    samples = [{"x": np.random.default_rng(seed).standard_normal((1, 8, 16, 16)).astype(np.float32)}
+               for seed in range(4)]
+    samples[0]["x"][0, 0, 0, 0] = 1000.0  # one value in 8192, far out
+
+    def scale(method: str) -> float:
+        spec = QuantizationSpec(calibration=CalibrationSpec(method=method), smoothing=False,
+                                bias_correction=False).model_dump()
+        return input_scale(quantized(model, samples, spec).qdq)
+
+    assert np.isclose(scale("minmax"), 1000.0 / 127, rtol=0.01)
+    assert scale("entropy") < 0.2 * scale("minmax")  # 2048 bins over +-1000: no window under 64 bins a side
