@@ -4,9 +4,8 @@ Before onnxruntime sees the model, each quantized conv's input is smoothed (smoo
 scale fits all its channels. onnxruntime's `quantize_static` then calibrates activation ranges (minmax,
 percentile, or entropy from onnxruntime's calibrator run here) on the declared samples and writes a QDQ
 model with per-channel int8 weights, whose conv biases bias_correction.py corrects for the mean error int8
-leaves. That model is imported into Relax
-and integer_ops.rewrite turns each dequantize -> conv2d / matmul into int8 x int8 -> int32, so the
-library's hot loops are integer.
+leaves. That model is imported into Relax and integer_ops.rewrite turns each dequantize -> conv2d / matmul
+into int8 x int8 -> int32, so the library's hot loops are integer.
 
 Outputs: ir.json (what the compile stage builds instead of the import stage's), qdq.onnx (the quantized
 ONNX model, the second reference the validate stage compares against), quantize.json (weight bytes before
