@@ -43,10 +43,13 @@ def lower(module, target, *, fuse: bool, layout: str | None, database=None, sche
     from tvm import relax
     from tvm.relax.backend.cpu_generic import pipeline as cpu
 
+    from modelbuild.stages import conv_transpose
+    from modelbuild.stages.integer_ops import legalize_conv2d, legalize_quantize
+
     if layout:
         module = relax.transform.ConvertLayout(LAYOUTS[layout])(module)
+    module = conv_transpose.rewrite(module)
     seq = tvm.transform.Sequential
-    from modelbuild.stages.integer_ops import legalize_conv2d, legalize_quantize
 
     legalize = relax.transform.LegalizeOps(customize_legalize_map={"relax.quantize": legalize_quantize,
                                                                    "relax.nn.conv2d": legalize_conv2d})

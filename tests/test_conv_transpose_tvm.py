@@ -1,0 +1,50 @@
+"""Transposed convs with stride = kernel, as a 1x1 conv and a depth-to-space: the same outputs, no zeros."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.tvm
+
+
+def transposed_conv_module(shape, wshape, strides, **attrs):
+    from tvm import relax
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(shape=shape, dtype="float32"))
+    weight = relax.const(np.random.default_rng(1).standard_normal(wshape).astype("float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit_output(relax.op.nn.conv2d_transpose(x, weight, strides=strides, **attrs))
+        bb.emit_func_output(y)
+    return bb.get()
+
+
+def run(module, x):
+    import tvm
+    from tvm import relax
+
+    return relax.VirtualMachine(tvm.compile(module, target="llvm"), tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+
+
+@pytest.mark.parametrize("shape, wshape, strides", [((1, 8, 5, 6), (8, 3, 2, 2), 2), ((2, 4, 3, 7), (4, 5, 3, 2), (3, 2))],
+                         ids=["2x2s2", "3x2s32-batch2"])
+def test_a_non_overlapping_transposed_conv_becomes_a_1x1_conv_with_the_same_outputs(shape, wshape, strides):
+    from modelbuild.stages import conv_transpose
+
+    module = transposed_conv_module(shape, wshape, strides)
+    rewritten = conv_transpose.rewrite(module)
+    assert "conv2d_transpose" not in rewritten.script() and "R.nn.conv2d(" in rewritten.script()
+    assert "conv2d_transpose" in module.script()  # the caller's module is left as it was
+    x = np.random.default_rng(2).standard_normal(shape).astype("float32")
+    np.testing.assert_allclose(run(rewritten, x), run(module, x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("attrs", [{"strides": 1}, {"strides": 2, "padding": 1}, {"strides": 2, "output_padding": 1}],
+                         ids=["overlapping", "padded", "output-padded"])
+def test_overlapping_or_padded_transposed_convs_are_left_alone(attrs):
+    from modelbuild.stages import conv_transpose
+
+    module = transposed_conv_module((1, 4, 5, 5), (4, 2, 2, 2), **attrs)
+    assert "conv2d_transpose" in conv_transpose.rewrite(module).script()
