@@ -9,6 +9,9 @@ Note: in TVM 0.27, tvm.compile(mod, target=llvm) uses the *generic* default pipe
 call_pure_packed results). ONNX-imported models have no such calls, so modelbuild fuses by default: on the
 bundled classifier 271 operators become 69 kernels and the library shrinks from 2.0 MB to 1.4 MB.
 `fuse = false` in a build gives the stock, unfused library.
+
+Before legalisation, transposed convs whose stride equals their kernel become 1x1 convs and a depth-to-space
+(conv_transpose.py), which is exact.
 """
 
 from __future__ import annotations
