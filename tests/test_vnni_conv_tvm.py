@@ -109,7 +109,7 @@ def test_float_accumulation_is_exact_at_its_bound_of_1024_extreme_products():
     import tvm
     from tvm import relax
 
-    from modelbuild.stages.integer_ops import EXACT_FLOAT_PRODUCTS
+    from modelbuild.stages.integer_kernels import EXACT_FLOAT_PRODUCTS
 
     shape, wshape = (1, 64, 4, 4), (16, 64, 4, 4)  # 64 x 4 x 4 = 1024 products per output
     assert wshape[1] * wshape[2] * wshape[3] == EXACT_FLOAT_PRODUCTS

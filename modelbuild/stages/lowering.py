@@ -47,7 +47,7 @@ def lower(module, target, *, fuse: bool, layout: str | None, database=None, sche
     from tvm.relax.backend.cpu_generic import pipeline as cpu
 
     from modelbuild.stages import conv_transpose
-    from modelbuild.stages.integer_ops import legalize_conv2d, legalize_quantize
+    from modelbuild.stages.integer_kernels import legalize_conv2d, legalize_quantize
 
     if layout:
         module = relax.transform.ConvertLayout(LAYOUTS[layout])(module)

@@ -1,0 +1,98 @@
+"""How the integer operators of a quantized model are legalised, per target: `quantize` as ONNX rounds it,
+and int8 conv2d in the fastest exact form the target has. Used by the compile pipeline (lowering.py) for
+every module; the quantize stage's graph rewrite that creates these operators is integer_ops.py.
+"""
+
+from __future__ import annotations
+
+
+def legalize_quantize(bb, call):
+    """relax.quantize as clip(round(x * (1 / scale)) + zero_point), rounding half to even as ONNX
+    QuantizeLinear specifies and onnxruntime computes.
+
+    TVM 0.27's own legalisation divides by the scale; a vector division costs several multiplies (a 38400-
+    element int8 quantize: 7.3 us dividing, 3.0 us multiplying by the reciprocal, one core).
+
+    `tirx.round` and not `tirx.nearbyint`, although TVM's docs describe round as half away from zero: its
+    LLVM backend lowers round to llvm.nearbyint (half to even, checked at exact halves), and TVM vectorises
+    round but not nearbyint, whose vector loop it splits into one call per lane; LLVM then vectorises the
+    loop around it with gathers and scatters, 4x slower (16% of the int8 classifier's kernel time).
+    """
+    from tvm import te, tirx
+    from tvm.relax.transform.legalize_ops.common import _try_convert_to_scalar_const
+
+    axis, out_dtype = int(call.attrs.axis), str(call.attrs.out_dtype)
+
+    def param(value, indices):
+        if isinstance(value, (tirx.IntImm, tirx.FloatImm)):
+            return value
+        if all(int(d) == 1 for d in value.shape):
+            return value[(0,) * len(value.shape)]
+        return value[indices[axis]]
+
+    def quantize(data, scale, zero):
+        def compute(*indices):
+            q = tirx.round(data[indices] * (tirx.const(1.0, data.dtype) / param(scale, indices))) \
+                + param(zero, indices).astype(data.dtype)
+            lo, hi = tirx.min_value(out_dtype).astype(data.dtype), tirx.max_value(out_dtype).astype(data.dtype)
+            return te.max(te.min(q, hi), lo).astype(out_dtype)
+
+        return te.compute(data.shape, compute, name="quantized")
+
+    return bb.call_te(quantize, call.args[0], _try_convert_to_scalar_const(call.args[1]),
+                      _try_convert_to_scalar_const(call.args[2]), primfunc_name_hint="quantize")
+
+
+# |int8 x int8| <= 2^14, so float32 sums of up to 2^10 such products are integers below 2^24: exact
+# (uint8 data doubles the bound on a product, halving the count)
+EXACT_FLOAT_PRODUCTS = 1 << (24 - 14)
+
+
+def legalize_conv2d(bb, call):
+    """relax.nn.conv2d on 8-bit data and int8 weights, accumulating in int32, in the fastest exact form the
+    target has:
+    - AVX-512 VNNI (vpdpbusd) for ordinary convs (vnni_conv.py);
+    - else float32 multiply-adds of the int8 values when every partial sum stays below 2^24 and so is exact:
+      grouped and depthwise convs (9 or 25 products) and small convs. x86 multiplies int32 vectors at a
+      quarter of the float rate (vpmulld), so the plain integer loop ran the classifier's depthwise convs at
+      half the speed of their fp32 versions;
+    - else TVM's own int32 loop."""
+    from tvm import ir
+    from tvm import target as tvm_target
+
+    from modelbuild.stages import vnni_conv
+
+    if str(call.attrs.out_dtype) == "int32" and str(call.args[0].ty.dtype) in ("int8", "uint8"):
+        if vnni_conv.supported(tvm_target.Target.current()) and vnni_conv.eligible(call):
+            return vnni_conv.legalize(bb, call)
+        if _reduction_length(call) <= EXACT_FLOAT_PRODUCTS // (2 if str(call.args[0].ty.dtype) == "uint8" else 1):
+            return _float_accumulated_conv2d(bb, call)
+    return ir.Op.get("relax.nn.conv2d").get_attr("FLegalize")(bb, call)
+
+
+def _reduction_length(call) -> int:
+    try:
+        _, in_per_group, kh, kw = (int(d) for d in call.args[1].ty.shape.values)
+    except (AttributeError, TypeError, ValueError):
+        return EXACT_FLOAT_PRODUCTS + 1
+    return in_per_group * kh * kw if str(call.attrs.kernel_layout) == "OIHW" else EXACT_FLOAT_PRODUCTS + 1
+
+
+def _float_accumulated_conv2d(bb, call):
+    from tvm import te, topi
+
+    attrs = call.attrs
+    ints = {name: [int(v) for v in getattr(attrs, name)] for name in ("strides", "padding", "dilation")}
+
+    def conv(data, weight):
+        # converted once per element, not once per use: a 3x3 depthwise conv reads each input nine times
+        data = te.compute(data.shape, lambda *i: data(*i).astype("float32"), name="as_float")
+        # the weights too, into a buffer of their own: converted inside the loop, each vector multiply-add
+        # waited on loading, converting and broadcasting one int8 weight (57 us against 47 us in fp32 for
+        # the classifier's largest depthwise conv, 46 us once converted ahead)
+        weight = te.compute(weight.shape, lambda *i: weight(*i).astype("float32"), name="weight_as_float")
+        total = topi.nn.conv(data, weight, ints["strides"], ints["padding"], ints["dilation"], int(attrs.groups),
+                             str(attrs.data_layout), str(attrs.kernel_layout), "float32")
+        return te.compute(total.shape, lambda *i: total(*i).astype("int32"), name="exact_sum")
+
+    return bb.call_te(conv, call.args[0], call.args[1], primfunc_name_hint="conv2d_int8")
