@@ -129,7 +129,7 @@ def _quantize(model, samples: list[dict], spec: dict):
         onnx.save(model, str(source))
         try:
             if spec["calibration"]["method"] == "entropy":
-                options["TensorQuantOverrides"] = _entropy_ranges(model, samples, op_types, symmetric=symmetric)
+                options["TensorQuantOverrides"] = _entropy_ranges(source, samples, op_types, symmetric=symmetric)
             quantize_static(str(source), str(target), _reader(samples), quant_format=QuantFormat.QDQ,
                             per_channel=spec["per_channel"], weight_type=QuantType.QInt8,
                             activation_type=QuantType.QInt8 if symmetric else QuantType.QUInt8,
@@ -145,28 +145,24 @@ def _quantize(model, samples: list[dict], spec: dict):
 ENTROPY_BINS, ENTROPY_QUANTIZED_BINS = 2048, 128
 
 
-def _entropy_ranges(model, samples: list[dict], op_types: list[str], *, symmetric: bool) -> dict:
-    """Per tensor, the range that minimises the KL divergence between its histogram and its int8 version,
-    as TensorQuantOverrides for quantize_static.
+def _entropy_ranges(source: Path, samples: list[dict], op_types: list[str], *, symmetric: bool) -> dict:
+    """Per tensor of the model saved at `source`, the range that minimises the KL divergence between its
+    histogram and its int8 version, as TensorQuantOverrides for quantize_static.
 
     quantize_static cannot pass a bin count to onnxruntime's entropy calibrator, whose defaults (128 bins,
     128 quantized bins) leave a single candidate range, the whole histogram: "entropy" there is minmax
     (identical scales on the bundled classifier). So the calibrator is run here with 2048 bins, and its
     ranges override the minmax ones quantize_static computes."""
     import numpy as np
-    import onnx
     from onnxruntime.quantization import CalibrationMethod
     from onnxruntime.quantization.calibrate import create_calibrator
 
-    with tempfile.TemporaryDirectory(prefix="modelbuild-entropy-") as tmp:
-        source = Path(tmp) / "float.onnx"
-        onnx.save(model, str(source))
-        calibrator = create_calibrator(source, op_types, augmented_model_path=str(Path(tmp) / "augmented.onnx"),
-                                       calibrate_method=CalibrationMethod.Entropy,
-                                       extra_options={"num_bins": ENTROPY_BINS, "symmetric": symmetric,
-                                                      "num_quantized_bins": ENTROPY_QUANTIZED_BINS})
-        calibrator.collect_data(_reader(samples))
-        ranges = calibrator.compute_data()
+    calibrator = create_calibrator(source, op_types, augmented_model_path=str(source.with_name("entropy.onnx")),
+                                   calibrate_method=CalibrationMethod.Entropy,
+                                   extra_options={"num_bins": ENTROPY_BINS, "symmetric": symmetric,
+                                                  "num_quantized_bins": ENTROPY_QUANTIZED_BINS})
+    calibrator.collect_data(_reader(samples))
+    ranges = calibrator.compute_data()
     return {name: [dict(zip(("rmin", "rmax"), np.float32(ranges[name].range_value), strict=True))]
             for name in ranges}
 
