@@ -70,10 +70,10 @@ def eligible(call) -> bool:
             and (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout or attrs.data_layout))
             == ("NCHW", "OIHW", "NCHW")
             and str(data.ty.dtype) in ("int8", "uint8") and isinstance(weight, Constant)
-            and str(weight.ty.dtype) == "int8" and _static(data.ty.shape))
+            and str(weight.ty.dtype) == "int8" and static_shape(data.ty.shape))
 
 
-def _static(shape) -> bool:
+def static_shape(shape) -> bool:
     try:
         [int(d) for d in shape.values]
         return True
@@ -166,11 +166,11 @@ def _schedule_channel_lanes(sch, cores: int) -> None:
     columns = _extent(sch, col)
     col_outer, col_inner = sch.split(col, factors=[None, _largest_divisor(columns, ROW_BLOCK)])
     sch.reorder(b, ob, h, col_outer, rc, rh, rw, col_inner, oi, ri)
-    _epilogue_at(sch, block, col_outer)
+    epilogue_at(sch, block, col_outer)
     work = _extent(sch, b) * _extent(sch, ob) * _extent(sch, h) * columns
     _parallel(sch, cores, work, b, ob, h)
     sch.unroll(col_inner)
-    _tensorize(sch, block, rc, oi, INTRINSICS[BLOCK])
+    tensorize_reduction(sch, block, rc, oi, INTRINSICS[BLOCK])
 
 
 def _schedule_column_lanes(sch, cores: int) -> None:
@@ -179,14 +179,14 @@ def _schedule_column_lanes(sch, cores: int) -> None:
     ob, oi = sch.split(o, factors=[None, LANES])
     col_outer, col_inner = sch.split(col, factors=[None, LANES])
     sch.reorder(b, ob, h, col_outer, rc, rh, rw, oi, col_inner, ri)
-    _epilogue_at(sch, block, col_outer)
+    epilogue_at(sch, block, col_outer)
     work = _extent(sch, b) * _extent(sch, ob) * _extent(sch, h) * _extent(sch, col_outer) * LANES
     _parallel(sch, cores, work, b, ob, h)
     sch.unroll(oi)
-    _tensorize(sch, block, rc, col_inner, INTRINSICS[COLUMN_BLOCK])
+    tensorize_reduction(sch, block, rc, col_inner, INTRINSICS[COLUMN_BLOCK])
 
 
-def _epilogue_at(sch, block, loop) -> None:
+def epilogue_at(sch, block, loop) -> None:
     """The unpack and every fused consumer computed under `loop`, reading the accumulators where they are;
     their innermost loop (output columns, contiguous in NCHW) vectorised."""
     local = sch.cache_write(block, 0, "global")
@@ -207,7 +207,7 @@ def _parallel(sch, cores: int, work: int, *loops) -> None:
         sch.parallel(sch.fuse(*pack_loops[:3]))
 
 
-def _tensorize(sch, block, reduction_outer, lanes, intrinsic: str) -> None:
+def tensorize_reduction(sch, block, reduction_outer, lanes, intrinsic: str) -> None:
     init = sch.decompose_reduction(block, reduction_outer)
     sch.vectorize(sch.get_loops(init)[-1])
     sch.tensorize(lanes, intrinsic)
