@@ -68,7 +68,8 @@ register(Stage("import", 1, "modelbuild.stages.onnx_import:run", ("onnx", "onnxs
 register(Stage("compile", 6, "modelbuild.stages.compile:run", ("tvm",),
                "compile the Relax module for a target and export the library",
                ("modelbuild.stages.lowering", "modelbuild.stages.default_schedule", "modelbuild.stages.integer_ops",
-                "modelbuild.stages.integer_kernels", "modelbuild.stages.vnni_conv", "modelbuild.stages.conv_transpose",
+                "modelbuild.stages.integer_kernels", "modelbuild.stages.vnni_conv", "modelbuild.stages.vnni_depthwise",
+                "modelbuild.stages.conv_transpose",
                 "modelbuild.analysis", "modelbuild.tuning_db")))
 register(Stage("quantize", 1, "modelbuild.stages.quantize:run", ("onnx", "onnxruntime", "tvm", "numpy"),
                "static int8 quantization with onnxruntime (QDQ), then integer kernels",
@@ -78,7 +79,8 @@ register(Stage("quantize", 1, "modelbuild.stages.quantize:run", ("onnx", "onnxru
 register(Stage("tune", 2, "modelbuild.stages.tune:run", ("tvm", "tvm-ffi"),
                "MetaSchedule tuning into the target's shared database; the best record of each task",
                ("modelbuild.stages.lowering", "modelbuild.stages.default_schedule", "modelbuild.stages.integer_ops",
-                "modelbuild.stages.integer_kernels", "modelbuild.stages.vnni_conv", "modelbuild.stages.conv_transpose",
+                "modelbuild.stages.integer_kernels", "modelbuild.stages.vnni_conv", "modelbuild.stages.vnni_depthwise",
+                "modelbuild.stages.conv_transpose",
                 "modelbuild.analysis", "modelbuild.tuning_db")))
 register(Stage("reference", 1, "modelbuild.stages.reference:run", ("onnxruntime", "numpy"),
                "golden inputs and the ONNX model's outputs from onnxruntime", ("modelbuild.golden",)))

@@ -12,14 +12,14 @@ element-wise chains, reductions):
   innermost reduction axis in vector-wide partial sums instead (the classifier's ten pools: 65 -> 9 us);
 - other blocks are split by the vector width;
 - the outermost spatial loops of a kernel with enough work are fused and run in parallel;
-- an int8 conv legalised for AVX-512 VNNI gets its own schedule (vnni_conv.py).
+- an int8 conv legalised for AVX-512 VNNI gets its own schedule (vnni_conv.py, vnni_depthwise.py).
 Each step runs on a copy of the schedule and is kept only if TVM accepts it, so an unusual kernel keeps a
 simpler schedule rather than failing the build.
 """
 
 from __future__ import annotations
 
-from modelbuild.stages import vnni_conv
+from modelbuild.stages import vnni_conv, vnni_depthwise
 
 VECTOR_LANES = 16  # float32 lanes of AVX-512; narrower vector units run the loop in several instructions
 CHANNEL_BLOCK = 4  # output rows computed together, so each loaded input vector feeds several FMAs
@@ -56,6 +56,8 @@ def schedule_function(func, *, cores: int):
     sch = _inline_elementwise(sch, root)
     if any(_has_block(sch, root, name) for name in vnni_conv.BLOCKS):
         return _attempt(sch, lambda s: vnni_conv.schedule(s, cores)).mod["main"]
+    if _has_block(sch, root, vnni_depthwise.BLOCK):
+        return _attempt(sch, lambda s: vnni_depthwise.schedule(s, cores)).mod["main"]
     for block in sch.get_child_blocks(root):
         if _is_reduction(sch, block):
             sch = _attempt(sch, lambda s, b=block: _schedule_reduction(s, b, cores))

@@ -51,7 +51,8 @@ EXACT_FLOAT_PRODUCTS = 1 << (24 - 14)
 def legalize_conv2d(bb, call):
     """relax.nn.conv2d on 8-bit data and int8 weights, accumulating in int32, in the fastest exact form the
     target has:
-    - AVX-512 VNNI (vpdpbusd) for ordinary convs (vnni_conv.py);
+    - AVX-512 VNNI (vpdpbusd) for ordinary convs (vnni_conv.py), and with VBMI for depthwise convs
+      (vnni_depthwise.py);
     - else float32 multiply-adds of the int8 values when every partial sum stays below 2^24 and so is exact:
       grouped and depthwise convs (9 or 25 products) and small convs. x86 multiplies int32 vectors at a
       quarter of the float rate (vpmulld), so the plain integer loop ran the classifier's depthwise convs at
@@ -60,11 +61,14 @@ def legalize_conv2d(bb, call):
     from tvm import ir
     from tvm import target as tvm_target
 
-    from modelbuild.stages import vnni_conv
+    from modelbuild.stages import vnni_conv, vnni_depthwise
 
     if str(call.attrs.out_dtype) == "int32" and str(call.args[0].ty.dtype) in ("int8", "uint8"):
-        if vnni_conv.supported(tvm_target.Target.current()) and vnni_conv.eligible(call):
+        target = tvm_target.Target.current()
+        if vnni_conv.supported(target) and vnni_conv.eligible(call):
             return vnni_conv.legalize(bb, call)
+        if vnni_depthwise.supported(target) and vnni_depthwise.eligible(call):
+            return vnni_depthwise.legalize(bb, call)
         if _reduction_length(call) <= EXACT_FLOAT_PRODUCTS // (2 if str(call.args[0].ty.dtype) == "uint8" else 1):
             return _float_accumulated_conv2d(bb, call)
     return ir.Op.get("relax.nn.conv2d").get_attr("FLegalize")(bb, call)

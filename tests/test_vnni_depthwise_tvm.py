@@ -1,0 +1,111 @@
+"""int8 depthwise conv2d with AVX-512 VNNI and VBMI: the geometries it takes, bit-exact against numpy; the
+others, and targets without VBMI, keep the float-accumulated kernel."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.test_vnni_conv_tvm import build, conv_module
+
+pytestmark = pytest.mark.tvm
+
+VBMI_CPU = {"kind": "llvm", "mcpu": "icelake-server", "num-cores": 2}  # VNNI and VBMI
+VNNI_ONLY_CPU = {"kind": "llvm", "mcpu": "cascadelake", "num-cores": 2}
+
+
+def host_has(*features: str) -> bool:
+    import tvm
+    from tvm.target import codegen
+
+    host = tvm.target.Target({"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu()})
+    return all(codegen.target_has_features(feature, host) for feature in features)
+
+
+def depthwise_module(shape, weight, dtype, *, strides, padding, dilation):
+    from tvm import relax
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(shape=shape, dtype=dtype))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            y = bb.emit_output(relax.op.nn.conv2d(x, relax.const(weight, "int8"), strides=strides, padding=padding,
+                                                  dilation=dilation, groups=shape[1], out_dtype="int32"))
+        bb.emit_func_output(y)
+    return bb.get()
+
+
+def reference(x, weight, *, strides, padding, dilation):
+    (sh, sw), (dh, dw), (top, left, bottom, right) = strides, dilation, padding
+    data = np.pad(x.astype(np.int64), ((0, 0), (0, 0), (top, bottom), (left, right)))
+    _, _, kh, kw = weight.shape
+    out_h = (data.shape[2] - dh * (kh - 1) - 1) // sh + 1
+    out_w = (data.shape[3] - dw * (kw - 1) - 1) // sw + 1
+    out = np.zeros((x.shape[0], x.shape[1], out_h, out_w), np.int64)
+    for i in range(kh):
+        for j in range(kw):
+            patch = data[:, :, i * dh:i * dh + sh * (out_h - 1) + 1:sh, j * dw:j * dw + sw * (out_w - 1) + 1:sw]
+            out += patch * weight[None, :, 0, i, j, None, None].astype(np.int64)
+    return out
+
+
+def kernel_scripts(phases) -> list[str]:
+    return [f.script() for f in phases.fused.functions.values() if hasattr(f, "params") and "sblock" in f.script()]
+
+
+def run(executable, x):
+    import tvm
+    from tvm import relax
+
+    return relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+
+
+def random_case(shape, wshape, dtype):
+    rng = np.random.default_rng(shape[1] + wshape[2] * 10 + shape[3])
+    info = np.iinfo(dtype)
+    return rng.integers(info.min, info.max + 1, shape).astype(dtype), rng.integers(-128, 128, wshape).astype(np.int8)
+
+
+GEOMETRIES = [  # (data shape, weight shape, strides, padding, dilation, data dtype); output widths of 16k
+    ((1, 200, 2, 96), (200, 1, 5, 5), (1, 1), (2, 2, 2, 2), (1, 1), "int8"),  # the classifier's largest
+    ((1, 24, 12, 96), (24, 1, 3, 3), (2, 1), (1, 1, 1, 1), (1, 1), "int8"),  # stride 2 in rows only
+    ((1, 16, 33, 64), (16, 1, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1), "uint8"),  # stride 2 in columns
+    ((1, 8, 20, 70), (8, 1, 3, 7), (1, 1), (2, 3, 0, 3), (2, 2), "int8"),  # 7 taps a row, dilation 2, uneven
+    ((2, 64, 64, 64), (64, 1, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), "int8"),  # enough work to run in parallel
+]
+
+
+@pytest.mark.parametrize("geometry", GEOMETRIES, ids=lambda g: f"{g[0][1]}k{g[1][2]}x{g[1][3]}s{g[2][1]}w{g[0][3]}{g[5]}")
+def test_vnni_depthwise_is_tensorised_and_bit_exact(geometry):
+    shape, wshape, strides, padding, dilation, dtype = geometry
+    x, weight = random_case(shape, wshape, dtype)
+    module = depthwise_module(shape, weight, dtype, strides=strides, padding=padding, dilation=dilation)
+    want = reference(x, weight, strides=strides, padding=padding, dilation=dilation)
+
+    executable, phases = build(module, VBMI_CPU)
+    assert any('sblock("vnni_depthwise_update_o"' in k for k in kernel_scripts(phases))
+    assembly = "".join(m.inspect_source("asm") for m in executable.mod.imports)
+    assert "vpdpbusd" in assembly
+    assert "vperm" in assembly  # vpermb, or vpermw where pairs of bytes move together (stride 2)
+    if host_has("avx512vnni", "avx512vbmi"):  # elsewhere it is compiled and inspected above, but cannot run
+        assert np.array_equal(run(executable, x), want)
+
+
+@pytest.mark.parametrize("target", [VNNI_ONLY_CPU, VBMI_CPU], ids=["no VBMI", "width 40"])
+def test_other_depthwise_convs_keep_the_float_accumulated_kernel(target):
+    shape, wshape = ((1, 8, 6, 40), (8, 1, 3, 3)) if target is VBMI_CPU else ((1, 8, 6, 32), (8, 1, 3, 3))
+    x, weight = random_case(shape, wshape, "int8")
+    geometry = {"strides": (1, 1), "padding": (1, 1, 1, 1), "dilation": (1, 1)}
+    executable, phases = build(depthwise_module(shape, weight, "int8", **geometry), target)
+    names = [gv.name_hint for gv in phases.fused.functions]
+    assert any("conv2d_int8" in n for n in names) and not any("depthwise" in n for n in names)
+    if host_has("avx512vnni"):
+        assert np.array_equal(run(executable, x), reference(x, weight, **geometry))
+
+
+def test_ordinary_convs_are_not_taken_for_depthwise():
+    shape, wshape = (1, 8, 6, 32), (8, 8, 3, 3)
+    _, weight = random_case(shape, wshape, "int8")
+    module = conv_module(shape, weight, "int8", strides=(1, 1), padding=(1, 1, 1, 1), dilation=(1, 1))
+    _, phases = build(module, VBMI_CPU)
+    assert not any("depthwise" in gv.name_hint for gv in phases.fused.functions)
