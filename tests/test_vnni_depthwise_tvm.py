@@ -109,3 +109,18 @@ def test_ordinary_convs_are_not_taken_for_depthwise():
     module = conv_module(shape, weight, "int8", strides=(1, 1), padding=(1, 1, 1, 1), dilation=(1, 1))
     _, phases = build(module, VBMI_CPU)
     assert not any("depthwise" in gv.name_hint for gv in phases.fused.functions)
+
+
+def test_epilogue_is_vectorised_one_register_wide():
+    """Six vectors of columns as one 96-lane loop made LLVM build each per-channel broadcast from inserts,
+    lane by lane (a quarter of the classifier's largest depthwise conv)."""
+    import re
+
+    shape, wshape = (1, 200, 2, 96), (200, 1, 5, 5)
+    _, weight = random_case(shape, wshape, "int8")
+    module = depthwise_module(shape, weight, "int8", strides=(1, 1), padding=(2, 2, 2, 2), dilation=(1, 1))
+    executable, phases = build(module, VBMI_CPU)
+    (script,) = [s for s in kernel_scripts(phases) if "vnni_depthwise" in s]
+    assert sorted(int(n) for n in re.findall(r"T.vectorized\(T.int64\((\d+)\)\)", script)) == [16, 16, 64]
+    assembly = "".join(m.inspect_source("asm") for m in executable.mod.imports)
+    assert "vinsert" not in assembly
