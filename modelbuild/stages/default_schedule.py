@@ -100,8 +100,9 @@ def _is_nested(sch, block) -> bool:
 
 
 def _inline_elementwise(sch, root):
-    """Inline blocks that are neither outputs, reductions, nor inputs of a reduction."""
-    refused: set[str] = set()
+    """Inline blocks that are neither outputs, reductions, nor inputs of a reduction, nor a VNNI conv's
+    staging of its input."""
+    refused: set[str] = set(vnni_conv.STAGING_BLOCKS)
     while True:
         outputs = {sch.get(b).name_hint for b in sch.get_output_blocks(root)}
         candidates = [b for b in sch.get_child_blocks(root)

@@ -3,7 +3,8 @@ into 16 int32 lanes, 64 multiply-adds an instruction where the plain integer loo
 
 The instruction wants its operands in a shape NCHW does not have, so the conv is computed in packed layouts:
 - data: uint8, [N, C/4, H, stride, W/stride, 4] (4 input channels side by side, padded, and for strided convs
-  the columns split by phase, so that the columns one weight meets are contiguous);
+  the columns split by phase, so that the columns one weight meets are contiguous). Data that needs padding
+  is padded row by row first, then packed 16 columns x 4 channels per shuffle; other data in one pass;
 - weights: int8, [O/16, C/4, KH, KW, 16, 4], packed once at compile time (they are constants);
 - accumulators: int32, in one of two forms, chosen per conv:
   - column lanes, when the output width is a multiple of 16: a vector holds 16 neighbouring output columns
@@ -31,6 +32,9 @@ BLOCK = "vnni_conv"  # the reduction block (channel lanes); default_schedule rec
 COLUMN_BLOCK = "vnni_conv_by_column"  # the reduction block in column lanes
 BLOCKS = (BLOCK, COLUMN_BLOCK)
 PACK_BLOCK = "vnni_pack"
+PAD_BLOCK = "vnni_pad"
+PAD_VECTOR = 64  # padded bytes written per vector
+STAGING_BLOCKS = (PAD_BLOCK, PACK_BLOCK)  # scheduled here, so the default schedule must not inline them
 LANES = 16  # int32 accumulators of one vpdpbusd
 GROUP = 4  # uint8 x int8 products summed into each lane
 ROW_BLOCK = 16  # channel lanes: output columns whose accumulators stay in registers while the weights stream by
@@ -104,8 +108,8 @@ def _ceil(a: int, b: int) -> int:
 
 
 def _compute(x, w, correction, *, strides, padding, dilation, kernel, channels):
-    """The packed conv as TE: pack (shift, pad, group channels by 4, split columns by stride phase), reduce,
-    unpack with the correction."""
+    """The packed conv as TE: pad (and shift) rows of all channels, pack (group channels by 4, split columns by
+    stride phase), reduce, unpack with the correction."""
     from tvm import te, tirx
 
     n, in_ch, height, width = (int(d) for d in x.shape)
@@ -116,8 +120,8 @@ def _compute(x, w, correction, *, strides, padding, dilation, kernel, channels):
     groups_in = _ceil(in_ch, GROUP)
     shift = 128 if str(x.dtype) == "int8" else 0
 
-    def pack(b, cg, row, phase, q, ci):
-        c, row, column = cg * GROUP + ci, row - top, q * sw + phase - left
+    def pad(b, row, c, column):
+        row, column = row - top, column - left
         inside = tirx.all(c < in_ch, row >= 0, row < height, column >= 0, column < width)
         value = x[b, tirx.min(c, in_ch - 1), tirx.max(tirx.min(row, height - 1), 0),
                   tirx.max(tirx.min(column, width - 1), 0)]
@@ -129,7 +133,20 @@ def _compute(x, w, correction, *, strides, padding, dilation, kernel, channels):
 
     by_column = column_lanes(out_w)
     span = out_w + (kw - 1) * dw // sw  # packed columns of one phase that the outputs reach
-    packed = te.compute((n, groups_in, height + top + bottom, sw, span, GROUP), pack, name=PACK_BLOCK)
+    if sw == 1 and in_ch % GROUP == 0 and not any((top, left, bottom, right)):
+        # nothing to pad: one pass, which LLVM vectorises well enough (under 1 us for the classifier's 1x1s)
+        packed = te.compute((n, groups_in, height, 1, span, GROUP),
+                            lambda b, cg, row, phase, q, ci: (x[b, cg * GROUP + ci, row, q].astype("int32")
+                                                              + shift).astype("uint8"), name=PACK_BLOCK)
+    else:
+        # in whole vectors for the packing intrinsic, whose loads of 16 * stride columns need rows that wide
+        span = _ceil(span, LANES) * LANES
+        padded_w = _ceil(max(width + left + right, (span + 1) * sw), PAD_VECTOR) * PAD_VECTOR
+        # [N, H, C, W]: the 4 channels a packed vector interleaves are neighbouring rows of one 2-D region
+        padded = te.compute((n, height + top + bottom, groups_in * GROUP, padded_w), pad, name=PAD_BLOCK)
+        packed = te.compute((n, groups_in, height + top + bottom, sw, span, GROUP),
+                            lambda b, cg, row, phase, q, ci: padded[b, row, cg * GROUP + ci, q * sw + phase],
+                            name=PACK_BLOCK, attrs={"stride": sw})  # the schedule picks the intrinsic by it
     rc, rh, rw, ri = (te.reduce_axis((0, e), name) for e, name in
                       ((groups_in, "rc"), (kh, "rh"), (kw, "rw"), (GROUP, "ri")))
 
@@ -158,6 +175,20 @@ def schedule(sch, cores: int) -> None:
         _schedule_column_lanes(sch, cores)
     else:
         _schedule_channel_lanes(sch, cores)
+    if PAD_BLOCK in names:
+        _schedule_packing(sch)
+
+
+def _schedule_packing(sch) -> None:
+    """Padding a row at a time, one vector per 64 columns; packing 16 columns x 4 channels per shuffle.
+    Packed element by element, the 3-channel stride-2 first conv of the classifier spent as long packing
+    its input as computing."""
+    pad = sch.get_sblock(PAD_BLOCK)
+    sch.vectorize(sch.split(sch.get_loops(pad)[-1], factors=[None, PAD_VECTOR])[1])
+    pack = sch.get_sblock(PACK_BLOCK)
+    *_, q, _ = sch.get_loops(pack)
+    _, lanes = sch.split(q, factors=[None, LANES])
+    sch.tensorize(lanes, _pack_intrinsic(int(sch.get(pack).annotations["stride"])))
 
 
 def _schedule_channel_lanes(sch, cores: int) -> None:
@@ -208,8 +239,9 @@ def _parallel(sch, cores: int, work: int, *loops) -> None:
     """The conv's outer loops, and the packing's, run in parallel when there are `work` output vectors enough."""
     if cores > 1 and work >= PARALLEL_MIN_WORK:
         sch.parallel(sch.fuse(*loops))
-        pack_loops = sch.get_loops(sch.get_sblock(PACK_BLOCK))
-        sch.parallel(sch.fuse(*pack_loops[:3]))
+        sch.parallel(sch.fuse(*sch.get_loops(sch.get_sblock(PACK_BLOCK))[:3]))
+        if PAD_BLOCK in {sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))}:
+            sch.parallel(sch.fuse(*sch.get_loops(sch.get_sblock(PAD_BLOCK))[:2]))
 
 
 def tensorize_reduction(sch, block, reduction_outer, lanes, intrinsic: str) -> None:
@@ -227,6 +259,7 @@ def _largest_divisor(n: int, limit: int) -> int:
 
 
 _registered = False
+_registered_packing: set[str] = set()
 
 
 def _register_intrinsics() -> None:
@@ -294,3 +327,48 @@ def _register_intrinsics() -> None:
     TensorIntrin.register(INTRINSICS[BLOCK], channels_description, channels_implementation, override=True)
     TensorIntrin.register(INTRINSICS[COLUMN_BLOCK], columns_description, columns_implementation, override=True)
     _registered = True
+
+
+def _pack_intrinsic(stride: int) -> str:
+    """The tensor intrinsic that packs 16 columns (of one stride phase) x 4 channels of the padded rows into
+    one 64-byte vector, registered once per stride: four row loads and one shuffle (LLVM picks unpacks or
+    vpermt2b)."""
+    name = f"modelbuild_vnni_pack_s{stride}"
+    if name in _registered_packing:
+        return name
+    from tvm import tirx
+    from tvm.s_tir import TensorIntrin
+    from tvm.script import tirx as T
+
+    span, loaded = (LANES - 1) * stride + 1, LANES * stride  # columns used, columns loaded per channel
+    order = [tirx.IntImm("int32", ci * loaded + i * stride) for i in range(LANES) for ci in range(GROUP)]
+
+    @T.prim_func(s_tir=True)
+    def description(rows: T.handle, packed: T.handle) -> None:
+        row_stride = T.int64()
+        src = T.match_buffer(rows, (4, span), "uint8", strides=[row_stride, 1], offset_factor=1)
+        out = T.match_buffer(packed, (16, 4), "uint8", offset_factor=1)
+        with T.sblock("root"):
+            T.reads(src[0:4, 0:span])
+            T.writes(out[0:16, 0:4])
+            for i, c in T.grid(16, 4):
+                with T.sblock("pack"):
+                    vi, vc = T.axis.remap("SS", [i, c])
+                    out[vi, vc] = src[vc, vi * stride]
+
+    @T.prim_func(s_tir=True)
+    def implementation(rows: T.handle, packed: T.handle) -> None:
+        row_stride = T.int64()
+        src = T.match_buffer(rows, (4, span), "uint8", strides=[row_stride, 1], offset_factor=1)
+        out = T.match_buffer(packed, (16, 4), "uint8", offset_factor=1)
+        with T.sblock("root"):
+            T.reads(src[0:4, 0:span])
+            T.writes(out[0:16, 0:4])
+            out[0, T.ramp(T.int64(0), 1, 64)] = T.Shuffle(
+                [src.vload([0, 0], f"uint8x{loaded}"), src.vload([1, 0], f"uint8x{loaded}"),
+                 src.vload([2, 0], f"uint8x{loaded}"), src.vload([3, 0], f"uint8x{loaded}")], order)
+
+    TensorIntrin.register(name, description, implementation, override=True)
+    _registered_packing.add(name)
+    return name
+
