@@ -55,3 +55,61 @@ def test_without_the_rewrite_the_same_model_computes_in_float(tmp_path):
     qdq = quantized_qdq(two_convs(tmp_path / "net.onnx", channels=8), tmp_path / "net.qdq.onnx", SHAPE)
     _, convs = compile_qdq(qdq, integer=False)
     assert all(str(p.dtype) == "float32" for conv in convs for p in conv.params)
+
+
+def rescaled_quantize(multiplier: np.ndarray, divisor: float = 6.0):
+    """x / divisor * multiplier, quantized per tensor along axis 1 (hard-swish's / 6 and smoothing's
+    per-channel multiply before the next quantize, as in the classifier)."""
+    from tvm import relax
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(shape=[1, 4, 2, 16], dtype="float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            divided = bb.emit(relax.op.divide(x, relax.const(divisor, "float32")))
+            rescaled = bb.emit(relax.op.multiply(divided, relax.const(multiplier.astype(np.float32), "float32")))
+            out = bb.emit_output(relax.op.quantize(rescaled, relax.const(0.05, "float32"), relax.const(0, "int8"),
+                                                   axis=1, out_dtype="int8"))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def op_names(module) -> list[str]:
+    from tvm import relax
+
+    return [b.value.op.name for block in module["main"].body.blocks for b in block.bindings
+            if isinstance(b.value, relax.Call) and hasattr(b.value.op, "name")]
+
+
+def run_module(module, x):
+    import tvm
+    from tvm import relax
+
+    executable = tvm.compile(module, target=tvm.target.Target({"kind": "llvm"}))
+    return relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+
+
+def test_constant_rescales_before_a_quantize_fold_into_its_scale():
+    from tvm import relax
+
+    from modelbuild.stages.integer_ops import constant_value, fold_into_quantize
+
+    multiplier = np.array([0.5, 2.0, 1.25, 3.0]).reshape(1, 4, 1, 1)
+    module = rescaled_quantize(multiplier)
+    folded = relax.transform.DeadCodeElimination()(fold_into_quantize(module))
+    assert op_names(folded) == ["relax.quantize"]
+    quantize = folded["main"].body.blocks[0].bindings[-1].value
+    np.testing.assert_allclose(constant_value(quantize.args[1]), 0.05 * 6.0 / multiplier.ravel(), rtol=1e-6)
+    x = np.random.default_rng(0).uniform(-30, 30, (1, 4, 2, 16)).astype(np.float32)
+    want, got = run_module(module, x).astype(int), run_module(folded, x).astype(int)
+    assert np.abs(got - want).max() <= 1 and np.mean(got != want) < 0.02  # an ulp moves only exact halves
+
+
+@pytest.mark.parametrize("multiplier", [np.array([1.0, -2.0, 1.0, 1.0]).reshape(1, 4, 1, 1),  # a sign flip
+                                        np.array([1.0, 2.0]).reshape(1, 1, 2, 1)],  # varies along rows
+                         ids=["negative", "other axis"])
+def test_rescales_that_do_not_fold_stay(multiplier):
+    from modelbuild.stages.integer_ops import fold_into_quantize
+
+    folded = fold_into_quantize(rescaled_quantize(multiplier))
+    assert op_names(folded) == ["relax.divide", "relax.multiply", "relax.quantize"]
