@@ -54,3 +54,30 @@ def test_vectorised_quantize_is_vector_code_without_gathers():
     assembly = "".join(m.inspect_source("asm") for m in executable.mod.imports)
     assert "vrndscaleps" in assembly  # rounding in vector registers
     assert "gather" not in assembly and "scatter" not in assembly
+
+
+def test_quantize_with_a_constant_scale_per_channel_multiplies_by_reciprocals_made_at_compile_time():
+    """Computed in the kernel, 1 / scale[c] was a division per channel and vector."""
+    import tvm
+    from tvm import relax
+
+    from modelbuild.stages import lowering
+
+    scales = np.array([0.1, 0.25, 0.3, 0.07], np.float32)
+    values = np.random.default_rng(0).uniform(-20, 20, (1, 4, 2, 32)).astype(np.float32)
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(shape=values.shape, dtype="float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            q = bb.emit_output(relax.op.quantize(x, relax.const(scales, "float32"), relax.const(0, "int8"),
+                                                 axis=1, out_dtype="int8"))
+        bb.emit_func_output(q)
+    target = tvm.target.Target({"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2})
+    with target, tvm.transform.PassContext(opt_level=3):
+        phases = lowering.lower(bb.get(), target, fuse=True, layout=None, schedule=True)
+        executable = tvm.compile(phases.planned, target=target, relax_pipeline=lowering.finish_passes(target))
+    assembly = "".join(m.inspect_source("asm") for m in executable.mod.imports)
+    assert "vdiv" not in assembly
+    got = relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(values)).numpy()
+    inverse = (np.float32(1) / scales).reshape(1, 4, 1, 1)  # what the kernel computed before, in float32
+    assert np.array_equal(got, np.clip(np.rint(values * inverse), -128, 127).astype(np.int8))

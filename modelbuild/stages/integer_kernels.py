@@ -18,10 +18,22 @@ def legalize_quantize(bb, call):
     round but not nearbyint, whose vector loop it splits into one call per lane; LLVM then vectorises the
     loop around it with gathers and scatters, 4x slower (16% of the int8 classifier's kernel time).
     """
-    from tvm import te, tirx
+    import numpy as np
+    from tvm import relax, te, tirx
+    from tvm.ir import Constant
     from tvm.relax.transform.legalize_ops.common import _try_convert_to_scalar_const
 
+    from modelbuild.stages.integer_ops import constant_value
+
     axis, out_dtype = int(call.attrs.axis), str(call.attrs.out_dtype)
+    scale = call.args[1]
+    # a constant scale per channel passes its reciprocals, computed here as the kernel would (one float32
+    # division each): the kernel would otherwise divide once per channel and vector (folded rescales make
+    # most of the classifier's scales per channel)
+    reciprocal = (isinstance(scale, Constant) and constant_value(scale).size > 1
+                  and str(call.args[0].ty.dtype) == "float32")
+    if reciprocal:
+        scale = relax.const(np.float32(1) / constant_value(scale).astype(np.float32), "float32")
 
     def param(value, indices):
         if isinstance(value, (tirx.IntImm, tirx.FloatImm)):
@@ -32,14 +44,14 @@ def legalize_quantize(bb, call):
 
     def quantize(data, scale, zero):
         def compute(*indices):
-            q = tirx.round(data[indices] * (tirx.const(1.0, data.dtype) / param(scale, indices))) \
-                + param(zero, indices).astype(data.dtype)
+            inverse = param(scale, indices) if reciprocal else tirx.const(1.0, data.dtype) / param(scale, indices)
+            q = tirx.round(data[indices] * inverse) + param(zero, indices).astype(data.dtype)
             lo, hi = tirx.min_value(out_dtype).astype(data.dtype), tirx.max_value(out_dtype).astype(data.dtype)
             return te.max(te.min(q, hi), lo).astype(out_dtype)
 
         return te.compute(data.shape, compute, name="quantized")
 
-    return bb.call_te(quantize, call.args[0], _try_convert_to_scalar_const(call.args[1]),
+    return bb.call_te(quantize, call.args[0], _try_convert_to_scalar_const(scale),
                       _try_convert_to_scalar_const(call.args[2]), primfunc_name_hint="quantize")
 
 
