@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from modelbuild.stages.vnni_depthwise import GROUP, fits_window, pack_weights
+from modelbuild.stages.vnni_depthwise import GROUP, fits_window, load_width, pack_weights
 
 
 def test_packed_weights_group_each_kernel_row_by_4_taps_and_pad_with_zeros():
@@ -27,3 +27,10 @@ def test_one_load_holds_the_columns_of_16_lanes_by_4_taps():
     assert fits_window(4, 1)  # 64: columns 0..63
     assert not fits_window(4, 2)  # 67
     assert not fits_window(1, 20)
+
+
+def test_stride_1_loads_half_a_window():
+    assert load_width(1, 1) == 32  # 19 columns
+    assert load_width(1, 5) == 32  # 31
+    assert load_width(1, 6) == 64  # 34
+    assert load_width(2, 1) == 64  # 34

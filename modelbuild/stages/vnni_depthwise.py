@@ -28,6 +28,7 @@ PAD_BLOCK = "vnni_depthwise_pad"
 LANES = 16  # int32 accumulators of one vpdpbusd: 16 neighbouring output columns
 GROUP = 4  # taps of a kernel row summed into each lane
 WINDOW = 64  # bytes vpermb picks from
+PAD_VECTOR = 64  # padded bytes written per vector
 COLUMN_BLOCK = 8  # output vectors of a row accumulated together: independent vpdpbusd chains to hide latency
 PARALLEL_MIN_WORK = 1 << 14  # output vectors below which one thread is faster (as vnni_conv.py)
 
@@ -62,6 +63,12 @@ def eligible(call) -> bool:
 def fits_window(stride: int, dilation: int) -> bool:
     """Whether the input columns of one output vector's 4-tap group lie within one 64-byte load."""
     return (LANES - 1) * stride + (GROUP - 1) * dilation < WINDOW
+
+
+def load_width(stride: int, dilation: int) -> int:
+    """Bytes loaded per 4-tap group of an output vector: 32 when its columns fit (stride 1), which keeps the
+    padded rows shorter (the classifier's: 128 bytes, not 192); else the whole window."""
+    return 32 if (LANES - 1) * stride + (GROUP - 1) * dilation < 32 else WINDOW
 
 
 def pack_weights(weight: np.ndarray, *, shifted: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -103,7 +110,7 @@ def _compute(x, w, correction, *, strides, padding, dilation, kernel):
     out_w = (width + left + right - dw * (kw - 1) - 1) // sw + 1
     groups = -(-kw // GROUP)
     last_load = sw * (out_w - LANES) + (groups - 1) * GROUP * dw  # first column of the last 64-byte load
-    padded_w = -(-max(width + left + right, last_load + WINDOW) // WINDOW) * WINDOW
+    padded_w = -(-max(width + left + right, last_load + load_width(sw, dw)) // PAD_VECTOR) * PAD_VECTOR
     shift = 128 if str(x.dtype) == "int8" else 0
 
     def pad(b, c, row, column):
@@ -139,7 +146,7 @@ def schedule(sch, cores: int) -> None:
     epilogue_at(sch, block, col_block)
     pad = sch.get_sblock(PAD_BLOCK)
     pad_b, pad_c, _, pad_col = sch.get_loops(pad)
-    sch.vectorize(sch.split(pad_col, factors=[None, WINDOW])[1])
+    sch.vectorize(sch.split(pad_col, factors=[None, PAD_VECTOR])[1])
     if cores > 1 and _extent(sch, b) * _extent(sch, c) * _extent(sch, h) * vectors >= PARALLEL_MIN_WORK:
         sch.parallel(sch.fuse(b, c, h))
         sch.parallel(sch.fuse(pad_b, pad_c))
@@ -168,6 +175,10 @@ def _intrinsic(stride: int, dilation: int) -> str:
     from tvm.script import tirx as T
 
     span = (LANES - 1) * stride + (GROUP - 1) * dilation + 1  # input columns the lanes read
+    loaded = load_width(stride, dilation)
+    # the window as a 64-byte vector: a 32-byte load's upper half zero (never selected)
+    upper = [T.broadcast(T.uint8(0), WINDOW - loaded)] if loaded < WINDOW else []
+    lanes = [tirx.IntImm("int32", i) for i in range(WINDOW)]
     vpdpbusd = T.llvm_lookup_intrinsic_id("llvm.x86.avx512.vpdpbusd.512")
     vpermb = T.llvm_lookup_intrinsic_id("llvm.x86.avx512.permvar.qi.512")
     # byte 4 * lane + k of vpermb's result is input column lane * stride + k * dilation of the window
@@ -199,8 +210,8 @@ def _intrinsic(stride: int, dilation: int) -> str:
             # 5x slower on 2 cores than on one)
             c[T.ramp(T.int32(0), 1, 16)] = T.call_llvm_pure_intrin(
                 vpdpbusd, c.vload([0], dtype="int32x16"),
-                T.call_llvm_pure_intrin(vpermb, a.vload([0], "uint8x64"), T.reinterpret(index, dtype="uint8x64"),
-                                        dtype="uint8x64"),
+                T.call_llvm_pure_intrin(vpermb, T.Shuffle([a.vload([0], f"uint8x{loaded}"), *upper], lanes),
+                                        T.reinterpret(index, dtype="uint8x64"), dtype="uint8x64"),
                 T.reinterpret(T.broadcast(T.reinterpret(b.vload([0], "int8x4"), dtype="int32"), 16), dtype="int8x64"),
                 dtype="int32x16")
 
