@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from modelbuild.stages.vnni_depthwise import GROUP, fits_window, load_width, pack_weights
+from modelbuild.stages.vnni_depthwise import (
+    GROUP,
+    fits_window,
+    load_width,
+    pack_weights,
+)
 
 
 def test_packed_weights_group_each_kernel_row_by_4_taps_and_pad_with_zeros():
