@@ -163,3 +163,17 @@ def test_a_global_pool_sums_each_channel_in_vector_lanes_and_computes_the_mean()
     x = np.random.default_rng(3).standard_normal(shape).astype("float32")
     np.testing.assert_allclose(pooled(tvm.runtime.tensor(x)).numpy(), x.mean(axis=(2, 3), keepdims=True),
                                rtol=1e-5, atol=1e-6)
+
+
+def test_padding_rows_the_vector_width_does_not_divide_are_vectorised_whole():
+    """A 5x5 conv pads 96-column rows to 100: split by 4, the bounds select compiled to masked gathers."""
+    import numpy as np
+    import tvm
+    from tvm import relax
+
+    shape = (1, 8, 2, 96)
+    module = build_module(lambda bb, x: bb.emit(relax.op.nn.pad(x, [0, 0, 0, 0, 2, 2, 2, 2])), shape)
+    script, padded = scheduled_kernel(module, "pad", schedule=True)
+    assert "T.vectorized(T.int64(100))" in script
+    x = np.random.default_rng(4).standard_normal(shape).astype("float32")
+    np.testing.assert_array_equal(padded(tvm.runtime.tensor(x)).numpy(), np.pad(x, [(0, 0), (0, 0), (2, 2), (2, 2)]))
