@@ -113,3 +113,56 @@ def test_rescales_that_do_not_fold_stay(multiplier):
 
     folded = fold_into_quantize(rescaled_quantize(multiplier))
     assert op_names(folded) == ["relax.divide", "relax.multiply", "relax.quantize"]
+
+
+def squeeze_excite_tail(extra_use: bool = False):
+    """Hard-swish's / 6 whose output is pooled (then rescaled and quantized) and gated (then quantized), as
+    before the classifier's squeeze-and-excite blocks; with `extra_use`, also added to itself."""
+    from tvm import relax
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(shape=[1, 4, 2, 16], dtype="float32"))
+    gate = relax.Var("gate", relax.TensorType(shape=[1, 4, 1, 1], dtype="float32"))
+
+    def quantize(value, scale):
+        return relax.op.quantize(value, relax.const(scale, "float32"), relax.const(0, "int8"), axis=1,
+                                 out_dtype="int8")
+
+    with bb.function("main", [x, gate]):
+        with bb.dataflow():
+            swished = bb.emit(relax.op.divide(x, relax.const(6.0, "float32")))
+            pooled = bb.emit(relax.op.mean(swished, axis=[2, 3], keepdims=True))
+            squeezed = bb.emit(quantize(bb.emit(relax.op.multiply(pooled, relax.const(2.0, "float32"))), 0.02))
+            gated = bb.emit(quantize(bb.emit(relax.op.multiply(swished, gate)), 0.05))
+            outputs = [squeezed, gated]
+            if extra_use:
+                outputs.append(bb.emit(relax.op.add(swished, swished)))
+            out = bb.emit_output(relax.Tuple(outputs))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def test_divisions_only_pooled_and_gated_move_into_the_quantize_scales():
+    import tvm
+    from tvm import relax
+
+    from modelbuild.stages.integer_ops import defer_divisions, fold_into_quantize
+
+    module = squeeze_excite_tail()
+    rewritten = relax.transform.DeadCodeElimination()(fold_into_quantize(defer_divisions(module)))
+    assert "relax.divide" not in op_names(rewritten)
+    rng = np.random.default_rng(1)
+    x = rng.uniform(-20, 20, (1, 4, 2, 16)).astype(np.float32)
+    gate = rng.uniform(0, 1, (1, 4, 1, 1)).astype(np.float32)
+    results = []
+    for m in (module, rewritten):
+        run = relax.VirtualMachine(tvm.compile(m, target=tvm.target.Target({"kind": "llvm"})), tvm.cpu())["main"]
+        results.append([t.numpy().astype(int) for t in run(tvm.runtime.tensor(x), tvm.runtime.tensor(gate))])
+    for want, got in zip(*results):
+        assert np.abs(got - want).max() <= 1 and np.mean(got != want) < 0.05
+
+
+def test_a_division_with_another_use_stays():
+    from modelbuild.stages.integer_ops import defer_divisions
+
+    assert op_names(defer_divisions(squeeze_excite_tail(extra_use=True))).count("relax.divide") == 1

@@ -7,7 +7,8 @@ in int32, followed by one rescale by s_x * s_w (per output channel for per-chann
 float multiply, which on CPUs is as fast as a fixed-point multiplier and shift; everything downstream (bias,
 activation, the next `quantize`) is unchanged, so the result equals onnxruntime's QDQ result up to the
 rounding of that one multiply. Constant rescales right before a `quantize` (smoothing's per-channel
-multiply, hard-swish's / 6) are then folded into its scale (`fold_into_quantize`).
+multiply, hard-swish's / 6) are then folded into its scale (`fold_into_quantize`), after divisions that
+only feed means and products are moved past them towards one (`defer_divisions`).
 
 Non-zero zero points (affine activations) are subtracted in int32 before the operator, which stays exact.
 How the compile stage then computes these operators on each target is integer_kernels.py.
@@ -53,8 +54,76 @@ def rewrite(module):
     for gv, func in list(module.functions.items()):
         if isinstance(func, relax.Function):
             module[gv] = IntegerOps(module).visit_expr(func)
-    module = fold_into_quantize(module)
+    module = fold_into_quantize(defer_divisions(module))
     return relax.transform.RemoveUnusedOutputs()(relax.transform.DeadCodeElimination()(module))
+
+
+def defer_divisions(module):
+    """x / c, for a positive scalar constant c, whose every use is a mean or a product, as mean(x) / c and
+    (x * g) / c at each use: the division moves to where fold_into_quantize can take it into a quantize's
+    scale. Hard-swish ends in / 6, and before a squeeze-and-excite block its output is only pooled and
+    gated, then quantized: the division, the slowest instruction of the classifier's int8 depthwise
+    epilogues, goes from the kernel's every element to nowhere (or to one per channel, after a mean)."""
+    from tvm import relax
+
+    @relax.expr_functor.mutator
+    class Deferral(relax.PyExprMutator):
+        def __init__(self, module, divisions):
+            super().__init__(module)
+            self.divisions = divisions  # division var -> its binding's value, x / c
+
+        def visit_call_(self, call):
+            call = super().visit_call_(call)
+            name = getattr(call.op, "name", None)
+            if name not in ("relax.mean", "relax.multiply"):
+                return call
+            args = list(call.args)
+            division = next(((i, self._division(a)) for i, a in enumerate(args) if self._division(a) is not None),
+                            None)
+            if division is None:
+                return call
+            index, value = division
+            args[index] = value.args[0]
+            undivided = self.builder_.emit(relax.Call(call.op, args, call.attrs))
+            return relax.op.divide(undivided, value.args[1])
+
+        def _division(self, expr):
+            return next((value for var, value in self.divisions if var.same_as(expr)), None)
+
+    for gv, func in list(module.functions.items()):
+        if isinstance(func, relax.Function):
+            module[gv] = Deferral(module, _deferrable_divisions(func)).visit_expr(func)
+    return module
+
+
+def _deferrable_divisions(func) -> list:
+    """(var, x / c) for each division by a positive float32 scalar constant that only means and products use,
+    each taking it once, and that is not a dataflow block's output."""
+    from tvm import relax
+    from tvm.ir import Constant
+
+    bindings = [b for block in func.body.blocks for b in block.bindings]
+    candidates = []
+    for b in bindings:
+        value = b.value
+        if (getattr(getattr(value, "op", None), "name", None) == "relax.divide" and isinstance(b.var, relax.DataflowVar)
+                and isinstance(value.args[1], Constant) and str(value.args[1].ty.dtype) == "float32"
+                and constant_value(value.args[1]).size == 1 and float(constant_value(value.args[1]).ravel()[0]) > 0):
+            candidates.append((b.var, value))
+    deferrable = []
+    for var, value in candidates:
+        uses = [b.value for b in bindings if any(v.same_as(var) for v in relax.analysis.free_vars(b.value))]
+        if uses and all(_takes_once(use, var) for use in uses):
+            deferrable.append((var, value))
+    return deferrable
+
+
+def _takes_once(use, var) -> bool:
+    name = getattr(getattr(use, "op", None), "name", None)
+    taken = [a for a in getattr(use, "args", []) if a.same_as(var)]
+    if name == "relax.mean":
+        return use.args[0].same_as(var) and len(taken) == 1
+    return name == "relax.multiply" and len(taken) == 1
 
 
 def fold_into_quantize(module):
