@@ -19,7 +19,7 @@ def host_has_vnni() -> bool:
         {"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu()})))
 
 
-def conv_module(shape, weight, dtype, *, strides, padding, dilation):
+def conv_module(shape, weight, dtype, *, strides, padding, dilation, groups=1):
     from tvm import relax
 
     bb = relax.BlockBuilder()
@@ -27,7 +27,7 @@ def conv_module(shape, weight, dtype, *, strides, padding, dilation):
     with bb.function("main", [x]):
         with bb.dataflow():
             y = bb.emit_output(relax.op.nn.conv2d(x, relax.const(weight, "int8"), strides=strides, padding=padding,
-                                                  dilation=dilation, out_dtype="int32"))
+                                                  dilation=dilation, groups=groups, out_dtype="int32"))
         bb.emit_func_output(y)
     return bb.get()
 
@@ -45,7 +45,9 @@ def build(module, target_table):
 
 
 def reference(x, weight, *, strides, padding, dilation):
+    """The int8 conv in int64 numpy; a weight of one input channel per output channel is depthwise."""
     (sh, sw), (dh, dw), (top, left, bottom, right) = strides, dilation, padding
+    depthwise = weight.shape[1] == 1 and weight.shape[0] == x.shape[1] > 1
     data = np.pad(x.astype(np.int64), ((0, 0), (0, 0), (top, bottom), (left, right)))
     out_ch, _, kh, kw = weight.shape
     out_h = (data.shape[2] - dh * (kh - 1) - 1) // sh + 1
@@ -54,7 +56,8 @@ def reference(x, weight, *, strides, padding, dilation):
     for i in range(kh):
         for j in range(kw):
             patch = data[:, :, i * dh:i * dh + sh * (out_h - 1) + 1:sh, j * dw:j * dw + sw * (out_w - 1) + 1:sw]
-            out += np.einsum("nchw,oc->nohw", patch, weight[:, :, i, j].astype(np.int64))
+            taps = weight[:, :, i, j].astype(np.int64)
+            out += patch * taps[None, :, 0, None, None] if depthwise else np.einsum("nchw,oc->nohw", patch, taps)
     return out
 
 

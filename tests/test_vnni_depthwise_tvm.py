@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.test_vnni_conv_tvm import build, conv_module
+from tests.test_vnni_conv_tvm import build, conv_module, reference
 
 pytestmark = pytest.mark.tvm
 
@@ -23,30 +23,7 @@ def host_has(*features: str) -> bool:
 
 
 def depthwise_module(shape, weight, dtype, *, strides, padding, dilation):
-    from tvm import relax
-
-    bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType(shape=shape, dtype=dtype))
-    with bb.function("main", [x]):
-        with bb.dataflow():
-            y = bb.emit_output(relax.op.nn.conv2d(x, relax.const(weight, "int8"), strides=strides, padding=padding,
-                                                  dilation=dilation, groups=shape[1], out_dtype="int32"))
-        bb.emit_func_output(y)
-    return bb.get()
-
-
-def reference(x, weight, *, strides, padding, dilation):
-    (sh, sw), (dh, dw), (top, left, bottom, right) = strides, dilation, padding
-    data = np.pad(x.astype(np.int64), ((0, 0), (0, 0), (top, bottom), (left, right)))
-    _, _, kh, kw = weight.shape
-    out_h = (data.shape[2] - dh * (kh - 1) - 1) // sh + 1
-    out_w = (data.shape[3] - dw * (kw - 1) - 1) // sw + 1
-    out = np.zeros((x.shape[0], x.shape[1], out_h, out_w), np.int64)
-    for i in range(kh):
-        for j in range(kw):
-            patch = data[:, :, i * dh:i * dh + sh * (out_h - 1) + 1:sh, j * dw:j * dw + sw * (out_w - 1) + 1:sw]
-            out += patch * weight[None, :, 0, i, j, None, None].astype(np.int64)
-    return out
+    return conv_module(shape, weight, dtype, strides=strides, padding=padding, dilation=dilation, groups=shape[1])
 
 
 def kernel_scripts(phases) -> list[str]:
