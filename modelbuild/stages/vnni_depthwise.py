@@ -3,15 +3,16 @@
 A depthwise conv has no channel sum for vpdpbusd's groups of four (vnni_conv.py sums input channels there), so
 the four products of a lane are four neighbouring taps of one kernel row instead: lane i of an output vector
 (16 neighbouring output columns) needs input columns i * stride + k * dilation for k = 0..3. One vpermb
-gathers those 64 bytes from a 64-byte load of the padded input row, in a register, with a constant index, and
+gathers those 64 bytes from one load of the padded input row (32 bytes where they fit, else 64), in a
+register, with a constant index, and
 one vpdpbusd multiplies them by the row's 4 weights (broadcast) into 16 int32 accumulators. A 5x5 kernel
 takes 10 vpdpbusd per output vector (two groups of 4 per row, the last one padded with zero weights) where
 the float loop takes 25 multiply-adds; 3x3 takes 3 against 9.
 
 As in vnni_conv.py, int8 data is shifted by +128 while padding (vpdpbusd multiplies unsigned data), and
 128 * sum(w) is subtracted per channel afterwards: the result is bit-identical to the int8 x int8 -> int32
-conv it replaces. The padded rows are wide enough for the last 64-byte load, which reads past the columns the
-taps use; vpermb never selects those bytes.
+conv it replaces. The padded rows are wide enough for the last load, which reads past the columns the taps
+use; vpermb never selects those bytes.
 
 Eligible: NCHW depthwise convs (one input channel per output channel) of 8-bit data and constant int8
 weights, whose output width is a whole number of vectors and whose 16 lanes x 4 taps span at most 64 input
@@ -109,7 +110,7 @@ def _compute(x, w, correction, *, strides, padding, dilation, kernel):
     out_h = (height + top + bottom - dh * (kh - 1) - 1) // sh + 1
     out_w = (width + left + right - dw * (kw - 1) - 1) // sw + 1
     groups = -(-kw // GROUP)
-    last_load = sw * (out_w - LANES) + (groups - 1) * GROUP * dw  # first column of the last 64-byte load
+    last_load = sw * (out_w - LANES) + (groups - 1) * GROUP * dw  # first column of the last load
     padded_w = -(-max(width + left + right, last_load + load_width(sw, dw)) // PAD_VECTOR) * PAD_VECTOR
     shift = 128 if str(x.dtype) == "int8" else 0
 
