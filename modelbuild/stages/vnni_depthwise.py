@@ -4,10 +4,9 @@ A depthwise conv has no channel sum for vpdpbusd's groups of four (vnni_conv.py 
 the four products of a lane are four neighbouring taps of one kernel row instead: lane i of an output vector
 (16 neighbouring output columns) needs input columns i * stride + k * dilation for k = 0..3. One vpermb
 gathers those 64 bytes from one load of the padded input row (32 bytes where they fit, else 64), in a
-register, with a constant index, and
-one vpdpbusd multiplies them by the row's 4 weights (broadcast) into 16 int32 accumulators. A 5x5 kernel
-takes 10 vpdpbusd per output vector (two groups of 4 per row, the last one padded with zero weights) where
-the float loop takes 25 multiply-adds; 3x3 takes 3 against 9.
+register, with a constant index, and one vpdpbusd multiplies them by the row's 4 weights (broadcast) into 16
+int32 accumulators. A 5x5 kernel takes 10 vpdpbusd per output vector (two groups of 4 per row, the last one
+padded with zero weights) where the float loop takes 25 multiply-adds; 3x3 takes 3 against 9.
 
 As in vnni_conv.py, int8 data is shifted by +128 while padding (vpdpbusd multiplies unsigned data), and
 128 * sum(w) is subtracted per channel afterwards: the result is bit-identical to the int8 x int8 -> int32
