@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import pytest
 from onnx import numpy_helper
 
+from modelbuild.errors import StageError
 from modelbuild.recipe.schema import CalibrationSpec, QuantizationSpec
 from modelbuild.stages.quantize import quantized
 from tests.onnx_models import uneven_channels, uneven_input
@@ -48,3 +50,18 @@ def test_entropy_calibration_clips_a_rare_outlier_that_minmax_keeps(tmp_path):
 
     assert np.isclose(scale("minmax"), 1000.0 / 127, rtol=0.01)
     assert scale("entropy") < 0.2 * scale("minmax")  # 2048 bins over +-1000: no window under 64 bins a side
+
+
+def test_a_node_to_leave_in_float_that_the_model_does_not_have_is_an_error(tmp_path):
+    """onnxruntime ignores names it does not find: a name from before simplification left the layer
+    quantized without a word."""
+    model = onnx.load(str(uneven_channels(tmp_path / "m.onnx")))
+    conv = next(n.name for n in model.graph.node if n.op_type == "Conv")
+    spec = QuantizationSpec(exclude_nodes=["p2o.Conv.0"], smoothing=False, bias_correction=False).model_dump()
+    with pytest.raises(StageError, match=rf"exclude_nodes: no node named 'p2o.Conv.0'.*'{conv}'"):
+        quantized(model, SAMPLES, spec)
+    spec["exclude_nodes"] = [conv]
+    qdq = quantized(model, SAMPLES, spec).qdq
+    producers = {output: n.op_type for n in qdq.graph.node for output in n.output}
+    kept = next(n for n in qdq.graph.node if n.name == conv)
+    assert not any(producers.get(i) == "DequantizeLinear" for i in kept.input)  # left in float

@@ -60,11 +60,25 @@ def quantized(model, samples: list[dict], spec: dict) -> Quantized:
     insertion, bias correction, as `spec` (a [quantization.NAME] section) says."""
     from modelbuild.stages import bias_correction, smoothing
 
+    _check_excluded_nodes(model, spec)
     prepared = _smoothed(model, samples, spec) if spec["smoothing"] else model
     qdq = _quantize(prepared, samples, spec)
     corrected = bias_correction.correct(prepared, qdq, samples) if spec["bias_correction"] else 0
     smoothed = sum(n.name.endswith(smoothing.SMOOTHED_SUFFIX) for n in prepared.graph.node)
     return Quantized(qdq, smoothed, corrected)
+
+
+def _check_excluded_nodes(model, spec: dict) -> None:
+    """Every name in exclude_nodes must name a node of the model as imported: onnxruntime ignores unknown
+    names, so a name from the original ONNX file that simplification changed (it merges BatchNorm into the
+    conv before it, which then takes another name) left the layer quantized without a word."""
+    names = {n.name for n in model.graph.node}
+    unknown = [name for name in spec["exclude_nodes"] if name not in names]
+    if unknown:
+        examples = [n.name for n in model.graph.node if n.op_type in _quantized_op_types(model, spec)][:3]
+        raise StageError(f"exclude_nodes: no node named {', '.join(map(repr, unknown))} in the model as imported "
+                         f"(simplification renames the nodes it merges); use the names in report.md's SQNR "
+                         f"table, such as {', '.join(map(repr, examples))}")
 
 
 def _with_opset(model, spec: dict):
