@@ -99,5 +99,8 @@ def test_epilogue_is_vectorised_one_register_wide():
     executable, phases = build(module, VBMI_CPU)
     (script,) = [s for s in kernel_scripts(phases) if "vnni_depthwise" in s]
     assert sorted(int(n) for n in re.findall(r"T.vectorized\(T.int64\((\d+)\)\)", script)) == [16, 16, 64]
+    # the six vectors unrolled: a loop over them spent its time on loop and address arithmetic
+    assert re.search(r"T.unroll\(T.int64\(6\)\):\s+for \w+ in T.vectorized\(T.int64\(16\)\):\s+"
+                     r'with T.sblock\("vnni_depthwise_unpack"\)', script)
     assembly = "".join(m.inspect_source("asm") for m in executable.mod.imports)
     assert "vinsert" not in assembly
