@@ -89,7 +89,7 @@ def pack_weights(weight: np.ndarray, *, shifted: bool) -> tuple[np.ndarray, np.n
     """OIHW int8 weights as [O/16, C/4, KH, KW, 16, 4] (zero-padded), and what to subtract per output channel:
     128 * sum(w) when the data is shifted from int8 to uint8, else 0."""
     out_ch, in_ch, kh, kw = weight.shape
-    padded = np.zeros((_ceil(out_ch, LANES) * LANES, _ceil(in_ch, GROUP) * GROUP, kh, kw), np.int8)
+    padded = np.zeros((ceil_div(out_ch, LANES) * LANES, ceil_div(in_ch, GROUP) * GROUP, kh, kw), np.int8)
     padded[:out_ch, :in_ch] = weight
     packed = padded.reshape(-1, LANES, padded.shape[1] // GROUP, GROUP, kh, kw).transpose(0, 2, 4, 5, 1, 3)
     sums = weight.astype(np.int64).reshape(out_ch, -1).sum(axis=1)
@@ -103,7 +103,7 @@ def column_lanes(out_width: int) -> bool:
     return out_width % LANES == 0
 
 
-def _ceil(a: int, b: int) -> int:
+def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
@@ -117,7 +117,7 @@ def _compute(x, w, correction, *, strides, padding, dilation, kernel, channels):
     top, left, bottom, right = padding if len(padding) == 4 else (*padding, *padding)
     out_h = (height + top + bottom - dh * (kh - 1) - 1) // sh + 1
     out_w = (width + left + right - dw * (kw - 1) - 1) // sw + 1
-    groups_in = _ceil(in_ch, GROUP)
+    groups_in = ceil_div(in_ch, GROUP)
     shift = 128 if str(x.dtype) == "int8" else 0
 
     def pad(b, row, c, column):
@@ -140,8 +140,8 @@ def _compute(x, w, correction, *, strides, padding, dilation, kernel, channels):
                                                               + shift).astype("uint8"), name=PACK_BLOCK)
     else:
         # in whole vectors for the packing intrinsic, whose loads of 16 * stride columns need rows that wide
-        span = _ceil(span, LANES) * LANES
-        padded_w = _ceil(max(width + left + right, (span + 1) * sw), PAD_VECTOR) * PAD_VECTOR
+        span = ceil_div(span, LANES) * LANES
+        padded_w = ceil_div(max(width + left + right, (span + 1) * sw), PAD_VECTOR) * PAD_VECTOR
         # [N, H, C, W]: the 4 channels a packed vector interleaves are neighbouring rows of one 2-D region
         padded = te.compute((n, height + top + bottom, groups_in * GROUP, padded_w), pad, name=PAD_BLOCK)
         packed = te.compute((n, groups_in, height + top + bottom, sw, span, GROUP),
@@ -155,11 +155,11 @@ def _compute(x, w, correction, *, strides, padding, dilation, kernel, channels):
                       * w[o_block, rc, rh, rw, o_lane, ri].astype("int32"), axis=[rc, rh, rw, ri])
 
     if by_column:
-        acc = te.compute((n, _ceil(channels, LANES) * LANES, out_h, out_w),
+        acc = te.compute((n, ceil_div(channels, LANES) * LANES, out_h, out_w),
                          lambda b, o, h, col: product(b, o // LANES, o % LANES, h, col), name=COLUMN_BLOCK)
         unpacked = lambda b, o, h, col: acc[b, o, h, col]
     else:
-        acc = te.compute((n, _ceil(channels, LANES), out_h, out_w, LANES),
+        acc = te.compute((n, ceil_div(channels, LANES), out_h, out_w, LANES),
                          lambda b, ob, h, col, oi: product(b, ob, oi, h, col), name=BLOCK)
         unpacked = lambda b, o, h, col: acc[b, o // LANES, h, col, o % LANES]
     return te.compute((n, channels, out_h, out_w),
@@ -194,11 +194,11 @@ def _schedule_packing(sch) -> None:
 def _schedule_channel_lanes(sch, cores: int) -> None:
     block = sch.get_sblock(BLOCK)
     b, ob, h, col, oi, rc, rh, rw, ri = sch.get_loops(block)
-    columns = _extent(sch, col)
-    col_outer, col_inner = sch.split(col, factors=[None, _largest_divisor(columns, ROW_BLOCK)])
+    columns = extent(sch, col)
+    col_outer, col_inner = sch.split(col, factors=[None, largest_divisor(columns, ROW_BLOCK)])
     sch.reorder(b, ob, h, col_outer, rc, rh, rw, col_inner, oi, ri)
     epilogue_at(sch, block, col_outer)
-    work = _extent(sch, b) * _extent(sch, ob) * _extent(sch, h) * columns
+    work = extent(sch, b) * extent(sch, ob) * extent(sch, h) * columns
     _parallel(sch, cores, work, b, ob, h)
     sch.unroll(col_inner)
     tensorize_reduction(sch, block, rc, oi, INTRINSICS[BLOCK])
@@ -211,7 +211,7 @@ def _schedule_column_lanes(sch, cores: int) -> None:
     col_outer, col_inner = sch.split(col, factors=[None, LANES])
     sch.reorder(b, ob, h, col_outer, rc, rh, rw, oi, col_inner, ri)
     epilogue_at(sch, block, col_outer)
-    work = _extent(sch, b) * _extent(sch, ob) * _extent(sch, h) * _extent(sch, col_outer) * LANES
+    work = extent(sch, b) * extent(sch, ob) * extent(sch, h) * extent(sch, col_outer) * LANES
     _parallel(sch, cores, work, b, ob, h)
     sch.unroll(oi)
     tensorize_reduction(sch, block, rc, col_inner, INTRINSICS[COLUMN_BLOCK])
@@ -231,11 +231,11 @@ def epilogue_at(sch, block, loop) -> None:
     sch.compute_inline(local)
     for consumer in consumers:
         innermost = sch.get_loops(consumer)[-1]
-        if _extent(sch, innermost) > LANES and _extent(sch, innermost) % LANES == 0:
+        if extent(sch, innermost) > LANES and extent(sch, innermost) % LANES == 0:
             innermost = sch.split(innermost, factors=[None, LANES])[1]
         sch.vectorize(innermost)
         loops = sch.get_loops(consumer)
-        if len(loops) >= 2 and _extent(sch, loops[-2]) <= LANES:
+        if len(loops) >= 2 and extent(sch, loops[-2]) <= LANES:
             sch.unroll(loops[-2])
 
 
@@ -254,11 +254,11 @@ def tensorize_reduction(sch, block, reduction_outer, lanes, intrinsic: str) -> N
     sch.tensorize(lanes, intrinsic)
 
 
-def _extent(sch, loop) -> int:
+def extent(sch, loop) -> int:
     return int(sch.get(loop).extent)
 
 
-def _largest_divisor(n: int, limit: int) -> int:
+def largest_divisor(n: int, limit: int) -> int:
     return next(d for d in range(min(n, limit), 0, -1) if n % d == 0)
 
 

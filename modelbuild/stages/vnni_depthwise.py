@@ -23,6 +23,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from modelbuild.stages.vnni_conv import (
+    ceil_div,
+    epilogue_at,
+    extent,
+    largest_divisor,
+    static_shape,
+    tensorize_reduction,
+)
+
 BLOCK = "vnni_depthwise"
 PAD_BLOCK = "vnni_depthwise_pad"
 LANES = 16  # int32 accumulators of one vpdpbusd: 16 neighbouring output columns
@@ -44,8 +53,6 @@ def supported(target) -> bool:
 def eligible(call) -> bool:
     """A static NCHW depthwise conv of 8-bit data with constant int8 weights into int32 that fits the lanes."""
     from tvm.ir import Constant
-
-    from modelbuild.stages.vnni_conv import static_shape
 
     attrs, data, weight = call.attrs, call.args[0], call.args[1]
     if not (str(attrs.out_dtype) == "int32" and str(data.ty.dtype) in ("int8", "uint8")
@@ -75,7 +82,7 @@ def pack_weights(weight: np.ndarray, *, shifted: bool) -> tuple[np.ndarray, np.n
     """[C, 1, KH, KW] int8 weights as [C, KH, ceil(KW / 4), 4] (zero-padded taps), and what to subtract per
     channel: 128 * sum(w) when the data is shifted from int8 to uint8, else 0."""
     channels, _, kh, kw = weight.shape
-    groups = -(-kw // GROUP)
+    groups = ceil_div(kw, GROUP)
     packed = np.zeros((channels, kh, groups * GROUP), np.int8)
     packed[:, :, :kw] = weight[:, 0]
     sums = weight.astype(np.int64).reshape(channels, -1).sum(axis=1)
@@ -108,9 +115,9 @@ def _compute(x, w, correction, *, strides, padding, dilation, kernel):
     top, left, bottom, right = padding if len(padding) == 4 else (*padding, *padding)
     out_h = (height + top + bottom - dh * (kh - 1) - 1) // sh + 1
     out_w = (width + left + right - dw * (kw - 1) - 1) // sw + 1
-    groups = -(-kw // GROUP)
+    groups = ceil_div(kw, GROUP)
     last_load = sw * (out_w - LANES) + (groups - 1) * GROUP * dw  # first column of the last load
-    padded_w = -(-max(width + left + right, last_load + load_width(sw, dw)) // PAD_VECTOR) * PAD_VECTOR
+    padded_w = ceil_div(max(width + left + right, last_load + load_width(sw, dw)), PAD_VECTOR) * PAD_VECTOR
     shift = 128 if str(x.dtype) == "int8" else 0
 
     def pad(b, c, row, column):
@@ -133,33 +140,23 @@ def _compute(x, w, correction, *, strides, padding, dilation, kernel):
 def schedule(sch, cores: int) -> None:
     """Tensorise the reduction (vpermb + vpdpbusd per 16 columns and 4 taps), blocks of output vectors of a
     row accumulating together; the epilogue computed per block while the accumulators are hot."""
-    from modelbuild.stages.vnni_conv import epilogue_at, tensorize_reduction
-
     block = sch.get_sblock(BLOCK)
     b, c, h, col, rh, rg, ri = sch.get_loops(block)
     annotations = sch.get(block).annotations
     stride, dilation = int(annotations["stride"]), int(annotations["dilation"])
     col_outer, lanes = sch.split(col, factors=[None, LANES])
-    vectors = _extent(sch, col_outer)
-    col_block, col_inner = sch.split(col_outer, factors=[None, _largest_divisor(vectors, COLUMN_BLOCK)])
+    vectors = extent(sch, col_outer)
+    col_block, col_inner = sch.split(col_outer, factors=[None, largest_divisor(vectors, COLUMN_BLOCK)])
     sch.reorder(b, c, h, col_block, rh, rg, col_inner, lanes, ri)
     epilogue_at(sch, block, col_block)
     pad = sch.get_sblock(PAD_BLOCK)
     pad_b, pad_c, _, pad_col = sch.get_loops(pad)
     sch.vectorize(sch.split(pad_col, factors=[None, PAD_VECTOR])[1])
-    if cores > 1 and _extent(sch, b) * _extent(sch, c) * _extent(sch, h) * vectors >= PARALLEL_MIN_WORK:
+    if cores > 1 and extent(sch, b) * extent(sch, c) * extent(sch, h) * vectors >= PARALLEL_MIN_WORK:
         sch.parallel(sch.fuse(b, c, h))
         sch.parallel(sch.fuse(pad_b, pad_c))
     sch.unroll(col_inner)
     tensorize_reduction(sch, block, rh, lanes, _intrinsic(stride, dilation))
-
-
-def _extent(sch, loop) -> int:
-    return int(sch.get(loop).extent)
-
-
-def _largest_divisor(n: int, limit: int) -> int:
-    return next(d for d in range(min(n, limit), 0, -1) if n % d == 0)
 
 
 _registered: set[str] = set()
