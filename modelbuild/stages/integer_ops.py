@@ -78,11 +78,10 @@ def defer_divisions(module):
             if name not in ("relax.mean", "relax.multiply"):
                 return call
             args = list(call.args)
-            division = next(((i, self._division(a)) for i, a in enumerate(args) if self._division(a) is not None),
-                            None)
-            if division is None:
+            found = [(i, value) for i, a in enumerate(args) if (value := self._division(a)) is not None]
+            if not found:
                 return call
-            index, value = division
+            index, value = found[0]
             args[index] = value.args[0]
             undivided = self.builder_.emit(relax.Call(call.op, args, call.attrs))
             return relax.op.divide(undivided, value.args[1])
@@ -110,9 +109,10 @@ def _deferrable_divisions(func) -> list:
                 and isinstance(value.args[1], Constant) and str(value.args[1].ty.dtype) == "float32"
                 and constant_value(value.args[1]).size == 1 and float(constant_value(value.args[1]).ravel()[0]) > 0):
             candidates.append((b.var, value))
+    reads = [(b.value, relax.analysis.free_vars(b.value)) for b in bindings]
     deferrable = []
     for var, value in candidates:
-        uses = [b.value for b in bindings if any(v.same_as(var) for v in relax.analysis.free_vars(b.value))]
+        uses = [use for use, free in reads if any(v.same_as(var) for v in free)]
         if uses and all(_takes_once(use, var) for use in uses):
             deferrable.append((var, value))
     return deferrable
