@@ -89,7 +89,7 @@ def test_an_int8_build_computes_in_int8_and_matches_onnxruntime_qdq(tmp_path, ca
     assert {statuses[n] for n in ("quantize:net+int8@cpu", "compile:net+int8@cpu", "validate:net+int8@cpu")} == {"built"}, statuses
 
 
-def test_a_failed_accuracy_gate_shows_the_per_layer_sqnr_table(tmp_path, capsys):
+def test_a_failed_accuracy_gate_shows_the_layers_to_leave_in_float_and_the_sqnr_table(tmp_path, capsys):
     two_convs(tmp_path / "net.onnx")
     write(tmp_path)
     text = (tmp_path / "deploy.toml").read_text().replace("[[builds]]", "[validation.gates]\nmin_cosine = 1.0\n\n[[builds]]", 1)
@@ -97,5 +97,13 @@ def test_a_failed_accuracy_gate_shows_the_per_layer_sqnr_table(tmp_path, capsys)
     assert main(["build", "-f", str(tmp_path / "deploy.toml")]) == 1  # int8 is never exactly the fp32 result
     capsys.readouterr()
     markdown = (tmp_path / "build/report.md").read_text()
+    builds = {b["name"]: b for b in json.loads((tmp_path / "build/report.json").read_text())["builds"]}
+    q = builds["net+int8@cpu"]["quantization"]
+    assert [r["node"] for r in q["sensitivity"]["layers"]] == ["conv1", "conv2"]
+    assert abs(sum(r["share"] for r in q["sensitivity"]["layers"]) - 1) < 1e-9
+    names = ", ".join(f'"{name}"' for name in q["float_candidates"])
+    assert f"`exclude_nodes = [{names}]`" in markdown
+    assert ("in float removes about" in markdown) == (0.75 <= q["sensitivity"]["sum_over_whole"] <= 1.33)
     assert "SQNR of int8 against fp32 activations, in execution order" in markdown
-    assert markdown.count("| Conv |") == 2 and "| Relu |" in markdown
+    table = markdown.split("SQNR of int8 against fp32 activations")[1]
+    assert table.count("| Conv |") == 2 and "| Relu |" in table

@@ -95,14 +95,43 @@ def _quantization(b: dict) -> list[str]:
     if b.get("accuracy_vs_qdq"):
         out += ["", "| output | vs onnxruntime QDQ: max abs | cosine |", "| --- | --- | --- |"]
         out += [f"| {name} | {_fmt(a['max_abs'])} | {_fmt(a['cosine'])} |" for name, a in b["accuracy_vs_qdq"].items()]
+    if q.get("float_candidates") and _accuracy_gate_failed(b):
+        out += _float_candidates(q)
     if q.get("layers") and _accuracy_gate_failed(b):
         jump = q.get("first_jump")
-        out += ["", "An accuracy gate failed. SQNR of int8 against fp32 activations, in execution order"
+        lead = "" if q.get("float_candidates") else "An accuracy gate failed. "
+        out += ["", lead + "SQNR of int8 against fp32 activations, in execution order"
                 + (f"; the error first jumps at `{jump}`: try `exclude_nodes` for it." if jump else "."), "",
                 "| tensor | op | node | SQNR dB |", "| --- | --- | --- | --- |"]
         out += [f"| {r['tensor']} | {r['op']} | {r['node']} | {r['sqnr_db']:.1f}"
                 + (" **<- first jump**" if r["tensor"] == jump else "") + " |" for r in q["layers"]]
     return out
+
+
+ADDITIVE = (0.75, 1.33)  # layers alone summing to the whole model's error within this: shares are what float removes
+
+
+def _float_candidates(q: dict) -> list[str]:
+    """The layers that cause the most output error on their own, and the recipe line that leaves them in float."""
+    rows = {r["node"]: r for r in q["sensitivity"]["layers"]}
+    chosen = [rows[name] for name in q["float_candidates"]]
+    names = ", ".join(f'"{r["node"]}"' for r in chosen)
+    ratio = q["sensitivity"]["sum_over_whole"]
+    if ratio is not None and ADDITIVE[0] <= ratio <= ADDITIVE[1]:
+        claim = (f"The layers' errors add up to the whole model's ({ratio:.2f}x): leaving {_these(len(chosen))} "
+                 f"in float removes about {sum(r['share'] for r in chosen):.0%} of it on the calibration samples")
+    else:
+        claim = (f"The layers' errors do not add up here ({_fmt(ratio)}x the whole model's: bias correction "
+                 f"also absorbs what earlier layers shift), so the shares only rank them: try {_these(len(chosen))} "
+                 f"in float first")
+    out = ["", (f"An accuracy gate failed. Each quantized layer alone, the others in float: its share of the output "
+                f"error on {q['sensitivity']['samples']} calibration samples. {claim}: `exclude_nodes = [{names}]`."), "",
+           "| node | op | share of error | output SQNR alone dB |", "| --- | --- | --- | --- |"]
+    return out + [f"| {r['node']} | {r['op']} | {r['share']:.1%} | {r['sqnr_db']:.1f} |" for r in chosen]
+
+
+def _these(count: int) -> str:
+    return "this layer" if count == 1 else f"these {count} layers"
 
 
 def _preparation(q: dict) -> str:

@@ -61,13 +61,13 @@ def correct(float_model, qdq, samples: list[dict]) -> int:
     for node, bias, scale in convs:
         name = node.output[0]
         errors = [sess.run([name], {**activations.feed(sess, s), **biases})[0] - w[name] for s, w in zip(samples, want)]
-        biases[bias.name] = _corrected(biases[bias.name], _channel_mean(np.stack(errors)), scale)
+        biases[bias.name] = _corrected(biases[bias.name], channel_mean(np.stack(errors)), scale)
     for _, bias, _ in convs:
         bias.CopyFrom(numpy_helper.from_array(biases[bias.name], bias.name))
     return len(convs)
 
 
-def _channel_mean(errors: np.ndarray) -> np.ndarray:
+def channel_mean(errors: np.ndarray) -> np.ndarray:
     """Mean over samples, batch and positions, per output channel: errors are [samples, N, C, ...]."""
     return errors.astype(np.float64).mean(axis=tuple(i for i in range(errors.ndim) if i != 2))
 

@@ -9,7 +9,8 @@ into int8 x int8 -> int32, so the library's hot loops are integer.
 
 Outputs: ir.json (what the compile stage builds instead of the import stage's), qdq.onnx (the quantized
 ONNX model, the second reference the validate stage compares against), quantize.json (weight bytes before
-and after, what was calibrated on, what was smoothed and corrected, per-layer SQNR, warnings).
+and after, what was calibrated on, what was smoothed and corrected, per-layer SQNR, each layer's share of
+the output error (sensitivity.py), warnings).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
     import onnx
     import tvm
 
-    from modelbuild.stages import integer_ops
+    from modelbuild.stages import integer_ops, sensitivity
     from modelbuild.stages.onnx_import import to_relax
 
     spec, declared = params["quantization"], params["inputs"]
@@ -45,12 +46,16 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
     summary = _summary(model, result.qdq, spec)
     summary["smoothed_convs"], summary["bias_corrected_convs"] = result.smoothed, result.corrected
     summary["layers"], summary["first_jump"] = layer_sqnr(model, result.qdq, samples[0])
+    summary["sensitivity"] = sensitivity.layer_shares(result.qdq, result.prepared, samples,
+                                                      corrected=spec["bias_correction"])
+    summary["float_candidates"] = [row["node"] for row in sensitivity.largest(summary["sensitivity"]["layers"])]
     (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=1, sort_keys=True))
 
 
 @dataclass
 class Quantized:
     qdq: object  # onnxruntime's QDQ model of the smoothed model, biases corrected
+    prepared: object  # the float model onnxruntime quantized: the input model, smoothed
     smoothed: int  # convs whose inputs were smoothed
     corrected: int  # convs whose biases were corrected
 
@@ -65,7 +70,7 @@ def quantized(model, samples: list[dict], spec: dict) -> Quantized:
     qdq = _quantize(prepared, samples, spec)
     corrected = bias_correction.correct(prepared, qdq, samples) if spec["bias_correction"] else 0
     smoothed = sum(n.name.endswith(smoothing.SMOOTHED_SUFFIX) for n in prepared.graph.node)
-    return Quantized(qdq, smoothed, corrected)
+    return Quantized(qdq, prepared, smoothed, corrected)
 
 
 def _check_excluded_nodes(model, spec: dict) -> None:

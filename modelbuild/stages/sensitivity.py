@@ -1,0 +1,156 @@
+"""Per-layer sensitivity: how much of the int8 model's output error each quantized layer causes on its own.
+
+The SQNR table (quantize.layer_sqnr) shows where the error is, not where it comes from: every layer after
+the first noisy one inherits its error. Here each quantized layer is quantized alone (its input, weights and
+bias as in the QDQ model, every other layer in float) and the error it leaves in the model's outputs is
+measured on calibration samples. Where rounding errors of different layers are independent, these error
+powers add up to the whole QDQ model's, and a layer's share is about what leaving it in float removes: on
+the bundled classifier they summed to the whole model's within 1%. They need not: on the bundled detector
+the layers alone summed to 4.9x the whole model's error, whose bias corrections also absorb the mean error
+of the layers before them; there the shares only rank the layers. The sum over the whole is recorded, and
+the report says which case it is.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+SAMPLES = 4  # one model run per quantized layer and sample: the detector's 62 layers take ~30 s at 4
+
+
+def isolated(qdq, float_model, keep: str | None):
+    """A copy of `qdq` in which only the node named `keep` reads quantize/dequantize pairs (for its data and
+    weights; its bias is the float one); every other quantized node reads the tensors it reads in
+    `float_model` (the model onnxruntime quantized, node names shared). With keep None, the result computes
+    `float_model`'s function."""
+    import onnx
+    from onnx import numpy_helper
+
+    floats = {node.name: node for node in float_model.graph.node}
+    float_constants = {t.name: t for t in float_model.graph.initializer}
+    producers = {name: node for node in qdq.graph.node for name in node.output}
+    model = onnx.ModelProto()
+    model.CopyFrom(qdq)
+    constants = {}
+    for node in model.graph.node:
+        if node.name not in floats:
+            continue
+        for i, name in enumerate(node.input):
+            if producers.get(name) is None or producers[name].op_type != "DequantizeLinear":
+                continue
+            if node.name == keep and i < BIAS_INPUT:
+                continue
+            source = floats[node.name].input[i]
+            if source in float_constants:
+                # onnxruntime names a dequantized bias as the float bias was: the float copy needs its own name
+                constants[source + FLOAT_SUFFIX] = numpy_helper.to_array(float_constants[source])
+                source += FLOAT_SUFFIX
+            node.input[i] = source
+    model.graph.initializer.extend(numpy_helper.from_array(value, name) for name, value in constants.items())
+    _prune(model)
+    return model
+
+
+FLOAT_SUFFIX = "/float"
+# Conv's and Gemm's third input: its int32 rounding is negligible, and bias correction (bias_correction.py)
+# tuned it to cancel the error of the layers before, which are in float here
+BIAS_INPUT = 2
+
+
+def _prune(model) -> None:
+    """Drop the nodes and initializers nothing reads any more."""
+    graph = model.graph
+    needed = {o.name for o in graph.output}
+    kept = []
+    for node in reversed(graph.node):
+        if any(name in needed for name in node.output):
+            kept.append(node)
+            needed.update(node.input)
+    del graph.node[:]
+    graph.node.extend(reversed(kept))
+    initializers = [t for t in graph.initializer if t.name in needed]
+    del graph.initializer[:]
+    graph.initializer.extend(initializers)
+
+
+def quantized_nodes(qdq) -> list[str]:
+    """Names of the nodes that read a dequantized tensor, in execution order."""
+    producers = {name: node.op_type for node in qdq.graph.node for name in node.output}
+    return [node.name for node in qdq.graph.node if node.op_type not in ("QuantizeLinear", "DequantizeLinear")
+            and any(producers.get(name) == "DequantizeLinear" for name in node.input)]
+
+
+def layer_shares(qdq, float_model, samples: list[dict], *, corrected: bool = True) -> dict:
+    """Per quantized node, in execution order ("layers"): the output error power it causes alone, as SQNR
+    of the outputs (dB) and as a share of the sum over all nodes; and that sum over the whole QDQ model's
+    error power ("sum_over_whole": near 1 where the layers' errors add up). With `corrected`, each layer
+    alone first has its own mean error taken out of its bias, as bias correction does in the whole model."""
+    from modelbuild.metrics import sqnr_db
+    from modelbuild.stages import activations
+
+    samples = samples[:SAMPLES]
+    nodes = quantized_nodes(qdq)
+    outputs = [o.name for o in float_model.graph.output]
+    tensors = {node.name: node.output[0] for node in qdq.graph.node if node.name in nodes}
+    reference_sess = activations.session(activations.exposed(float_model, tensors.values()))
+    reference = [dict(zip([o.name for o in reference_sess.get_outputs()],
+                          reference_sess.run(None, activations.feed(reference_sess, s)))) for s in samples]
+    want = _flat(reference, outputs)
+    ops = {node.name: node.op_type for node in qdq.graph.node}
+    rows = []
+    for name in nodes:
+        got = _flat(_alone(isolated(qdq, float_model, name), name, tensors[name], samples, reference, corrected),
+                    outputs)
+        rows.append({"node": name, "op": ops[name], "error_power": float(np.mean((got - want) ** 2)),
+                     "sqnr_db": sqnr_db(got, want)})
+    total = sum(r["error_power"] for r in rows)
+    for r in rows:
+        r["share"] = r["error_power"] / total if total else 0.0
+    whole = activations.session(qdq)
+    error = float(np.mean((_flat([dict(zip(outputs, whole.run(outputs, activations.feed(whole, s))))
+                                  for s in samples], outputs) - want) ** 2))
+    return {"layers": rows, "samples": len(samples), "sum_over_whole": total / error if error else None}
+
+
+def _alone(model, name: str, tensor: str, samples: list[dict], reference: list[dict], corrected: bool) -> list[dict]:
+    """The outputs of `model` (one layer quantized) on each sample; with `corrected` and a float bias, after
+    that layer's mean error per channel (its output `tensor` against `reference`) is taken out of the bias."""
+    import onnx
+    from onnx import numpy_helper
+
+    from modelbuild.stages import activations, bias_correction
+
+    node = next(n for n in model.graph.node if n.name == name)
+    constants = {t.name: t for t in model.graph.initializer}
+    bias = constants.get(node.input[BIAS_INPUT]) if corrected and len(node.input) > BIAS_INPUT else None
+    probe = activations.exposed(model, [tensor])
+    if bias is not None:  # an input overrides its initializer: one session serves both runs
+        probe.graph.input.append(onnx.helper.make_tensor_value_info(bias.name, bias.data_type, list(bias.dims)))
+    sess = activations.session(probe)
+    names = [o.name for o in sess.get_outputs()]
+    extra = {}
+    if bias is not None:
+        value = numpy_helper.to_array(bias)
+        runs = [sess.run([tensor], {**activations.feed(sess, s), bias.name: value})[0] for s in samples]
+        errors = np.stack([got - want[tensor] for got, want in zip(runs, reference)])
+        extra = {bias.name: (value - bias_correction.channel_mean(errors)).astype(value.dtype)}
+    return [dict(zip(names, sess.run(None, {**activations.feed(sess, s), **extra}))) for s in samples]
+
+
+def _flat(results: list[dict], names: list[str]) -> np.ndarray:
+    """The tensors `names` of every sample, flattened into one float64 vector."""
+    return np.concatenate([r[name].astype(np.float64).ravel() for r in results for name in names])
+
+
+SUGGESTED_SHARE = 0.5  # the layers a report suggests leaving in float: the fewest causing half the error
+
+
+def largest(rows: list[dict], share: float = SUGGESTED_SHARE) -> list[dict]:
+    """The fewest rows, largest shares first, whose shares add up to at least `share`."""
+    chosen, total = [], 0.0
+    for row in sorted(rows, key=lambda r: r["share"], reverse=True):
+        if total >= share:
+            break
+        chosen.append(row)
+        total += row["share"]
+    return chosen

@@ -1,0 +1,32 @@
+"""The Markdown report's int8 section: what it suggests leaving in float when an accuracy gate fails."""
+
+from __future__ import annotations
+
+from modelbuild.reports.markdown import _quantization
+
+
+def int8_build(sum_over_whole: float, *, gate_passed: bool = False) -> dict:
+    layers = [{"node": "conv_a", "op": "Conv", "share": 0.6, "sqnr_db": 31.0},
+              {"node": "conv_b", "op": "Conv", "share": 0.4, "sqnr_db": 33.0}]
+    quantization = {"scheme": "symmetric", "per_channel": True, "calibration": {"method": "minmax", "samples": 4},
+                    "weight_bytes_fp32": 4000, "weight_bytes_int8": 1000, "weight_ratio": 4.0, "warnings": [],
+                    "sensitivity": {"layers": layers, "samples": 4, "sum_over_whole": sum_over_whole},
+                    "float_candidates": ["conv_a"]}
+    return {"quantization": quantization, "gates": [{"name": "min_cosine", "passed": gate_passed}]}
+
+
+def test_where_the_layers_errors_add_up_the_report_says_what_leaving_them_in_float_removes():
+    text = "\n".join(_quantization(int8_build(1.02)))
+    assert "its share of the output error on 4 calibration samples" in text
+    assert "leaving this layer in float removes about 60% of it on the calibration samples: `exclude_nodes = [\"conv_a\"]`" in text
+    assert "| conv_a | Conv | 60.0% | 31.0 |" in text and "conv_b |" not in text
+
+
+def test_where_they_do_not_the_report_only_ranks_them():
+    text = "\n".join(_quantization(int8_build(4.9)))
+    assert "do not add up here (4.9x the whole model's" in text and "removes about" not in text
+    assert "try this layer in float first: `exclude_nodes = [\"conv_a\"]`" in text
+
+
+def test_a_passing_build_shows_no_suggestion():
+    assert "exclude_nodes" not in "\n".join(_quantization(int8_build(1.0, gate_passed=True)))

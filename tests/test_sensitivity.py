@@ -1,0 +1,94 @@
+"""Per-layer sensitivity: each quantized layer alone, and its share of the output error."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from modelbuild.recipe.schema import QuantizationSpec
+from modelbuild.stages import activations, sensitivity
+from modelbuild.stages.quantize import quantized
+from tests.onnx_models import uneven_channels
+
+CHANNELS = 8
+
+
+def spread_inside(path) -> onnx.ModelProto:
+    """uneven_channels with an even input and the spread made by the depthwise conv instead: its channel c's
+    weights scaled by 1000^(c / 7). The depthwise conv reads an input one int8 scale fits; the pointwise conv
+    reads channels 1 to 1000 apart, so its input rounding is nearly all the error."""
+    model = onnx.load(str(uneven_channels(path, channels=CHANNELS)))
+    weights = next(t for t in model.graph.initializer if t.name == "dw_w")
+    scale = (1000.0 ** (np.arange(CHANNELS) / (CHANNELS - 1))).reshape(-1, 1, 1, 1)
+    weights.CopyFrom(numpy_helper.from_array((numpy_helper.to_array(weights) * scale).astype(np.float32), "dw_w"))
+    return model
+
+
+SAMPLES = [{"x": np.random.default_rng(seed).standard_normal((1, CHANNELS, 16, 16)).astype(np.float32)}
+           for seed in range(4)]
+
+
+def quantize(model):
+    spec = QuantizationSpec(smoothing=False, bias_correction=False).model_dump()
+    return quantized(model, SAMPLES, spec)
+
+
+def run(model) -> np.ndarray:
+    sess = activations.session(model)
+    return np.concatenate([sess.run(None, activations.feed(sess, s))[0].ravel() for s in SAMPLES])
+
+
+def dequantized_inputs(model, node_name: str) -> list[int]:
+    producers = {name: n.op_type for n in model.graph.node for name in n.output}
+    node = next(n for n in model.graph.node if n.name == node_name)
+    return [i for i, name in enumerate(node.input) if producers.get(name) == "DequantizeLinear"]
+
+
+def test_with_no_layer_kept_the_copy_computes_the_float_model_exactly(tmp_path):
+    result = quantize(spread_inside(tmp_path / "m.onnx"))
+    alone = sensitivity.isolated(result.qdq, result.prepared, None)
+    assert not any(n.op_type == "DequantizeLinear" for n in alone.graph.node)
+    np.testing.assert_array_equal(run(alone), run(result.prepared))
+
+
+def test_the_kept_layer_alone_reads_dequantized_data_and_weights_and_a_float_bias(tmp_path):
+    result = quantize(spread_inside(tmp_path / "m.onnx"))
+    assert sensitivity.quantized_nodes(result.qdq) == ["depthwise", "pointwise"]
+    assert dequantized_inputs(result.qdq, "pointwise") == [0, 1, 2]  # onnxruntime's int32 bias too
+    alone = sensitivity.isolated(result.qdq, result.prepared, "pointwise")
+    assert dequantized_inputs(alone, "pointwise") == [0, 1]
+    assert dequantized_inputs(alone, "depthwise") == []
+    assert not np.array_equal(run(alone), run(result.prepared))
+
+
+def test_the_layer_that_reads_the_spread_channels_causes_nearly_all_the_error(tmp_path):
+    result = quantize(spread_inside(tmp_path / "m.onnx"))
+    shares = sensitivity.layer_shares(result.qdq, result.prepared, SAMPLES, corrected=False)
+    rows = {r["node"]: r for r in shares["layers"]}
+    assert rows["pointwise"]["share"] > 0.85 and rows["pointwise"]["op"] == "Conv"
+    assert rows["pointwise"]["sqnr_db"] < rows["depthwise"]["sqnr_db"] - 6
+    assert sensitivity.largest(list(rows.values())) == [rows["pointwise"]]
+    # the layers' errors add up to the whole model's, so a share is what leaving a layer in float removes
+    whole = float(np.mean((run(result.qdq) - run(result.prepared)) ** 2))
+    assert np.isclose(shares["sum_over_whole"], sum(r["error_power"] for r in rows.values()) / whole)
+    assert 0.9 < shares["sum_over_whole"] < 1.1
+
+
+def test_a_layer_alone_is_measured_after_its_own_bias_correction_as_the_whole_model_is_built(tmp_path):
+    result = quantize(spread_inside(tmp_path / "m.onnx"))
+
+    def errors(corrected: bool) -> dict:
+        return {r["node"]: r["error_power"]
+                for r in sensitivity.layer_shares(result.qdq, result.prepared, SAMPLES, corrected=corrected)["layers"]}
+
+    plain, corrected = errors(False), errors(True)
+    # the pooled output shows each layer's mean error, which the bias takes out
+    assert corrected["pointwise"] < 0.9 * plain["pointwise"] and corrected["depthwise"] < plain["depthwise"]
+
+
+def test_the_fewest_layers_that_cause_the_share_come_largest_first():
+    rows = [{"node": n, "share": s} for n, s in (("a", 0.1), ("b", 0.45), ("c", 0.3), ("d", 0.15))]
+    assert [r["node"] for r in sensitivity.largest(rows, 0.45)] == ["b"]
+    assert [r["node"] for r in sensitivity.largest(rows, 0.5)] == ["b", "c"]
+    assert [r["node"] for r in sensitivity.largest(rows, 1.0)] == ["b", "c", "d", "a"]
