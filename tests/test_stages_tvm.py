@@ -63,7 +63,9 @@ def test_library_computes_what_onnxruntime_computes(tiny):
 
     build(tiny)
     x = np.random.default_rng(1).standard_normal((1, 3, 8, 8)).astype(np.float32)
-    vm = relax.VirtualMachine(tvm.runtime.load_module(str(tiny / "build/tiny/cpu/model.so")), tvm.cpu())
+    library = tvm.runtime.load_module(str(tiny / "build/tiny/cpu/model.so"))
+    assert library.implements_function("__vmtir__main", True)  # the VM's own code compiled, not bytecode
+    vm = relax.VirtualMachine(library, tvm.cpu())
     got = vm["main"](tvm.runtime.tensor(x)).numpy()
     want = ort.InferenceSession(str(tiny / "tiny.onnx"), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

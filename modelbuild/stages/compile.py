@@ -14,6 +14,10 @@ from modelbuild import analysis
 from modelbuild.errors import StageError, last_line
 
 ANALYSIS_FILE = "analysis.json"
+# The VM's instructions (allocations, kernel calls) compiled to native code rather than interpreted from
+# bytecode: the int8 classifier 0.369 -> 0.347 ms, the fp32 one 0.831 -> 0.819 ms (30 alternating rounds),
+# outputs bit-identical. tvm.compile has no such option; relax.build is what it calls.
+EXEC_MODE = "compiled"
 IR_FILES = {"ir_before_fusion.py": "legalized", "ir_after_fusion.py": "fused", "ir_planned.py": "planned"}
 
 
@@ -57,7 +61,8 @@ def _build(module, target, options: dict, records: Path | None):
     database = _database(records) if records else None
     phases = lowering.lower(module, target, fuse=options["fuse"], layout=options["layout"], database=database,
                             schedule=options["schedule"] == "default")
-    executable = tvm.compile(phases.planned, target=target, relax_pipeline=lowering.finish_passes(target))
+    executable = tvm.relax.build(phases.planned, target=target, relax_pipeline=lowering.finish_passes(target),
+                                 exec_mode=EXEC_MODE)
     return executable, phases
 
 
