@@ -93,23 +93,36 @@ def mask_iou(got: np.ndarray, want: np.ndarray) -> float:
     return float(np.logical_and(a, b).sum() / union) if union else 1.0
 
 
+MARGIN_CLIP = 8.0  # log-probability ratios beyond this are certain either way; a saturated softmax gives inf
+
+
+def logit_margin(probabilities: np.ndarray, reference: np.ndarray) -> float:
+    """log(p[a] / p[b]) for the reference's two most likely classes a and b: what int8 must keep to keep the
+    cosine of near-ties (a 0.5/0.5 two-class output stays at cosine >= 0.99 only if this moves by < 0.29)."""
+    first, second = np.argsort(reference.ravel())[::-1][:2]
+    p = np.clip(probabilities.astype(np.float64).ravel(), 1e-30, None)
+    return float(np.clip(np.log(p[first] / p[second]), -MARGIN_CLIP, MARGIN_CLIP))
+
+
 def accuracy(model: str, libs: dict, session, samples: np.ndarray, labels: list[int] | None) -> dict:
     import tvm
 
-    cosines, ious, agree, correct_fp32, correct_int8 = [], [], 0, 0, 0
+    cosines, ious, margins, agree, correct_fp32, correct_int8 = [], [], [], 0, 0, 0
     for i, x in enumerate(samples):
         want = session.run(None, {"x": x})[0]
         got = libs["int8"](tvm.runtime.tensor(x)).numpy()
         cosines.append(cosine(got, want))
         ious.append(mask_iou(got, want))
         if labels is not None:
+            margins.append(logit_margin(got, want) - logit_margin(want, want))
             agree += int(got.argmax() == want.argmax())
             correct_fp32 += int(want.argmax() == labels[i])
             correct_int8 += int(got.argmax() == labels[i])
     out = {"samples": len(samples), "min_cosine": min(cosines), "median_cosine": float(np.median(cosines)),
            "at_goal": sum(c >= 0.99 for c in cosines), "min_iou": min(ious), "median_iou": float(np.median(ious))}
     if labels is not None:
-        out |= {"top1_agreement": agree / len(samples), "fp32_correct": correct_fp32 / len(samples),
+        out |= {"margin_rms": float(np.sqrt(np.mean(np.square(margins)))),
+                "top1_agreement": agree / len(samples), "fp32_correct": correct_fp32 / len(samples),
                 "int8_correct": correct_int8 / len(samples)}
     return out
 
@@ -171,6 +184,8 @@ def main() -> None:
             else:
                 print(f"  top-1 agreement      {quality['top1_agreement']:.1%}   (goal >= 99%); orientation right: "
                       f"fp32 {quality['fp32_correct']:.1%}, int8 {quality['int8_correct']:.1%}")
+                print(f"  logit margin error   RMS {quality['margin_rms']:.3f} (log p1/p2 of fp32's top two classes, "
+                      f"clipped at {MARGIN_CLIP:g})")
 
 
 if __name__ == "__main__":
