@@ -1,9 +1,9 @@
 """Per-layer sensitivity: how much of the int8 model's output error each quantized layer causes on its own.
 
 The SQNR table (quantize.layer_sqnr) shows where the error is, not where it comes from: every layer after
-the first noisy one inherits its error. Here each quantized layer is quantized alone (its input, weights and
-bias as in the QDQ model, every other layer in float) and the error it leaves in the model's outputs is
-measured on calibration samples. Where rounding errors of different layers are independent, these error
+the first noisy one inherits its error. Here each quantized layer is quantized alone (its input and weights
+as in the QDQ model, every other layer in float, its bias corrected for its own mean error when the recipe
+corrects biases) and the error it leaves in the model's outputs is measured on calibration samples. Where rounding errors of different layers are independent, these error
 powers add up to the whole QDQ model's, and a layer's share is about what leaving it in float removes: on
 the bundled classifier they summed to the whole model's within 1%. They need not: on the bundled detector
 the layers alone summed to 4.9x the whole model's error, whose bias corrections also absorb the mean error
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-SAMPLES = 4  # one model run per quantized layer and sample: the detector's 62 layers take ~30 s at 4
+SAMPLES = 4  # two model runs per quantized layer and sample: the detector's 62 layers take ~40 s at 4
 
 
 def isolated(qdq, float_model, keep: str | None):
