@@ -121,9 +121,8 @@ def _float_candidates(q: dict) -> list[str]:
         claim = (f"The layers' errors add up to the whole model's ({ratio:.2f}x): leaving {_these(len(chosen))} "
                  f"in float removes about {sum(r['share'] for r in chosen):.0%} of it on the calibration samples")
     else:
-        claim = (f"The layers' errors do not add up here ({_fmt(ratio)}x the whole model's: bias correction "
-                 f"also absorbs what earlier layers shift), so the shares only rank them: try {_these(len(chosen))} "
-                 f"in float first")
+        claim = (f"The layers' errors do not add up on these samples ({_fmt(ratio)}x the whole model's: they "
+                 f"cancel or compound), so the shares only rank them: try {_these(len(chosen))} in float first")
     out = ["", (f"An accuracy gate failed. Each quantized layer alone, the others in float: its share of the output "
                 f"error on {q['sensitivity']['samples']} calibration samples. {claim}: `exclude_nodes = [{names}]`."), "",
            "| node | op | share of error | output SQNR alone dB |", "| --- | --- | --- | --- |"]
