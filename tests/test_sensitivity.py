@@ -87,6 +87,12 @@ def test_a_layer_alone_is_measured_after_its_own_bias_correction_as_the_whole_mo
     assert corrected["pointwise"] < 0.9 * plain["pointwise"] and corrected["depthwise"] < plain["depthwise"]
 
 
+def test_small_inputs_get_more_samples_than_large_ones_counted_not_timed():
+    line, page = {"x": np.zeros((1, 3, 48, 192), np.float32)}, {"x": np.zeros((1, 3, 640, 640), np.float32)}
+    assert sensitivity.sample_count(line) == 16 and sensitivity.sample_count(page) == 4
+    assert sensitivity.sample_count({"x": np.zeros((1, 3, 160, 160), np.float32)}) == 6
+
+
 def test_the_fewest_layers_that_cause_the_share_come_largest_first():
     rows = [{"node": n, "share": s} for n, s in (("a", 0.1), ("b", 0.45), ("c", 0.3), ("d", 0.15))]
     assert [r["node"] for r in sensitivity.largest(rows, 0.45)] == ["b"]

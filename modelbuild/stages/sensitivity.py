@@ -16,7 +16,17 @@ from __future__ import annotations
 
 import numpy as np
 
-SAMPLES = 4  # two model runs per quantized layer and sample: the detector's 62 layers take ~40 s at 4
+# Two model runs per quantized layer and sample. A classifier's output error is a few near-ties', so it
+# needs more samples than a dense map, and small inputs make them cheap: as many samples as fit
+# SAMPLE_ELEMENTS input values, between 4 (the detector, 1.2M values a page: ~40 s) and 16 (the
+# classifier, 28k a line: ~8 s). Counted, not timed, so every machine measures the same samples.
+MIN_SAMPLES, MAX_SAMPLES, SAMPLE_ELEMENTS = 4, 16, 500_000
+
+
+def sample_count(sample: dict) -> int:
+    """How many samples like `sample` the sensitivity measure reads."""
+    elements = sum(int(np.asarray(value).size) for value in sample.values())
+    return max(MIN_SAMPLES, min(MAX_SAMPLES, SAMPLE_ELEMENTS // max(elements, 1)))
 
 
 def isolated(qdq, float_model, keep: str | None):
@@ -89,7 +99,7 @@ def layer_shares(qdq, float_model, samples: list[dict], *, corrected: bool = Tru
     from modelbuild.metrics import sqnr_db
     from modelbuild.stages import activations
 
-    samples = samples[:SAMPLES]
+    samples = samples[:sample_count(samples[0])]
     nodes = quantized_nodes(qdq)
     outputs = [o.name for o in float_model.graph.output]
     tensors = {node.name: node.output[0] for node in qdq.graph.node if node.name in nodes}
