@@ -87,6 +87,22 @@ def test_a_layer_alone_is_measured_after_its_own_bias_correction_as_the_whole_mo
     assert corrected["pointwise"] < 0.9 * plain["pointwise"] and corrected["depthwise"] < plain["depthwise"]
 
 
+def test_an_output_a_softmax_makes_is_measured_before_it(tmp_path):
+    """Probabilities weigh each sample's error by p (1 - p): a few near-ties would decide the ranking."""
+    model = spread_inside(tmp_path / "m.onnx")
+    graph = model.graph
+    graph.node.extend([onnx.helper.make_node("Flatten", ["y"], ["logits"], name="flatten"),
+                       onnx.helper.make_node("Softmax", ["logits"], ["probabilities"], name="softmax")])
+    del graph.output[:]
+    graph.output.extend([onnx.helper.make_tensor_value_info("probabilities", onnx.TensorProto.FLOAT, [1, CHANNELS])])
+    assert sensitivity.measured_outputs(model) == ["logits"]
+    assert sensitivity.measured_outputs(spread_inside(tmp_path / "plain.onnx")) == ["y"]
+    result = quantize(model)
+    shares = sensitivity.layer_shares(result.qdq, result.prepared, SAMPLES, corrected=False)
+    assert max(shares["layers"], key=lambda r: r["share"])["node"] == "pointwise"
+    assert 0.9 < shares["sum_over_whole"] < 1.1  # the logits' errors add up as the pooled map's did
+
+
 def test_small_inputs_get_more_samples_than_large_ones_counted_not_timed():
     line, page = {"x": np.zeros((1, 3, 48, 192), np.float32)}, {"x": np.zeros((1, 3, 640, 640), np.float32)}
     assert sensitivity.sample_count(line) == 16 and sensitivity.sample_count(page) == 4
