@@ -121,7 +121,8 @@ def _float_candidates(q: dict) -> list[str]:
         claim = (f"The layers' errors add up to the whole model's ({ratio:.2f}x): leaving {_these(len(chosen))} "
                  f"in float removes about {sum(r['share'] for r in chosen):.0%} of it on the calibration samples")
     else:
-        claim = (f"The layers' errors do not add up on these samples ({_fmt(ratio)}x the whole model's: they "
+        times = "an unmeasured multiple of" if ratio is None else f"{ratio:.2f}x"
+        claim = (f"The layers' errors do not add up on these samples ({times} the whole model's: they "
                  f"cancel or compound), so the shares only rank them: try {_these(len(chosen))} in float first")
     out = ["", (f"An accuracy gate failed. Each quantized layer alone, the others in float: its share of the output "
                 f"error on {q['sensitivity']['samples']} calibration samples. {claim}: `exclude_nodes = [{names}]`."), "",
