@@ -3,21 +3,21 @@
 The SQNR table (quantize.layer_sqnr) shows where the error is, not where it comes from: every layer after
 the first noisy one inherits its error. Here each quantized layer is quantized alone (its input and weights
 as in the QDQ model, every other layer in float, its bias corrected for its own mean error when the recipe
-corrects biases) and the error it leaves in the model's outputs is measured on calibration samples (before a final Softmax: see measured_outputs). Where rounding errors of
-different layers are independent, these error powers add up to the whole QDQ model's, and a layer's share
-is about what leaving it in float removes: on the bundled classifier they summed to 0.64-0.93x the whole
-model's over three windows of 16 lines. They need not: on the bundled detector the layers alone summed to
-4.9x the whole model's error, whose bias corrections also absorb the mean error of the layers before
-them; there the shares only rank the layers. The sum over the whole is recorded, and the report says
-which case it is.
+corrects biases) and the error it leaves in the model's outputs (before a final Softmax: see
+measured_outputs) is measured on calibration samples. Where rounding errors of different layers are
+independent, these error powers add up to the whole QDQ model's, and a layer's share is about what leaving
+it in float removes: on the bundled classifier they summed to 0.64-0.93x the whole model's over three
+windows of 16 lines. They need not: on the bundled detector the layers alone summed to 4.9x the whole
+model's error, whose bias corrections also absorb the mean error of the layers before them; there the
+shares only rank the layers. The sum over the whole is recorded, and the report says which case it is.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-# Two model runs per quantized layer and sample. A classifier's output error is a few near-ties', so it
-# needs more samples than a dense map, and small inputs make them cheap: as many samples as fit
+# Two model runs per quantized layer and sample. A classifier has a few outputs per sample where a dense
+# map has many, so it needs more samples, and its small inputs make them cheap: as many samples as fit
 # SAMPLE_ELEMENTS input values, between 4 (the detector, 1.2M values a page: ~40 s) and 16 (the
 # classifier, 28k a line: ~8 s). Counted, not timed, so every machine measures the same samples.
 MIN_SAMPLES, MAX_SAMPLES, SAMPLE_ELEMENTS = 4, 16, 500_000
