@@ -70,6 +70,8 @@ BIAS_INPUT = 2
 
 def _prune(model) -> None:
     """Drop the nodes and initializers nothing reads any more."""
+    from modelbuild.stages.smoothing import drop_unused_initializers
+
     graph = model.graph
     needed = {o.name for o in graph.output}
     kept = []
@@ -79,9 +81,7 @@ def _prune(model) -> None:
             needed.update(node.input)
     del graph.node[:]
     graph.node.extend(reversed(kept))
-    initializers = [t for t in graph.initializer if t.name in needed]
-    del graph.initializer[:]
-    graph.initializer.extend(initializers)
+    drop_unused_initializers(model)
 
 
 def quantized_nodes(qdq) -> list[str]:

@@ -78,12 +78,13 @@ def smooth(model, ranges: dict[str, np.ndarray], nodes: dict[str, list]):
         graph_nodes.append(node)
     del smoothed.graph.node[:]
     smoothed.graph.node.extend(graph_nodes)
-    _drop_unused_initializers(smoothed)
+    drop_unused_initializers(smoothed)
     return smoothed
 
 
-def _drop_unused_initializers(model) -> None:
-    """The float weights each smoothed conv replaced; they would otherwise count as weights."""
+def drop_unused_initializers(model) -> None:
+    """Drop the initializers no node reads: here, the float weights each smoothed conv replaced; they would
+    otherwise count as weights."""
     used = {name for node in model.graph.node for name in node.input}
     kept = [t for t in model.graph.initializer if t.name in used]
     del model.graph.initializer[:]
