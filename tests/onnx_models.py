@@ -66,7 +66,7 @@ def with_unsupported_op(path: Path) -> Path:
     return path
 
 
-def quantized_qdq(source: Path, path: Path, shape: list[int], *, samples: int = 8) -> Path:
+def quantized_qdq(source: Path, path: Path, shape: list[int], *, samples: int = 8, activations: str = "QInt8") -> Path:
     """onnxruntime's static QDQ quantization of `source` (symmetric int8, per-channel weights), calibrated on
     seeded random inputs of `shape`."""
     from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType,
@@ -88,7 +88,7 @@ def quantized_qdq(source: Path, path: Path, shape: list[int], *, samples: int = 
             return next(self.batches, None)
 
     quantize_static(str(fixed), str(path), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
-                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+                    activation_type=QuantType[activations], weight_type=QuantType.QInt8,
                     calibrate_method=CalibrationMethod.MinMax,
                     extra_options={"ActivationSymmetric": True, "WeightSymmetric": True})
     return path

@@ -166,3 +166,27 @@ def test_a_division_with_another_use_stays():
     from modelbuild.stages.integer_ops import defer_divisions
 
     assert op_names(defer_divisions(squeeze_excite_tail(extra_use=True))).count("relax.divide") == 1
+
+
+def test_int16_activations_run_as_two_8_bit_convs_and_match_onnxruntime_qdq(tmp_path):
+    """A16W8: int16 data split into its high (int8) and low (uint8) bytes, each an 8-bit conv on the same int8
+    weights, so no kernel needs an int16 form."""
+    import onnx
+    import onnxruntime as ort
+    import tvm
+    from onnx import numpy_helper
+
+    qdq = quantized_qdq(two_convs(tmp_path / "net.onnx", channels=8), tmp_path / "net.qdq.onnx", SHAPE,
+                        activations="QInt16")
+    run, convs = compile_qdq(qdq, integer=True)
+    assert sorted(tuple(str(p.dtype) for p in conv.params[:2]) for conv in convs) == \
+        [("int8", "int8"), ("int8", "int8"), ("uint8", "int8"), ("uint8", "int8")]
+    model = onnx.load(str(qdq))
+    output = next(n for n in model.graph.node if n.op_type == "QuantizeLinear" and n.output[0].startswith("y"))
+    step = float(next(numpy_helper.to_array(t) for t in model.graph.initializer if t.name == output.input[1]))
+    session = ort.InferenceSession(str(qdq), providers=["CPUExecutionProvider"])
+    for seed in range(3):
+        x = np.random.default_rng(100 + seed).standard_normal(SHAPE).astype(np.float32)
+        want = session.run(None, {"x": x})[0]
+        got = run(tvm.runtime.tensor(x)).numpy()
+        assert np.abs(got - want).max() <= 1.001 * step  # one int16 step of the output (as float32 values near 50)

@@ -11,6 +11,12 @@ multiply, hard-swish's / 6) are then folded into its scale (`fold_into_quantize`
 only feed means and products are moved past them towards one (`defer_divisions`).
 
 Non-zero zero points (affine activations) are subtracted in int32 before the operator, which stays exact.
+
+int16 activations (A16W8, for the layers whose int8 inputs lose too much) are split into bytes, q = 256 * hi
++ lo with hi int8 and lo uint8, and computed as two 8-bit operators on the same int8 weights, rescaled by
+256 * s_x * s_w and s_x * s_w and added in float: twice an int8 operator's work on the same fast 8-bit
+kernels, none of which needs an int16 form, and no int32 sum that could overflow (hi * w <= 2^14 per
+product, as for int8).
 How the compile stage then computes these operators on each target is integer_kernels.py.
 """
 
@@ -19,6 +25,8 @@ from __future__ import annotations
 import numpy as np
 
 _EIGHT_BIT = ("int8", "uint8")
+_SPLIT = "int16"  # activations computed as two bytes, when their zero point is 0
+BYTE = 256
 
 
 def rewrite(module):
@@ -33,21 +41,23 @@ def rewrite(module):
             name = getattr(call.op, "name", None)
             if name not in ("relax.nn.conv2d", "relax.matmul"):
                 return call
-            data = self._dequantized(call.args[0])
-            weight = self._dequantized(call.args[1])
+            data = self._dequantized(call.args[0], _EIGHT_BIT + (_SPLIT,))
+            weight = self._dequantized(call.args[1], _EIGHT_BIT)
             if data is None or weight is None:
                 return call
             return _integer(self.builder_, call, data, weight)
 
-        def _dequantized(self, expr):
-            """(quantized tensor, scale array, zero point array, axis) if `expr` is dequantize of 8-bit."""
+        def _dequantized(self, expr, dtypes):
+            """(quantized tensor, scale array, zero point array, axis) if `expr` is dequantize of `dtypes`."""
             value = self.lookup_binding(expr) if isinstance(expr, relax.Var) else expr
             if value is None or getattr(getattr(value, "op", None), "name", None) != "relax.dequantize":
                 return None
             quantized, scale, zero = value.args[0], value.args[1], value.args[2]
-            if str(quantized.ty.dtype) not in _EIGHT_BIT:
+            if str(quantized.ty.dtype) not in dtypes:
                 return None
             if not isinstance(scale, Constant) or not isinstance(zero, Constant):
+                return None
+            if str(quantized.ty.dtype) == _SPLIT and np.any(constant_value(zero)):
                 return None
             return quantized, constant_value(scale), constant_value(zero), int(value.attrs.axis)
 
@@ -183,22 +193,46 @@ def _integer(bb, call, data, weight):
     from tvm import relax
 
     (xq, sx, zx, _), (wq, sw, zw, w_axis) = data, weight
-    x = _centered(bb, xq, zx)
     w = _centered(bb, wq, zw)
     if call.op.name == "relax.nn.conv2d":
-        attrs = call.attrs
-        acc = bb.emit(relax.op.nn.conv2d(x, w, strides=attrs.strides, padding=attrs.padding,
-                                         dilation=attrs.dilation, groups=attrs.groups,
-                                         data_layout=attrs.data_layout, kernel_layout=attrs.kernel_layout,
-                                         out_layout=attrs.out_layout, out_dtype="int32"))
         scale = _channel_scale(sx, sw, rank=4, channel_axis=1)
     else:
-        acc = bb.emit(relax.op.matmul(x, w, out_dtype="int32"))
         rank = len(call.ty.shape)
-        scale = _channel_scale(sx, sw, rank=rank, channel_axis=rank - 1) if w_axis in (-1, 1) else \
-            _channel_scale(sx, sw.reshape(-1)[:1], rank=rank, channel_axis=rank - 1)
-    real = bb.emit(relax.op.astype(acc, "float32"))
+        scale = _channel_scale(sx, sw if w_axis in (-1, 1) else sw.reshape(-1)[:1], rank=rank, channel_axis=rank - 1)
+    if str(xq.ty.dtype) == _SPLIT:
+        high, low = _bytes(bb, xq)
+        return relax.op.add(bb.emit(_rescaled(bb, _accumulated(bb, call, high, w), scale * np.float32(BYTE))),
+                            bb.emit(_rescaled(bb, _accumulated(bb, call, low, w), scale)))
+    return _rescaled(bb, _accumulated(bb, call, _centered(bb, xq, zx), w), scale)
+
+
+def _accumulated(bb, call, x, w):
+    """`call`'s operator on integer x and w, summing in int32."""
+    from tvm import relax
+
+    if call.op.name == "relax.nn.conv2d":
+        attrs = call.attrs
+        return bb.emit(relax.op.nn.conv2d(x, w, strides=attrs.strides, padding=attrs.padding,
+                                          dilation=attrs.dilation, groups=attrs.groups,
+                                          data_layout=attrs.data_layout, kernel_layout=attrs.kernel_layout,
+                                          out_layout=attrs.out_layout, out_dtype="int32"))
+    return bb.emit(relax.op.matmul(x, w, out_dtype="int32"))
+
+
+def _rescaled(bb, accumulated, scale: np.ndarray):
+    from tvm import relax
+
+    real = bb.emit(relax.op.astype(accumulated, "float32"))
     return relax.op.multiply(real, relax.const(scale, "float32"))
+
+
+def _bytes(bb, quantized):
+    """int16 q as (hi, lo), hi = q >> 8 in int8 (the shift is arithmetic) and lo = q & 255 in uint8."""
+    from tvm import relax
+
+    high = bb.emit(relax.op.astype(relax.op.right_shift(quantized, relax.const(8, "int16")), "int8"))
+    low = bb.emit(relax.op.astype(relax.op.bitwise_and(quantized, relax.const(BYTE - 1, "int16")), "uint8"))
+    return high, low
 
 
 def _centered(bb, quantized, zero):
