@@ -65,3 +65,40 @@ def test_a_node_to_leave_in_float_that_the_model_does_not_have_is_an_error(tmp_p
     producers = {output: n.op_type for n in qdq.graph.node for output in n.output}
     kept = next(n for n in qdq.graph.node if n.name == conv)
     assert not any(producers.get(i) == "DequantizeLinear" for i in kept.input)  # left in float
+
+
+def test_int16_nodes_read_int16_inputs_with_twice_the_calibrated_range(tmp_path):
+    from modelbuild.stages import activations
+    from modelbuild.stages.quantize import INT16_HEADROOM
+
+    model = onnx.load(str(uneven_channels(tmp_path / "m.onnx")))
+    spec = QuantizationSpec(int16_nodes=["pointwise"], smoothing=False, bias_correction=False).model_dump()
+    result = quantized(model, SAMPLES, spec)
+    initializers = {t.name: numpy_helper.to_array(t) for t in result.qdq.graph.initializer}
+    quantizers = {n.output[0]: n for n in result.qdq.graph.node if n.op_type == "QuantizeLinear"}
+    by_input = {n.input[0]: n for n in quantizers.values()}
+    pointwise = next(n for n in model.graph.node if n.name == "pointwise")
+    q16, q8 = by_input[pointwise.input[0]], by_input["x"]
+    assert initializers[q16.input[2]].dtype == np.int16 and initializers[q8.input[2]].dtype == np.int8
+    largest = max(float(np.abs(activations.compute(model, s, [pointwise.input[0]])[pointwise.input[0]]).max())
+                  for s in SAMPLES)
+    assert np.isclose(float(initializers[q16.input[1]]), INT16_HEADROOM * largest / 32767, rtol=1e-3)
+    assert result.int16_nodes == ["pointwise"]
+
+
+def test_int16_most_sensitive_picks_the_layer_whose_int8_quantization_loses_most(tmp_path):
+    from tests.test_sensitivity import SAMPLES as EVEN_SAMPLES
+    from tests.test_sensitivity import spread_inside
+
+    model = spread_inside(tmp_path / "m.onnx")
+    spec = QuantizationSpec(int16_most_sensitive=1, smoothing=False, bias_correction=False).model_dump()
+    assert quantized(model, EVEN_SAMPLES, spec).int16_nodes == ["pointwise"]
+
+
+def test_int16_for_every_node_and_unknown_int16_names(tmp_path):
+    model = onnx.load(str(uneven_channels(tmp_path / "m.onnx")))
+    spec = QuantizationSpec(int16_nodes=["*"], smoothing=False, bias_correction=False).model_dump()
+    assert quantized(model, SAMPLES, spec).int16_nodes == ["depthwise", "pointwise"]
+    spec["int16_nodes"] = ["pointwize"]
+    with pytest.raises(StageError, match="int16_nodes: no node named 'pointwize'"):
+        quantized(model, SAMPLES, spec)

@@ -167,3 +167,14 @@ def test_per_build_validation_overrides_the_defaults(tmp_path):
     recipe = load_recipe(write(tmp_path, text))
     gates = recipe.validation_for("cls", "host").gates
     assert gates.max_p99_ms == 9 and gates.min_cosine == 0.99
+
+
+def test_int16_activations_need_the_symmetric_scheme(tmp_path):
+    err = error_of(tmp_path, GOOD + '\n[quantization.q]\nscheme = "affine"\nint16_most_sensitive = 4\n')
+    assert err.field == "quantization.q.int16_most_sensitive" and err.line == 17
+    assert 'scheme = "symmetric"' in err.fix
+
+
+def test_a_node_cannot_be_both_int16_and_float(tmp_path):
+    err = error_of(tmp_path, GOOD + '\n[quantization.q]\nexclude_nodes = ["a"]\nint16_nodes = ["b", "a"]\n')
+    assert err.field == "quantization.q.int16_nodes[1]" and "'a'" in err.message

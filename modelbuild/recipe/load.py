@@ -65,6 +65,7 @@ def load_recipe(path: Path) -> LoadedRecipe:
     _check_golden_files(loaded)
     _check_tuning_records(loaded)
     _check_calibration_files(loaded)
+    _check_int16_activations(loaded)
     return loaded
 
 
@@ -235,6 +236,20 @@ def _check_golden_files(loaded: LoadedRecipe) -> None:
         if spec.baseline and not (loaded.root / spec.baseline.report).is_file():
             raise _fail(loaded, (*loc, "baseline", "report"), f"baseline report {spec.baseline.report!r} not found",
                         "point it at a report.json from an earlier build")
+
+
+def _check_int16_activations(loaded: LoadedRecipe) -> None:
+    for name, spec in loaded.spec.quantization.items():
+        if (spec.int16_nodes or spec.int16_most_sensitive) and spec.scheme != "symmetric":
+            field = "int16_nodes" if spec.int16_nodes else "int16_most_sensitive"
+            raise _fail(loaded, ("quantization", name, field), "int16 activations need the symmetric scheme "
+                        "(the integer kernels split them into bytes around zero point 0)",
+                        'set scheme = "symmetric", or remove int16_nodes and int16_most_sensitive')
+        for j, node in enumerate(spec.int16_nodes):
+            if node in spec.exclude_nodes:
+                raise _fail(loaded, ("quantization", name, "int16_nodes", j),
+                            f"{node!r} is in both int16_nodes and exclude_nodes",
+                            "keep it in exclude_nodes to leave it in float, or in int16_nodes to quantize it")
 
 
 def _check_calibration_files(loaded: LoadedRecipe) -> None:

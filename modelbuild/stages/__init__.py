@@ -75,6 +75,7 @@ register(Stage("quantize", 1, "modelbuild.stages.quantize:run", ("onnx", "onnxru
                "static int8 quantization with onnxruntime (QDQ), then integer kernels",
                ("modelbuild.stages.integer_ops", "modelbuild.stages.onnx_import", "modelbuild.stages.smoothing",
                 "modelbuild.stages.bias_correction", "modelbuild.stages.activations", "modelbuild.stages.sensitivity",
+                "modelbuild.stages.weight_rounding",
                 "modelbuild.golden", "modelbuild.metrics")))
 register(Stage("tune", 2, "modelbuild.stages.tune:run", ("tvm", "tvm-ffi"),
                "MetaSchedule tuning into the target's shared database; the best record of each task",
