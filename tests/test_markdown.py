@@ -30,3 +30,11 @@ def test_where_they_do_not_the_report_only_ranks_them():
 
 def test_a_passing_build_shows_no_suggestion():
     assert "exclude_nodes" not in "\n".join(_quantization(int8_build(1.0, gate_passed=True)))
+
+
+def test_the_suggestion_offers_int16_inputs_too_and_the_preparation_names_them():
+    build = int8_build(1.02)
+    build["quantization"].update(int16_nodes=["conv_c", "conv_d"], gptq_convs=3)
+    text = "\n".join(_quantization(build))
+    assert "Or keep them integer with int16 inputs, at twice their int8 cost: `int16_nodes = [\"conv_a\"]`" in text
+    assert "3 convs GPTQ-rounded, 2 layers with int16 inputs" in text

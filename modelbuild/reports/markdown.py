@@ -125,7 +125,9 @@ def _float_candidates(q: dict) -> list[str]:
         claim = (f"The layers' errors do not add up on these samples ({times} the whole model's: they "
                  f"cancel or compound), so the shares only rank them: try {_these(len(chosen))} in float first")
     out = ["", (f"An accuracy gate failed. Each quantized layer alone, the others in float: its share of the output "
-                f"error on {q['sensitivity']['samples']} calibration samples. {claim}: `exclude_nodes = [{names}]`."), "",
+                f"error on {q['sensitivity']['samples']} calibration samples. {claim}: `exclude_nodes = [{names}]`. "
+                f"Or keep them integer with int16 inputs, at twice their int8 cost: `int16_nodes = [{names}]`."),
+           "",
            "| node | op | share of error | output SQNR alone dB |", "| --- | --- | --- | --- |"]
     return out + [f"| {r['node']} | {r['op']} | {r['share']:.1%} | {r['sqnr_db']:.1f} |" for r in chosen]
 
@@ -135,8 +137,10 @@ def _these(count: int) -> str:
 
 
 def _preparation(q: dict) -> str:
-    done = [f"{q[key]} convs {what}" for key, what in (("smoothed_convs", "smoothed"),
+    done = [f"{q[key]} convs {what}" for key, what in (("smoothed_convs", "smoothed"), ("gptq_convs", "GPTQ-rounded"),
                                                      ("bias_corrected_convs", "bias-corrected")) if q.get(key)]
+    if q.get("int16_nodes"):
+        done.append(f"{len(q['int16_nodes'])} layers with int16 inputs")
     return "; " + ", ".join(done) if done else ""
 
 
