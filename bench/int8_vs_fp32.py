@@ -33,14 +33,14 @@ MODELS = {  # file, input shape, preprocessing of PaddleOCR's own pipelines
 }
 
 
-def recipe(threads: int, folders: dict[str, Path], calibration: int, method: str) -> str:
+def recipe(threads: int, folders: dict[str, Path], calibration: int, method: str, settings: list[str]) -> str:
     lines = []
     for name, (file, shape, norm) in MODELS.items():
         pre = f"{{ mean = {norm['mean']}, std = {norm['std']} }}"
         lines += [f"[models.{name}]", f'path = "{REPO / "models" / file}"', f"inputs.x = {{ shape = {shape} }}", "",
                   f"[quantization.{name}_int8]",
                   (f'calibration = {{ source = "images", path = "{folders[name]}", samples = {calibration}, '
-                   f'method = "{method}", preprocess = {pre} }}'), ""]
+                   f'method = "{method}", preprocess = {pre} }}'), *settings, ""]
     lines += ["[targets.cpu]", 'kind = "llvm"', 'mcpu = "host"', f"num-cores = {threads}", "",
               "[validation]", "enabled = false", ""]
     for name in MODELS:
@@ -148,6 +148,8 @@ def main() -> None:
                              "held-out lines and pages use HELD_OUT_SEEDS")
     parser.add_argument("--method", default="minmax", choices=["minmax", "percentile", "entropy"],
                         help="calibration method (minmax had the best worst case on both models)")
+    parser.add_argument("--set", action="append", default=[], metavar="LINE",
+                        help="a TOML line for both [quantization] sections, e.g. 'int16_most_sensitive = 8'")
     parser.add_argument("--lines", type=int, default=200, help="held-out text lines for the classifier")
     parser.add_argument("--pages", type=int, default=16, help="held-out pages for the detector")
     args = parser.parse_args()
@@ -164,9 +166,10 @@ def main() -> None:
         held_out_lines = text_images.write_lines(root / "eval-lines", args.lines, seed=HELD_OUT_SEEDS[0])
         held_out_pages = text_images.write_pages(root / "eval-pages", args.pages, seed=HELD_OUT_SEEDS[1])
         build(root, recipe(args.threads, {"text_cls": root / "calib-lines", "text_det": root / "calib-pages"},
-                           args.calibration, args.method))
+                           args.calibration, args.method, args.set))
         print(f"\nthreads {args.threads}; no tuning; medians of alternating runs; calibrated ({args.method}) on "
-              f"{args.calibration} rendered samples (seed {args.calibration_seed}), evaluated on others")
+              f"{args.calibration} rendered samples (seed {args.calibration_seed}), evaluated on others"
+              + "".join(f"; {line}" for line in args.set))
         for model, (file, _, _) in MODELS.items():
             options = ort.SessionOptions()
             options.intra_op_num_threads = args.threads
