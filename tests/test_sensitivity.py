@@ -87,6 +87,23 @@ def test_a_layer_alone_is_measured_after_its_own_bias_correction_as_the_whole_mo
     assert corrected["pointwise"] < 0.9 * plain["pointwise"] and corrected["depthwise"] < plain["depthwise"]
 
 
+def test_measured_on_its_data_alone_a_layer_leaves_out_its_weights_error(tmp_path):
+    """What int16 inputs would remove: with per-tensor weights, the depthwise conv's channels 1 to 1000 apart
+    round badly, but its data does not."""
+    spec = QuantizationSpec(smoothing=False, bias_correction=False, per_channel=False).model_dump()
+    result = quantized(spread_inside(tmp_path / "m.onnx"), SAMPLES, spec)
+    alone = sensitivity.isolated(result.qdq, result.prepared, "depthwise", sensitivity.DATA)
+    assert dequantized_inputs(alone, "depthwise") == [0]
+
+    def error_power(kept_inputs) -> dict:
+        return {r["node"]: r["error_power"] for r in sensitivity.layer_shares(
+            result.qdq, result.prepared, SAMPLES, corrected=False, kept_inputs=kept_inputs)["layers"]}
+
+    both, data = error_power(sensitivity.DATA_AND_WEIGHTS), error_power(sensitivity.DATA)
+    assert data["depthwise"] < 0.1 * both["depthwise"]
+    assert data["pointwise"] > 0.8 * both["pointwise"]  # its weights round well: its error is its data's
+
+
 def test_an_output_a_softmax_makes_is_measured_before_it(tmp_path):
     """Probabilities weigh each sample's error by p (1 - p): a few near-ties would decide the ranking."""
     model = spread_inside(tmp_path / "m.onnx")

@@ -87,7 +87,9 @@ def quantized(model, samples: list[dict], spec: dict) -> Quantized:
 
 
 def _int16_nodes(prepared, samples: list[dict], spec: dict) -> list[str]:
-    """int16_nodes, and the int16_most_sensitive layers that sensitivity.py ranks highest in the int8 model."""
+    """int16_nodes, and the int16_most_sensitive layers whose int8 data alone (sensitivity.py) costs the most
+    output error in the int8 model: int16 changes only the data's rounding, so the measure leaves their
+    weights in float."""
     from modelbuild.stages import bias_correction, sensitivity
 
     if "*" in spec["int16_nodes"]:
@@ -98,7 +100,8 @@ def _int16_nodes(prepared, samples: list[dict], spec: dict) -> list[str]:
         qdq = _quantize(prepared, samples, spec)
         if spec["bias_correction"]:
             bias_correction.correct(prepared, qdq, samples)
-        rows = sensitivity.layer_shares(qdq, prepared, samples, corrected=spec["bias_correction"])["layers"]
+        rows = sensitivity.layer_shares(qdq, prepared, samples, corrected=spec["bias_correction"],
+                                        kept_inputs=sensitivity.DATA)["layers"]
         ranked = [row["node"] for row in sorted(rows, key=lambda row: -row["error_power"])]
         chosen += [name for name in ranked if name not in chosen][:spec["int16_most_sensitive"]]
     return chosen

@@ -29,11 +29,16 @@ def sample_count(sample: dict) -> int:
     return max(MIN_SAMPLES, min(MAX_SAMPLES, SAMPLE_ELEMENTS // max(elements, 1)))
 
 
-def isolated(qdq, float_model, keep: str | None):
-    """A copy of `qdq` in which only the node named `keep` reads quantize/dequantize pairs (for its data and
-    weights; its bias is the float one); every other quantized node reads the tensors it reads in
-    `float_model` (the model onnxruntime quantized, node names shared). With keep None, the result computes
-    `float_model`'s function."""
+# Conv's and Gemm's third input is the bias: its int32 rounding is negligible, and bias correction
+# (bias_correction.py) tuned it to cancel the error of the layers before, which are in float here
+DATA_AND_WEIGHTS, DATA = (0, 1), (0,)
+
+
+def isolated(qdq, float_model, keep: str | None, kept_inputs: tuple[int, ...] = DATA_AND_WEIGHTS):
+    """A copy of `qdq` in which only the node named `keep` reads quantize/dequantize pairs (for its inputs
+    `kept_inputs`, its data and weights by default; its bias is the float one); every other quantized node
+    reads the tensors it reads in `float_model` (the model onnxruntime quantized, node names shared). With
+    keep None, the result computes `float_model`'s function."""
     import onnx
     from onnx import numpy_helper
 
@@ -49,7 +54,7 @@ def isolated(qdq, float_model, keep: str | None):
         for i, name in enumerate(node.input):
             if producers.get(name) is None or producers[name].op_type != "DequantizeLinear":
                 continue
-            if node.name == keep and i < BIAS_INPUT:
+            if node.name == keep and i in kept_inputs:
                 continue
             source = floats[node.name].input[i]
             if source in float_constants:
@@ -63,8 +68,6 @@ def isolated(qdq, float_model, keep: str | None):
 
 
 FLOAT_SUFFIX = "/float"
-# Conv's and Gemm's third input: its int32 rounding is negligible, and bias correction (bias_correction.py)
-# tuned it to cancel the error of the layers before, which are in float here
 BIAS_INPUT = 2
 
 
@@ -91,11 +94,13 @@ def quantized_nodes(qdq) -> list[str]:
             and any(producers.get(name) == "DequantizeLinear" for name in node.input)]
 
 
-def layer_shares(qdq, float_model, samples: list[dict], *, corrected: bool = True) -> dict:
-    """Per quantized node, in execution order ("layers"): the output error power it causes alone, as SQNR
-    of the outputs (dB) and as a share of the sum over all nodes; and that sum over the whole QDQ model's
-    error power ("sum_over_whole": near 1 where the layers' errors add up). With `corrected`, each layer
-    alone first has its own mean error taken out of its bias, as bias correction does in the whole model."""
+def layer_shares(qdq, float_model, samples: list[dict], *, corrected: bool = True,
+                 kept_inputs: tuple[int, ...] = DATA_AND_WEIGHTS) -> dict:
+    """Per quantized node, in execution order ("layers"): the output error power it causes alone (its inputs
+    `kept_inputs` quantized), as SQNR of the outputs (dB) and as a share of the sum over all nodes; and that
+    sum over the whole QDQ model's error power ("sum_over_whole": near 1 where the layers' errors add up).
+    With `corrected`, each layer alone first has its own mean error taken out of its bias, as bias
+    correction does in the whole model."""
     from modelbuild.metrics import sqnr_db
     from modelbuild.stages import activations
 
@@ -110,8 +115,8 @@ def layer_shares(qdq, float_model, samples: list[dict], *, corrected: bool = Tru
     ops = {node.name: node.op_type for node in qdq.graph.node}
     rows = []
     for name in nodes:
-        got = _flat(_alone(isolated(qdq, float_model, name), name, tensors[name], samples, reference, corrected),
-                    outputs)
+        got = _flat(_alone(isolated(qdq, float_model, name, kept_inputs), name, tensors[name], samples, reference,
+                           corrected), outputs)
         rows.append({"node": name, "op": ops[name], "error_power": float(np.mean((got - want) ** 2)),
                      "sqnr_db": sqnr_db(got, want)})
     total = sum(r["error_power"] for r in rows)
