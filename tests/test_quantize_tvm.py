@@ -107,3 +107,34 @@ def test_a_failed_accuracy_gate_shows_the_layers_to_leave_in_float_and_the_sqnr_
     assert "SQNR of int8 against fp32 activations, in execution order" in markdown
     table = markdown.split("SQNR of int8 against fp32 activations")[1]
     assert table.count("| Conv |") == 2 and "| Relu |" in table
+
+
+def test_int16_inputs_and_gptq_weights_build_integer_kernels_closer_to_fp32(tmp_path, capsys):
+    two_convs(tmp_path / "net.onnx")
+    write(tmp_path, samples=8)
+    recipe = tmp_path / "deploy.toml"
+    recipe.write_text(recipe.read_text() + textwrap.dedent("""
+        [quantization.a16]
+        calibration = { samples = 8 }
+        int16_nodes = ["*"]
+        weight_rounding = "gptq"
+
+        [[builds]]
+        model = "net"
+        targets = ["cpu"]
+        quantization = "a16"
+        """))
+    statuses = build(tmp_path, capsys)
+    assert statuses["quantize:net+a16@cpu"] == "built"
+    builds = {b["name"]: b for b in json.loads((tmp_path / "build/report.json").read_text())["builds"]}
+    a16, int8 = builds["net+a16@cpu"], builds["net+int8@cpu"]
+    assert a16["quantization"]["int16_nodes"] == ["conv1", "conv2"] and a16["quantization"]["gptq_convs"] == 2
+    # random weights: their int8 rounding, not the data's, limits both; still half the error power or less
+    assert a16["accuracy"]["y"]["sqnr_db"] > int8["accuracy"]["y"]["sqnr_db"] + 3
+    assert a16["accuracy_vs_qdq"]["y"]["sqnr_db"] > 60  # the library computes onnxruntime's QDQ model
+    assert "2 convs GPTQ-rounded" in (tmp_path / "build/report.md").read_text()
+    assert main(["explain", "net+a16@cpu", "--ir", "-f", str(recipe)]) == 0
+    capsys.readouterr()
+    fused = (tmp_path / "build/net+a16/cpu/ir/ir_after_fusion.py").read_text()
+    # each conv twice, on the high (int8) and low (uint8) bytes of its int16 data
+    assert len(re.findall(r"def fused_conv2d\w*\(", fused)) == 4
