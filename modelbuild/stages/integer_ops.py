@@ -17,6 +17,7 @@ int16 activations (A16W8, for the layers whose int8 inputs lose too much) are sp
 256 * s_x * s_w and s_x * s_w and added in float: twice an int8 operator's work on the same fast 8-bit
 kernels, none of which needs an int16 form, and no int32 sum that could overflow (hi * w <= 2^14 per
 product, as for int8).
+
 How the compile stage then computes these operators on each target is integer_kernels.py.
 """
 

@@ -170,7 +170,7 @@ def _calibration_samples(inputs: dict[str, Path], declared: dict, calibration: d
     return [{name: array[i] for name, array in arrays.items()} for i in range(count)]
 
 
-def _quantize(model, samples: list[dict], spec: dict, *, int16_tensors: list[str] = ()):
+def _quantize(model, samples: list[dict], spec: dict, *, int16_tensors: tuple[str, ...] | list[str] = ()):
     """onnxruntime's QDQ model of `model`; the activations `int16_tensors` in int16, with INT16_HEADROOM."""
     import onnx
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
