@@ -179,12 +179,13 @@ class QuantizationSpec(Strict):
                                           "their int8 cost, for the layers whose int8 inputs lose most (the "
                                           "report's sensitivity table)")
     int16_most_sensitive: int = Field(
-        default=0, ge=0, description="also give int16 inputs to this many layers, those whose int8 quantization "
-                                     "alone costs the most output error on the calibration samples")
+        default=0, ge=0, description="also give int16 inputs to this many layers, those whose int8 data alone "
+                                     "costs the most output error on the calibration samples")
     weight_rounding: Literal["nearest", "gptq"] = Field(
         default="nearest", description="gptq rounds each conv's weights so that the rounding errors compensate "
                                        "on the calibration inputs (GPTQ); it pays where activations are precise "
                                        "(int16), not with int8 activations (README, int8)")
+
 
 class BuildSpec(Strict):
     """Which model goes to which targets, how they are compiled, and how validation differs from the defaults."""
