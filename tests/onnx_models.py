@@ -122,6 +122,17 @@ def uneven_channels(path: Path, *, channels: int = 8, seed: int = 0) -> Path:
     return path
 
 
+def spread_inside(path: Path, channels: int = 8) -> onnx.ModelProto:
+    """uneven_channels with an even input and the spread made by the depthwise conv instead: its channel c's
+    weights scaled by 1000^(c / (C - 1)). The depthwise conv reads an input one int8 scale fits; the pointwise
+    conv reads channels 1 to 1000 apart, so its input rounding is nearly all the error."""
+    model = onnx.load(str(uneven_channels(path, channels=channels)))
+    weights = next(t for t in model.graph.initializer if t.name == "dw_w")
+    scale = (1000.0 ** (np.arange(channels) / (channels - 1))).reshape(-1, 1, 1, 1)
+    weights.CopyFrom(numpy_helper.from_array((numpy_helper.to_array(weights) * scale).astype(np.float32), "dw_w"))
+    return model
+
+
 def uneven_input(seed: int, channels: int = 8) -> dict:
     """A sample for `uneven_channels`: positive-mean noise, channel c scaled by 1000^(c / (C - 1))."""
     rng = np.random.default_rng(seed)

@@ -10,7 +10,7 @@ from onnx import numpy_helper
 from modelbuild.errors import StageError
 from modelbuild.recipe.schema import CalibrationSpec, QuantizationSpec
 from modelbuild.stages.quantize import quantized
-from tests.onnx_models import uneven_channels, uneven_input
+from tests.onnx_models import spread_inside, uneven_channels, uneven_input
 
 SAMPLES = [uneven_input(seed) for seed in range(4)]
 
@@ -87,12 +87,10 @@ def test_int16_nodes_read_int16_inputs_with_twice_the_calibrated_range(tmp_path)
 
 
 def test_int16_most_sensitive_picks_the_layer_whose_int8_quantization_loses_most(tmp_path):
-    from tests.test_sensitivity import SAMPLES as EVEN_SAMPLES
-    from tests.test_sensitivity import spread_inside
-
     model = spread_inside(tmp_path / "m.onnx")
+    even = [{"x": np.random.default_rng(seed).standard_normal((1, 8, 16, 16)).astype(np.float32)} for seed in range(4)]
     spec = QuantizationSpec(int16_most_sensitive=1, smoothing=False, bias_correction=False).model_dump()
-    assert quantized(model, EVEN_SAMPLES, spec).int16_nodes == ["pointwise"]
+    assert quantized(model, even, spec).int16_nodes == ["pointwise"]
 
 
 def test_int16_for_every_node_and_unknown_int16_names(tmp_path):

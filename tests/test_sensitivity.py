@@ -4,25 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
 
 from modelbuild.recipe.schema import QuantizationSpec
 from modelbuild.stages import activations, sensitivity
 from modelbuild.stages.quantize import quantized
-from tests.onnx_models import uneven_channels
+from tests.onnx_models import spread_inside
 
-CHANNELS = 8
-
-
-def spread_inside(path) -> onnx.ModelProto:
-    """uneven_channels with an even input and the spread made by the depthwise conv instead: its channel c's
-    weights scaled by 1000^(c / 7). The depthwise conv reads an input one int8 scale fits; the pointwise conv
-    reads channels 1 to 1000 apart, so its input rounding is nearly all the error."""
-    model = onnx.load(str(uneven_channels(path, channels=CHANNELS)))
-    weights = next(t for t in model.graph.initializer if t.name == "dw_w")
-    scale = (1000.0 ** (np.arange(CHANNELS) / (CHANNELS - 1))).reshape(-1, 1, 1, 1)
-    weights.CopyFrom(numpy_helper.from_array((numpy_helper.to_array(weights) * scale).astype(np.float32), "dw_w"))
-    return model
+CHANNELS = 8  # spread_inside's default
 
 
 SAMPLES = [{"x": np.random.default_rng(seed).standard_normal((1, CHANNELS, 16, 16)).astype(np.float32)}

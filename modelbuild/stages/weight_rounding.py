@@ -21,7 +21,7 @@ WEIGHT_LIMIT = 127  # symmetric int8 weights, as onnxruntime writes them
 
 def round_convs(prepared, qdq, samples: list[dict]) -> int:
     """Re-round the int8 weights of every conv in `qdq` whose weights and data are dequantized, from the
-    float weights of `prepared` (the model onnxruntime quantized); returns how many convs changed."""
+    float weights of `prepared` (the model onnxruntime quantized); returns how many convs it rounded."""
     from onnx import numpy_helper
 
     convs = _quantized_convs(qdq)
