@@ -3,43 +3,89 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
+import os
 import shutil
 import sys
+import traceback
 from pathlib import Path
 
 from modelbuild import __version__
-from modelbuild.errors import ModelbuildError
+from modelbuild.errors import ModelbuildError, environment_failure
 from modelbuild.events import Status
 from modelbuild.scheduler import Options
 
-COMMANDS = ("build", "status", "explain", "graph", "clean", "cache", "schema", "report", "tune")
+COMMANDS = ("build", "init", "status", "explain", "graph", "clean", "cache", "schema", "report", "tune")
 
-EXIT_OK, EXIT_GATE_FAILED, EXIT_USAGE, EXIT_STAGE_FAILED = 0, 1, 2, 3
+EXIT_OK, EXIT_GATE_FAILED, EXIT_USAGE, EXIT_STAGE_FAILED, EXIT_ENVIRONMENT = 0, 1, 2, 3, 4
 EXIT_STALE = 1
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or (argv[0] not in COMMANDS and argv[0] not in ("-h", "--help", "--version")):
-        argv.insert(0, "build")
-    args = _parser().parse_args(argv)
+    debug = "--debug" in argv
+    argv = [a for a in argv if a != "--debug"]
+    try:
+        args = _parser().parse_args(_with_command(argv))
+    except SystemExit as exit:  # argparse has printed its usage line
+        return EXIT_USAGE if exit.code not in (0, None) else EXIT_OK
+    try:
+        return _run(args, debug)
+    except BrokenPipeError:  # `modelbuild schema | head`: the reader left; that is not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
+
+
+def _with_command(argv: list[str]) -> list[str]:
+    """argv with `build` put first when no command is named; a word one typo away from a command is refused,
+    not taken for a build selector (`modelbuild biuld`)."""
+    if argv and (argv[0] in COMMANDS or argv[0] in ("-h", "--help", "--version")):
+        return argv
+    if argv and not argv[0].startswith("-"):
+        close = difflib.get_close_matches(argv[0], COMMANDS, n=1, cutoff=0.75)
+        if close and "@" not in argv[0]:
+            _error(f"unknown command {argv[0]!r} (fix: did you mean `modelbuild {close[0]}`? To build a model "
+                   f"of that name, write `modelbuild build {argv[0]}`)")
+            raise SystemExit(EXIT_USAGE)
+    return ["build", *argv]
+
+
+def _run(args, debug: bool) -> int:
+    """Call the command; every failure is one line on stderr and its exit code (`--debug` adds the traceback)."""
     from modelbuild.console import make_console
 
-    console = make_console()
     try:
-        return args.handler(args, console)
+        return args.handler(args, make_console())
     except ModelbuildError as err:
-        make_console(sys.stderr).print(f"error: {err}", markup=False)
-        return err.exit_code
+        return _failed(err, err.exit_code, debug)
+    except OSError as err:
+        failure = environment_failure(err)
+        if failure is None:
+            raise
+        return _failed(failure, EXIT_ENVIRONMENT, debug)
     except KeyboardInterrupt:
-        make_console(sys.stderr).print("interrupted: nothing half-built was recorded", markup=False)
+        _error("interrupted: nothing half-built was recorded", prefix="")
         return 130
+
+
+def _failed(err: BaseException, code: int, debug: bool) -> int:
+    if debug:
+        traceback.print_exc()
+    _error(str(err))
+    return code
+
+
+def _error(message: str, prefix: str = "error: ") -> None:
+    from modelbuild.console import make_console
+
+    make_console(sys.stderr).print(prefix + message, markup=False)
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="modelbuild", description="Build ONNX models into TVM libraries.")
     parser.add_argument("--version", action="version", version=f"modelbuild {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of a failure")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("-f", "--file", type=Path, default=Path("deploy.toml"), help="the recipe (deploy.toml)")
     common.add_argument("--cache-dir", type=Path, help="the store (default: .cache beside the recipe)")
@@ -70,8 +116,9 @@ def _parser() -> argparse.ArgumentParser:
     graph.set_defaults(handler=cmd_graph)
 
     clean = sub.add_parser("clean", parents=[common], help="remove the build folder (--all: the cache too)")
-    clean.add_argument("--all", action="store_true",
-                       help="also empty the cache, tuning databases included (`tune export` them first)")
+    clean.add_argument("--all", action="store_true", help="also empty the cache, except the tuning databases")
+    clean.add_argument("--tuning", action="store_true",
+                       help="with --all, remove the tuning databases too (`tune export` them first)")
     clean.set_defaults(handler=cmd_clean)
 
     cache = sub.add_parser("cache", parents=[common], help="the cache: `cache stats`")
@@ -135,8 +182,11 @@ def _write_reports(project, run, cache: dict | None = None) -> dict:
 
 
 def _exit_code(run, report: dict) -> int:
-    if run.failed:
-        return EXIT_STAGE_FAILED
+    """Bad input first (the user's to fix), then the environment, then a failed stage, then the gates."""
+    codes = {r.exit_code or EXIT_STAGE_FAILED for r in run.failed}
+    for code in (EXIT_USAGE, EXIT_ENVIRONMENT, EXIT_STAGE_FAILED):
+        if code in codes:
+            return code
     return EXIT_OK if report["passed"] else EXIT_GATE_FAILED
 
 
@@ -243,9 +293,14 @@ def cmd_clean(args, console) -> int:
     project = _project(args)
     shutil.rmtree(project.build_dir, ignore_errors=True)
     console.print(f"removed {_relative(project.build_dir)}", markup=False)
+    if args.tuning and not args.all:
+        raise ModelbuildError("--tuning only goes with --all (fix: modelbuild clean --all --tuning)")
     if args.all:
-        project.store.clear()
-        console.print(f"emptied {_relative(project.store.root)}", markup=False)
+        keep = () if args.tuning else (project.tuning_root,)
+        project.store.clear(keep=keep)
+        kept = f" (kept tuning databases in {_relative(project.tuning_root)}; --tuning removes them)" \
+            if keep and project.tuning_root.exists() else ""
+        console.print(f"emptied {_relative(project.store.root)}{kept}", markup=False)
     return EXIT_OK
 
 

@@ -7,7 +7,9 @@ import sys
 import time
 
 from rich.console import Console
+from rich.columns import Columns
 from rich.live import Live
+from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
@@ -37,13 +39,16 @@ def is_live(console: Console) -> bool:
 class LiveReporter:
     """Shows each stage's state and time as it changes; plain lines when the output is not a terminal."""
 
-    def __init__(self, console: Console, node_ids: list[str]) -> None:
+    def __init__(self, console: Console, node_ids: list[str], *, clock=time.perf_counter) -> None:
         self.console = console
+        self.clock = clock
         self.states: dict[str, tuple[Status, float | None]] = {n: (Status.PENDING, None) for n in node_ids}
         self.started: dict[str, float] = {}
         self.notes: dict[str, str] = {}
+        self.fields: dict[str, dict] = {}
         self.printed_at: dict[str, float] = {}
-        self.live = Live(self._table(), console=console, refresh_per_second=4, transient=True) \
+        # get_renderable: the table is rebuilt at every refresh, so a running stage's clock ticks between events
+        self.live = Live(console=console, refresh_per_second=4, transient=True, get_renderable=self._table) \
             if is_live(console) else None
 
     def __enter__(self) -> "LiveReporter":
@@ -57,14 +62,15 @@ class LiveReporter:
 
     def __call__(self, event) -> None:
         if isinstance(event, NodeStarted):
-            self.started[event.node] = time.perf_counter()
+            self.started[event.node] = self.clock()
             self.states[event.node] = (Status.RUNNING, None)
             if not self.live:
                 why = f"  ({'; '.join(event.reasons)})" if event.reasons else ""
                 self.console.print(f"running  {event.node}{why}")
         elif isinstance(event, NodeProgress):
-            self.notes[event.node] = describe(event.fields)
-            now = time.perf_counter()
+            now = self.clock()
+            self.fields[event.node] = event.fields
+            self.notes[event.node] = describe(event.fields, now - self.started.get(event.node, now))
             if not self.live and now - self.printed_at.get(event.node, 0) >= PLAIN_PROGRESS_SECONDS:
                 self.printed_at[event.node] = now
                 self.console.print(f"progress {event.node}  {self.notes[event.node]}", markup=False)
@@ -74,18 +80,28 @@ class LiveReporter:
             if not self.live and result.status is not Status.STALE:  # the command lists what is stale
                 self.console.print(result_line(result))
         if self.live:
-            self.live.update(self._table())
+            self.live.refresh()
 
     def _table(self) -> Table:
         table = Table(show_header=False, box=None, padding=(0, 1))
-        now = time.perf_counter()
+        now = self.clock()
         for node, (status, seconds) in self.states.items():
+            note = Text("")
             if status is Status.RUNNING:
                 seconds = now - self.started.get(node, now)
-            note = self.notes.get(node, "") if status is Status.RUNNING else ""
+                note = self._progress(node, seconds)
             table.add_row(Text(status.value, style=STYLES[status]), node,
-                          "" if seconds is None else f"{seconds:.2f}s", Text(note, style="dim"))
+                          "" if seconds is None else f"{seconds:.1f}s", note)
         return table
+
+    def _progress(self, node: str, elapsed: float):
+        """A running stage's note; a bar of trials measured when it reports a planned count (tuning)."""
+        fields = self.fields.get(node, {})
+        text = Text(describe(fields, elapsed) if fields else "", style="dim")
+        if "planned" not in fields or not fields["planned"]:
+            return text
+        bar = ProgressBar(total=fields["planned"], completed=fields.get("trials", 0), width=24)
+        return Columns([bar, text], padding=(0, 1))
 
 
 def result_line(result: NodeResult) -> str:

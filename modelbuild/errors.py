@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import errno
+import os
+
 
 class ModelbuildError(Exception):
     """A failure the user can act on; rendered as one line, never with a traceback."""
@@ -45,6 +48,12 @@ class SelectionError(ModelbuildError):
     exit_code = 2
 
 
+class EnvironmentFailure(ModelbuildError):
+    """The machine, not the recipe, is at fault: no permission, a full disk, a missing tool."""
+
+    exit_code = 4
+
+
 class StageError(ModelbuildError):
     """A stage could not produce its outputs (an unsupported operator, a TVM error)."""
 
@@ -56,12 +65,48 @@ class StageError(ModelbuildError):
         super().__init__(message)
 
     def __reduce__(self):
-        # Raised in worker processes: keep the log when pickled back to the scheduler.
-        return (_rebuild_stage_error, (self.message, self.log))
+        # Raised in worker processes: keep the class and the log when pickled back to the scheduler.
+        return (_rebuild_stage_error, (type(self), self.message, self.log))
 
 
-def _rebuild_stage_error(message: str, log: str | None) -> StageError:
-    return StageError(message, log=log)
+class InputError(StageError):
+    """A stage found its inputs wrong for the model (input names, ranks, dtypes, golden data): the user's to fix."""
+
+    exit_code = 2
+
+
+class StageEnvironmentError(StageError):
+    """A stage failed because of the machine (permissions, a full disk, a missing package)."""
+
+    exit_code = 4
+
+
+def _rebuild_stage_error(cls: type, message: str, log: str | None) -> StageError:
+    return cls(message, log=log)
+
+
+# What to do about each errno that means the machine is at fault, not the recipe or the code.
+_ENVIRONMENT_FIXES = {
+    errno.EACCES: "make it writable by this user, or pass --build-dir / --cache-dir elsewhere",
+    errno.EPERM: "make it writable by this user, or pass --build-dir / --cache-dir elsewhere",
+    errno.EROFS: "the filesystem is read-only: pass --build-dir / --cache-dir on a writable one",
+    errno.ENOSPC: "free disk space (`modelbuild clean --all` empties the cache) or pass --cache-dir elsewhere",
+    errno.EDQUOT: "free disk space under your quota or pass --cache-dir elsewhere",
+    errno.ENOTDIR: "a path that should be a folder is a file: remove or rename it",
+    errno.EEXIST: "a path that should be a folder is a file: remove or rename it",
+    errno.EISDIR: "a path that should be a file is a folder: remove or rename it",
+    errno.EMFILE: "too many open files: raise the limit (ulimit -n)",
+    errno.ENOMEM: "out of memory: run fewer jobs (-j)",
+}
+
+
+def environment_failure(err: OSError) -> EnvironmentFailure | None:
+    """The one-line failure an OSError of the machine stands for (permissions, disk full), else None."""
+    fix = _ENVIRONMENT_FIXES.get(err.errno)
+    if fix is None:
+        return None
+    where = f": {err.filename}" if err.filename else ""
+    return EnvironmentFailure(f"{os.strerror(err.errno)}{where} ({errno.errorcode[err.errno]}; fix: {fix})")
 
 
 def last_line(err: BaseException, limit: int = 500) -> str:

@@ -32,6 +32,8 @@ class NodeResult:
     error: str | None = None
     log: str | None = None
     inputs: dict | None = None  # the key inputs, when they could be computed (upstream outputs known)
+    built_seconds: float | None = None  # a cached result: how long the build that produced it took
+    exit_code: int | None = None  # a failed result: 2 bad input, 3 the stage failed, 4 the environment
 
 
 @dataclass(frozen=True)

@@ -17,12 +17,17 @@ class GateResult:
     limit: float | None
     passed: bool
     detail: str = ""
+    # False where the figure does not exist for this model (top-1 with no [batch, classes] output): the gate
+    # neither passes on merit nor fails, and the report says "not applicable"
+    applicable: bool = True
 
     def as_dict(self) -> dict:
         return asdict(self)
 
     def describe(self) -> str:
         """'max_p99_ms: 4.45 > 0.001' for a person reading a failure."""
+        if not self.applicable:
+            return f"{self.name}: not applicable ({self.detail})"
         if self.value is None:
             return f"{self.name}: {self.detail}"
         sign = "<=" if self.passed else ">"
@@ -38,10 +43,17 @@ def _num(x) -> str:
 def _worst(metrics: dict, field: str, pick) -> tuple[float | None, str]:
     values = [(out[field], name) for name, out in metrics.get("accuracy", {}).items() if field in out]
     if not values:
-        return None, f"no output has {field}"
+        return None, NOT_APPLICABLE.get(field, f"no output has {field}")
     value, name = pick(values)
     return value, (f"worst output {name}" if len(values) > 1 else "")
 
+
+# why an accuracy figure can be missing from every output of a model
+NOT_APPLICABLE = {
+    "top1_agreement": "no output is [batch, classes]: top-1 is measured on classifiers' scores only",
+    "top5_agreement": "no output is [batch, classes] with at least 5 classes",
+}
+ACCURACY_GATES = ("max_abs_error", "max_rel_error", "min_cosine", "min_sqnr_db", "min_top1_agreement")
 
 # gate name -> (how to read its value from metrics, how a value passes against the limit)
 Reader = Callable[[dict], tuple[float | None, str]]
@@ -77,6 +89,9 @@ def evaluate(spec: ValidationSpec, metrics: dict | None, baseline: dict | None =
             continue
         read, ok = GATES[name]
         value, detail = read(metrics)
+        if value is None and name in ACCURACY_GATES and metrics.get("accuracy"):
+            results.append(GateResult(name, None, limit, True, detail, applicable=False))
+            continue
         results.append(GateResult(name, value, limit, value is not None and ok(value, limit), detail))
     return results + _baseline_gates(spec, metrics, baseline)
 

@@ -96,6 +96,11 @@ def target_of(build: str) -> str:
     return build.split("@", 1)[1]
 
 
+def quantization_of(build: str) -> str | None:
+    variant = variant_of(build)
+    return variant.split("+", 1)[1] if "+" in variant else None
+
+
 def float_build_of(build: str) -> str | None:
     """The float build a quantized build is compared with (it may not be in the plan)."""
     return build_name(model_of(build), target_of(build)) if "+" in variant_of(build) else None
@@ -129,7 +134,7 @@ def build_plan(recipe: LoadedRecipe, resolve: TargetResolver, *, tuning_root: Pa
             compiler = compile_node(name, ir, target, resolved[target], build, tuner)
             nodes[compiler.id] = compiler
             builds[name].append(compiler.id)
-            validation = recipe.validation_for(build.model, target)
+            validation = recipe.validation_for(build)
             if validation.enabled:
                 references = [reference_node(recipe, name, validation)]
                 if quantizer:

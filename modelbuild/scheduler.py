@@ -63,6 +63,7 @@ class Scheduler:
         self.run_result = RunResult()
         self._pool: ProcessPoolExecutor | None = None
         self._running: dict[Future, tuple[Node, Decision, dict, Path, float]] = {}
+        self._queued: list[tuple[Node, Decision, dict]] = []  # stale, waiting for one of the -j slots
         self._progress: dict[str, dict] = {}
 
     def run(self, options: Options = Options()) -> RunResult:
@@ -80,26 +81,27 @@ class Scheduler:
     def _loop(self, options: Options) -> None:
         waiting = list(self.plan.nodes)
         stop = False
-        while waiting or self._running:
-            for node_id in list(waiting):
-                if stop:
-                    break
-                state = self._readiness(node_id)
-                if state == "wait":
-                    continue
-                waiting.remove(node_id)
-                if state != "ready":
-                    self._finish(NodeResult(node_id, self.plan.nodes[node_id].stage,
-                                            self.plan.nodes[node_id].build, state[0], reasons=[state[1]]))
-                    continue
-                self._visit(self.plan.nodes[node_id], options)
-            if stop and not self._running:
-                break
+        while waiting or self._running or self._queued:
+            if not stop:
+                for node_id in list(waiting):
+                    state = self._readiness(node_id)
+                    if state == "wait":
+                        continue
+                    waiting.remove(node_id)
+                    if state != "ready":
+                        self._finish(NodeResult(node_id, self.plan.nodes[node_id].stage,
+                                                self.plan.nodes[node_id].build, state[0], reasons=[state[1]]))
+                        continue
+                    self._visit(self.plan.nodes[node_id], options)
+                self._start_queued(options.jobs)
             if self._running:
                 if self._collect() and not options.keep_going:
-                    stop = True
-            elif waiting and all(self._readiness(n) == "wait" for n in waiting):
-                break  # only reachable if the plan has a cycle
+                    stop = True  # let running stages finish; start nothing new
+                continue
+            if stop or (waiting and all(self._readiness(n) == "wait" for n in waiting)):
+                break  # stopped after a failure, or (only with a cycle) nothing can become ready
+        for node, _, _ in self._queued:
+            waiting.append(node.id)
         for node_id in waiting:
             node = self.plan.nodes[node_id]
             state = self._readiness(node_id)
@@ -124,12 +126,12 @@ class Scheduler:
         inputs = key_inputs(node, stage, files=self._file_digests(node), upstream=self._upstream_digests(node))
         decision = decide(node.id, action_key(inputs), inputs, self.store)
         if not decision.stale:
-            self._reuse(node, decision, inputs, started)
+            self._reuse(node, decision, inputs, started, publish=not options.dry_run)
         elif options.dry_run:
             self._finish(NodeResult(node.id, node.stage, node.build, Status.STALE, decision.key,
                                     reasons=decision.reasons, inputs=inputs))
         else:
-            self._submit(node, decision, inputs, options.jobs)
+            self._queued.append((node, decision, inputs))
 
     def _file_digests(self, node: Node) -> dict[str, str]:
         return {role: self.store.digests.digest(path) for role, path in node.files.items()}
@@ -149,18 +151,25 @@ class Scheduler:
         return paths
 
     # cached
-    def _reuse(self, node: Node, decision: Decision, inputs: dict, started: float) -> None:
-        self._publish(node, decision.result.outputs)
+    def _reuse(self, node: Node, decision: Decision, inputs: dict, started: float, *, publish: bool) -> None:
+        if publish:  # status and report only look: they leave build/ as it is
+            self._publish(node, decision.result.outputs)
         seconds = time.perf_counter() - started
         self.run_result.stats = self.run_result.stats.add(Stats(hits=1, hit_seconds=seconds))
         self._finish(NodeResult(node.id, node.stage, node.build, Status.CACHED, decision.key, seconds,
-                                outputs=decision.result.outputs, inputs=inputs))
+                                outputs=decision.result.outputs, inputs=inputs,
+                                built_seconds=decision.result.seconds))
 
     def _publish(self, node: Node, outputs: dict[str, str]) -> None:
         for name, relative in node.publish.items():
             self.store.materialize(outputs[name], self.build_dir / relative)
 
     # running
+    def _start_queued(self, jobs: int) -> None:
+        """Start queued stages while fewer than `jobs` run, so a stage's clock starts when it does."""
+        while self._queued and len(self._running) < jobs:
+            self._submit(*self._queued.pop(0), jobs)
+
     def _submit(self, node: Node, decision: Decision, inputs: dict, jobs: int) -> None:
         if self._pool is None:
             # spawn, not fork: TVM and onnxruntime hold threads that a forked child would inherit broken.
@@ -187,7 +196,7 @@ class Scheduler:
             node, decision, inputs, scratch, started = self._running.pop(future)
             seconds = time.perf_counter() - started
             try:
-                future.result()
+                seconds = future.result()  # the stage's own time, without the worker's start-up
                 self._record(node, decision, inputs, scratch / "out", seconds)
             except (StageError, BrokenProcessPool) as err:
                 failed = True
@@ -220,7 +229,8 @@ class Scheduler:
             message = err.message
         log = self._keep_log(node, scratch / "stage.log")
         self._finish(NodeResult(node.id, node.stage, node.build, Status.FAILED, decision.key, seconds,
-                                reasons=decision.reasons, error=message, log=log))
+                                reasons=decision.reasons, error=message, log=log,
+                                exit_code=getattr(err, "exit_code", StageError.exit_code)))
 
     def _keep_log(self, node: Node, log: Path) -> str | None:
         if not log.exists():

@@ -168,8 +168,18 @@ class Store:
         except OSError:
             shutil.copyfile(self.object_path(digest), dest)
 
-    def clear(self) -> None:
-        shutil.rmtree(self.root, ignore_errors=True)
+    def clear(self, *, keep: tuple[Path, ...] = ()) -> None:
+        """Remove everything in the store except the top-level entries named in `keep`."""
+        if not self.root.is_dir():
+            return
+        kept = {Path(p).resolve() for p in keep}
+        for entry in self.root.iterdir():
+            if entry.resolve() in kept:
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
 
     def flush(self) -> None:
         self.digests.save()

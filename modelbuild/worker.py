@@ -5,17 +5,20 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import time
 import traceback
 from pathlib import Path
 
-from modelbuild.errors import StageError, last_line
+from modelbuild.errors import StageEnvironmentError, StageError, environment_failure, last_line
 from modelbuild.progress import ENV
 
 
-def execute(entry: str, inputs: dict[str, str], params: dict, out: str, log: str, progress: str) -> None:
+def execute(entry: str, inputs: dict[str, str], params: dict, out: str, log: str, progress: str) -> float:
     """Call the stage function `entry` ('module:function'); any failure becomes a StageError with the log.
 
-    The stage's progress reports go to the file `progress`, which the scheduler reads while it runs."""
+    Returns the seconds the stage itself ran, which exclude waiting for a worker. The stage's progress
+    reports go to the file `progress`, which the scheduler reads while it runs."""
+    started = time.perf_counter()
     os.environ[ENV] = progress
     with open(log, "ab") as log_file:
         saved = os.dup(1), os.dup(2)
@@ -25,7 +28,11 @@ def execute(entry: str, inputs: dict[str, str], params: dict, out: str, log: str
             _call(entry, {k: Path(v) for k, v in inputs.items()}, params, Path(out))
         except StageError as err:
             traceback.print_exc()
-            raise StageError(err.message, log=log) from None
+            raise type(err)(err.message, log=log) from None
+        except (OSError, MemoryError, ModuleNotFoundError) as err:
+            traceback.print_exc()
+            raise _environment_error(err, log) or StageError(f"{type(err).__name__}: {last_line(err)}", log=log) \
+                from None
         except Exception as err:  # a bug or a TVM crash in Python: keep the traceback in the log
             traceback.print_exc()
             raise StageError(f"{type(err).__name__}: {last_line(err)}", log=log) from None
@@ -33,6 +40,18 @@ def execute(entry: str, inputs: dict[str, str], params: dict, out: str, log: str
             sys.stdout.flush(), sys.stderr.flush()
             os.dup2(saved[0], 1), os.dup2(saved[1], 2)
             os.close(saved[0]), os.close(saved[1])
+    return time.perf_counter() - started
+
+
+def _environment_error(err: BaseException, log: str) -> StageEnvironmentError | None:
+    """The machine's fault (disk full, no permission, no memory, a package not installed), or None."""
+    if isinstance(err, ModuleNotFoundError):
+        return StageEnvironmentError(f"missing Python package {err.name!r}: reinstall modelbuild "
+                                     f"(pip install -e .) so its dependencies are installed", log=log)
+    if isinstance(err, MemoryError):
+        return StageEnvironmentError("out of memory: run fewer jobs at once (-j)", log=log)
+    failure = environment_failure(err)
+    return StageEnvironmentError(str(failure), log=log) if failure else None
 
 
 def _call(entry: str, inputs: dict[str, Path], params: dict, out: Path) -> None:

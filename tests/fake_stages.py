@@ -18,6 +18,14 @@ def import_(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
         from modelbuild.errors import StageError
 
         raise StageError(f"fake import refuses: {model['fail']}")
+    if model.get("bad_input"):
+        from modelbuild.errors import InputError
+
+        raise InputError(f"fake import: {model['bad_input']}")
+    if model.get("disk_full"):
+        import errno
+
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(out / "ir.json"))
     if model.get("crash"):
         os._exit(11)  # a worker that dies as a segfault in native code would
     if model.get("progress"):

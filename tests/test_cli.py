@@ -95,8 +95,62 @@ def test_cache_stats_and_clean(fake_project, capsys):
     assert stats["hit_rate"] == 0.5
     assert run_cli(capsys, root, "clean")[0] == 0
     assert not (root / "build").exists() and (root / ".cache").exists()
-    run_cli(capsys, root, "clean", "--all")
+    tuned = root / ".cache" / "tuning" / "llvm-x" / "database_tuning_record.json"
+    tuned.parent.mkdir(parents=True)
+    tuned.write_text("hours of measurements")
+    code, out, _ = run_cli(capsys, root, "clean", "--all")
+    assert code == 0 and "kept tuning databases" in out
+    assert [p.name for p in (root / ".cache").iterdir()] == ["tuning"] and tuned.exists()
+    assert run_cli(capsys, root, "clean", "--all", "--tuning")[0] == 0
+    assert not any((root / ".cache").iterdir())
+
+
+def test_clean_tuning_alone_is_a_usage_error(fake_project, capsys):
+    root, _ = fake_project
+    code, _, err = run_cli(capsys, root, "clean", "--tuning")
+    assert code == 2 and err.strip() == "error: --tuning only goes with --all (fix: modelbuild clean --all --tuning)"
+
+
+def test_a_stage_that_finds_bad_input_exits_2_with_one_line(fake_project, capsys):
+    from tests.conftest import write_fake_model
+
+    root, _ = fake_project
+    write_fake_model(root / "a.json", ["conv"], bad_input="input 'x' is int64 in the model")
+    code, out, _ = run_cli(capsys, root, "build", "a")
+    assert code == 2
+    assert "FAILED import:a: fake import: input 'x' is int64 in the model" in out
+
+
+def test_a_full_disk_in_a_stage_exits_4_with_one_line(fake_project, capsys):
+    from tests.conftest import write_fake_model
+
+    root, _ = fake_project
+    write_fake_model(root / "a.json", ["conv"], disk_full=True)
+    code, out, _ = run_cli(capsys, root, "build", "a")
+    assert code == 4
+    line = next(l for l in out.splitlines() if l.startswith("FAILED import:a"))
+    assert "No space left on device" in line and "ENOSPC" in line and "fix: free disk space" in line
+    assert not list((root / ".cache").glob("actions/*/*"))  # nothing recorded for the failed stage
+
+
+def test_a_mistyped_command_is_refused_not_taken_for_a_build(fake_project, capsys):
+    root, _ = fake_project
+    code, out, err = run_cli(capsys, root, "biuld")
+    assert code == 2 and out == ""
+    assert err.strip().startswith("error: unknown command 'biuld' (fix: did you mean `modelbuild build`?")
     assert not (root / ".cache").exists()
+
+
+def test_a_model_named_like_no_command_is_still_a_build_selector(fake_project, capsys):
+    root, _ = fake_project
+    code, out, _ = run_cli(capsys, root, "a")
+    assert code == 0 and "compile:a@cpu" in out and "compile:b@cpu" not in out
+
+
+def test_schema_piped_into_a_reader_that_leaves_early_is_not_a_traceback():
+    proc = subprocess.run(f"{sys.executable} -m modelbuild schema | head -1", shell=True, capture_output=True,
+                          text=True)
+    assert proc.stdout.strip() == "{" and proc.stderr == ""
 
 
 def test_schema_prints_json_schema(capsys):

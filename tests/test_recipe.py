@@ -165,8 +165,18 @@ def test_per_build_validation_overrides_the_defaults(tmp_path):
     text = GOOD + "\n[validation.gates]\nmax_p99_ms = 5\nmin_cosine = 0.99\n"
     text = text.replace('targets = ["host"]', 'targets = ["host"]\n[builds.validation.gates]\nmax_p99_ms = 9')
     recipe = load_recipe(write(tmp_path, text))
-    gates = recipe.validation_for("cls", "host").gates
+    gates = recipe.validation_for(recipe.build_spec("cls", "host")).gates
     assert gates.max_p99_ms == 9 and gates.min_cosine == 0.99
+
+
+def test_a_float_and_an_int8_build_of_one_model_and_target_each_keep_their_overrides(tmp_path):
+    """The int8 build's override used to be ignored when the float build came first in the recipe."""
+    text = GOOD.replace('targets = ["host"]', 'targets = ["host"]\n[builds.validation.gates]\nmin_cosine = 0.9999')
+    text += ('\n[quantization.int8]\n\n[[builds]]\nmodel = "cls"\ntargets = ["host"]\nquantization = "int8"\n'
+             '[builds.validation.gates]\nmin_cosine = 0.99\n')
+    recipe = load_recipe(write(tmp_path, text))
+    assert recipe.validation_for(recipe.build_spec("cls", "host")).gates.min_cosine == 0.9999
+    assert recipe.validation_for(recipe.build_spec("cls", "host", "int8")).gates.min_cosine == 0.99
 
 
 def test_int16_activations_need_the_symmetric_scheme(tmp_path):

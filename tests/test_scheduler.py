@@ -110,6 +110,53 @@ def test_without_keep_going_the_build_stops_after_a_failure(fake_project):
     assert Status.BUILT not in {statuses.get("compile:a@cpu"), statuses.get("compile:b@cpu")}
 
 
+def test_without_keep_going_a_failure_stops_the_other_models_imports_from_starting(fake_project):
+    root, _ = fake_project
+    write_fake_model(root / "a.json", ["conv"], fail="boom")
+    _, statuses = build(root, jobs=1)
+    assert statuses["import:a"] is Status.FAILED
+    assert statuses["import:b"] is Status.SKIPPED
+
+
+def test_no_more_stages_run_at_once_than_jobs_allow(fake_project):
+    from modelbuild.events import NodeFinished, NodeStarted
+
+    root, _ = fake_project
+    running, most = set(), 0
+
+    def reporter(event):  # "running" is said when a stage starts, not when it is queued behind another
+        nonlocal most
+        if isinstance(event, NodeStarted):
+            running.add(event.node)
+            most = max(most, len(running))
+        elif isinstance(event, NodeFinished):
+            running.discard(event.result.node)
+
+    run = open_project(root / "deploy.toml").run([], Options(jobs=1), reporter)
+    assert {r.status for r in run.results.values()} == {Status.BUILT} and most == 1
+
+
+def test_a_cached_result_keeps_the_time_of_the_build_that_made_it(fake_project):
+    root, _ = fake_project
+    first, _ = build(root)
+    again, _ = build(root)
+    made = first.results["compile:a@cpu"]
+    reused = again.results["compile:a@cpu"]
+    assert reused.status is Status.CACHED and made.seconds > 0
+    assert reused.built_seconds == made.seconds
+
+
+def test_a_dry_run_does_not_publish_artifacts(fake_project):
+    import shutil
+
+    root, _ = fake_project
+    build(root)
+    shutil.rmtree(root / "build")
+    _, statuses = build(root, dry_run=True)
+    assert set(statuses.values()) == {Status.CACHED}
+    assert not (root / "build").exists()
+
+
 def test_a_crashed_worker_fails_its_stage_without_poisoning_the_cache(fake_project):
     root, _ = fake_project
     write_fake_model(root / "a.json", ["conv"], crash=True)

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ValidationError
 
 from modelbuild.errors import RecipeError
 from modelbuild.recipe.locate import dotted, locate, locate_in_files
-from modelbuild.recipe.schema import Recipe
+from modelbuild.recipe.schema import BuildSpec, Recipe
 from modelbuild.targets import MODELBUILD_KEYS, TARGET_OPTIONS
 
 if sys.version_info >= (3, 11):
@@ -39,12 +39,19 @@ class LoadedRecipe:
     def model_path(self, name: str) -> Path:
         return (self.root / self.spec.models[name].path).resolve()
 
-    def validation_for(self, model: str, target: str):
-        """The validation settings of one build: the recipe's defaults under the build's own overrides."""
+    def validation_for(self, build: BuildSpec):
+        """The validation settings of one [[builds]] entry: the recipe's defaults under its own overrides.
+
+        It takes the entry, not a model and target: a float and an int8 build of one model and target are
+        two entries, each with its own overrides."""
+        return self.spec.validation.overridden_by(build.validation)
+
+    def build_spec(self, model: str, target: str, quantization: str | None = None) -> BuildSpec:
+        """The [[builds]] entry that builds this model for this target with this quantization."""
         for build in self.spec.builds:
-            if build.model == model and target in build.targets:
-                return self.spec.validation.overridden_by(build.validation)
-        raise KeyError(f"{model}@{target}")
+            if build.model == model and target in build.targets and build.quantization == quantization:
+                return build
+        raise KeyError(f"{model}+{quantization}@{target}" if quantization else f"{model}@{target}")
 
 
 def load_recipe(path: Path) -> LoadedRecipe:

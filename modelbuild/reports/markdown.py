@@ -38,7 +38,7 @@ def _gates(b: dict) -> str:
 
 def _details(b: dict) -> list[str]:
     out = [f"- artifact: `{b['artifact']}`" + (f" ({b['artifact_bytes']} bytes)" if b["artifact_bytes"] else "")]
-    out += [f"- {stage}: {s['status']} in {s['seconds']:.2f} s" + (f": {s['error']}" if s.get("error") else "")
+    out += [f"- {stage}: {stage_time(s)}" + (f": {s['error']}" if s.get("error") else "")
             for stage, s in b["stages"].items()]
     if not b["validation"]["ran"]:
         out.append(f"- not validated: {b['validation']['reason']}")
@@ -187,6 +187,13 @@ def mb(n: int | None) -> str:
     if n is None:
         return "-"
     return f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{n / 1e3:.1f} kB"
+
+
+def stage_time(stage: dict) -> str:
+    """'built in 16.1 s', or 'cached; built in 16.1 s': a no-op run keeps the time of the build it reuses."""
+    if stage["status"] == "cached" and stage.get("built_seconds") is not None:
+        return f"cached; built in {stage['built_seconds']:.2f} s"
+    return f"{stage['status']} in {stage['seconds']:.2f} s"
 
 
 def summary_line(b: dict) -> str | None:

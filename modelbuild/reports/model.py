@@ -10,7 +10,7 @@ import json
 
 from modelbuild import gates
 from modelbuild.events import NodeResult, Status
-from modelbuild.plan import float_build_of, model_of, target_of
+from modelbuild.plan import float_build_of, model_of, quantization_of, target_of
 from modelbuild.scheduler import RunResult
 from modelbuild.versions import tool_versions
 
@@ -53,7 +53,7 @@ def _build(project, run: RunResult, name: str) -> dict:
     metrics = _metrics(project, nodes.get("validate"))
     figures = _output_json(project, nodes.get("compile"), "analysis.json") or {}
     quantization = _output_json(project, nodes.get("quantize"), "quantize.json")
-    spec = project.recipe.validation_for(model, target)
+    spec = project.recipe.validation_for(project.recipe.build_spec(model, target, quantization_of(name)))
     results = gates.evaluate(spec, metrics, _baseline(project, spec, name))
     stages_ok = all(r.status in (Status.BUILT, Status.CACHED) for r in nodes.values())
     latency = (metrics or {}).get("latency_ms")
@@ -95,6 +95,8 @@ def _tuning(summary: dict | None, result: NodeResult | None) -> dict | None:
 
 def _stage(result: NodeResult) -> dict:
     out = {"status": result.status.value, "seconds": round(result.seconds, 4), "key": result.key}
+    if result.built_seconds is not None:
+        out["built_seconds"] = round(result.built_seconds, 4)
     if result.error:
         out["error"] = result.error
     if result.log:

@@ -126,7 +126,7 @@ class Ledger:
         progress.report(message=f"tasks {done}/{len(self.hashes)}  trials {sum(self.measured)}/{total}  "
                                 f"est. {estimate:.3f} ms (tuned tasks)",
                         tasks=len(self.hashes), tasks_done=done, trials=sum(self.measured), planned=total,
-                        best_us=[b * 1e6 if b is not None else None for b in self.best])
+                        estimate_ms=estimate, best_us=[b * 1e6 if b is not None else None for b in self.best])
 
 
 def _progress_callback(ledger: Ledger, planned: dict[int, int]):
@@ -180,17 +180,20 @@ def _mean_seconds(record: list) -> float:
 
 
 def _defaults(folder: Path, tasks, hashes: list[str], target, tuning: dict) -> dict[str, float | None]:
-    """Each task's time under the default schedule: measured once per workload and modelbuild version, then
-    kept in the database (and its exports), so every later run and every clone compares against the same."""
-    from modelbuild import __version__
+    """Each task's time under the default schedule: measured once per workload and version of the compile code
+    (its source digest: the default schedule changes without a version bump), then kept in the database (and
+    its exports), so every later run and every clone compares against the same."""
+    from modelbuild.stages import get_stage, source_digest
 
+    version = source_digest(get_stage("compile").modules)
     data = tuning_db.read(folder)
     known = data["defaults"]
     changed = False
-    for task, shash in zip(tasks, hashes):
+    for done, (task, shash) in enumerate(zip(tasks, hashes)):
         entry = known.get(shash)
-        if not entry or entry.get("modelbuild") != __version__:
-            known[shash] = {"modelbuild": __version__, "seconds": _default_seconds(task, target, tuning)}
+        if not entry or entry.get("modelbuild") != version:
+            progress.report(message=f"timing the default schedule of task {done + 1}/{len(tasks)}")
+            known[shash] = {"modelbuild": version, "seconds": _default_seconds(task, target, tuning)}
             changed = True
     if changed:
         tuning_db.write(folder, {**data, "defaults": known})
