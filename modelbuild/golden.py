@@ -7,12 +7,17 @@ from pathlib import Path
 
 import numpy as np
 
-from modelbuild.errors import StageError
+from modelbuild.errors import InputError
 
 
-def generate(inputs: dict, *, fill: str, seed: int, count: int) -> dict[str, np.ndarray]:
+# Random streams: golden inputs and calibration samples drawn with the same seed must still differ, or int8
+# accuracy would be measured on the very samples it was calibrated on.
+GOLDEN, CALIBRATION = 0, 1
+
+
+def generate(inputs: dict, *, fill: str, seed: int, count: int, stream: int) -> dict[str, np.ndarray]:
     """`count` samples of every input, stacked on a new first axis: name -> [count, *shape]."""
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng([seed, stream])
     out = {}
     for name, spec in sorted(inputs.items()):
         shape = (count, *spec["shape"])
@@ -33,27 +38,19 @@ def load(files: dict[str, Path], inputs: dict, count: int) -> dict[str, np.ndarr
     if "golden" in files:
         with np.load(files["golden"]) as data:
             arrays = {name: data[name] for name in data.files}
-    else:
+    else:  # every .npy of the folder is declared; the inputs pick theirs by name
         arrays = {role.split(":", 1)[1]: np.load(path) for role, path in files.items() if role.startswith("golden:")}
     out = {}
     for name, spec in inputs.items():
         if name not in arrays:
-            raise StageError(f"golden inputs have no array {name!r} (they have {', '.join(sorted(arrays))})")
+            raise InputError(f"golden inputs have no array {name!r} (they have {', '.join(sorted(arrays))})")
         array = arrays[name]
         if tuple(array.shape) == tuple(spec["shape"]):
             array = array[None]
         if tuple(array.shape[1:]) != tuple(spec["shape"]):
-            raise StageError(f"golden input {name!r} has shape {list(array.shape)}; expected [N, *{spec['shape']}]")
+            raise InputError(f"golden input {name!r} has shape {list(array.shape)}; expected [N, *{spec['shape']}]")
         out[name] = array[:count].astype(spec["dtype"])
     return out
-
-
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp")
-
-
-def image_files(folder: Path, count: int) -> list[Path]:
-    """The first `count` images of a folder, in name order: the files a stage declares it reads."""
-    return sorted(p for p in Path(folder).iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)[:count]
 
 
 def load_images(paths: list[Path], inputs: dict, preprocess: dict) -> dict[str, np.ndarray]:
@@ -61,13 +58,13 @@ def load_images(paths: list[Path], inputs: dict, preprocess: dict) -> dict[str, 
     from PIL import Image
 
     if len(inputs) != 1:
-        raise StageError(f"images feed a model with one input; this one has {', '.join(inputs)}")
+        raise InputError(f"images feed a model with one input; this one has {', '.join(inputs)}")
     if not paths:
-        raise StageError("the image folder has no .png, .jpg, .bmp or .webp files")
+        raise InputError("the image folder has no .png, .jpg, .bmp or .webp files")
     (name, spec), = inputs.items()
     shape = spec["shape"]
     if shape[0] != 1:
-        raise StageError(f"images are fed one at a time; input {name!r} has batch {shape[0]}, declare batch 1")
+        raise InputError(f"images are fed one at a time; input {name!r} has batch {shape[0]}, declare batch 1")
     nchw = preprocess["layout"] == "NCHW"
     height, width = preprocess["resize"] or (shape[-2:] if nchw else shape[1:3])
     samples = []
@@ -84,6 +81,6 @@ def load_images(paths: list[Path], inputs: dict, preprocess: dict) -> dict[str, 
         samples.append(np.transpose(pixels, (2, 0, 1)) if nchw else pixels)
     batch = np.stack(samples).astype(spec["dtype"])
     if tuple(batch.shape[1:]) != tuple(shape[1:]):
-        raise StageError(f"preprocessed images have shape {list(batch.shape[1:])}, the input {name!r} needs "
+        raise InputError(f"preprocessed images have shape {list(batch.shape[1:])}, the input {name!r} needs "
                          f"{shape[1:]}; set resize or layout")
     return {name: batch[:, None]}

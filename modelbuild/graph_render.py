@@ -6,16 +6,23 @@ from modelbuild.plan import Plan
 
 
 def edges(plan: Plan) -> list[tuple[str, str]]:
-    return [(dep, node.id) for node in plan.nodes.values() for dep, _ in node.deps.values()]
+    """(upstream, downstream) once per pair, though a node may read several outputs of one upstream node."""
+    return list(dict.fromkeys((dep, node.id) for node in plan.nodes.values() for dep, _ in node.deps.values()))
+
+
+def upstream_of(plan: Plan, node_id: str) -> list[str]:
+    return list(dict.fromkeys(dep for dep, _ in plan.nodes[node_id].deps.values()))
 
 
 def as_tree(plan: Plan) -> str:
+    """Each build's stages upstream first, each with the stages it reads from: the DAG, not a chain."""
     lines = []
     for build, node_ids in plan.builds.items():
         lines.append(build)
-        # a build's nodes are listed upstream first; show them as the chain a person reads
-        for depth, node_id in enumerate(node_ids):
-            lines.append("    " * depth + "└── " + node_id)
+        width = max(len(n) for n in node_ids)
+        for node_id in node_ids:
+            deps = upstream_of(plan, node_id)
+            lines.append(f"  {node_id:<{width}}  <- {', '.join(deps)}" if deps else f"  {node_id}")
     return "\n".join(lines)
 
 

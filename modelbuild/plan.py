@@ -9,10 +9,12 @@ from typing import Callable
 
 from modelbuild.errors import SelectionError
 from modelbuild.recipe import LoadedRecipe
+from modelbuild.sample_files import sample_files
 from modelbuild.targets import host_machine, runs_on_host, tvm_target
 from modelbuild.tuning_db import folder_for
 
 TargetResolver = Callable[[dict], dict]
+SIGNATURE = "signature.json"  # the import stage's inputs and outputs in graph order (modelbuild.signature)
 
 
 @dataclass(frozen=True)
@@ -136,15 +138,33 @@ def build_plan(recipe: LoadedRecipe, resolve: TargetResolver, *, tuning_root: Pa
             builds[name].append(compiler.id)
             validation = recipe.validation_for(build)
             if validation.enabled:
-                references = [reference_node(recipe, name, validation)]
+                reference = shared_reference(recipe, importer, validation, nodes)
+                references = [reference]
                 if quantizer:
-                    references.append(reference_node(recipe, name, validation, qdq=quantizer))
+                    references.append(reference_node(recipe, f"reference-qdq:{name}", importer, validation,
+                                                     qdq=quantizer))
+                    nodes[references[1].id] = references[1]
                 validator = validate_node(name, target, resolved[target], validation, importer, compiler,
-                                          qdq=references[1].id if quantizer else None)
-                for node in (*references, validator):
-                    nodes[node.id] = node
-                    builds[name].append(node.id)
+                                          reference.id, qdq=references[1].id if quantizer else None)
+                nodes[validator.id] = validator
+                builds[name] += [*(r.id for r in references), validator.id]
     return Plan(nodes=nodes, builds=builds)
+
+
+def shared_reference(recipe: LoadedRecipe, importer: Node, validation, nodes: dict[str, Node]) -> Node:
+    """The reference node of a model and golden spec, made once and shared by every build that asks for the
+    same: builds of one model differ in target or quantization, never in onnxruntime's fp32 outputs."""
+    model = importer.id.split(":", 1)[1]
+    for index in range(len(nodes) + 1):
+        node_id = f"reference:{model}" + (f"~{index + 1}" if index else "")
+        candidate = reference_node(recipe, node_id, importer, validation)
+        existing = nodes.get(node_id)
+        if existing is None:
+            nodes[node_id] = candidate
+            return candidate
+        if existing == candidate:
+            return existing
+    raise AssertionError("unreachable: one of len(nodes) + 1 ids is free")
 
 
 def import_node(recipe: LoadedRecipe, model: str) -> Node:
@@ -172,24 +192,10 @@ def quantize_node(recipe: LoadedRecipe, build: str, importer: Node, spec) -> Nod
     """Calibrate and quantize the imported (frozen, simplified) ONNX model; its IR replaces import's."""
     quantization = recipe.spec.quantization[spec.quantization]
     calibration = quantization.calibration
-    files = sample_files("calibration", calibration, recipe.root, list(importer.params["inputs"]), calibration.samples)
-    params = {"inputs": importer.params["inputs"], "quantization": quantization.model_dump(exclude={"calibration": {"path"}})}
+    files = sample_files("calibration", calibration, recipe.root, calibration.samples)
+    params = {"quantization": quantization.model_dump(exclude={"calibration": {"path"}})}
     return Node(id=f"quantize:{build}", stage="quantize", build=build, params=params, files=files,
-                deps={"onnx": (importer.id, "model.onnx")})
-
-
-def sample_files(role: str, spec, root: Path, inputs: list[str], count: int) -> dict[str, Path]:
-    """The files golden inputs or calibration samples are read from, declared one by one so that editing any
-    of them reruns the stage: an .npz, one .npy per input, or the first `count` images of a folder."""
-    from modelbuild.golden import image_files
-
-    if spec.source == "npz":
-        return {role: root / spec.path}
-    if spec.source == "npy_dir":
-        return {f"{role}:{name}": root / spec.path / f"{name}.npy" for name in inputs}
-    if spec.source == "images":
-        return {f"{role}-image:{i:05d}": path for i, path in enumerate(image_files(root / spec.path, count))}
-    return {}
+                deps={"onnx": (importer.id, "model.onnx"), "signature": (importer.id, SIGNATURE)})
 
 
 def tune_node(recipe: LoadedRecipe, build: str, ir: tuple[str, str], target: dict, spec, tuning_root: Path | None) -> Node:
@@ -217,27 +223,24 @@ def compile_node(build: str, ir: tuple[str, str], target_name: str, target: dict
                          "analysis.json": f"{variant}/{target_name}/analysis.json"})
 
 
-def reference_node(recipe: LoadedRecipe, build: str, validation, *, qdq: Node | None = None) -> Node:
-    """Golden inputs and onnxruntime's outputs; its key has nothing of the target, so it is shared.
+def reference_node(recipe: LoadedRecipe, node_id: str, importer: Node, validation, *, qdq: Node | None = None) -> Node:
+    """Golden inputs and onnxruntime's outputs for the inputs import froze; its key has nothing of the target.
 
     With `qdq`, the model run is onnxruntime's own quantized model: the second reference of an int8 build."""
-    model = model_of(build)
-    spec = recipe.spec.models[model]
     golden = validation.golden
+    model = importer.id.split(":", 1)[1]
     files = {} if qdq else {"model": recipe.model_path(model)}
-    files |= sample_files("golden", golden, recipe.root, list(spec.inputs), golden.count)
-    params = {
-        "inputs": {name: {"shape": list(i.shape), "dtype": i.dtype} for name, i in spec.inputs.items()},
-        "golden": golden.model_dump(exclude={"path"}),
-    }
+    files |= sample_files("golden", golden, recipe.root, golden.count)
+    params = {"golden": golden.model_dump(exclude={"path"})}
+    deps = {"signature": (importer.id, SIGNATURE)}
     if qdq:
-        return Node(id=f"reference-qdq:{build}", stage="reference", build=build, params=params, files=files,
-                    deps={"model": (qdq.id, "qdq.onnx")})
-    return Node(id=f"reference:{build}", stage="reference", build=build, params=params, files=files)
+        deps["model"] = (qdq.id, "qdq.onnx")
+    return Node(id=node_id, stage="reference", build=qdq.build if qdq else None, params=params, files=files,
+                deps=deps)
 
 
 def validate_node(build: str, target_name: str, target: dict, validation, importer: Node, compiler: Node,
-                  *, qdq: str | None = None) -> Node:
+                  reference: str, *, qdq: str | None = None) -> Node:
     runs_here = runs_on_host(target)
     timing = validation.timing
     params = {
@@ -250,8 +253,8 @@ def validate_node(build: str, target_name: str, target: dict, validation, import
     }
     variant = variant_of(build)
     library = compiler.params["library"]
-    deps = {"library": (compiler.id, library), "golden": (f"reference:{build}", "golden.npz"),
-            "signature": (importer.id, "signature.json"), "analysis": (compiler.id, "analysis.json")}
+    deps = {"library": (compiler.id, library), "golden": (reference, "golden.npz"),
+            "signature": (importer.id, SIGNATURE), "analysis": (compiler.id, "analysis.json")}
     if qdq:
         deps["golden_qdq"] = (qdq, "golden.npz")
     return Node(id=f"validate:{build}", stage="validate", build=build, params=params, deps=deps,

@@ -45,6 +45,23 @@ def host_arch() -> str:
     return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
 
 
+def target_arch(target: dict) -> str:
+    """The architecture an llvm target builds for: its mtriple's, else this machine's."""
+    triple = target.get("mtriple")
+    return triple.split("-")[0] if triple else host_arch()
+
+
+def known_cpus(arch: str) -> tuple[str, ...] | None:
+    """The CPU names the LLVM inside the pinned TVM accepts for `arch`, or None where modelbuild has no list.
+
+    Read from llvm_cpus.json (written from tvm.target.codegen.llvm_get_cpu_archlist, and checked against it
+    by the tests), so a typo in mcpu is caught when the recipe loads without importing TVM."""
+    data = json.loads((Path(__file__).parent / "llvm_cpus.json").read_text())
+    family = "arm" if arch.startswith(("armv", "thumb")) else arch
+    cpus = data["cpus"].get(family)
+    return tuple(cpus) if cpus else None
+
+
 def runs_on_host(target: dict) -> bool:
     """Whether a library for this target can be loaded and run on this machine."""
     if target.get("kind") != "llvm":

@@ -11,6 +11,8 @@ import os
 import time
 from pathlib import Path
 
+from modelbuild.signature import Signature
+
 
 def import_(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
     model = json.loads(inputs["model"].read_text())
@@ -40,7 +42,7 @@ def import_(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
         _wait_for(folder / other, f"stage {other} to start while this one runs")
     ir = {"graph": model["graph"], "inputs": params["inputs"]}
     (out / "ir.json").write_text(json.dumps(ir, sort_keys=True))
-    (out / "signature.json").write_text(json.dumps({"inputs": params["inputs"], "outputs": {}}))
+    (out / "signature.json").write_text(Signature(inputs=params["inputs"], outputs={}).to_json())
 
 
 def _wait_for(path: Path, what: str, timeout: float = 60.0) -> None:

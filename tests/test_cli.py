@@ -77,7 +77,7 @@ def test_explain_shows_key_inputs_and_what_changed(fake_project, capsys):
     assert "since last build: input x shape changed [1,3,8,8] -> [1,3,2,2]" in out
 
 
-@pytest.mark.parametrize("fmt, expected", [("tree", "└── compile:a@cpu"), ("dot", '"import:a" -> "compile:a@cpu"'),
+@pytest.mark.parametrize("fmt, expected", [("tree", "  compile:a@cpu  <- import:a"), ("dot", '"import:a" -> "compile:a@cpu"'),
                                            ("mermaid", "flowchart LR")])
 def test_graph_formats(fake_project, capsys, fmt, expected):
     root, _ = fake_project

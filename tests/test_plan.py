@@ -27,7 +27,7 @@ mcpu = "cortex-a72"
 calibration = { source = "images", path = "calib", samples = 2 }
 
 [validation]
-golden = { source = "images", path = "calib", count = 3 }
+golden = { source = "images", path = "held-out", count = 3 }
 
 [[builds]]
 model = "cls"
@@ -39,16 +39,21 @@ quantization = "int8"
 @pytest.fixture
 def plan(tmp_path):
     (tmp_path / "m.onnx").write_bytes(b"x")
-    (tmp_path / "calib").mkdir()
-    for i in range(4):
-        Image.new("RGB", (8, 8), (i, i, i)).save(tmp_path / "calib" / f"{i}.png")
+    images(tmp_path / "calib", 4)
+    images(tmp_path / "held-out", 4)
     (tmp_path / "deploy.toml").write_text(textwrap.dedent(RECIPE))
     return build_plan(load_recipe(tmp_path / "deploy.toml"), lambda table: table)
 
 
+def images(folder, count):
+    folder.mkdir()
+    for i in range(count):
+        Image.new("RGB", (8, 8), (i, i, i)).save(folder / f"{i}.png")
+
+
 def test_an_int8_build_compiles_the_quantized_ir_and_checks_two_references(plan):
     assert plan.builds["cls+int8@host"] == ["import:cls", "quantize:cls+int8@host", "compile:cls+int8@host",
-                                       "reference:cls+int8@host", "reference-qdq:cls+int8@host", "validate:cls+int8@host"]
+                                       "reference:cls", "reference-qdq:cls+int8@host", "validate:cls+int8@host"]
     assert plan.nodes["compile:cls+int8@host"].deps["ir"] == ("quantize:cls+int8@host", "ir.json")
     assert plan.nodes["quantize:cls+int8@host"].deps["onnx"] == ("import:cls", "model.onnx")
     assert plan.nodes["reference-qdq:cls+int8@host"].deps["model"] == ("quantize:cls+int8@host", "qdq.onnx")
@@ -57,7 +62,7 @@ def test_an_int8_build_compiles_the_quantized_ir_and_checks_two_references(plan)
 
 def test_image_samples_are_declared_file_by_file_up_to_the_count(plan):
     calibration = [p.name for r, p in plan.nodes["quantize:cls+int8@host"].files.items() if r.startswith("calibration")]
-    golden = [p.name for r, p in plan.nodes["reference:cls+int8@host"].files.items() if r.startswith("golden")]
+    golden = [p.name for r, p in plan.nodes["reference:cls"].files.items() if r.startswith("golden")]
     assert calibration == ["0.png", "1.png"] and golden == ["0.png", "1.png", "2.png"]
 
 
@@ -80,8 +85,8 @@ def test_a_float_and_an_int8_build_of_one_model_and_target_live_side_by_side(tmp
     (tmp_path / "m.onnx").write_bytes(b"x")
     text = textwrap.dedent(RECIPE).replace('targets = ["host", "pi"]', 'targets = ["host"]')
     text += '\n[[builds]]\nmodel = "cls"\ntargets = ["host"]\n'
-    (tmp_path / "calib").mkdir()
-    Image.new("RGB", (8, 8)).save(tmp_path / "calib" / "0.png")
+    images(tmp_path / "calib", 1)
+    images(tmp_path / "held-out", 3)
     (tmp_path / "deploy.toml").write_text(text)
     plan = build_plan(load_recipe(tmp_path / "deploy.toml"), lambda table: table)
     assert set(plan.builds) == {"cls@host", "cls+int8@host"}
@@ -91,3 +96,33 @@ def test_a_float_and_an_int8_build_of_one_model_and_target_live_side_by_side(tmp
     assert float_build_of("cls+int8@host") == "cls@host" and float_build_of("cls@host") is None
     assert set(plan.select(["cls+int8"]).builds) == {"cls+int8@host"}
     assert set(plan.select(["cls"]).builds) == {"cls@host", "cls+int8@host"}
+
+
+def test_every_build_of_a_model_shares_one_reference_that_reads_only_the_import(plan):
+    """reference needs the inputs import froze, never the compiled library: it is not downstream of compile."""
+    assert plan.nodes["validate:cls+int8@pi"].deps["golden"] == ("reference:cls", "golden.npz")
+    assert plan.nodes["validate:cls+int8@host"].deps["golden"] == ("reference:cls", "golden.npz")
+    assert [n for n in plan.nodes if n.startswith("reference:")] == ["reference:cls"]
+    assert plan.upstream("reference:cls") == {"import:cls"}
+
+
+def test_builds_with_different_golden_data_get_references_of_their_own(tmp_path):
+    (tmp_path / "m.onnx").write_bytes(b"x")
+    images(tmp_path / "calib", 1)
+    images(tmp_path / "held-out", 3)
+    text = textwrap.dedent(RECIPE) + '[builds.validation]\ngolden = { count = 2 }\n'
+    text += '\n[[builds]]\nmodel = "cls"\ntargets = ["host"]\n'
+    (tmp_path / "deploy.toml").write_text(text)
+    plan = build_plan(load_recipe(tmp_path / "deploy.toml"), lambda table: table)
+    assert plan.nodes["validate:cls+int8@host"].deps["golden"] == ("reference:cls", "golden.npz")
+    assert plan.nodes["validate:cls+int8@pi"].deps["golden"] == ("reference:cls", "golden.npz")
+    assert plan.nodes["validate:cls@host"].deps["golden"] == ("reference:cls~2", "golden.npz")
+
+
+def test_the_graph_draws_each_edge_once_and_reference_beside_compile(plan):
+    from modelbuild.graph_render import as_dot, as_tree
+
+    dot = as_dot(plan)
+    assert dot.count('"compile:cls+int8@host" -> "validate:cls+int8@host"') == 1  # library and figures: one edge
+    assert '"compile:cls+int8@host" -> "reference:cls"' not in dot
+    assert "  reference:cls                <- import:cls" in as_tree(plan)

@@ -188,3 +188,17 @@ def test_int16_activations_need_the_symmetric_scheme(tmp_path):
 def test_a_node_cannot_be_both_int16_and_float(tmp_path):
     err = error_of(tmp_path, GOOD + '\n[quantization.q]\nexclude_nodes = ["a"]\nint16_nodes = ["b", "a"]\n')
     assert err.field == "quantization.q.int16_nodes[1]" and "'a'" in err.message
+
+
+def test_an_mcpu_llvm_does_not_know_is_refused_with_a_suggestion(tmp_path):
+    err = error_of(tmp_path, GOOD.replace('mcpu = "host"', 'mcpu = "skylakee"'))
+    assert (err.field, err.line) == ("targets.host.mcpu", 8)
+    assert err.message == "LLVM knows no x86_64 CPU 'skylakee'"
+    assert err.fix.startswith("did you mean 'skylake'")
+
+
+def test_a_cross_target_mcpu_is_checked_against_its_own_architecture(tmp_path):
+    arm = GOOD.replace('mcpu = "host"', 'mtriple = "aarch64-linux-gnu"\nmcpu = "cortex-a72"')
+    assert load_recipe(write(tmp_path, arm)).spec.targets["host"]["mcpu"] == "cortex-a72"
+    err = error_of(tmp_path, arm.replace("cortex-a72", "skylake"))
+    assert err.message == "LLVM knows no aarch64 CPU 'skylake'"

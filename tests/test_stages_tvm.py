@@ -111,10 +111,22 @@ def test_an_operator_tvm_lacks_is_named_with_its_node(tmp_path):
     assert not (tmp_path / ".cache/actions").exists()
 
 
-def test_declaring_an_input_the_model_lacks_fails_clearly(tiny):
-    (tiny / "deploy.toml").write_text((tiny / "deploy.toml").read_text().replace("inputs.x", "inputs.image"))
-    run = open_project(tiny / "deploy.toml").run([], Options())
-    assert run.results["import:tiny"].error == "the model has no input 'image'; its inputs are x"
+@pytest.mark.parametrize("edit, message", [
+    (("inputs.x", "inputs.image"), "the model has no input 'image'"),
+    (('dtype = "float32"', 'dtype = "int64"'), "input 'x' is float32 in the model, the recipe declares int64 "
+                                              '(fix: dtype = "float32")'),
+    (("shape = [1, 3, 8, 8]", "shape = [1, 3, 8]"), "input 'x' has rank 4 in the model, the recipe declares "
+                                                    "shape [1, 3, 8]"),
+])
+def test_a_recipe_the_model_contradicts_is_bad_input_reported_once(tiny, edit, message):
+    recipe = (tiny / "deploy.toml").read_text().replace(*edit).replace("enabled = false", "enabled = true")
+    (tiny / "deploy.toml").write_text(recipe)  # with validation: reference must not report it a second time
+    proc = _cli("-f", str(tiny / "deploy.toml"), cwd=tiny)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    failures = [line for line in proc.stdout.splitlines() if line.startswith("FAILED")]
+    assert failures == [f"FAILED import:tiny: {message}; the model's inputs: x float32 [1, 3, 'h', 'w']"]
+    assert "show_meta" not in proc.stdout + proc.stderr  # no TVM IR printed
+    assert not (tiny / ".cache/actions").exists()
 
 
 def _cli(*args, cwd):

@@ -11,7 +11,7 @@ import jsonschema
 import pytest
 
 from modelbuild.cli import main
-from tests.onnx_models import two_convs
+from tests.onnx_models import two_convs, two_in_two_out
 
 pytestmark = pytest.mark.tvm
 
@@ -165,3 +165,18 @@ def test_golden_inputs_from_images_with_preprocessing(project, capsys):
     Image.new("RGB", (32, 24), (0, 0, 0)).save(root / "imgs" / "0.png")  # edit one image: reference reruns
     _, stages = build(root, capsys)
     assert stages["reference"] == "built" and stages["compile"] == "cached"
+
+
+def test_outputs_and_inputs_are_paired_by_name_in_graph_order(tmp_path, capsys):
+    """Names that sort against graph order: the library was fed swapped inputs and its outputs were compared
+    with the wrong reference arrays. The model's inputs are static, so the recipe declares none."""
+    two_in_two_out(tmp_path / "net.onnx")
+    recipe = textwrap.dedent(RECIPE.format(seed=0, p99=1000.0)).replace(
+        'inputs.x = { shape = [1, 3, 8, 8], dtype = "float32" }\n', "").replace("min_cosine = 0.999",
+                                                                               "max_abs_error = 1e-6")
+    (tmp_path / "deploy.toml").write_text(recipe)
+    code, _ = build(tmp_path, capsys)
+    built = report(tmp_path)["builds"][0]
+    assert code == 0, built["gates"]
+    assert list(built["accuracy"]) == ["z_out", "a_out"]
+    assert all(out["max_abs"] < 1e-6 for out in built["accuracy"].values())

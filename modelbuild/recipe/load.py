@@ -14,7 +14,7 @@ from pydantic import BaseModel, ValidationError
 from modelbuild.errors import RecipeError
 from modelbuild.recipe.locate import dotted, locate, locate_in_files
 from modelbuild.recipe.schema import BuildSpec, Recipe
-from modelbuild.targets import MODELBUILD_KEYS, TARGET_OPTIONS
+from modelbuild.targets import HOST, MODELBUILD_KEYS, TARGET_OPTIONS, known_cpus, target_arch
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -189,10 +189,26 @@ def _check_targets(loaded: LoadedRecipe) -> None:
             if key not in allowed:
                 raise _fail(loaded, ("targets", name, key), f"unknown {kind} target option {key!r}",
                             _spelling_fix(key, allowed))
+        _check_mcpu(loaded, name, table)
         cores = table.get("num-cores")
         if cores is not None and (not isinstance(cores, int) or cores < 1):
             raise _fail(loaded, ("targets", name, "num-cores"), f"expected a positive integer, found {cores!r}",
                         "set num-cores to the number of cores the library may use")
+
+
+def _check_mcpu(loaded: LoadedRecipe, name: str, table: dict) -> None:
+    """An llvm mcpu this LLVM does not know builds silently for a generic CPU: refuse it with a suggestion."""
+    mcpu = table.get("mcpu")
+    if table.get("kind") != "llvm" or mcpu in (None, HOST):
+        return
+    arch = target_arch(table)
+    cpus = known_cpus(arch)
+    if cpus is not None and mcpu not in cpus:
+        close = difflib.get_close_matches(str(mcpu), cpus, n=3)
+        hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
+        raise _fail(loaded, ("targets", name, "mcpu"), f"LLVM knows no {arch} CPU {mcpu!r}",
+                    f'{hint}mcpu = "host" builds for this machine; the list: '
+                    f'python -c "import modelbuild.targets as t; print(t.known_cpus({arch!r}))"')
 
 
 def _check_builds(loaded: LoadedRecipe) -> None:

@@ -25,7 +25,9 @@ class ModelSpec(Strict):
     """An ONNX model and the shapes it is built for."""
 
     path: str
-    inputs: dict[Name, InputSpec] = Field(min_length=1)
+    inputs: dict[Name, InputSpec] = Field(
+        default_factory=dict, description="Shapes to build for; an input left out keeps the model's own shape, "
+                                          "which must then be static.")
     simplify: bool = Field(default=True, description="Simplify with onnxslim before import.")
 
 

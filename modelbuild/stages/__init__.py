@@ -64,7 +64,7 @@ def get_stage(name: str) -> Stage:
 
 
 register(Stage("import", 1, "modelbuild.stages.onnx_import:run", ("onnx", "onnxslim", "tvm"),
-               "freeze input shapes, simplify, import ONNX into Relax"))
+               "freeze input shapes, simplify, import ONNX into Relax", ("modelbuild.signature",)))
 register(Stage("compile", 6, "modelbuild.stages.compile:run", ("tvm",),
                "compile the Relax module for a target and export the library",
                ("modelbuild.stages.lowering", "modelbuild.stages.default_schedule", "modelbuild.stages.integer_ops",
@@ -76,7 +76,7 @@ register(Stage("quantize", 1, "modelbuild.stages.quantize:run", ("onnx", "onnxru
                ("modelbuild.stages.integer_ops", "modelbuild.stages.onnx_import", "modelbuild.stages.smoothing",
                 "modelbuild.stages.bias_correction", "modelbuild.stages.activations", "modelbuild.stages.sensitivity",
                 "modelbuild.stages.weight_rounding",
-                "modelbuild.golden", "modelbuild.metrics")))
+                "modelbuild.golden", "modelbuild.metrics", "modelbuild.signature")))
 register(Stage("tune", 2, "modelbuild.stages.tune:run", ("tvm", "tvm-ffi"),
                "MetaSchedule tuning into the target's shared database; the best record of each task",
                ("modelbuild.stages.lowering", "modelbuild.stages.default_schedule", "modelbuild.stages.integer_ops",
@@ -84,8 +84,8 @@ register(Stage("tune", 2, "modelbuild.stages.tune:run", ("tvm", "tvm-ffi"),
                 "modelbuild.stages.conv_transpose",
                 "modelbuild.analysis", "modelbuild.tuning_db")))
 register(Stage("reference", 1, "modelbuild.stages.reference:run", ("onnxruntime", "numpy"),
-               "golden inputs and the ONNX model's outputs from onnxruntime", ("modelbuild.golden",)))
+               "golden inputs and the ONNX model's outputs from onnxruntime", ("modelbuild.golden", "modelbuild.signature")))
 register(Stage("validate", 4, "modelbuild.stages.validate:run", ("tvm", "numpy"),
                "run the library on the golden inputs, compare with the reference, time it",
                ("modelbuild.stages.measure", "modelbuild.metrics", "modelbuild.analysis", "modelbuild.targets",
-                "modelbuild.versions")))
+                "modelbuild.versions", "modelbuild.signature")))

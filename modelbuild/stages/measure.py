@@ -13,17 +13,16 @@ from pathlib import Path
 
 import numpy as np
 
-from modelbuild import metrics
+from modelbuild import metrics, signature
 from modelbuild.targets import host_machine
 
 
 def main(library: str, golden_path: str, signature_path: str, timing_json: str, out_path: str,
          analysis_path: str = "", qdq_path: str = "") -> None:
     timing = json.loads(timing_json)
-    signature = json.loads(Path(signature_path).read_text())
+    tensors = signature.read(Path(signature_path))
     golden = dict(np.load(golden_path))
-    input_names = list(signature["inputs"])
-    output_names = list(signature["outputs"])
+    input_names, output_names = list(tensors.inputs), list(tensors.outputs)  # the library's argument order
     count = len(golden[f"in.{input_names[0]}"])
 
     import tvm  # noqa: F401  (importing the Python package is not part of loading the library)

@@ -2,31 +2,30 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from modelbuild.errors import StageError, last_line
+from modelbuild import signature
+from modelbuild.errors import InputError, StageError, last_line
 
 IR_FILE = "ir.json"
-SIGNATURE_FILE = "signature.json"
 ONNX_FILE = "model.onnx"  # the frozen, simplified model: what the quantize stage calibrates
 
 
 def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
-    """Write ir.json (the Relax module, constants included), signature.json (inputs and outputs) and
-    model.onnx (the frozen, simplified model)."""
+    """Write ir.json (the Relax module, constants included), signature.json (inputs and outputs in graph
+    order) and model.onnx (the frozen, simplified model)."""
     import onnx
 
     model = _load(inputs["model"])
-    _freeze_inputs(model, params["inputs"])
+    frozen = freeze_inputs(model, params["inputs"])
     if params["simplify"]:
         model = _simplify(model)
-    module = to_relax(model, params["inputs"])
+    module = to_relax(model, frozen)
     import tvm
 
     (out / IR_FILE).write_text(tvm.ir.save_json(module))
     onnx.save(model, str(out / ONNX_FILE))
-    (out / SIGNATURE_FILE).write_text(json.dumps(_signature(model, onnx), indent=1, sort_keys=True))
+    (out / signature.FILE).write_text(_signature(model).to_json())
 
 
 def _load(path: Path):
@@ -35,32 +34,64 @@ def _load(path: Path):
     try:
         return onnx.load(str(path))
     except Exception as err:
-        raise StageError(f"{path.name} is not a readable ONNX model: {err}") from err
+        raise InputError(f"{path.name} is not a readable ONNX model: {last_line(err)}") from err
 
 
-def _freeze_inputs(model, declared: dict) -> None:
-    graph_inputs = {i.name: i for i in model.graph.input}
-    initializers = {i.name for i in model.graph.initializer}
-    real = [name for name in graph_inputs if name not in initializers]
+def freeze_inputs(model, declared: dict) -> dict:
+    """Fix every graph input to its declared shape, or to the model's own where it is fully static; the
+    shapes and dtypes used, in graph order. A declaration the model contradicts is bad input, reported with
+    the model's actual inputs, so it is fixed once here and not rediscovered by every later stage."""
+    graph_inputs = _real_inputs(model)
+    actual = "; the model's inputs: " + ", ".join(_describe(i) for i in graph_inputs.values())
     for name in declared:
         if name not in graph_inputs:
-            raise StageError(f"the model has no input {name!r}; its inputs are {', '.join(real)}")
-    missing = [name for name in real if name not in declared]
-    if missing:
-        raise StageError(f"input {missing[0]!r} has no declared shape; declare it under inputs")
-    for name, spec in declared.items():
-        dims = graph_inputs[name].type.tensor_type.shape.dim
+            raise InputError(f"the model has no input {name!r}{actual}")
+    frozen = {}
+    for name, value in graph_inputs.items():
+        dims, dtype = value.type.tensor_type.shape.dim, _dtype(value)
+        spec = declared.get(name) or _static_spec(name, dims, dtype, actual)
+        if spec["dtype"] != dtype:
+            raise InputError(f"input {name!r} is {dtype} in the model, the recipe declares {spec['dtype']}"
+                             f" (fix: dtype = \"{dtype}\"){actual}")
         if len(dims) != len(spec["shape"]):
-            raise StageError(f"input {name!r} has rank {len(dims)} in the model, the recipe gives {spec['shape']}")
-        for dim, value in zip(dims, spec["shape"]):
-            if dim.HasField("dim_value") and dim.dim_value > 0 and dim.dim_value != value:
-                raise StageError(f"input {name!r} is fixed to {_dims(dims)} in the model, recipe says {spec['shape']}")
+            raise InputError(f"input {name!r} has rank {len(dims)} in the model, the recipe declares shape "
+                             f"{spec['shape']}{actual}")
+        for dim, size in zip(dims, spec["shape"]):
+            if dim.HasField("dim_value") and dim.dim_value > 0 and dim.dim_value != size:
+                raise InputError(f"input {name!r} is fixed to {_dims(dims)} in the model, the recipe declares "
+                                 f"{spec['shape']}{actual}")
             dim.ClearField("dim_param")
-            dim.dim_value = value
+            dim.dim_value = size
+        frozen[name] = {"shape": list(spec["shape"]), "dtype": spec["dtype"]}
+    return frozen
+
+
+def _real_inputs(model) -> dict:
+    initializers = {i.name for i in model.graph.initializer}
+    return {i.name: i for i in model.graph.input if i.name not in initializers}
+
+
+def _static_spec(name: str, dims, dtype: str, actual: str) -> dict:
+    """An undeclared input's own shape, when the model fixes every dimension of it."""
+    shape = _dims(dims)
+    if not shape or not all(isinstance(d, int) and d > 0 for d in shape):
+        raise InputError(f"input {name!r} has dynamic dimensions {shape}: declare the shape to build for "
+                         f"(fix: inputs.{name} = {{ shape = [...], dtype = \"{dtype}\" }} under the model){actual}")
+    return {"shape": shape, "dtype": dtype}
+
+
+def _dtype(value) -> str:
+    import onnx
+
+    return onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type).name
+
+
+def _describe(value) -> str:
+    return f"{value.name} {_dtype(value)} {_dims(value.type.tensor_type.shape.dim)}"
 
 
 def _dims(dims) -> list:
-    return [d.dim_value if d.HasField("dim_value") else d.dim_param for d in dims]
+    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in dims]
 
 
 def _simplify(model):
@@ -95,16 +126,8 @@ def _check_supported(model, table: dict) -> None:
             raise StageError(f"operator {node.op_type} (node {node.name!r}) is not supported by TVM's ONNX frontend")
 
 
-def _signature(model, onnx) -> dict:
-    def tensors(values):
-        out = {}
-        for value in values:
-            t = value.type.tensor_type
-            out[value.name] = {"shape": _dims(t.shape.dim), "dtype": onnx.helper.tensor_dtype_to_np_dtype(t.elem_type).name}
-        return out
+def _signature(model) -> signature.Signature:
+    def tensors(values) -> dict[str, dict]:
+        return {v.name: {"shape": _dims(v.type.tensor_type.shape.dim), "dtype": _dtype(v)} for v in values}
 
-    initializers = {i.name for i in model.graph.initializer}
-    return {
-        "inputs": tensors(i for i in model.graph.input if i.name not in initializers),
-        "outputs": tensors(model.graph.output),
-    }
+    return signature.Signature(inputs=tensors(_real_inputs(model).values()), outputs=tensors(model.graph.output))

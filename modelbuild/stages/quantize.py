@@ -20,7 +20,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from modelbuild import golden
+from modelbuild import golden, signature
 from modelbuild.errors import StageError, last_line
 
 IR_FILE = "ir.json"
@@ -36,7 +36,7 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
     from modelbuild.stages import integer_ops, sensitivity
     from modelbuild.stages.onnx_import import to_relax
 
-    spec, declared = params["quantization"], params["inputs"]
+    spec, declared = params["quantization"], signature.read(inputs["signature"]).inputs
     model = _with_opset(onnx.load(str(inputs["onnx"])), spec)
     samples = _calibration_samples(inputs, declared, spec["calibration"])
     result = quantized(model, samples, spec)
@@ -158,7 +158,8 @@ def _quantized_op_types(model, spec: dict) -> list[str]:
 
 def _calibration_samples(inputs: dict[str, Path], declared: dict, calibration: dict) -> list[dict]:
     if calibration["source"] == "random":
-        arrays = golden.generate(declared, fill="random", seed=calibration["seed"], count=calibration["samples"])
+        arrays = golden.generate(declared, fill="random", seed=calibration["seed"], count=calibration["samples"],
+                                 stream=golden.CALIBRATION)
     elif calibration["source"] == "images":
         images = [path for role, path in sorted(inputs.items()) if role.startswith("calibration-image:")]
         arrays = golden.load_images(images, declared, calibration["preprocess"])
