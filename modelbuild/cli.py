@@ -100,6 +100,14 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument("--json", action="store_true", help="print a machine-readable summary")
     build.set_defaults(handler=cmd_build)
 
+    init = sub.add_parser("init", help="write a deploy.toml for a model: inputs, a target and validation preset")
+    init.add_argument("model", type=Path, help="the ONNX model")
+    init.add_argument("--target", default="host", help="target preset: host (this machine), x86-server, rpi4")
+    init.add_argument("--name", help="the model's name in the recipe (default: from the file name)")
+    init.add_argument("-f", "--file", type=Path, default=Path("deploy.toml"), help="the recipe to write")
+    init.add_argument("--force", action="store_true", help="overwrite an existing recipe")
+    init.set_defaults(handler=cmd_init)
+
     status = sub.add_parser("status", parents=[common], help="list stale stages and why; exit 1 if any")
     status.add_argument("selectors", nargs="*")
     status.add_argument("--json", action="store_true")
@@ -193,12 +201,14 @@ def _exit_code(run, report: dict) -> int:
 def _print_outcome(console, project, report: dict) -> None:
     """One figures line per build, each failed gate with its value and limit, and where the report is."""
     from modelbuild.gates import GateResult
-    from modelbuild.reports.markdown import summary_line
+    from modelbuild.reports.markdown import outcome_line, summary_line
 
     for build in sorted(report["builds"], key=lambda b: b["name"]):
         line = summary_line(build)
         if line:
             console.print(line, markup=False)
+    for build in sorted(report["builds"], key=lambda b: b["name"]):
+        console.print(outcome_line(build), markup=False)
     for build in report["builds"]:
         for gate in build["gates"]:
             if not gate["passed"]:
@@ -254,6 +264,36 @@ def _null_console():
     import io
 
     return Console(file=io.StringIO(), no_color=True)
+
+
+def cmd_init(args, console) -> int:
+    from modelbuild import scaffold
+    from modelbuild.errors import StageError
+    from modelbuild.stages.onnx_import import model_signature
+
+    if args.target not in scaffold.TARGET_PRESETS:
+        raise ModelbuildError(f"no target preset {args.target!r} (fix: use one of "
+                              f"{', '.join(scaffold.TARGET_PRESETS)})")
+    if args.file.exists() and not args.force:
+        raise ModelbuildError(f"{args.file} exists (fix: pass --force to overwrite it, or -f to write another file)")
+    if not args.model.is_file():
+        raise ModelbuildError(f"{args.model}: no such model file")
+    try:
+        signature = model_signature(args.model)
+    except StageError as err:
+        raise ModelbuildError(f"{args.model}: {err.message}") from None
+    model_path = os.path.relpath(args.model.resolve(), args.file.resolve().parent)
+    args.file.write_text(scaffold.write_recipe(model_path=model_path, signature=signature, target=args.target,
+                                               name=args.name))
+    dynamic = [name for name, spec in signature.inputs.items() if scaffold.dynamic_dims(spec["shape"])]
+    console.print(f"wrote {_relative(args.file)} ({scaffold.model_kind(signature)} preset, target {args.target})",
+                  markup=False)
+    if dynamic:
+        console.print(f"set the sizes to build for where it says TODO (dynamic in the model: "
+                      f"{', '.join(dynamic)}), then run `modelbuild`", markup=False)
+    else:
+        console.print("the model's shapes are static: run `modelbuild` to build it", markup=False)
+    return EXIT_OK
 
 
 def cmd_status(args, console) -> int:

@@ -38,3 +38,33 @@ def test_the_suggestion_offers_int16_inputs_too_and_the_preparation_names_them()
     text = "\n".join(_quantization(build))
     assert "Or keep them integer with int16 inputs, at twice their int8 cost: `int16_nodes = [\"conv_a\"]`" in text
     assert "3 convs GPTQ-rounded, 2 layers with int16 inputs" in text
+
+
+def finished_build(gates: list[dict]) -> dict:
+    return {"name": "cls@x86", "artifact": "build/cls/x86/model.so", "validation": {"ran": True, "reason": None},
+            "latency_ms": {"median": 0.8312, "p99": 1.2049, "throughput": 1203.1},
+            "accuracy": {"y": {"cosine": 0.99991, "max_abs": 3e-5}}, "gates": gates}
+
+
+def test_the_outcome_line_gives_speed_the_accuracy_nearest_its_gate_and_the_artifact():
+    from modelbuild.reports.markdown import outcome_line
+
+    gates = [{"name": "min_cosine", "value": 0.99991, "limit": 0.9999, "passed": True},
+             {"name": "max_abs_error", "value": 3e-5, "limit": 1e-3, "passed": True},
+             {"name": "max_p99_ms", "value": 1.2049, "limit": 20, "passed": True}]
+    assert outcome_line(finished_build(gates)) == ("cls@x86  p50 0.831 ms  p99 1.2 ms  1203/s  "
+                                                     "cosine 0.99991 (gate >= 0.9999)  build/cls/x86/model.so")
+
+
+def test_the_outcome_line_shows_a_failed_accuracy_gate_before_a_closer_passing_one():
+    from modelbuild.reports.markdown import outcome_line
+
+    gates = [{"name": "min_cosine", "value": 0.99991, "limit": 0.9999, "passed": True},
+             {"name": "max_abs_error", "value": 3e-5, "limit": 1e-5, "passed": False}]
+    assert "max_abs 3e-05 (gate <= 1e-05, FAILED)" in outcome_line(finished_build(gates))
+
+
+def test_without_accuracy_gates_the_outcome_line_gives_the_worst_cosine():
+    from modelbuild.reports.markdown import outcome_line
+
+    assert "  cosine 0.99991  " in outcome_line(finished_build([]))

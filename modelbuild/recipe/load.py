@@ -129,6 +129,9 @@ def _recipe_error(error: dict, files: list[Path]) -> RecipeError:
     if kind == "missing":
         return RecipeError("required field is missing", file=_shown(file), line=line, field=dotted(loc),
                            fix=f"add {loc[-1]} = ...")
+    if kind == "greater_than_equal" and "shape" in loc and error.get("input") == 0:
+        return RecipeError("0 is a placeholder for a dimension the model leaves dynamic", file=_shown(file),
+                           line=line, field=dotted(loc), fix="set the size to build for")
     expected = error["msg"].replace("Input should be", "expected").replace("String should", "expected to")
     found = error.get("input")
     return RecipeError(f"{expected}, found {_short(found)}", file=_shown(file), line=line, field=dotted(loc),

@@ -91,7 +91,7 @@ def _describe(value) -> str:
 
 
 def _dims(dims) -> list:
-    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in dims]
+    return [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else (d.dim_param or "?") for d in dims]
 
 
 def _simplify(model):
@@ -124,6 +124,11 @@ def _check_supported(model, table: dict) -> None:
             raise StageError(f"operator {node.domain}.{node.op_type} (node {node.name!r}) is not supported by TVM")
         if node.op_type not in table:
             raise StageError(f"operator {node.op_type} (node {node.name!r}) is not supported by TVM's ONNX frontend")
+
+
+def model_signature(path: Path) -> signature.Signature:
+    """The inputs and outputs an ONNX file declares, dynamic dimensions as their names (or '?')."""
+    return _signature(_load(path))
 
 
 def _signature(model) -> signature.Signature:

@@ -1,0 +1,91 @@
+"""`modelbuild init`: a first deploy.toml for a model, written from what the model itself declares.
+
+Pure text from a signature, so it is tested without onnx; the CLI reads the model (through the import
+stage's reader) and writes the file.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from modelbuild.signature import Signature
+
+# Written where the model leaves a dimension dynamic; the recipe loader names it as a placeholder to set.
+PLACEHOLDER = 0
+
+TARGET_PRESETS: dict[str, tuple[str, dict]] = {
+    "host": ("this machine's CPU, all its cores", {"kind": "llvm", "mcpu": "host", "num-cores": os.cpu_count() or 1}),
+    "x86-server": ("an x86-64 server: this CPU, two cores (a CI runner)", {"kind": "llvm", "mcpu": "host", "num-cores": 2}),
+    "rpi4": ("Raspberry Pi 4 (Cortex-A72, 64-bit OS); cross-compiled, objects unless a cross linker is set",
+             {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a72", "mattr": ["+neon"], "num-cores": 4}),
+}
+
+VALIDATION_PRESETS = {
+    "classifier": ("scores per class: tight accuracy and top-1 agreement against onnxruntime",
+                   {"max_abs_error": 1e-4, "min_cosine": 0.9999, "min_top1_agreement": 1.0}),
+    "detector": ("maps, boxes or other regressed values: relative gates, since absolute error scales with the "
+                 "outputs' units (pixels)", {"min_cosine": 0.9999, "min_sqnr_db": 60}),
+}
+
+
+def model_kind(signature: Signature) -> str:
+    """'classifier' when every output is [batch, classes]; otherwise 'detector' (maps, boxes, embeddings)."""
+    def scores(shape: list) -> bool:
+        return len(shape) == 2 and isinstance(shape[1], int) and shape[1] >= 2
+
+    return "classifier" if signature.outputs and all(scores(o["shape"]) for o in signature.outputs.values()) \
+        else "detector"
+
+
+def recipe_name(model_file: str) -> str:
+    """A recipe name from the file name: letters, digits, '_', '.', '-' (no '+' or '@', which builds use)."""
+    stem = os.path.splitext(os.path.basename(model_file))[0]
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", stem)
+    return name if re.match(r"[A-Za-z0-9_]", name) else f"m_{name}"
+
+
+def write_recipe(*, model_path: str, signature: Signature, target: str = "host", name: str | None = None) -> str:
+    """The text of a deploy.toml that builds this model for one target preset."""
+    name = name or recipe_name(model_path)
+    kind = model_kind(signature)
+    lines = [f"# Written by `modelbuild init {model_path}`. `modelbuild` builds it; `modelbuild schema` lists",
+             "# every field, and the README explains them.", "", f"[models.{name}]", f'path = "{model_path}"']
+    lines += [line for input_name, spec in signature.inputs.items() for line in _input_lines(input_name, spec)]
+    description, table = TARGET_PRESETS[target]
+    lines += ["", f"# target preset {target!r}: {description}", f"[targets.{target}]"]
+    lines += [f"{key} = {_toml(value)}" for key, value in table.items()]
+    description, gates = VALIDATION_PRESETS[kind]
+    lines += ["", f"# validation preset {kind!r}: {description}", "[validation]",
+              "golden = { count = 8 }  # random inputs; real ones: source = \"images\" or \"npz\", path = ...",
+              "timing = { warmup = 10, min_runs = 50, min_seconds = 1.0 }", "", "[validation.gates]"]
+    lines += [f"{gate} = {_toml(limit)}" for gate, limit in gates.items()]
+    lines += ["", "[[builds]]", f'model = "{name}"', f'targets = ["{target}"]', ""]
+    return "\n".join(lines)
+
+
+def dynamic_dims(shape: list) -> list[int]:
+    return [i for i, d in enumerate(shape) if not (isinstance(d, int) and d > 0)]
+
+
+def _input_lines(name: str, spec: dict) -> list[str]:
+    shape = spec["shape"]
+    dynamic = dynamic_dims(shape)
+    fixed = [PLACEHOLDER if i in dynamic else d for i, d in enumerate(shape)]
+    line = f'inputs.{name} = {{ shape = {_toml(fixed)}, dtype = "{spec["dtype"]}" }}'
+    if not dynamic:
+        return [line]
+    which = ", ".join(f"{i} ({shape[i]!r})" for i in dynamic)
+    return [f"# TODO: dimension{'s' if len(dynamic) > 1 else ''} {which} of {name!r} "
+            f"{'are' if len(dynamic) > 1 else 'is'} dynamic in the model: replace each {PLACEHOLDER} with the size "
+            "to build for", line]
+
+
+def _toml(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return f'"{value}"'
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    return repr(value)

@@ -1,0 +1,87 @@
+"""`modelbuild init`: the recipe it writes for a model, read back by the real loader."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from modelbuild.cli import main
+from modelbuild.errors import RecipeError
+from modelbuild.recipe import load_recipe
+from modelbuild.scaffold import model_kind, write_recipe
+from modelbuild.signature import Signature
+from tests.conftest import REPO
+from tests.onnx_models import conv_relu, two_in_two_out
+
+BUNDLED = REPO / "models" / "text_direction_cls.onnx"
+
+
+def init(capsys, tmp_path, model, *args) -> tuple[int, str, str]:
+    code = main(["init", str(model), "-f", str(tmp_path / "deploy.toml"), *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_the_bundled_model_gets_placeholders_for_its_dynamic_dims_that_the_loader_names(tmp_path, capsys):
+    code, out, _ = init(capsys, tmp_path, BUNDLED)
+    assert code == 0 and "dynamic in the model: x" in out
+    text = (tmp_path / "deploy.toml").read_text()
+    assert "# TODO: dimensions 0 ('?'), 2 ('?'), 3 ('?') of 'x' are dynamic" in text
+    with pytest.raises(RecipeError) as info:
+        load_recipe(tmp_path / "deploy.toml")
+    assert info.value.field == "models.text_direction_cls.inputs.x.shape[0]"
+    assert info.value.message == "0 is a placeholder for a dimension the model leaves dynamic"
+    (tmp_path / "deploy.toml").write_text(text.replace("[0, 3, 0, 0]", "[1, 3, 48, 192]"))
+    recipe = load_recipe(tmp_path / "deploy.toml")
+    assert recipe.model_path("text_direction_cls") == BUNDLED.resolve()
+    assert recipe.spec.validation.gates.min_top1_agreement == 1.0  # [1, 2] scores: the classifier preset
+
+
+def test_a_dynamic_batch_dimension_alone_gets_one_placeholder(tmp_path, capsys):
+    conv_relu(tmp_path / "net.onnx")
+    text = (tmp_path / "deploy.toml")
+    init(capsys, tmp_path, tmp_path / "net.onnx", "--target", "rpi4")
+    written = text.read_text()
+    assert 'inputs.x = { shape = [1, 3, 0, 0], dtype = "float32" }' in written
+    assert "[targets.rpi4]" in written and 'mcpu = "cortex-a72"' in written
+    assert "min_sqnr_db = 60" in written and "top1" not in written  # a feature map: the detector preset
+    text.write_text(written.replace("[1, 3, 0, 0]", "[1, 3, 16, 16]"))
+    assert load_recipe(text).spec.targets["rpi4"]["mtriple"] == "aarch64-linux-gnu"
+
+
+def test_a_static_model_with_two_inputs_loads_as_written(tmp_path, capsys):
+    two_in_two_out(tmp_path / "two.onnx")
+    code, out, _ = init(capsys, tmp_path, tmp_path / "two.onnx")
+    assert code == 0 and "static: run `modelbuild`" in out
+    spec = load_recipe(tmp_path / "deploy.toml").spec
+    assert list(spec.models["two"].inputs) == ["zeta", "alpha"]
+
+
+def test_init_refuses_to_overwrite_and_names_unknown_presets(tmp_path, capsys):
+    two_in_two_out(tmp_path / "two.onnx")
+    (tmp_path / "deploy.toml").write_text("# mine")
+    code, _, err = init(capsys, tmp_path, tmp_path / "two.onnx")
+    assert code == 2 and "exists (fix: pass --force" in err and (tmp_path / "deploy.toml").read_text() == "# mine"
+    code, _, err = init(capsys, tmp_path, tmp_path / "two.onnx", "--force", "--target", "gpu")
+    assert code == 2 and err.strip() == "error: no target preset 'gpu' (fix: use one of host, x86-server, rpi4)"
+
+
+def test_the_kind_follows_the_outputs():
+    scores = Signature(inputs={}, outputs={"p": {"shape": ["N", 1000], "dtype": "float32"}})
+    maps = Signature(inputs={}, outputs={"p": {"shape": [1, 1000], "dtype": "float32"},
+                                         "boxes": {"shape": [1, 100, 4], "dtype": "float32"}})
+    assert (model_kind(scores), model_kind(maps)) == ("classifier", "detector")
+    assert "min_top1_agreement" not in write_recipe(model_path="m.onnx", signature=maps)
+
+
+@pytest.mark.tvm
+def test_a_static_model_builds_and_validates_from_its_written_recipe_with_no_edits(tmp_path):
+    two_in_two_out(tmp_path / "two.onnx")
+    run = lambda *a: subprocess.run([sys.executable, "-m", "modelbuild", *a], cwd=tmp_path, capture_output=True,
+                                    text=True)
+    assert run("init", "two.onnx").returncode == 0
+    proc = run()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "all gates passed" in proc.stdout
