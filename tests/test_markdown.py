@@ -46,7 +46,7 @@ def finished_build(gates: list[dict]) -> dict:
             "accuracy": {"y": {"cosine": 0.99991, "max_abs": 3e-5}}, "gates": gates}
 
 
-def test_the_outcome_line_gives_speed_the_accuracy_nearest_its_gate_and_the_artifact():
+def test_the_outcome_line_gives_speed_the_cosine_against_its_gate_and_the_artifact():
     from modelbuild.reports.markdown import outcome_line
 
     gates = [{"name": "min_cosine", "value": 0.99991, "limit": 0.9999, "passed": True},
@@ -56,7 +56,7 @@ def test_the_outcome_line_gives_speed_the_accuracy_nearest_its_gate_and_the_arti
                                                      "cosine 0.99991 (gate >= 0.9999)  build/cls/x86/model.so")
 
 
-def test_the_outcome_line_shows_a_failed_accuracy_gate_before_a_closer_passing_one():
+def test_the_outcome_line_shows_a_failed_accuracy_gate_first():
     from modelbuild.reports.markdown import outcome_line
 
     gates = [{"name": "min_cosine", "value": 0.99991, "limit": 0.9999, "passed": True},

@@ -152,9 +152,14 @@ def test_the_recipes_the_project_ships_build(tmp_path, recipe):
     artifacts = [line.split(": ", 1)[1] for line in proc.stdout.splitlines() if line.startswith("artifact: ")]
     libraries = [a for a in artifacts if a.endswith((".so", ".tar"))]
     assert libraries and all((tmp_path / a).stat().st_size > 10_000 for a in libraries)
-    again = _cli("-f", str(path), "--cache-dir", str(tmp_path / "cache"), "--build-dir", str(tmp_path / "build"),
-                 cwd=tmp_path)
+    # the no-op build, in a fresh process: everything cached, and none of the heavy libraries imported
+    noop = ("import sys; from modelbuild.cli import main; code = main(sys.argv[1:]); "
+            "print('heavy:', sorted({m.split('.')[0] for m in sys.modules} & {'numpy', 'tvm', 'onnx', 'onnxruntime', "
+            "'onnxslim', 'PIL'})))")
+    again = subprocess.run([sys.executable, "-c", noop, "-f", str(path), "--cache-dir", str(tmp_path / "cache"),
+                            "--build-dir", str(tmp_path / "build")], cwd=tmp_path, capture_output=True, text=True)
     assert re.search(r"^0 built, \d+ cached, 0 failed$", again.stdout, re.M), again.stdout
+    assert "heavy: []" in again.stdout
 
 
 def test_explain_ir_writes_the_ir_before_and_after_fusion_and_planning(tiny):

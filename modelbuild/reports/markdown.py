@@ -221,31 +221,22 @@ def outcome_line(b: dict) -> str:
     return "  ".join(parts)
 
 
-# (accuracy gate, figure, which output is worst for it)
-_ACCURACY = (("min_cosine", "cosine", min), ("max_abs_error", "max_abs", max), ("max_rel_error", "max_rel", max),
-             ("min_sqnr_db", "sqnr_db", min), ("min_top1_agreement", "top1_agreement", min))
+# accuracy gates and their figures, in the order a person reads them first
+_ACCURACY = (("min_cosine", "cosine"), ("max_abs_error", "max_abs"), ("max_rel_error", "max_rel"),
+             ("min_sqnr_db", "sqnr_db"), ("min_top1_agreement", "top1_agreement"))
 
 
 def worst_accuracy(b: dict) -> str | None:
-    """The gated accuracy figure nearest its limit (a failed one first), as 'cosine 0.99987 (gate >= 0.9999)';
-    with no accuracy gate, the worst output's cosine."""
+    """A failed accuracy gate's figure, else the first gated one of cosine, max abs, max rel, SQNR, top-1, as
+    'cosine 0.99987 (gate >= 0.9999)'; with no accuracy gate, the worst output's cosine."""
     gates = {g["name"]: g for g in b["gates"] if g.get("applicable", True) and g["value"] is not None}
-    gated = [(g, figure) for name, figure, _ in _ACCURACY if (g := gates.get(name))]
+    gated = [(g, figure) for name, figure in _ACCURACY if (g := gates.get(name))]
     if gated:
-        gate, figure = min(gated, key=lambda gf: (gf[0]["passed"], _margin(gf[0])))
+        gate, figure = next(((g, f) for g, f in gated if not g["passed"]), gated[0])
         sign = ">=" if gate["name"].startswith("min") else "<="
         return f"{figure} {gate['value']:.6g} (gate {sign} {gate['limit']:.6g}{'' if gate['passed'] else ', FAILED'})"
     cosines = [out["cosine"] for out in (b.get("accuracy") or {}).values() if "cosine" in out]
     return f"cosine {min(cosines):.6g}" if cosines else None
-
-
-def _margin(gate: dict) -> float:
-    """How far a gate's value is from its limit, relative to the limit (or to 1 - limit for a cosine)."""
-    value, limit = gate["value"], gate["limit"]
-    if gate["name"] == "min_cosine":
-        return (value - limit) / max(1 - limit, 1e-12)
-    gap = value - limit if gate["name"].startswith("min") else limit - value
-    return gap / max(abs(limit), 1e-12)
 
 
 def _ms(b: dict, stat: str) -> str:
