@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -170,3 +171,47 @@ def test_bad_recipe_is_one_line_exit_2_no_traceback_and_cache_untouched(fake_pro
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
     assert "deploy.toml:13: targets.cpu.num-core: unknown llvm target option 'num-core' (fix: did you mean 'num-cores'?" in proc.stderr
     assert sorted(p.name for p in (root / ".cache").rglob("*")) == before
+
+
+@contextlib.contextmanager
+def mounted_tmpfs(folder, options):
+    """A small tmpfs at `folder`: read-only or nearly full, as root alone cannot fake with permissions (root
+    ignores them). Skipped, visibly, where this machine does not allow mounting."""
+    folder.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({proc.stderr.strip() or 'not root'})")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def test_a_read_only_build_folder_is_one_line_exit_4(fake_project, capsys):
+    root, _ = fake_project
+    with mounted_tmpfs(root / "ro", "ro,size=1m") as folder:
+        code, out, err = run_cli(capsys, root, "build", "--build-dir", str(folder / "build"))
+    assert code == 4
+    assert err.strip() == (f"error: Read-only file system: {folder / 'build'} (EROFS; fix: the filesystem is "
+                           "read-only: pass --build-dir / --cache-dir on a writable one)")
+    assert "Traceback" not in out + err
+
+
+def test_a_full_disk_under_the_cache_is_exit_4_and_records_nothing(fake_project, capsys):
+    root, _ = fake_project
+    with mounted_tmpfs(root / "small", "size=256k") as folder:
+        cache = folder / "cache"
+        (folder / "filler").write_bytes(b"\0" * (256 * 1024 - 8192))  # leave room for folders, not for files
+        code, out, err = run_cli(capsys, root, "build", "--cache-dir", str(cache))
+        entries = list(cache.glob("actions/*/*"))
+    assert code == 4, out + err
+    assert "No space left on device" in out + err and "Traceback" not in out + err
+    assert entries == []
+
+
+def test_a_build_folder_that_is_a_file_is_one_line_exit_4(fake_project, capsys):
+    root, _ = fake_project
+    (root / "build").write_text("not a folder")
+    code, _, err = run_cli(capsys, root, "build")
+    assert code == 4
+    assert err.startswith("error: ") and "a path that should be a folder is a file" in err and err.count("\n") == 1
