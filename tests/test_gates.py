@@ -60,3 +60,16 @@ def test_per_build_overrides_replace_only_what_they_set():
     override = ValidationSpec.model_validate({"gates": {"max_p99_ms": 1}})
     merged = base.overridden_by(override)
     assert merged.gates.max_p99_ms == 1 and merged.gates.min_cosine == 0.99 and merged.timing.min_runs == 7
+
+
+def test_top1_on_a_model_without_class_scores_is_not_applicable_rather_than_failed():
+    detector = {**METRICS, "accuracy": {"boxes": {"max_abs": 2e-3, "cosine": 1.0, "sqnr_db": 90.0}}}
+    gate = by_name(evaluate(spec(gates={"min_top1_agreement": 1.0}), detector))["min_top1_agreement"]
+    assert gate.passed and not gate.applicable
+    assert gate.describe() == ("min_top1_agreement: not applicable (no output is [batch, classes]: top-1 is "
+                               "measured on classifiers' scores only)")
+
+
+def test_a_gate_on_a_library_that_produced_no_accuracy_still_fails():
+    gate = by_name(evaluate(spec(gates={"min_cosine": 0.9}), {**METRICS, "accuracy": {}}))["min_cosine"]
+    assert not gate.passed and gate.applicable

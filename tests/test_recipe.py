@@ -202,3 +202,9 @@ def test_a_cross_target_mcpu_is_checked_against_its_own_architecture(tmp_path):
     assert load_recipe(write(tmp_path, arm)).spec.targets["host"]["mcpu"] == "cortex-a72"
     err = error_of(tmp_path, arm.replace("cortex-a72", "skylake"))
     assert err.message == "LLVM knows no aarch64 CPU 'skylake'"
+
+
+@pytest.mark.parametrize("preset", sorted(p.name for p in (REPO / "recipes/validation").glob("*.toml")))
+def test_every_shipped_validation_preset_loads_into_a_recipe(tmp_path, preset):
+    text = f'include = ["{REPO / "recipes/validation" / preset}"]\n' + GOOD
+    assert load_recipe(write(tmp_path, text)).spec.validation.gates.min_cosine >= 0.999

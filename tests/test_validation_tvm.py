@@ -27,7 +27,7 @@ num-cores = 1
 
 [validation]
 golden = {{ seed = {seed}, count = 2 }}
-timing = {{ warmup = 1, min_runs = 5, min_seconds = 0.0 }}
+timing = {{ warmup = 1, min_runs = 5, min_seconds = 0.0, roofline = true }}
 
 [validation.gates]
 min_cosine = 0.999

@@ -60,9 +60,14 @@ class TimingSpec(Strict):
     warmup: int = Field(default=10, ge=0)
     min_runs: int = Field(default=50, ge=1)
     min_seconds: float = Field(default=1.0, ge=0)
+    max_seconds: float = Field(
+        default=60.0, gt=0, description="Stop timing after this long even if min_runs is not reached: a slow "
+                                        "library still validates in bounded time (the report gives the runs).")
     threads: int | None = Field(default=None, ge=1, description="Default: the target's num-cores.")
-    scaling: bool = Field(default=True, description="Also time 1..threads threads and fit Amdahl's law.")
-    roofline: bool = Field(default=True, description="Time the heaviest kernels against the machine's peaks.")
+    scaling: bool = Field(default=False, description="Also time 1..threads threads and fit Amdahl's law "
+                                                     "(opt-in: one more timing run per thread count).")
+    roofline: bool = Field(default=False, description="Time the heaviest kernels against the machine's peaks "
+                                                      "(opt-in: costs a BLAS and memory benchmark).")
 
 
 class BaselineSpec(Strict):

@@ -123,13 +123,14 @@ def _accuracy(actual: np.ndarray, expected: np.ndarray) -> dict:
     return stats
 
 
-def _time(run, arrays, *, warmup: int, min_runs: int, min_seconds: float, **_) -> list[float]:
-    """Warm up, then run until both min_runs and min_seconds are met."""
+def _time(run, arrays, *, warmup: int, min_runs: int, min_seconds: float, max_seconds: float = float("inf"),
+          **_) -> list[float]:
+    """Warm up, then run until both min_runs and min_seconds are met, or max_seconds have passed."""
     for _ in range(warmup):
         run(arrays)
     latencies: list[float] = []
     total = 0.0
-    while len(latencies) < min_runs or total < min_seconds:
+    while (len(latencies) < min_runs or total < min_seconds) and total < max_seconds:
         started = time.perf_counter()
         run(arrays)
         latencies.append(time.perf_counter() - started)
