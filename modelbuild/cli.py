@@ -260,10 +260,11 @@ def _summary_json(project, run, report: dict) -> dict:
 
 
 def _null_console():
-    from rich.console import Console
     import io
 
-    return Console(file=io.StringIO(), no_color=True)
+    from modelbuild.console import PlainConsole
+
+    return PlainConsole(io.StringIO())
 
 
 def cmd_init(args, console) -> int:

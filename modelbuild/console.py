@@ -1,17 +1,14 @@
-"""How a run looks in the terminal: a live view of the stages, then a summary. Only the CLI uses this."""
+"""How a run looks in the terminal: a live view of the stages, then a summary. Only the CLI uses this.
+
+rich is imported only for a live terminal: importing it costs about a third of a no-op build, and CI logs,
+pipes and NO_COLOR get plain lines that need none of it.
+"""
 
 from __future__ import annotations
 
 import os
 import sys
 import time
-
-from rich.console import Console
-from rich.columns import Columns
-from rich.live import Live
-from rich.progress_bar import ProgressBar
-from rich.table import Table
-from rich.text import Text
 
 from modelbuild.events import NodeFinished, NodeProgress, NodeResult, NodeStarted, Status
 from modelbuild.progress import describe
@@ -25,21 +22,37 @@ STYLES = {
 PLAIN_PROGRESS_SECONDS = 10.0  # without a live view, a progress line at most this often per stage
 
 
-def make_console(stream=None) -> Console:
+class PlainConsole:
+    """The part of rich's Console the CLI uses, for output that is not a live terminal: plain lines."""
+
+    is_terminal = False
+    no_color = True
+
+    def __init__(self, stream) -> None:
+        self.file = stream
+
+    def print(self, text="", *, markup: bool = False) -> None:
+        print(text, file=self.file, flush=True)
+
+
+def make_console(stream=None):
+    """rich's Console on a terminal (colour, the live view), else a PlainConsole."""
     stream = stream or sys.stdout
-    plain = not stream.isatty() or "NO_COLOR" in os.environ
-    return Console(file=stream, no_color=plain, highlight=False, soft_wrap=True, emoji=False,
-                   force_terminal=False if plain else None)
+    if not stream.isatty() or "NO_COLOR" in os.environ:
+        return PlainConsole(stream)
+    from rich.console import Console
+
+    return Console(file=stream, highlight=False, soft_wrap=True, emoji=False)
 
 
-def is_live(console: Console) -> bool:
+def is_live(console) -> bool:
     return console.is_terminal and not console.no_color
 
 
 class LiveReporter:
     """Shows each stage's state and time as it changes; plain lines when the output is not a terminal."""
 
-    def __init__(self, console: Console, node_ids: list[str], *, clock=time.perf_counter) -> None:
+    def __init__(self, console, node_ids: list[str], *, clock=time.perf_counter) -> None:
         self.console = console
         self.clock = clock
         self.states: dict[str, tuple[Status, float | None]] = {n: (Status.PENDING, None) for n in node_ids}
@@ -48,8 +61,11 @@ class LiveReporter:
         self.fields: dict[str, dict] = {}
         self.printed_at: dict[str, float] = {}
         # get_renderable: the table is rebuilt at every refresh, so a running stage's clock ticks between events
-        self.live = Live(console=console, refresh_per_second=4, transient=True, get_renderable=self._table) \
-            if is_live(console) else None
+        self.live = None
+        if is_live(console):
+            from rich.live import Live
+
+            self.live = Live(console=console, refresh_per_second=4, transient=True, get_renderable=self._table)
 
     def __enter__(self) -> "LiveReporter":
         if self.live:
@@ -82,7 +98,10 @@ class LiveReporter:
         if self.live:
             self.live.refresh()
 
-    def _table(self) -> Table:
+    def _table(self):
+        from rich.table import Table
+        from rich.text import Text
+
         table = Table(show_header=False, box=None, padding=(0, 1))
         now = self.clock()
         for node, (status, seconds) in self.states.items():
@@ -96,6 +115,10 @@ class LiveReporter:
 
     def _progress(self, node: str, elapsed: float):
         """A running stage's note; a bar of trials measured when it reports a planned count (tuning)."""
+        from rich.columns import Columns
+        from rich.progress_bar import ProgressBar
+        from rich.text import Text
+
         fields = self.fields.get(node, {})
         text = Text(describe(fields, elapsed) if fields else "", style="dim")
         if "planned" not in fields or not fields["planned"]:
@@ -113,7 +136,10 @@ def result_line(result: NodeResult) -> str:
     return line
 
 
-def summary_table(results: list[NodeResult]) -> Table:
+def summary_table(results: list[NodeResult]):
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table(title="modelbuild", show_lines=False)
     for column in ("stage", "status", "seconds", "key"):
         table.add_column(column)

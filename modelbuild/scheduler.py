@@ -7,11 +7,9 @@ the store. It never prints: it reports events.
 
 from __future__ import annotations
 
-import multiprocessing
 import shutil
 import time
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from concurrent.futures.process import BrokenProcessPool
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -61,7 +59,7 @@ class Scheduler:
         self.build_dir = Path(build_dir)
         self.report = reporter
         self.run_result = RunResult()
-        self._pool: ProcessPoolExecutor | None = None
+        self._pool = None  # a ProcessPoolExecutor, made when the first stage must run
         self._running: dict[Future, tuple[Node, Decision, dict, Path, float]] = {}
         self._queued: list[tuple[Node, Decision, dict]] = []  # stale, waiting for one of the -j slots
         self._progress: dict[str, dict] = {}
@@ -173,6 +171,10 @@ class Scheduler:
     def _submit(self, node: Node, decision: Decision, inputs: dict, jobs: int) -> None:
         if self._pool is None:
             # spawn, not fork: TVM and onnxruntime hold threads that a forked child would inherit broken.
+            # imported here: a build whose stages are all cached never starts a pool, nor pays for its import
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
             self._pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
         scratch = self.store.scratch(node.stage + "-")
         out = scratch / "out"
@@ -185,6 +187,8 @@ class Scheduler:
 
     def _collect(self) -> bool:
         """Wait for at least one running stage, passing on their progress meanwhile; True if one failed."""
+        from concurrent.futures.process import BrokenProcessPool  # loaded already: a stage is running
+
         done: set = set()
         while not done:
             done, _ = wait(list(self._running), timeout=PROGRESS_POLL_SECONDS, return_when=FIRST_COMPLETED)
@@ -222,7 +226,7 @@ class Scheduler:
                                 reasons=decision.reasons, outputs=outputs, inputs=inputs))
 
     def _fail(self, node: Node, decision: Decision, err: Exception, scratch: Path, seconds: float) -> None:
-        if isinstance(err, BrokenProcessPool):
+        if not isinstance(err, StageError):  # BrokenProcessPool
             self._pool = None  # the worker died (a crash in native code); later stages get a fresh pool
             message = "the worker process died (a crash inside the stage's native code)"
         else:
