@@ -208,3 +208,13 @@ def test_a_cross_target_mcpu_is_checked_against_its_own_architecture(tmp_path):
 def test_every_shipped_validation_preset_loads_into_a_recipe(tmp_path, preset):
     text = f'include = ["{REPO / "recipes/validation" / preset}"]\n' + GOOD
     assert load_recipe(write(tmp_path, text)).spec.validation.gates.min_cosine >= 0.999
+
+
+def test_a_quantized_builds_golden_inputs_may_not_be_its_calibration_samples(tmp_path):
+    (tmp_path / "lines").mkdir()
+    text = GOOD.replace('targets = ["host"]', 'targets = ["host"]\nquantization = "int8"')
+    text += ('\n[quantization.int8]\ncalibration = { source = "images", path = "lines" }\n'
+             '\n[validation]\ngolden = { source = "images", path = "lines/" }\n')
+    err = error_of(tmp_path, text)
+    assert err.field == "validation.golden.path" and err.line == 20
+    assert err.message == "the golden inputs of cls+int8 are its calibration samples ('lines/')"

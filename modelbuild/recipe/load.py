@@ -73,6 +73,7 @@ def load_recipe(path: Path) -> LoadedRecipe:
     _check_tuning_records(loaded)
     _check_calibration_files(loaded)
     _check_int16_activations(loaded)
+    _check_held_out_golden(loaded)
     return loaded
 
 
@@ -262,6 +263,24 @@ def _check_golden_files(loaded: LoadedRecipe) -> None:
         if spec.baseline and not (loaded.root / spec.baseline.report).is_file():
             raise _fail(loaded, (*loc, "baseline", "report"), f"baseline report {spec.baseline.report!r} not found",
                         "point it at a report.json from an earlier build")
+
+
+def _check_held_out_golden(loaded: LoadedRecipe) -> None:
+    """A quantized build's golden inputs must not be its calibration samples: accuracy measured on the data the
+    ranges were fitted to says nothing about the inputs users will send."""
+    for index, build in enumerate(loaded.spec.builds):
+        if not build.quantization:
+            continue
+        calibration = loaded.spec.quantization[build.quantization].calibration
+        golden = loaded.validation_for(build).golden
+        if calibration.source == "random" or golden.source != calibration.source:
+            continue
+        if (loaded.root / golden.path).resolve() == (loaded.root / calibration.path).resolve():
+            loc = ("builds", index, "validation") if build.validation and "golden" in build.validation.model_fields_set \
+                else ("validation",)
+            raise _fail(loaded, (*loc, "golden", "path"),
+                        f"the golden inputs of {build.model}+{build.quantization} are its calibration samples "
+                        f"({golden.path!r})", "point golden.path at held-out samples the calibration never saw")
 
 
 def _check_int16_activations(loaded: LoadedRecipe) -> None:
