@@ -88,7 +88,7 @@ def root(tmp_path):
 def test_tuning_is_paid_once_continues_when_raised_and_is_shared_by_workload(root, capsys):
     assert main(["build", "-f", str(root / "deploy.toml")]) == 0
     shown = capsys.readouterr().out
-    assert re.search(r"^progress tune:a@cpu  tasks \d/1  trials \d/2  est\. [\d.]+ ms", shown, re.M), shown
+    assert re.search(r"^progress tune:a@cpu  tasks \d/1  trials \d/2  best est\. [\d.]+ ms", shown, re.M), shown
     assert "built    tune:a@cpu" in shown
     first = summary(root, "a@cpu")
     assert first["measured_now"] == 2 and len(first["tasks"]) == 1

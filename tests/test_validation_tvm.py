@@ -128,7 +128,7 @@ def test_report_command_rerenders_from_the_cache_without_running(project, capsys
     assert all((root / "build" / n).exists() for n in ("report.json", "report.md", "junit.xml"))
     write(seed=3)  # needs a reference run: report refuses rather than run it
     assert main(["report", "-f", str(root / "deploy.toml")]) == 2
-    assert "not built yet: reference:net@cpu" in capsys.readouterr().err
+    assert "not built yet: reference:net" in capsys.readouterr().err
 
 
 def test_golden_inputs_from_an_npz_file(project, capsys):

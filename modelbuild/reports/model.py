@@ -61,8 +61,7 @@ def _build(project, run: RunResult, name: str) -> dict:
         "name": name, "model": model, "target": target,
         "artifact": _artifact(project, name),
         "stages": {stage: _stage(r) for stage, r in nodes.items()},
-        "validation": {"ran": bool(metrics and metrics.get("ran")),
-                       "reason": (metrics or {}).get("reason") or (None if metrics else "not validated")},
+        "validation": {"ran": bool(metrics and metrics.get("ran")), "reason": _not_validated(nodes, metrics)},
         "accuracy": (metrics or {}).get("accuracy"),
         "quantization": quantization,
         "tuning": _tuning(_output_json(project, nodes.get("tune"), "tune.json"), nodes.get("tune")),
@@ -80,6 +79,15 @@ def _build(project, run: RunResult, name: str) -> dict:
         "passed": stages_ok and all(g.passed for g in results),
         "provenance": _provenance(project, nodes, spec, metrics),
     }
+
+
+def _not_validated(nodes: dict[str, NodeResult], metrics: dict | None) -> str | None:
+    """Why a build has no accuracy or timing figures, or None when it was validated."""
+    if metrics is not None:
+        return metrics.get("reason")
+    if "validate" not in nodes:
+        return "validation is off for this build (validation.enabled = false)"
+    return f"the validate stage {nodes['validate'].status.value}"
 
 
 def _tuning(summary: dict | None, result: NodeResult | None) -> dict | None:
