@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import operator
 from dataclasses import asdict, dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-from modelbuild.recipe.schema import ValidationSpec
+if TYPE_CHECKING:  # a validation table: pydantic's, or a snapshot's (recipe/snapshot.py)
+    from modelbuild.recipe.schema import ValidationSpec
 
 
 @dataclass(frozen=True)

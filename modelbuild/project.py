@@ -35,6 +35,7 @@ class Project:
 
 def open_project(recipe_path: Path, *, cache_dir: Path | None = None, build_dir: Path | None = None) -> Project:
     """Load the recipe; the store and build folder default to .cache/ and build/ beside it."""
-    recipe = load_recipe(recipe_path)
-    return Project(recipe=recipe, store=Store(cache_dir or recipe.root / ".cache"),
-                   build_dir=build_dir or recipe.root / "build")
+    recipe_path = Path(recipe_path).resolve()
+    cache = Path(cache_dir) if cache_dir else recipe_path.parent / ".cache"
+    recipe = load_recipe(recipe_path, snapshots=cache / "recipes")
+    return Project(recipe=recipe, store=Store(cache), build_dir=build_dir or recipe.root / "build")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import shutil
 import time
-from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -60,7 +59,7 @@ class Scheduler:
         self.report = reporter
         self.run_result = RunResult()
         self._pool = None  # a ProcessPoolExecutor, made when the first stage must run
-        self._running: dict[Future, tuple[Node, Decision, dict, Path, float]] = {}
+        self._running: dict = {}  # a running stage's Future -> (node, decision, key inputs, scratch, started)
         self._queued: list[tuple[Node, Decision, dict]] = []  # stale, waiting for one of the -j slots
         self._progress: dict[str, dict] = {}
 
@@ -187,7 +186,8 @@ class Scheduler:
 
     def _collect(self) -> bool:
         """Wait for at least one running stage, passing on their progress meanwhile; True if one failed."""
-        from concurrent.futures.process import BrokenProcessPool  # loaded already: a stage is running
+        from concurrent.futures import FIRST_COMPLETED, wait  # loaded already: a stage is running
+        from concurrent.futures.process import BrokenProcessPool
 
         done: set = set()
         while not done:

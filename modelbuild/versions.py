@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import re
+import sys
 from functools import cache
-from importlib import metadata
 
 from modelbuild import __version__
 
@@ -23,8 +25,30 @@ def tool_version(name: str) -> str:
     """The installed version of a tool by its short name ('modelbuild', 'tvm', ...), or 'missing'."""
     if name == "modelbuild":
         return __version__
+    return _dist_info_version(DISTRIBUTIONS[name]) or _metadata_version(DISTRIBUTIONS[name])
+
+
+def _dist_info_version(distribution: str) -> str | None:
+    """The version in the name of the first `<name>-<version>.dist-info` folder on sys.path, as Python's own
+    lookup finds it. Listing a folder is cheap; importing importlib.metadata costs a no-op build 30 ms."""
+    wanted = re.sub(r"[-_.]+", "_", distribution).lower()
+    for entry in sys.path:
+        try:
+            names = os.listdir(entry or ".")
+        except OSError:
+            continue
+        for folder in names:
+            stem, _, version = folder.removesuffix(".dist-info").partition("-")
+            if folder.endswith(".dist-info") and re.sub(r"[-_.]+", "_", stem).lower() == wanted:
+                return version
+    return None
+
+
+def _metadata_version(distribution: str) -> str:
+    from importlib import metadata  # other layouts (eggs, zips): the standard lookup
+
     try:
-        return metadata.version(DISTRIBUTIONS[name])
+        return metadata.version(distribution)
     except metadata.PackageNotFoundError:
         return "missing"
 

@@ -1,4 +1,5 @@
 from modelbuild.gates import evaluate
+from modelbuild.recipe.load import overridden
 from modelbuild.recipe.schema import ValidationSpec
 
 METRICS = {
@@ -58,7 +59,7 @@ def test_a_baseline_without_this_build_fails_the_gate_and_says_why():
 def test_per_build_overrides_replace_only_what_they_set():
     base = spec(gates={"max_p99_ms": 5, "min_cosine": 0.99}, timing={"min_runs": 7})
     override = ValidationSpec.model_validate({"gates": {"max_p99_ms": 1}})
-    merged = base.overridden_by(override)
+    merged = overridden(base, override)
     assert merged.gates.max_p99_ms == 1 and merged.gates.min_cosine == 0.99 and merged.timing.min_runs == 7
 
 

@@ -218,3 +218,46 @@ def test_a_quantized_builds_golden_inputs_may_not_be_its_calibration_samples(tmp
     err = error_of(tmp_path, text)
     assert err.field == "validation.golden.path" and err.line == 20
     assert err.message == "the golden inputs of cls+int8 are its calibration samples ('lines/')"
+
+
+SHIPPED = ["deploy.toml", *sorted(f"recipes/examples/{p.name}" for p in (REPO / "recipes/examples").glob("*.toml"))]
+
+
+@pytest.mark.parametrize("recipe", SHIPPED)
+def test_a_recipe_read_back_from_its_snapshot_plans_exactly_what_validation_planned(tmp_path, recipe):
+    """Same params, files and dependencies in every node, so the same cache keys, and the same gates."""
+    from modelbuild.plan import build_plan
+
+    validated = load_recipe(REPO / recipe, snapshots=tmp_path)
+    assert len(list(tmp_path.glob("*.json"))) == 1
+    snapped = load_recipe(REPO / recipe, snapshots=tmp_path)
+    assert type(snapped.spec).__name__ == "Table" and type(validated.spec).__name__ == "Recipe"
+    plans = [build_plan(r, lambda table: table) for r in (validated, snapped)]
+    assert plans[0] == plans[1]
+    for build in validated.spec.builds:
+        assert validated.validation_for(build).model_dump() == snapped.validation_for(
+            snapped.build_spec(build.model, build.targets[0], build.quantization)).model_dump()
+
+
+def test_an_edited_recipe_is_validated_again_and_its_mistakes_still_reported(tmp_path):
+    snapshots = tmp_path / "snapshots"
+    load_recipe(write(tmp_path, GOOD), snapshots=snapshots)
+    err = error_of(tmp_path, GOOD.replace("num-cores = 2", "num-cores = 2\nnum_cores = 2"))
+    assert err.field == "targets.host.num_cores"
+    with pytest.raises(RecipeError):
+        load_recipe(write(tmp_path, GOOD.replace('targets = ["host"]', 'targets = "host"')), snapshots=snapshots)
+    assert len(list(snapshots.glob("*.json"))) == 1  # nothing kept of the broken recipe
+
+
+def test_a_snapshot_table_dumps_and_copies_as_pydantic_does():
+    from modelbuild.recipe.schema import QuantizationSpec
+    from modelbuild.recipe.snapshot import freeze, thaw
+
+    model = QuantizationSpec.model_validate({"calibration": {"samples": 4, "source": "images", "path": "c"}})
+    table = thaw(json.loads(json.dumps(freeze(model))))
+    exclude = {"calibration": {"path"}}
+    assert table.model_dump(exclude=exclude) == model.model_dump(exclude=exclude)
+    assert table.model_dump(exclude={"calibration"}) == model.model_dump(exclude={"calibration"})
+    assert table.model_fields_set == model.model_fields_set == {"calibration"}
+    assert table.calibration.model_fields_set == {"samples", "source", "path"}
+    assert table.model_copy(update={"per_channel": False}).per_channel is False and table.per_channel is True

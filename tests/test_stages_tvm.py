@@ -155,7 +155,7 @@ def test_the_recipes_the_project_ships_build(tmp_path, recipe):
     # the no-op build, in a fresh process: everything cached, and none of the heavy libraries imported
     noop = ("import sys; from modelbuild.cli import main; code = main(sys.argv[1:]); "
             "print('heavy:', sorted({m.split('.')[0] for m in sys.modules} & {'numpy', 'tvm', 'onnx', 'onnxruntime', "
-            "'onnxslim', 'PIL'}))")
+            "'onnxslim', 'PIL', 'pydantic', 'rich'}))")
     again = subprocess.run([sys.executable, "-c", noop, "-f", str(path), "--cache-dir", str(tmp_path / "cache"),
                             "--build-dir", str(tmp_path / "build")], cwd=tmp_path, capture_output=True, text=True)
     assert re.search(r"^0 built, \d+ cached, 0 failed$", again.stdout, re.M), again.stdout

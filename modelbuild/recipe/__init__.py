@@ -1,6 +1,8 @@
-"""The recipe: what deploy.toml declares (schema), how it is read (load), and where a field lives (locate)."""
+"""The recipe: what deploy.toml declares (schema), how it is read (load), and where a field lives (locate).
+
+The schema (pydantic) is imported only to validate a recipe that has no snapshot yet (recipe/snapshot.py).
+"""
 
 from modelbuild.recipe.load import LoadedRecipe, load_recipe
-from modelbuild.recipe.schema import Recipe
 
-__all__ = ["LoadedRecipe", "Recipe", "load_recipe"]
+__all__ = ["LoadedRecipe", "load_recipe"]

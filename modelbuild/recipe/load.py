@@ -9,11 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_args, get_origin
 
-from pydantic import BaseModel, ValidationError
-
 from modelbuild.errors import RecipeError
+from modelbuild.recipe import snapshot
 from modelbuild.recipe.locate import dotted, locate, locate_in_files
-from modelbuild.recipe.schema import BuildSpec, Recipe
 from modelbuild.targets import HOST, MODELBUILD_KEYS, TARGET_OPTIONS, known_cpus, target_arch
 
 if sys.version_info >= (3, 11):
@@ -39,14 +37,14 @@ class LoadedRecipe:
     def model_path(self, name: str) -> Path:
         return (self.root / self.spec.models[name].path).resolve()
 
-    def validation_for(self, build: BuildSpec):
+    def validation_for(self, build):
         """The validation settings of one [[builds]] entry: the recipe's defaults under its own overrides.
 
         It takes the entry, not a model and target: a float and an int8 build of one model and target are
         two entries, each with its own overrides."""
-        return self.spec.validation.overridden_by(build.validation)
+        return overridden(self.spec.validation, build.validation)
 
-    def build_spec(self, model: str, target: str, quantization: str | None = None) -> BuildSpec:
+    def build_spec(self, model: str, target: str, quantization: str | None = None):
         """The [[builds]] entry that builds this model for this target with this quantization."""
         for build in self.spec.builds:
             if build.model == model and target in build.targets and build.quantization == quantization:
@@ -54,17 +52,38 @@ class LoadedRecipe:
         raise KeyError(f"{model}+{quantization}@{target}" if quantization else f"{model}@{target}")
 
 
-def load_recipe(path: Path) -> LoadedRecipe:
-    """Read, merge and validate a recipe; every user mistake raises a RecipeError naming file and line."""
+def overridden(base, other):
+    """`base` (a validation table) with every field `other` sets explicitly, nested tables field by field."""
+    if other is None:
+        return base
+    update = {}
+    for name in other.model_fields_set:
+        mine, theirs = getattr(base, name), getattr(other, name)
+        if hasattr(mine, "model_fields_set") and hasattr(theirs, "model_fields_set"):
+            update[name] = mine.model_copy(update={f: getattr(theirs, f) for f in theirs.model_fields_set})
+        else:
+            update[name] = theirs
+    return base.model_copy(update=update)
+
+
+# the code that decides what a valid recipe is: a snapshot is reused only under the same code
+_SCHEMA_CODE = [Path(__file__).parent / name for name in ("schema.py", "load.py", "snapshot.py")]
+
+
+def load_recipe(path: Path, *, snapshots: Path | None = None) -> LoadedRecipe:
+    """Read, merge and validate a recipe; every user mistake raises a RecipeError naming file and line.
+
+    With `snapshots` (a folder in the cache), a recipe validated before is read back without pydantic."""
     path = Path(path).resolve()
     if not path.exists():
         raise RecipeError("no recipe here", file=str(path), fix="run modelbuild where deploy.toml is, or pass -f FILE")
     files: list[Path] = []
     data = _read_with_includes(path, files, chain=())
-    try:
-        spec = Recipe.model_validate(data)
-    except ValidationError as err:
-        raise _recipe_error(err.errors()[0], files) from None
+    key = snapshot.snapshot_key(data, _SCHEMA_CODE) if snapshots else None
+    spec = snapshot.read(snapshots, key) if snapshots else None
+    fresh = spec is None
+    if fresh:
+        spec = _validate(data, files)
     loaded = LoadedRecipe(spec=spec, path=path, files=files)
     _check_targets(loaded)
     _check_builds(loaded)
@@ -74,7 +93,21 @@ def load_recipe(path: Path) -> LoadedRecipe:
     _check_calibration_files(loaded)
     _check_int16_activations(loaded)
     _check_held_out_golden(loaded)
+    if fresh and snapshots:  # only a recipe that passed every check: bad input leaves the cache as it was
+        snapshot.write(snapshots, key, spec)
     return loaded
+
+
+def _validate(data: dict, files: list[Path]):
+    # imported here: a recipe read back from its snapshot never loads pydantic
+    from pydantic import ValidationError
+
+    from modelbuild.recipe.schema import Recipe
+
+    try:
+        return Recipe.model_validate(data)
+    except ValidationError as err:
+        raise _recipe_error(err.errors()[0], files) from None
 
 
 def _read_toml(path: Path) -> dict:
@@ -147,6 +180,10 @@ def _spelling_fix(word: str, valid: list[str] | tuple[str, ...]) -> str:
 
 def _fields_at(loc: tuple) -> list[str]:
     """The keys the schema allows at a location, to suggest the right spelling."""
+    from pydantic import BaseModel
+
+    from modelbuild.recipe.schema import Recipe
+
     node: Any = Recipe
     for part in loc:
         if isinstance(node, type) and issubclass(node, BaseModel):

@@ -103,19 +103,6 @@ class ValidationSpec(Strict):
     not_run_here: Literal["pass", "fail"] = Field(
         default="pass", description="A target this machine cannot run (cross-compiled, no GPU): pass or fail.")
 
-    def overridden_by(self, other: "ValidationSpec | None") -> "ValidationSpec":
-        """This spec with every field the other one sets explicitly, nested tables field by field."""
-        if other is None:
-            return self
-        update = {}
-        for name in other.model_fields_set:
-            mine, theirs = getattr(self, name), getattr(other, name)
-            if isinstance(mine, Strict) and isinstance(theirs, Strict):
-                update[name] = mine.model_copy(update={f: getattr(theirs, f) for f in theirs.model_fields_set})
-            else:
-                update[name] = theirs
-        return self.model_copy(update=update)
-
 
 class TuningSpec(Strict):
     """MetaSchedule tuning: how many trials each task gets, how candidates are searched and measured."""
