@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import difflib
 import json
 import os
 import shutil
@@ -43,6 +42,8 @@ def _with_command(argv: list[str]) -> list[str]:
     if argv and (argv[0] in COMMANDS or argv[0] in ("-h", "--help", "--version")):
         return argv
     if argv and not argv[0].startswith("-"):
+        import difflib  # here, as every import on the way to a no-op build is paid on every build
+
         close = difflib.get_close_matches(argv[0], COMMANDS, n=1, cutoff=0.75)
         if close and "@" not in argv[0]:
             _error(f"unknown command {argv[0]!r} (fix: did you mean `modelbuild {close[0]}`? To build a model "

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
-import subprocess
 import sys
 from pathlib import Path
 
@@ -41,7 +39,7 @@ HOST = "host"
 
 def host_arch() -> str:
     """The host's architecture as LLVM triples spell it (x86_64, aarch64)."""
-    machine = platform.machine().lower()
+    machine = os.uname().machine.lower()
     return {"amd64": "x86_64", "arm64": "aarch64"}.get(machine, machine)
 
 
@@ -90,7 +88,7 @@ def host_machine() -> dict:
 
 def _cpu_fingerprint() -> dict:
     """What identifies this CPU for LLVM: model name and feature flags, read from /proc/cpuinfo."""
-    info = {"machine": platform.machine(), "tvm": tool_version("tvm")}
+    info = {"machine": os.uname().machine, "tvm": tool_version("tvm")}
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
@@ -103,6 +101,8 @@ def _cpu_fingerprint() -> dict:
 
 
 def _ask_llvm_for_host_cpu() -> str:
+    import subprocess  # here: only the first build on a machine asks; a no-op build reads the memo
+
     code = "import tvm.target.codegen as c; print(c.llvm_get_system_cpu())"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     if proc.returncode != 0 or not proc.stdout.strip():

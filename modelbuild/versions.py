@@ -33,15 +33,19 @@ def _dist_info_version(distribution: str) -> str | None:
     lookup finds it. Listing a folder is cheap; importing importlib.metadata costs a no-op build 30 ms."""
     wanted = re.sub(r"[-_.]+", "_", distribution).lower()
     for entry in sys.path:
-        try:
-            names = os.listdir(entry or ".")
-        except OSError:
-            continue
-        for folder in names:
+        for folder in _dist_infos(entry):
             stem, _, version = folder.removesuffix(".dist-info").partition("-")
-            if folder.endswith(".dist-info") and re.sub(r"[-_.]+", "_", stem).lower() == wanted:
+            if re.sub(r"[-_.]+", "_", stem).lower() == wanted:
                 return version
     return None
+
+
+@cache
+def _dist_infos(entry: str) -> tuple[str, ...]:
+    try:
+        return tuple(name for name in os.listdir(entry or ".") if name.endswith(".dist-info"))
+    except OSError:
+        return ()
 
 
 def _metadata_version(distribution: str) -> str:

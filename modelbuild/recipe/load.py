@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import re
 import sys
 from dataclasses import dataclass, field
@@ -173,6 +172,8 @@ def _recipe_error(error: dict, files: list[Path]) -> RecipeError:
 
 
 def _spelling_fix(word: str, valid: list[str] | tuple[str, ...]) -> str:
+    import difflib  # here and below: only a mistake needs it, and a no-op build pays for every import
+
     close = difflib.get_close_matches(word, valid, n=1)
     hint = f"did you mean {close[0]!r}? " if close else "check the spelling; "
     return f"{hint}valid keys here: {', '.join(valid) or 'none'}"
@@ -245,6 +246,8 @@ def _check_mcpu(loaded: LoadedRecipe, name: str, table: dict) -> None:
     arch = target_arch(table)
     cpus = known_cpus(arch)
     if cpus is not None and mcpu not in cpus:
+        import difflib
+
         close = difflib.get_close_matches(str(mcpu), cpus, n=3)
         hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
         raise _fail(loaded, ("targets", name, "mcpu"), f"LLVM knows no {arch} CPU {mcpu!r}",
