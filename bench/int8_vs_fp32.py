@@ -60,7 +60,7 @@ def build(root: Path, text: str) -> None:
 
 
 def inputs(model: str, paths: list[Path]) -> np.ndarray:
-    from modelbuild.golden import load_images
+    from modelbuild.validation.golden import load_images
 
     _, shape, norm = MODELS[model]
     preprocess = {"resize": None, "scale": 1 / 255, "layout": "NCHW", "color": "RGB", **norm}

@@ -12,8 +12,9 @@ from pathlib import Path
 
 from modelbuild import __version__
 from modelbuild.errors import ModelbuildError, environment_failure
-from modelbuild.events import Status
-from modelbuild.scheduler import Options
+from modelbuild.pipeline.names import select
+from modelbuild.build.events import Status
+from modelbuild.build.scheduler import Options
 
 COMMANDS = ("build", "init", "status", "explain", "graph", "clean", "cache", "schema", "report", "tune")
 
@@ -150,7 +151,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _project(args):
-    from modelbuild.project import open_project
+    from modelbuild.pipeline.project import open_project
 
     return open_project(args.file, cache_dir=args.cache_dir, build_dir=args.build_dir)
 
@@ -161,7 +162,7 @@ def cmd_build(args, console) -> int:
     if args.jobs < 1:
         raise ModelbuildError(f"-j must be at least 1, got {args.jobs}")
     project = _project(args)
-    plan = project.plan.select(args.selectors)
+    plan = select(project.plan, args.selectors)
     options = Options(jobs=args.jobs, keep_going=args.keep_going, dry_run=args.dry_run)
     with LiveReporter(console if not args.json else _null_console(), list(plan.nodes)) as reporter:
         run = project.run(args.selectors, options, reporter)
@@ -201,7 +202,7 @@ def _exit_code(run, report: dict) -> int:
 
 def _print_outcome(console, project, report: dict) -> None:
     """One figures line per build, each failed gate with its value and limit, and where the report is."""
-    from modelbuild.gates import GateResult
+    from modelbuild.validation.gates import GateResult
     from modelbuild.reports.markdown import outcome_line, summary_line
 
     for build in sorted(report["builds"], key=lambda b: b["name"]):
@@ -313,7 +314,7 @@ def cmd_status(args, console) -> int:
 
 
 def cmd_explain(args, console) -> int:
-    from modelbuild.explain import explain, write_ir
+    from modelbuild.pipeline.explain import explain, write_ir
 
     project = _project(args)
     for line in explain(project, args.build):
@@ -325,7 +326,7 @@ def cmd_explain(args, console) -> int:
 
 
 def cmd_graph(args, console) -> int:
-    from modelbuild.graph_render import FORMATS
+    from modelbuild.build.render import FORMATS
 
     print(FORMATS[args.format](_project(args).plan))
     return EXIT_OK
@@ -373,7 +374,7 @@ def cmd_report(args, console) -> int:
 
 
 def cmd_tune(args, console) -> int:
-    from modelbuild import tuning_db
+    from modelbuild.compiler import tuning_db
 
     project = _project(args)
     if args.action == "export":

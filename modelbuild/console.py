@@ -10,7 +10,7 @@ import os
 import sys
 import time
 
-from modelbuild.events import NodeFinished, NodeProgress, NodeResult, NodeStarted, Status
+from modelbuild.build.events import NodeFinished, NodeProgress, NodeResult, NodeStarted, Status
 from modelbuild.progress import describe
 
 STYLES = {

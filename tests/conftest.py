@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from modelbuild import stages
-from modelbuild.stages import Stage
+from modelbuild.build.stage import Stage
+from modelbuild.pipeline import registry
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -15,8 +15,10 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.fixture
 def fake_stages(monkeypatch):
     """Swap the TVM stages for fast fakes that run the same way, in worker processes."""
-    monkeypatch.setitem(stages.STAGES, "import", Stage("import", 1, "tests.fake_stages:import_", ("onnx",), "fake"))
-    monkeypatch.setitem(stages.STAGES, "compile", Stage("compile", 1, "tests.fake_stages:compile_", ("tvm",), "fake"))
+    monkeypatch.setitem(registry.STAGES, "import", Stage("import", "tests.fake_stages:import_", ("onnx",), "fake",
+                                                         outputs=("ir.json", "signature.json")))
+    monkeypatch.setitem(registry.STAGES, "compile", Stage("compile", "tests.fake_stages:compile_", ("tvm",), "fake",
+                                                          outputs=("{library}", "analysis.json")))
 
 
 def write_fake_model(path: Path, graph: list[str], **extra) -> Path:

@@ -1,6 +1,6 @@
 """Fusion and memory figures from IR facts: pure, with answers computed by hand."""
 
-from modelbuild.analysis import (KernelCall, Step, fusion_summary, heaviest_kernels, lifetimes, memory_summary,
+from modelbuild.compiler.analysis import (KernelCall, Step, fusion_summary, heaviest_kernels, lifetimes, memory_summary,
                                  peak_live_bytes, roofline)
 
 S = 4096  # bytes of one tensor

@@ -6,8 +6,8 @@ import numpy as np
 import onnx
 
 from modelbuild.recipe.schema import QuantizationSpec
-from modelbuild.stages import activations, bias_correction
-from modelbuild.stages.bias_correction import _corrected
+from modelbuild.quantization import activations, bias_correction
+from modelbuild.quantization.bias_correction import _corrected
 from modelbuild.stages.quantize import quantized
 from tests.onnx_models import (
     quantized_without_and_with,

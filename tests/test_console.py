@@ -7,7 +7,7 @@ import io
 from rich.console import Console
 
 from modelbuild.console import LiveReporter
-from modelbuild.events import NodeProgress, NodeStarted
+from modelbuild.build.events import NodeProgress, NodeStarted
 from modelbuild.progress import clock, describe, eta
 
 TUNING = {"tasks": 24, "tasks_done": 3, "trials": 40, "planned": 160, "estimate_ms": 0.8341}

@@ -31,7 +31,7 @@ def run(module, x):
 @pytest.mark.parametrize("shape, wshape, strides", [((1, 8, 5, 6), (8, 3, 2, 2), 2), ((2, 4, 3, 7), (4, 5, 3, 2), (3, 2))],
                          ids=["2x2s2", "3x2s32-batch2"])
 def test_a_non_overlapping_transposed_conv_becomes_a_1x1_conv_with_the_same_outputs(shape, wshape, strides):
-    from modelbuild.stages import conv_transpose
+    from modelbuild.compiler import conv_transpose
 
     module = transposed_conv_module(shape, wshape, strides)
     rewritten = conv_transpose.rewrite(module)
@@ -44,7 +44,7 @@ def test_a_non_overlapping_transposed_conv_becomes_a_1x1_conv_with_the_same_outp
 @pytest.mark.parametrize("attrs", [{"strides": 1}, {"strides": 2, "padding": 1}, {"strides": 2, "output_padding": 1}],
                          ids=["overlapping", "padded", "output-padded"])
 def test_overlapping_or_padded_transposed_convs_are_left_alone(attrs):
-    from modelbuild.stages import conv_transpose
+    from modelbuild.compiler import conv_transpose
 
     module = transposed_conv_module((1, 4, 5, 5), (4, 2, 2, 2), **attrs)
     assert "conv2d_transpose" in conv_transpose.rewrite(module).script()

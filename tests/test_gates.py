@@ -1,4 +1,4 @@
-from modelbuild.gates import evaluate
+from modelbuild.validation.gates import evaluate
 from modelbuild.recipe.load import overridden
 from modelbuild.recipe.schema import ValidationSpec
 

@@ -5,8 +5,8 @@ import pytest
 from PIL import Image
 
 from modelbuild.errors import StageError
-from modelbuild.golden import CALIBRATION, GOLDEN, generate, load_images
-from modelbuild.sample_files import image_files
+from modelbuild.validation.golden import CALIBRATION, GOLDEN, generate, load_images
+from modelbuild.pipeline.sample_files import image_files
 
 PRE = {"resize": None, "scale": 1 / 255, "mean": [0.5, 0.5, 0.5], "std": [0.5, 0.5, 0.5], "layout": "NCHW",
        "color": "RGB"}

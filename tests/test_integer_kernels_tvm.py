@@ -16,7 +16,7 @@ def built_quantize(shape, scale, axis: int, target_table, *, schedule: bool = Tr
     import tvm
     from tvm import relax
 
-    from modelbuild.stages import lowering
+    from modelbuild.compiler import lowering
 
     bb = relax.BlockBuilder()
     x = relax.Var("x", relax.TensorType(shape=shape, dtype="float32"))

@@ -18,7 +18,7 @@ def compile_qdq(path, *, integer: bool):
     from tvm import relax, tirx
     from tvm.relax.frontend import onnx as relax_onnx
 
-    from modelbuild.stages import integer_ops, lowering
+    from modelbuild.compiler import integer_ops, lowering
 
     module = relax_onnx.from_onnx(onnx.load(str(path)), shape_dict={"x": SHAPE}, keep_params_in_input=False)
     if integer:
@@ -92,7 +92,7 @@ def run_module(module, x):
 def test_constant_rescales_before_a_quantize_fold_into_its_scale():
     from tvm import relax
 
-    from modelbuild.stages.integer_ops import constant_value, fold_into_quantize
+    from modelbuild.compiler.integer_ops import constant_value, fold_into_quantize
 
     multiplier = np.array([0.5, 2.0, 1.25, 3.0]).reshape(1, 4, 1, 1)
     module = rescaled_quantize(multiplier)
@@ -109,7 +109,7 @@ def test_constant_rescales_before_a_quantize_fold_into_its_scale():
                                         np.array([1.0, 2.0]).reshape(1, 1, 2, 1)],  # varies along rows
                          ids=["negative", "other axis"])
 def test_rescales_that_do_not_fold_stay(multiplier):
-    from modelbuild.stages.integer_ops import fold_into_quantize
+    from modelbuild.compiler.integer_ops import fold_into_quantize
 
     folded = fold_into_quantize(rescaled_quantize(multiplier))
     assert op_names(folded) == ["relax.divide", "relax.multiply", "relax.quantize"]
@@ -146,7 +146,7 @@ def test_divisions_only_pooled_and_gated_move_into_the_quantize_scales():
     import tvm
     from tvm import relax
 
-    from modelbuild.stages.integer_ops import defer_divisions, fold_into_quantize
+    from modelbuild.compiler.integer_ops import defer_divisions, fold_into_quantize
 
     module = squeeze_excite_tail()
     rewritten = relax.transform.DeadCodeElimination()(fold_into_quantize(defer_divisions(module)))
@@ -163,7 +163,7 @@ def test_divisions_only_pooled_and_gated_move_into_the_quantize_scales():
 
 
 def test_a_division_with_another_use_stays():
-    from modelbuild.stages.integer_ops import defer_divisions
+    from modelbuild.compiler.integer_ops import defer_divisions
 
     assert op_names(defer_divisions(squeeze_excite_tail(extra_use=True))).count("relax.divide") == 1
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from modelbuild.analysis import fusion_summary, memory_summary
+from modelbuild.compiler.analysis import fusion_summary, memory_summary
 
 pytestmark = pytest.mark.tvm
 
@@ -28,7 +28,7 @@ def build_module(body, shape=SHAPE):
 def figures(module, *, fuse=True):
     import tvm
 
-    from modelbuild.stages import lowering
+    from modelbuild.compiler import lowering
 
     target = tvm.target.Target({"kind": "llvm"})
     with target, tvm.transform.PassContext(opt_level=3):
@@ -100,7 +100,7 @@ def scheduled_kernel(module, name: str, *, schedule: bool) -> tuple[str, object]
     import tvm
     from tvm import relax, tirx
 
-    from modelbuild.stages import lowering
+    from modelbuild.compiler import lowering
 
     target = tvm.target.Target({"kind": "llvm", "num-cores": 2})
     with target, tvm.transform.PassContext(opt_level=3):

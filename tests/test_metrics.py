@@ -3,7 +3,7 @@ import math
 import numpy as np
 import pytest
 
-from modelbuild import metrics
+from modelbuild.validation import metrics
 
 
 def test_nearest_rank_percentiles_on_a_known_list():

@@ -6,7 +6,8 @@ import pytest
 from PIL import Image
 
 from modelbuild.errors import SelectionError
-from modelbuild.plan import build_plan, float_build_of, library_name
+from modelbuild.pipeline.graph import build_plan, library_name
+from modelbuild.pipeline.names import float_build_of, select
 from modelbuild.recipe import load_recipe
 
 RECIPE = """
@@ -74,11 +75,11 @@ def test_a_cross_target_builds_objects_and_is_not_run_here(plan):
 
 
 def test_selection_takes_dependencies_along(plan):
-    sub = plan.select(["*@pi"])
+    sub = select(plan, ["*@pi"])
     assert set(sub.builds) == {"cls+int8@pi"} and "import:cls" in sub.nodes and "compile:cls+int8@host" not in sub.nodes
-    assert set(plan.select(["cls"]).builds) == {"cls+int8@host", "cls+int8@pi"}
+    assert set(select(plan, ["cls"]).builds) == {"cls+int8@host", "cls+int8@pi"}
     with pytest.raises(SelectionError, match="no build matches 'gpu'"):
-        plan.select(["gpu"])
+        select(plan, ["gpu"])
 
 
 def test_a_float_and_an_int8_build_of_one_model_and_target_live_side_by_side(tmp_path):
@@ -94,8 +95,8 @@ def test_a_float_and_an_int8_build_of_one_model_and_target_live_side_by_side(tmp
     assert plan.nodes["compile:cls+int8@host"].publish["model.so"] == "cls+int8/host/model.so"
     assert plan.nodes["compile:cls@host"].deps["ir"] == ("import:cls", "ir.json")  # one import serves both
     assert float_build_of("cls+int8@host") == "cls@host" and float_build_of("cls@host") is None
-    assert set(plan.select(["cls+int8"]).builds) == {"cls+int8@host"}
-    assert set(plan.select(["cls"]).builds) == {"cls@host", "cls+int8@host"}
+    assert set(select(plan, ["cls+int8"]).builds) == {"cls+int8@host"}
+    assert set(select(plan, ["cls"]).builds) == {"cls@host", "cls+int8@host"}
 
 
 def test_every_build_of_a_model_shares_one_reference_that_reads_only_the_import(plan):
@@ -120,7 +121,7 @@ def test_builds_with_different_golden_data_get_references_of_their_own(tmp_path)
 
 
 def test_the_graph_draws_each_edge_once_and_reference_beside_compile(plan):
-    from modelbuild.graph_render import as_dot, as_tree
+    from modelbuild.build.render import as_dot, as_tree
 
     dot = as_dot(plan)
     assert dot.count('"compile:cls+int8@host" -> "validate:cls+int8@host"') == 1  # library and figures: one edge

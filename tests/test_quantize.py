@@ -68,7 +68,7 @@ def test_a_node_to_leave_in_float_that_the_model_does_not_have_is_an_error(tmp_p
 
 
 def test_int16_nodes_read_int16_inputs_with_twice_the_calibrated_range(tmp_path):
-    from modelbuild.stages import activations
+    from modelbuild.quantization import activations
     from modelbuild.stages.quantize import INT16_HEADROOM
 
     model = onnx.load(str(uneven_channels(tmp_path / "m.onnx")))

@@ -1,8 +1,8 @@
-from modelbuild.rebuilder import changes, decide
-from modelbuild.store import Store
+from modelbuild.build.rebuilder import changes, decide
+from modelbuild.build.store import Store
 
 BASE = {
-    "stage": {"name": "import", "version": 1},
+    "stage": {"name": "import", "source": "c0de"},
     "params": {"inputs": {"x": {"shape": [1, 3, 48, 192], "dtype": "float32"}}, "target": {"num-cores": 2}},
     "files": {"model": "aaa"},
     "upstream": {"ir": "111"},
@@ -14,8 +14,9 @@ def edited(**paths):
     import copy
 
     out = copy.deepcopy(BASE)
-    for dotted, value in paths.items():
-        *head, last = dotted.split("__")
+    for dotted, value in paths.items():  # a__b__c is the path a.b.c; a single _ inside a part stands for -
+        *head, last = (part.replace("_", "-") if part.replace("_", "-") in _keys(out) else part
+                       for part in dotted.split("__"))
         node = out
         for part in head:
             node = node[part]
@@ -23,14 +24,24 @@ def edited(**paths):
     return out
 
 
+def _keys(tree: dict) -> set[str]:
+    """Every key anywhere in `tree`, to tell 'num-cores' from a new key 'num_cores'."""
+    keys = set()
+    for key, value in tree.items():
+        keys.add(key)
+        if isinstance(value, dict):
+            keys |= _keys(value)
+    return keys
+
+
 def test_reasons_read_as_a_person_would_say_them():
     assert changes(BASE, edited(params__inputs__x__shape=[1, 3, 48, 320])) == [
         "input x shape changed [1,3,48,192] -> [1,3,48,320]"]
     assert changes(BASE, edited(files__model="bbb")) == ["model file changed"]
     assert changes(BASE, edited(tools__tvm="0.28.0")) == ["tvm 0.27.0 -> 0.28.0"]
-    assert changes(BASE, edited(params__target__num_cores=4)) == ["target num_cores changed (none) -> 4"]
+    assert changes(BASE, edited(params__target__num_cores=4)) == ["target num-cores changed 2 -> 4"]
     assert changes(BASE, edited(upstream__ir="222")) == ["upstream ir output changed"]
-    assert changes(BASE, edited(stage__version=2)) == ["stage implementation changed v1 -> v2"]
+    assert changes(BASE, edited(stage__source="beef")) == ["stage code changed"]
     assert changes(BASE, BASE) == []
 
 

@@ -226,7 +226,7 @@ SHIPPED = ["deploy.toml", *sorted(f"recipes/examples/{p.name}" for p in (REPO / 
 @pytest.mark.parametrize("recipe", SHIPPED)
 def test_a_recipe_read_back_from_its_snapshot_plans_exactly_what_validation_planned(tmp_path, recipe):
     """Same params, files and dependencies in every node, so the same cache keys, and the same gates."""
-    from modelbuild.plan import build_plan
+    from modelbuild.pipeline.graph import build_plan
 
     validated = load_recipe(REPO / recipe, snapshots=tmp_path)
     assert len(list(tmp_path.glob("*.json"))) == 1

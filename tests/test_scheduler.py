@@ -6,9 +6,9 @@ import json
 import os
 import time
 
-from modelbuild.events import Status
-from modelbuild.project import open_project
-from modelbuild.scheduler import Options
+from modelbuild.build.events import Status
+from modelbuild.pipeline.project import open_project
+from modelbuild.build.scheduler import Options
 from tests.conftest import write_fake_model
 
 
@@ -119,7 +119,7 @@ def test_without_keep_going_a_failure_stops_the_other_models_imports_from_starti
 
 
 def test_no_more_stages_run_at_once_than_jobs_allow(fake_project):
-    from modelbuild.events import NodeFinished, NodeStarted
+    from modelbuild.build.events import NodeFinished, NodeStarted
 
     root, _ = fake_project
     running, most = set(), 0
@@ -200,7 +200,7 @@ def test_deleted_cache_object_is_rebuilt_not_trusted(fake_project):
 
 
 def test_a_running_stage_reports_its_progress(fake_project, tmp_path_factory):
-    from modelbuild.events import NodeProgress
+    from modelbuild.build.events import NodeProgress
 
     root, _ = fake_project
     acks = tmp_path_factory.mktemp("acks")
@@ -220,17 +220,19 @@ def test_a_running_stage_reports_its_progress(fake_project, tmp_path_factory):
 def test_editing_a_stage_helper_reruns_that_stage_only(fake_project, monkeypatch, tmp_path_factory):
     from dataclasses import replace
 
-    from modelbuild import stages
+    from modelbuild.build import stage
+    from modelbuild.pipeline import registry
 
     lib = tmp_path_factory.mktemp("lib")
     (lib / "mb_helper_under_test.py").write_text("FACTOR = 1\n")
     monkeypatch.syspath_prepend(str(lib))
-    monkeypatch.setitem(stages.STAGES, "compile", replace(stages.STAGES["compile"], helpers=("mb_helper_under_test",)))
+    helped = replace(registry.STAGES["compile"], also_runs=("mb_helper_under_test",))
+    monkeypatch.setitem(registry.STAGES, "compile", helped)
     root, _ = fake_project
-    stages.source_digest.cache_clear()  # one process builds twice here; a CLI run is a fresh process
+    stage.source_digest.cache_clear()  # one process builds twice here; a CLI run is a fresh process
     build(root)
     (lib / "mb_helper_under_test.py").write_text("FACTOR = 2\n")
-    stages.source_digest.cache_clear()
+    stage.source_digest.cache_clear()
     run, statuses = build(root, dry_run=True)
     assert {n for n, s in statuses.items() if s is Status.STALE} == {"compile:a@cpu", "compile:b@cpu"}
     assert run.results["compile:a@cpu"].reasons == ["stage code changed"]

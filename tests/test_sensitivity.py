@@ -6,7 +6,7 @@ import numpy as np
 import onnx
 
 from modelbuild.recipe.schema import QuantizationSpec
-from modelbuild.stages import activations, sensitivity
+from modelbuild.quantization import activations, sensitivity
 from modelbuild.stages.quantize import quantized
 from tests.onnx_models import spread_inside
 

@@ -6,8 +6,8 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from modelbuild.metrics import sqnr_db
-from modelbuild.stages import activations, smoothing
+from modelbuild.validation.metrics import sqnr_db
+from modelbuild.quantization import activations, smoothing
 from tests.onnx_models import quantized_without_and_with, uneven_channels, uneven_input
 
 SAMPLES = [uneven_input(seed) for seed in range(4)]

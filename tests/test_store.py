@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from modelbuild.store import ActionResult, Stats, Store
+from modelbuild.build.store import ActionResult, Stats, Store
 
 
 def stored(tmp_path, content: bytes = b"library"):

@@ -17,7 +17,7 @@ def test_llvm_cpus_json_lists_what_this_tvms_llvm_accepts():
     import tvm
     from tvm.target import codegen
 
-    data = json.loads((Path(modelbuild.__file__).parent / "llvm_cpus.json").read_text())
+    data = json.loads((Path(modelbuild.__file__).parent / "recipe" / "llvm_cpus.json").read_text())
     assert data["tvm"] == tvm.__version__ and set(data["cpus"]) == set(TRIPLES)
     for arch, triple in TRIPLES.items():
         target = tvm.target.Target({"kind": "llvm", "mtriple": triple})

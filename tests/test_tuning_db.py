@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from modelbuild import tuning_db
+from modelbuild.compiler import tuning_db
 from modelbuild.errors import ModelbuildError
 
 TARGET = {"kind": "llvm", "mcpu": "skylake", "num-cores": 2}

@@ -9,7 +9,7 @@ import textwrap
 import pytest
 
 from modelbuild.cli import main
-from modelbuild import tuning_db
+from modelbuild.compiler import tuning_db
 from tests.onnx_models import conv_relu
 
 pytestmark = pytest.mark.tvm

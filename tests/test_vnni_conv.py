@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from modelbuild.stages.vnni_conv import GROUP, LANES, pack_weights
+from modelbuild.compiler.kernels.vnni_conv import GROUP, LANES, pack_weights
 
 
 def test_packed_weights_put_16_output_channels_by_4_input_channels_and_pad_with_zeros():

@@ -35,7 +35,7 @@ def conv_module(shape, weight, dtype, *, strides, padding, dilation, groups=1):
 def build(module, target_table):
     import tvm
 
-    from modelbuild.stages import lowering
+    from modelbuild.compiler import lowering
 
     target = tvm.target.Target(target_table)
     with target, tvm.transform.PassContext(opt_level=3):
@@ -79,7 +79,7 @@ def test_vnni_conv_is_tensorised_and_bit_exact(geometry):
     import tvm
     from tvm import relax
 
-    from modelbuild.stages import vnni_conv
+    from modelbuild.compiler.kernels import vnni_conv
 
     shape, wshape, strides, padding, dilation, dtype = geometry
     rng = np.random.default_rng(len(shape) + wshape[0])
@@ -114,7 +114,7 @@ def test_float_accumulation_is_exact_at_its_bound_of_1024_extreme_products():
     import tvm
     from tvm import relax
 
-    from modelbuild.stages.integer_kernels import EXACT_FLOAT_PRODUCTS
+    from modelbuild.compiler.kernels.integer_kernels import EXACT_FLOAT_PRODUCTS
 
     shape, wshape = (1, 64, 4, 4), (16, 64, 4, 4)  # 64 x 4 x 4 = 1024 products per output
     assert wshape[1] * wshape[2] * wshape[3] == EXACT_FLOAT_PRODUCTS

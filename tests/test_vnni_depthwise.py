@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from modelbuild.stages.vnni_depthwise import (
+from modelbuild.compiler.kernels.vnni_depthwise import (
     GROUP,
     fits_window,
     load_width,

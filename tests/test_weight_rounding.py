@@ -8,7 +8,7 @@ import pytest
 from onnx import helper, numpy_helper
 
 from modelbuild.recipe.schema import QuantizationSpec
-from modelbuild.stages import activations, weight_rounding
+from modelbuild.quantization import activations, weight_rounding
 from modelbuild.stages.quantize import quantized
 from tests.onnx_models import uneven_channels, uneven_input
 

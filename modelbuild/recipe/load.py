@@ -11,7 +11,7 @@ from typing import Any, get_args, get_origin
 from modelbuild.errors import RecipeError
 from modelbuild.recipe import snapshot
 from modelbuild.recipe.locate import dotted, locate, locate_in_files
-from modelbuild.targets import HOST, MODELBUILD_KEYS, TARGET_OPTIONS, known_cpus, target_arch
+from modelbuild.recipe.targets import HOST, MODELBUILD_KEYS, TARGET_OPTIONS, known_cpus, target_arch
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -252,7 +252,7 @@ def _check_mcpu(loaded: LoadedRecipe, name: str, table: dict) -> None:
         hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
         raise _fail(loaded, ("targets", name, "mcpu"), f"LLVM knows no {arch} CPU {mcpu!r}",
                     f'{hint}mcpu = "host" builds for this machine; the list: '
-                    f'python -c "import modelbuild.targets as t; print(t.known_cpus({arch!r}))"')
+                    f'python -c "import modelbuild.recipe.targets as t; print(t.known_cpus({arch!r}))"')
 
 
 def _check_builds(loaded: LoadedRecipe) -> None:

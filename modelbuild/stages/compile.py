@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from modelbuild import analysis
+from modelbuild.compiler import analysis
 from modelbuild.errors import StageError, last_line
 
 ANALYSIS_FILE = "analysis.json"
@@ -54,7 +54,7 @@ def _target(spec: dict):
 def _build(module, target, options: dict, records: Path | None):
     import tvm
 
-    from modelbuild.stages import lowering
+    from modelbuild.compiler import lowering
 
     if target.kind.name != "llvm":  # the phased pipeline mirrors the CPU one; other kinds use their own
         return tvm.compile(module, target=target), None
@@ -72,7 +72,7 @@ def _database(records: Path):
 
     from tvm.s_tir import meta_schedule as ms
 
-    from modelbuild import tuning_db
+    from modelbuild.compiler import tuning_db
 
     folder = Path(tempfile.mkdtemp(prefix="modelbuild-records-"))
     tuning_db.write(folder, json.loads(records.read_text()))
@@ -82,7 +82,7 @@ def _database(records: Path):
 def _figures(phases) -> dict:
     if phases is None:
         return {"fusion": None, "memory": None}
-    from modelbuild.stages import lowering
+    from modelbuild.compiler import lowering
 
     before = lowering.kernel_calls(phases.legalized)
     after = lowering.kernel_calls(phases.fused, phases.grouped)

@@ -13,8 +13,10 @@ from pathlib import Path
 
 import numpy as np
 
-from modelbuild import metrics, signature
-from modelbuild.targets import host_machine
+from modelbuild.validation import metrics
+
+from modelbuild import signature
+from modelbuild.recipe.targets import host_machine
 
 
 def main(library: str, golden_path: str, signature_path: str, timing_json: str, out_path: str,
@@ -74,7 +76,7 @@ def _load(library: str):
 
 def _roofline(library: str, kernels: list[dict]) -> dict:
     """Time the heaviest kernels one by one, and the machine's peaks, for a roofline."""
-    from modelbuild import analysis
+    from modelbuild.compiler import analysis
 
     import tvm
 

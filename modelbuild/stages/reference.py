@@ -7,7 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
-from modelbuild import golden, signature
+from modelbuild.validation import golden
+
+from modelbuild import signature
 from modelbuild.errors import StageError
 
 GOLDEN_FILE = "golden.npz"

@@ -16,7 +16,9 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from modelbuild import progress, tuning_db
+from modelbuild import progress
+
+from modelbuild.compiler import tuning_db
 from modelbuild.errors import StageError, last_line
 
 RECORDS_FILE = "records.json"
@@ -27,7 +29,7 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
-    from modelbuild.stages import lowering
+    from modelbuild.compiler import lowering
 
     target = tvm.target.Target(params["target"])
     options, tuning = params["options"], params["tuning"]
@@ -183,7 +185,8 @@ def _defaults(folder: Path, tasks, hashes: list[str], target, tuning: dict) -> d
     """Each task's time under the default schedule: measured once per workload and version of the compile code
     (its source digest: the default schedule changes without a version bump), then kept in the database (and
     its exports), so every later run and every clone compares against the same."""
-    from modelbuild.stages import get_stage, source_digest
+    from modelbuild.pipeline.registry import get_stage
+    from modelbuild.build.stage import source_digest
 
     version = source_digest(get_stage("compile").modules)
     data = tuning_db.read(folder)
@@ -206,7 +209,7 @@ def _default_seconds(task, target, tuning: dict) -> float | None:
     import numpy as np
     import tvm
 
-    from modelbuild.stages import default_schedule
+    from modelbuild.compiler import default_schedule
 
     func = task.dispatched[0]["main"]
     cores = int(target.attrs["num-cores"]) if "num-cores" in target.attrs else 1

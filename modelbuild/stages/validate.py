@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from modelbuild import metrics
+from modelbuild.validation import metrics
 from modelbuild.errors import StageError, last_line
 
 METRICS_FILE = "metrics.json"

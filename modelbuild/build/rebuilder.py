@@ -9,8 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from modelbuild.build.keys import action_key, key_inputs
+from modelbuild.build.plan import Node
+from modelbuild.build.stage import Stage
+from modelbuild.build.store import ActionResult, Store
 from modelbuild.hashing import canonical_json
-from modelbuild.store import ActionResult, Store
 
 
 @dataclass(frozen=True)
@@ -19,23 +22,30 @@ class Decision:
     key: str
     result: ActionResult | None
     reasons: list[str] = field(default_factory=list)
+    inputs: dict = field(default_factory=dict)  # what the key was computed from
 
     @property
     def stale(self) -> bool:
         return self.result is None
 
 
+def decide_node(node: Node, stage: Stage, *, files: dict[str, str], upstream: dict[str, str], store: Store) -> Decision:
+    """The node's key from what it reads (its files' and upstream outputs' digests), then `decide`."""
+    inputs = key_inputs(node, stage, files=files, upstream=upstream)
+    return decide(node.id, action_key(inputs), inputs, store)
+
+
 def decide(node_id: str, key: str, inputs: dict, store: Store) -> Decision:
     """Reuse a cached result for `key`, or say why the node must run."""
     result = store.lookup(key)
     if result is not None:
-        return Decision(node_id, key, result)
+        return Decision(node_id, key, result, inputs=inputs)
     trace = store.last_trace(node_id)
     if trace is None:
-        return Decision(node_id, key, None, ["never built"])
+        return Decision(node_id, key, None, ["never built"], inputs)
     if trace["key"] == key:
-        return Decision(node_id, key, None, ["cached output missing or damaged"])
-    return Decision(node_id, key, None, changes(trace["inputs"], inputs) or ["key inputs changed"])
+        return Decision(node_id, key, None, ["cached output missing or damaged"], inputs)
+    return Decision(node_id, key, None, changes(trace["inputs"], inputs) or ["key inputs changed"], inputs)
 
 
 def changes(old: dict, new: dict) -> list[str]:
@@ -82,8 +92,6 @@ def _describe(path: tuple, old, new) -> str:
             return f"upstream {role} output changed"
         case ("tools", tool):
             return f"{tool} {change}"
-        case ("stage", "version"):
-            return f"stage implementation changed v{_show(old)} -> v{_show(new)}"
         case ("stage", "source"):
             return "stage code changed"
         case ("params", *rest):

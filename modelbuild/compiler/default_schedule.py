@@ -22,7 +22,7 @@ simpler schedule rather than failing the build.
 
 from __future__ import annotations
 
-from modelbuild.stages import vnni_conv, vnni_depthwise
+from modelbuild.compiler.kernels import vnni_conv, vnni_depthwise
 
 VECTOR_LANES = 16  # float32 lanes of AVX-512; narrower vector units run the loop in several instructions
 WHOLE_ROW_LANES = 8 * VECTOR_LANES  # rows up to this long are vectorised whole when 16 does not divide them

@@ -20,7 +20,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from modelbuild.analysis import KernelCall, Step
+from modelbuild.compiler.analysis import KernelCall, Step
 
 LAYOUTS = {"NHWC": {"relax.nn.conv2d": ["NHWC", "default"]}, "NCHW": {"relax.nn.conv2d": ["NCHW", "default"]}}
 _ALIAS_OPS = {"relax.reshape", "relax.memory.view"}
@@ -46,8 +46,8 @@ def lower(module, target, *, fuse: bool, layout: str | None, database=None, sche
     from tvm import relax
     from tvm.relax.backend.cpu_generic import pipeline as cpu
 
-    from modelbuild.stages import conv_transpose
-    from modelbuild.stages.integer_kernels import legalize_conv2d, legalize_quantize
+    from modelbuild.compiler import conv_transpose
+    from modelbuild.compiler.kernels.integer_kernels import legalize_conv2d, legalize_quantize
 
     if layout:
         module = relax.transform.ConvertLayout(LAYOUTS[layout])(module)
@@ -64,7 +64,7 @@ def lower(module, target, *, fuse: bool, layout: str | None, database=None, sche
         with database:
             fused = relax.transform.MetaScheduleApplyDatabase()(fused)
     if schedule:
-        from modelbuild.stages import default_schedule
+        from modelbuild.compiler import default_schedule
 
         fused = default_schedule.apply(fused, target)
     lowered = seq(cpu.dataflow_lower_passes(target))(fused)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from modelbuild.stages.vnni_conv import (
+from modelbuild.compiler.kernels.vnni_conv import (
     ceil_div,
     epilogue_at,
     extent,
@@ -94,7 +94,7 @@ def legalize(bb, call):
     """An eligible depthwise conv (see `eligible`) in VNNI form."""
     from tvm import relax
 
-    from modelbuild.stages.integer_ops import constant_value
+    from modelbuild.compiler.integer_ops import constant_value
 
     weight = constant_value(call.args[1])
     packed, correction = pack_weights(weight, shifted=str(call.args[0].ty.dtype) == "int8")

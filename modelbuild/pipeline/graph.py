@@ -1,111 +1,21 @@
-"""The plan: the graph of stages a recipe asks for, each node with exactly the inputs it may read."""
+"""The stage graph a recipe asks for: for each build, import, [quantize], [tune], compile, reference and
+validate nodes, each with the recipe slice it reads, its declared files and the upstream outputs it takes."""
 
 from __future__ import annotations
 
-import fnmatch
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from modelbuild.errors import SelectionError
+from modelbuild.build.plan import Node, Plan
+from modelbuild.compiler.tuning_db import folder_for
+from modelbuild.pipeline import registry
+from modelbuild.pipeline.names import build_name, variant_of
+from modelbuild.pipeline.registry import ANALYSIS, FROZEN_ONNX, GOLDEN, IR, METRICS, QDQ_ONNX, SIGNATURE, TUNED_RECORDS
+from modelbuild.pipeline.sample_files import sample_files
 from modelbuild.recipe import LoadedRecipe
-from modelbuild.sample_files import sample_files
-from modelbuild.targets import host_machine, runs_on_host, tvm_target
-from modelbuild.tuning_db import folder_for
+from modelbuild.recipe.targets import host_machine, runs_on_host, tvm_target
 
 TargetResolver = Callable[[dict], dict]
-SIGNATURE = "signature.json"  # the import stage's inputs and outputs in graph order (modelbuild.signature)
-
-
-@dataclass(frozen=True)
-class Node:
-    """One stage applied to one model or build.
-
-    `params` is the recipe slice the stage reads, `files` the declared input files, `deps` maps an input
-    role to the upstream node whose outputs fill it, and `publish` maps output files to paths under the
-    build folder where users find them.
-    """
-
-    id: str
-    stage: str
-    build: str | None
-    params: dict
-    files: dict[str, Path] = field(default_factory=dict)
-    deps: dict[str, tuple[str, str]] = field(default_factory=dict)  # role -> (node id, output file)
-    publish: dict[str, str] = field(default_factory=dict)
-    # Stores a stage may read and extend that are memos, not inputs: its output is the same with them cold
-    # or warm (up to measurement noise), so they stay out of the key. The tuning database is one.
-    memos: dict[str, Path] = field(default_factory=dict)
-
-
-@dataclass
-class Plan:
-    """Nodes in a topological order, and the node ids that make up each build."""
-
-    nodes: dict[str, Node]
-    builds: dict[str, list[str]]
-
-    def upstream(self, node_id: str) -> set[str]:
-        """Every node that `node_id` transitively depends on."""
-        seen: set[str] = set()
-        todo = [dep for dep, _ in self.nodes[node_id].deps.values()]
-        while todo:
-            current = todo.pop()
-            if current not in seen:
-                seen.add(current)
-                todo.extend(dep for dep, _ in self.nodes[current].deps.values())
-        return seen
-
-    def select(self, selectors: list[str]) -> "Plan":
-        """The sub-plan for builds matching any selector ('cls@host', 'cls', '*@rpi4'), dependencies included."""
-        if not selectors:
-            return self
-        chosen = [b for b in self.builds if any(_matches(b, s) for s in selectors)]
-        unmatched = [s for s in selectors if not any(_matches(b, s) for b in self.builds)]
-        if unmatched:
-            raise SelectionError(f"no build matches {unmatched[0]!r}; builds: {', '.join(self.builds)}")
-        keep: set[str] = set()
-        for build in chosen:
-            for node_id in self.builds[build]:
-                keep |= {node_id, *self.upstream(node_id)}
-        return Plan(nodes={k: v for k, v in self.nodes.items() if k in keep},
-                    builds={b: self.builds[b] for b in chosen})
-
-    def downstream(self, node_id: str) -> set[str]:
-        return {other for other in self.nodes if node_id in self.upstream(other)}
-
-
-def _matches(build: str, selector: str) -> bool:
-    return fnmatch.fnmatchcase(build, selector) or selector in (model_of(build), variant_of(build))
-
-
-def build_name(model: str, target: str, quantization: str | None = None) -> str:
-    """'model@target' for a float build, 'model+quantization@target' for a quantized one, so one recipe can
-    build both and compare them ('+' is not allowed in recipe names)."""
-    return f"{model}+{quantization}@{target}" if quantization else f"{model}@{target}"
-
-
-def variant_of(build: str) -> str:
-    """The folder a build publishes under: 'model' or 'model+quantization'."""
-    return build.split("@", 1)[0]
-
-
-def model_of(build: str) -> str:
-    return variant_of(build).split("+", 1)[0]
-
-
-def target_of(build: str) -> str:
-    return build.split("@", 1)[1]
-
-
-def quantization_of(build: str) -> str | None:
-    variant = variant_of(build)
-    return variant.split("+", 1)[1] if "+" in variant else None
-
-
-def float_build_of(build: str) -> str | None:
-    """The float build a quantized build is compared with (it may not be in the plan)."""
-    return build_name(model_of(build), target_of(build)) if "+" in variant_of(build) else None
 
 
 def build_plan(recipe: LoadedRecipe, resolve: TargetResolver, *, tuning_root: Path | None = None) -> Plan:
@@ -122,11 +32,11 @@ def build_plan(recipe: LoadedRecipe, resolve: TargetResolver, *, tuning_root: Pa
         for target in build.targets:
             name = build_name(build.model, target, build.quantization)
             builds[name] = [importer.id]
-            ir = (importer.id, "ir.json")
+            ir = (importer.id, IR)
             quantizer = None
             if build.quantization:
                 quantizer = quantize_node(recipe, name, importer, build)
-                nodes[quantizer.id], ir = quantizer, (quantizer.id, "ir.json")
+                nodes[quantizer.id], ir = quantizer, (quantizer.id, IR)
                 builds[name].append(quantizer.id)
             tuner = None
             if build.tuning:
@@ -148,7 +58,7 @@ def build_plan(recipe: LoadedRecipe, resolve: TargetResolver, *, tuning_root: Pa
                                           reference.id, qdq=references[1].id if quantizer else None)
                 nodes[validator.id] = validator
                 builds[name] += [*(r.id for r in references), validator.id]
-    return Plan(nodes=nodes, builds=builds)
+    return Plan(nodes=nodes, builds=builds, stages=dict(registry.STAGES))
 
 
 def shared_reference(recipe: LoadedRecipe, importer: Node, validation, nodes: dict[str, Node]) -> Node:
@@ -195,7 +105,7 @@ def quantize_node(recipe: LoadedRecipe, build: str, importer: Node, spec) -> Nod
     files = sample_files("calibration", calibration, recipe.root, calibration.samples)
     params = {"quantization": quantization.model_dump(exclude={"calibration": {"path"}})}
     return Node(id=f"quantize:{build}", stage="quantize", build=build, params=params, files=files,
-                deps={"onnx": (importer.id, "model.onnx"), "signature": (importer.id, SIGNATURE)})
+                deps={"onnx": (importer.id, FROZEN_ONNX), "signature": (importer.id, SIGNATURE)})
 
 
 def tune_node(recipe: LoadedRecipe, build: str, ir: tuple[str, str], target: dict, spec, tuning_root: Path | None) -> Node:
@@ -217,10 +127,10 @@ def compile_node(build: str, ir: tuple[str, str], target_name: str, target: dict
     variant = variant_of(build)
     deps = {"ir": ir}
     if tuner:
-        deps["tuning"] = (tuner.id, "records.json")
+        deps["tuning"] = (tuner.id, TUNED_RECORDS)
     return Node(id=f"compile:{build}", stage="compile", build=build, params=params, deps=deps,
                 publish={library: f"{variant}/{target_name}/{library}",
-                         "analysis.json": f"{variant}/{target_name}/analysis.json"})
+                         ANALYSIS: f"{variant}/{target_name}/{ANALYSIS}"})
 
 
 def reference_node(recipe: LoadedRecipe, node_id: str, importer: Node, validation, *, qdq: Node | None = None) -> Node:
@@ -234,7 +144,7 @@ def reference_node(recipe: LoadedRecipe, node_id: str, importer: Node, validatio
     params = {"golden": golden.model_dump(exclude={"path"})}
     deps = {"signature": (importer.id, SIGNATURE)}
     if qdq:
-        deps["model"] = (qdq.id, "qdq.onnx")
+        deps["model"] = (qdq.id, QDQ_ONNX)
     return Node(id=node_id, stage="reference", build=qdq.build if qdq else None, params=params, files=files,
                 deps=deps)
 
@@ -253,12 +163,12 @@ def validate_node(build: str, target_name: str, target: dict, validation, import
     }
     variant = variant_of(build)
     library = compiler.params["library"]
-    deps = {"library": (compiler.id, library), "golden": (reference, "golden.npz"),
-            "signature": (importer.id, SIGNATURE), "analysis": (compiler.id, "analysis.json")}
+    deps = {"library": (compiler.id, library), "golden": (reference, GOLDEN),
+            "signature": (importer.id, SIGNATURE), "analysis": (compiler.id, ANALYSIS)}
     if qdq:
-        deps["golden_qdq"] = (qdq, "golden.npz")
+        deps["golden_qdq"] = (qdq, GOLDEN)
     return Node(id=f"validate:{build}", stage="validate", build=build, params=params, deps=deps,
-                publish={"metrics.json": f"{variant}/{target_name}/validation.json"})
+                publish={METRICS: f"{variant}/{target_name}/validation.json"})
 
 
 def _why_not_here(target: dict) -> str:

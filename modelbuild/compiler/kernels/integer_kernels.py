@@ -23,7 +23,7 @@ def legalize_quantize(bb, call):
     from tvm.ir import Constant
     from tvm.relax.transform.legalize_ops.common import _try_convert_to_scalar_const
 
-    from modelbuild.stages.integer_ops import constant_value
+    from modelbuild.compiler.integer_ops import constant_value
 
     axis, out_dtype = int(call.attrs.axis), str(call.attrs.out_dtype)
     scale = call.args[1]
@@ -73,7 +73,7 @@ def legalize_conv2d(bb, call):
     from tvm import ir
     from tvm import target as tvm_target
 
-    from modelbuild.stages import vnni_conv, vnni_depthwise
+    from modelbuild.compiler.kernels import vnni_conv, vnni_depthwise
 
     if str(call.attrs.out_dtype) == "int32" and str(call.args[0].ty.dtype) in ("int8", "uint8"):
         target = tvm_target.Target.current()

@@ -6,12 +6,14 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from modelbuild.plan import Plan, build_plan
+from modelbuild.build.plan import Plan
+from modelbuild.pipeline.graph import build_plan
+from modelbuild.pipeline.names import select
 from modelbuild.recipe import LoadedRecipe, load_recipe
-from modelbuild.scheduler import Options, RunResult, Scheduler
-from modelbuild.events import Reporter, silent
-from modelbuild.store import Store
-from modelbuild.targets import resolve_target
+from modelbuild.build.scheduler import Options, RunResult, Scheduler
+from modelbuild.build.events import Reporter, silent
+from modelbuild.build.store import Store
+from modelbuild.recipe.targets import resolve_target
 
 
 @dataclass
@@ -30,7 +32,7 @@ class Project:
         return self.store.root / "tuning"
 
     def run(self, selectors: list[str], options: Options, reporter: Reporter = silent) -> RunResult:
-        return Scheduler(self.plan.select(selectors), self.store, self.build_dir, reporter).run(options)
+        return Scheduler(select(self.plan, selectors), self.store, self.build_dir, reporter).run(options)
 
 
 def open_project(recipe_path: Path, *, cache_dir: Path | None = None, build_dir: Path | None = None) -> Project:

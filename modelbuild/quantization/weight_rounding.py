@@ -86,7 +86,7 @@ def _quantized_convs(qdq) -> list[tuple]:
 
 def _hessians(prepared, convs: list[tuple], samples: list[dict]) -> dict:
     """X^T X of each conv's input patches (im2col, per group) over the samples, from the float model."""
-    from modelbuild.stages import activations
+    from modelbuild.quantization import activations
 
     names = sorted({source for _, source, _, _ in convs})
     sess = activations.session(activations.exposed(prepared, names))

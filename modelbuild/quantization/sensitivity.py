@@ -73,7 +73,7 @@ BIAS_INPUT = 2
 
 def _prune(model) -> None:
     """Drop the nodes and initializers nothing reads any more."""
-    from modelbuild.stages.smoothing import drop_unused_initializers
+    from modelbuild.quantization.smoothing import drop_unused_initializers
 
     graph = model.graph
     needed = {o.name for o in graph.output}
@@ -101,8 +101,8 @@ def layer_shares(qdq, float_model, samples: list[dict], *, corrected: bool = Tru
     sum over the whole QDQ model's error power ("sum_over_whole": near 1 where the layers' errors add up).
     With `corrected`, each layer alone first has its own mean error taken out of its bias, as bias
     correction does in the whole model."""
-    from modelbuild.metrics import sqnr_db
-    from modelbuild.stages import activations
+    from modelbuild.validation.metrics import sqnr_db
+    from modelbuild.quantization import activations
 
     samples = samples[:sample_count(samples[0])]
     nodes = quantized_nodes(qdq)
@@ -134,7 +134,7 @@ def _alone(model, name: str, tensor: str, samples: list[dict], reference: list[d
     import onnx
     from onnx import numpy_helper
 
-    from modelbuild.stages import activations, bias_correction
+    from modelbuild.quantization import activations, bias_correction
 
     node = next(n for n in model.graph.node if n.name == name)
     constants = {t.name: t for t in model.graph.initializer}

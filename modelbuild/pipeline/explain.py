@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from modelbuild.errors import SelectionError
 from modelbuild.hashing import canonical_json
-from modelbuild.rebuilder import changes, flatten
-from modelbuild.scheduler import Options
+from modelbuild.build.rebuilder import changes, flatten
+from modelbuild.build.scheduler import Options
 
 
 def explain(project, build: str) -> list[str]:

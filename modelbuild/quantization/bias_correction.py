@@ -43,7 +43,7 @@ def correct(float_model, qdq, samples: list[dict]) -> int:
     import onnx
     from onnx import numpy_helper
 
-    from modelbuild.stages import activations
+    from modelbuild.quantization import activations
 
     convs = correctable(qdq)
     if not convs:

@@ -12,15 +12,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from modelbuild.errors import StageError
 from modelbuild import progress
-from modelbuild.events import NodeFinished, NodeProgress, NodeResult, NodeStarted, Reporter, Status, silent
-from modelbuild.keys import action_key, key_inputs
-from modelbuild.plan import Node, Plan
-from modelbuild.rebuilder import Decision, decide
-from modelbuild.stages import get_stage
-from modelbuild.store import ActionResult, Stats, Store
-from modelbuild.worker import execute
+from modelbuild.build.events import NodeFinished, NodeProgress, NodeResult, NodeStarted, Reporter, Status, silent
+from modelbuild.build.plan import Node, Plan
+from modelbuild.build.rebuilder import Decision, decide_node
+from modelbuild.build.store import ActionResult, Stats, Store
+from modelbuild.build.worker import execute
+from modelbuild.errors import StageError
 
 
 PROGRESS_POLL_SECONDS = 0.5
@@ -119,9 +117,9 @@ class Scheduler:
 
     def _visit(self, node: Node, options: Options) -> None:
         started = time.perf_counter()
-        stage = get_stage(node.stage)
-        inputs = key_inputs(node, stage, files=self._file_digests(node), upstream=self._upstream_digests(node))
-        decision = decide(node.id, action_key(inputs), inputs, self.store)
+        decision = decide_node(node, self.plan.stages[node.stage], files=self._file_digests(node),
+                               upstream=self._upstream_digests(node), store=self.store)
+        inputs = decision.inputs
         if not decision.stale:
             self._reuse(node, decision, inputs, started, publish=not options.dry_run)
         elif options.dry_run:
@@ -180,7 +178,7 @@ class Scheduler:
         out.mkdir()
         log = scratch / "stage.log"
         self.report(NodeStarted(node.id, decision.reasons))
-        future = self._pool.submit(execute, get_stage(node.stage).entry, self._stage_inputs(node, scratch),
+        future = self._pool.submit(execute, self.plan.stages[node.stage].entry, self._stage_inputs(node, scratch),
                                    node.params, str(out), str(log), str(scratch / "progress.jsonl"))
         self._running[future] = (node, decision, inputs, scratch, time.perf_counter())
 
@@ -201,6 +199,7 @@ class Scheduler:
             seconds = time.perf_counter() - started
             try:
                 seconds = future.result()  # the stage's own time, without the worker's start-up
+                self._check_outputs(node, scratch / "out")
                 self._record(node, decision, inputs, scratch / "out", seconds)
             except (StageError, BrokenProcessPool) as err:
                 failed = True
@@ -208,6 +207,13 @@ class Scheduler:
             finally:
                 shutil.rmtree(scratch, ignore_errors=True)
         return failed
+
+    def _check_outputs(self, node: Node, out: Path) -> None:
+        """A stage that returned without writing a declared output failed, whatever it says."""
+        missing = [n for n in self.plan.stages[node.stage].output_names(node.params) if not (out / n).is_file()]
+        if missing:
+            raise StageError(f"the {node.stage} stage finished without writing {', '.join(missing)}",
+                             log=str(out.parent / "stage.log"))
 
     def _report_progress(self) -> None:
         for node, _, _, scratch, _ in self._running.values():

@@ -35,7 +35,7 @@ def conv_inputs(model) -> dict[str, list]:
 
 def channel_ranges(model, samples: list[dict], names: list[str]) -> dict[str, np.ndarray]:
     """Per channel (axis 1), the largest over samples of each tensor's RANGE_PERCENTILE of |x|."""
-    from modelbuild.stages import activations
+    from modelbuild.quantization import activations
 
     sess = activations.session(activations.exposed(model, names))
     ranges: dict[str, np.ndarray] = {}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from modelbuild.plan import Plan
+from modelbuild.build.plan import Plan
 
 
 def edges(plan: Plan) -> list[tuple[str, str]]:

@@ -7,16 +7,16 @@ clones of a repository in different folders compute the same keys.
 
 from __future__ import annotations
 
+from modelbuild.build.plan import Node
+from modelbuild.build.stage import Stage, source_digest
 from modelbuild.hashing import digest_of
-from modelbuild.plan import Node
-from modelbuild.stages import Stage, source_digest
 from modelbuild.versions import tool_versions
 
 
 def key_inputs(node: Node, stage: Stage, *, files: dict[str, str], upstream: dict[str, str]) -> dict:
-    """Everything a node's output depends on: stage and version, recipe slice, input digests, tool versions."""
+    """Everything a node's output depends on: the stage and its code, recipe slice, input digests, tool versions."""
     return {
-        "stage": {"name": stage.name, "version": stage.version, "source": source_digest(stage.modules)},
+        "stage": {"name": stage.name, "source": source_digest(stage.modules)},
         "params": node.params,
         "files": files,
         "upstream": upstream,

@@ -54,7 +54,7 @@ def legalize(bb, call):
     """An eligible int8 conv2d (see `eligible`) in packed VNNI form."""
     from tvm import relax
 
-    from modelbuild.stages.integer_ops import constant_value
+    from modelbuild.compiler.integer_ops import constant_value
 
     weight = constant_value(call.args[1])
     packed, correction = pack_weights(weight, shifted=str(call.args[0].ty.dtype) == "int8")

@@ -1,0 +1,1 @@
+"""Validation as pure logic: golden inputs and calibration samples, accuracy and timing statistics, gates."""
