@@ -11,10 +11,10 @@ import traceback
 from pathlib import Path
 
 from modelbuild import __version__
-from modelbuild.errors import ModelbuildError, environment_failure
-from modelbuild.pipeline.names import select
 from modelbuild.build.events import Status
 from modelbuild.build.scheduler import Options
+from modelbuild.errors import environment_failure, ModelbuildError
+from modelbuild.pipeline.names import select
 
 COMMANDS = ("build", "init", "status", "explain", "graph", "clean", "cache", "schema", "report", "tune")
 

@@ -220,7 +220,7 @@ def test_a_running_stage_reports_its_progress(fake_project, tmp_path_factory):
 def test_editing_a_stage_helper_reruns_that_stage_only(fake_project, monkeypatch, tmp_path_factory):
     from dataclasses import replace
 
-    from modelbuild.build import stage
+    from modelbuild import sources
     from modelbuild.pipeline import registry
 
     lib = tmp_path_factory.mktemp("lib")
@@ -229,10 +229,10 @@ def test_editing_a_stage_helper_reruns_that_stage_only(fake_project, monkeypatch
     helped = replace(registry.STAGES["compile"], also_runs=("mb_helper_under_test",))
     monkeypatch.setitem(registry.STAGES, "compile", helped)
     root, _ = fake_project
-    stage.source_digest.cache_clear()  # one process builds twice here; a CLI run is a fresh process
+    sources.source_digest.cache_clear()  # one process builds twice here; a CLI run is a fresh process
     build(root)
     (lib / "mb_helper_under_test.py").write_text("FACTOR = 2\n")
-    stage.source_digest.cache_clear()
+    sources.source_digest.cache_clear()
     run, statuses = build(root, dry_run=True)
     assert {n for n, s in statuses.items() if s is Status.STALE} == {"compile:a@cpu", "compile:b@cpu"}
     assert run.results["compile:a@cpu"].reasons == ["stage code changed"]

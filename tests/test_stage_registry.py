@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from modelbuild.build.stage import NOT_OUTPUT_SHAPING, Stage, imported_closure
+from modelbuild.build.stage import Stage
+from modelbuild.sources import NOT_OUTPUT_SHAPING, imported_closure
 from modelbuild.pipeline.registry import STAGES
 
 

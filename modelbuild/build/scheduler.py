@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from modelbuild import progress
-from modelbuild.build.events import NodeFinished, NodeProgress, NodeResult, NodeStarted, Reporter, Status, silent
+from modelbuild.build.events import NodeFinished, NodeProgress, NodeResult, NodeStarted, Reporter, silent, Status
 from modelbuild.build.plan import Node, Plan
-from modelbuild.build.rebuilder import Decision, decide_node
+from modelbuild.build.rebuilder import decide_node, Decision
 from modelbuild.build.store import ActionResult, Stats, Store
 from modelbuild.build.worker import execute
 from modelbuild.errors import StageError
@@ -27,7 +27,6 @@ PROGRESS_POLL_SECONDS = 0.5
 @dataclass
 class RunResult:
     """Every node's outcome in one run, and the cache use it made."""
-
     results: dict[str, NodeResult] = field(default_factory=dict)
     stats: Stats = field(default_factory=Stats)
 
@@ -49,7 +48,6 @@ class Options:
 
 class Scheduler:
     """Runs one plan against one store, publishing artifacts under `build_dir`."""
-
     def __init__(self, plan: Plan, store: Store, build_dir: Path, reporter: Reporter = silent) -> None:
         self.plan = plan
         self.store = store

@@ -9,7 +9,7 @@ import time
 import traceback
 from pathlib import Path
 
-from modelbuild.errors import StageEnvironmentError, StageError, environment_failure, last_line
+from modelbuild.errors import environment_failure, last_line, StageEnvironmentError, StageError
 from modelbuild.progress import ENV
 
 

@@ -20,7 +20,9 @@ import math
 import re
 from dataclasses import dataclass
 
+from modelbuild.compiler import conv_transpose, default_schedule
 from modelbuild.compiler.analysis import KernelCall, Step
+from modelbuild.compiler.kernels.integer_kernels import legalize_conv2d, legalize_quantize
 
 LAYOUTS = {"NHWC": {"relax.nn.conv2d": ["NHWC", "default"]}, "NCHW": {"relax.nn.conv2d": ["NCHW", "default"]}}
 _ALIAS_OPS = {"relax.reshape", "relax.memory.view"}
@@ -29,7 +31,6 @@ _ALIAS_OPS = {"relax.reshape", "relax.memory.view"}
 @dataclass
 class Phases:
     """The module at each point of the pipeline the reports look at."""
-
     legalized: object  # primitive operators as call_tir, constants folded
     grouped: object  # after FuseOps: fused groups as Primitive functions
     fused: object  # after FuseTIR: one call_tir per kernel
@@ -46,9 +47,6 @@ def lower(module, target, *, fuse: bool, layout: str | None, database=None, sche
     from tvm import relax
     from tvm.relax.backend.cpu_generic import pipeline as cpu
 
-    from modelbuild.compiler import conv_transpose
-    from modelbuild.compiler.kernels.integer_kernels import legalize_conv2d, legalize_quantize
-
     if layout:
         module = relax.transform.ConvertLayout(LAYOUTS[layout])(module)
     module = conv_transpose.rewrite(module)
@@ -64,7 +62,6 @@ def lower(module, target, *, fuse: bool, layout: str | None, database=None, sche
         with database:
             fused = relax.transform.MetaScheduleApplyDatabase()(fused)
     if schedule:
-        from modelbuild.compiler import default_schedule
 
         fused = default_schedule.apply(fused, target)
     lowered = seq(cpu.dataflow_lower_passes(target))(fused)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from modelbuild.errors import SelectionError
-from modelbuild.hashing import canonical_json
 from modelbuild.build.rebuilder import changes, flatten
 from modelbuild.build.scheduler import Options
+from modelbuild.errors import SelectionError
+from modelbuild.hashing import canonical_json
 
 
 def explain(project, build: str) -> list[str]:

@@ -6,13 +6,13 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+from modelbuild.build.events import Reporter, silent
 from modelbuild.build.plan import Plan
+from modelbuild.build.scheduler import Options, RunResult, Scheduler
+from modelbuild.build.store import Store
 from modelbuild.pipeline.graph import build_plan
 from modelbuild.pipeline.names import select
-from modelbuild.recipe import LoadedRecipe, load_recipe
-from modelbuild.build.scheduler import Options, RunResult, Scheduler
-from modelbuild.build.events import Reporter, silent
-from modelbuild.build.store import Store
+from modelbuild.recipe import load_recipe, LoadedRecipe
 from modelbuild.recipe.targets import resolve_target
 
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from modelbuild.quantization import activations
+
 SAMPLES = 8  # each conv costs one run of the QDQ model per sample; 8 held the detector's gain
 
 
@@ -42,8 +44,6 @@ def correct(float_model, qdq, samples: list[dict]) -> int:
     """Correct the conv biases of `qdq` in place (see the module text); return how many convs were corrected."""
     import onnx
     from onnx import numpy_helper
-
-    from modelbuild.quantization import activations
 
     convs = correctable(qdq)
     if not convs:

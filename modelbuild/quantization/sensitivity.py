@@ -16,6 +16,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from modelbuild.quantization import activations, bias_correction
+from modelbuild.quantization.smoothing import drop_unused_initializers
+from modelbuild.validation.metrics import sqnr_db
+
 # Two model runs per quantized layer and sample. A classifier has a few outputs per sample where a dense
 # map has many, so it needs more samples, and its small inputs make them cheap: as many samples as fit
 # SAMPLE_ELEMENTS input values, between 4 (the detector, 1.2M values a page: ~40 s) and 16 (the
@@ -73,8 +77,6 @@ BIAS_INPUT = 2
 
 def _prune(model) -> None:
     """Drop the nodes and initializers nothing reads any more."""
-    from modelbuild.quantization.smoothing import drop_unused_initializers
-
     graph = model.graph
     needed = {o.name for o in graph.output}
     kept = []
@@ -101,9 +103,6 @@ def layer_shares(qdq, float_model, samples: list[dict], *, corrected: bool = Tru
     sum over the whole QDQ model's error power ("sum_over_whole": near 1 where the layers' errors add up).
     With `corrected`, each layer alone first has its own mean error taken out of its bias, as bias
     correction does in the whole model."""
-    from modelbuild.validation.metrics import sqnr_db
-    from modelbuild.quantization import activations
-
     samples = samples[:sample_count(samples[0])]
     nodes = quantized_nodes(qdq)
     outputs = measured_outputs(float_model)
@@ -133,8 +132,6 @@ def _alone(model, name: str, tensor: str, samples: list[dict], reference: list[d
     that layer's mean error per channel (its output `tensor` against `reference`) is taken out of the bias."""
     import onnx
     from onnx import numpy_helper
-
-    from modelbuild.quantization import activations, bias_correction
 
     node = next(n for n in model.graph.node if n.name == name)
     constants = {t.name: t for t in model.graph.initializer}

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from modelbuild.quantization import activations
+
 RANGE_PERCENTILE = 99.9  # per-channel magnitude: a few outlier pixels must not set a channel's scale
 SMOOTHED_SUFFIX = "/smoothed"
 
@@ -35,8 +37,6 @@ def conv_inputs(model) -> dict[str, list]:
 
 def channel_ranges(model, samples: list[dict], names: list[str]) -> dict[str, np.ndarray]:
     """Per channel (axis 1), the largest over samples of each tensor's RANGE_PERCENTILE of |x|."""
-    from modelbuild.quantization import activations
-
     sess = activations.session(activations.exposed(model, names))
     ranges: dict[str, np.ndarray] = {}
     for sample in samples:

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from modelbuild.quantization import activations
+
 DAMPING = 0.01  # of the mean diagonal of H, added to it: H is singular where inputs are correlated
 WEIGHT_LIMIT = 127  # symmetric int8 weights, as onnxruntime writes them
 
@@ -86,8 +88,6 @@ def _quantized_convs(qdq) -> list[tuple]:
 
 def _hessians(prepared, convs: list[tuple], samples: list[dict]) -> dict:
     """X^T X of each conv's input patches (im2col, per group) over the samples, from the float model."""
-    from modelbuild.quantization import activations
-
     names = sorted({source for _, source, _, _ in convs})
     sess = activations.session(activations.exposed(prepared, names))
     hessians: dict = {}

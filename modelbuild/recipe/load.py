@@ -11,7 +11,7 @@ from typing import Any, get_args, get_origin
 from modelbuild.errors import RecipeError
 from modelbuild.recipe import snapshot
 from modelbuild.recipe.locate import dotted, locate, locate_in_files
-from modelbuild.recipe.targets import HOST, MODELBUILD_KEYS, TARGET_OPTIONS, known_cpus, target_arch
+from modelbuild.recipe.targets import HOST, known_cpus, MODELBUILD_KEYS, target_arch, TARGET_OPTIONS
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -24,7 +24,6 @@ _TOML_POSITION = re.compile(r"\(at line (\d+), column (\d+)\)")
 @dataclass(frozen=True)
 class LoadedRecipe:
     """A validated recipe with where it came from: paths in it are relative to `root`."""
-
     spec: Recipe
     path: Path
     files: list[Path] = field(default_factory=list)

@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from modelbuild.errors import ModelbuildError, last_line
+from modelbuild.errors import last_line, ModelbuildError
 from modelbuild.fsutil import write_atomic
 from modelbuild.hashing import digest_of
 from modelbuild.versions import tool_version

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import json
 
-from modelbuild.validation import gates
 from modelbuild.build.events import NodeResult, Status
-from modelbuild.pipeline.names import float_build_of, model_of, quantization_of, target_of
 from modelbuild.build.scheduler import RunResult
+from modelbuild.pipeline.names import float_build_of, model_of, quantization_of, target_of
+from modelbuild.validation import gates
 from modelbuild.versions import tool_versions
 
 SCHEMA_ID = "modelbuild.report/1"

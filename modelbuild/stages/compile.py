@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from modelbuild.compiler import analysis
-from modelbuild.errors import StageError, last_line
+from modelbuild.compiler import analysis, lowering, tuning_db
+from modelbuild.errors import last_line, StageError
 
 ANALYSIS_FILE = "analysis.json"
 # The VM's instructions (allocations, kernel calls) compiled to native code rather than interpreted from
@@ -54,8 +54,6 @@ def _target(spec: dict):
 def _build(module, target, options: dict, records: Path | None):
     import tvm
 
-    from modelbuild.compiler import lowering
-
     if target.kind.name != "llvm":  # the phased pipeline mirrors the CPU one; other kinds use their own
         return tvm.compile(module, target=target), None
     database = _database(records) if records else None
@@ -72,8 +70,6 @@ def _database(records: Path):
 
     from tvm.s_tir import meta_schedule as ms
 
-    from modelbuild.compiler import tuning_db
-
     folder = Path(tempfile.mkdtemp(prefix="modelbuild-records-"))
     tuning_db.write(folder, json.loads(records.read_text()))
     return ms.database.JSONDatabase(work_dir=str(folder))
@@ -82,7 +78,6 @@ def _database(records: Path):
 def _figures(phases) -> dict:
     if phases is None:
         return {"fusion": None, "memory": None}
-    from modelbuild.compiler import lowering
 
     before = lowering.kernel_calls(phases.legalized)
     after = lowering.kernel_calls(phases.fused, phases.grouped)

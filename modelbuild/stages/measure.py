@@ -13,10 +13,11 @@ from pathlib import Path
 
 import numpy as np
 
+from modelbuild import signature
+from modelbuild.compiler import analysis
+from modelbuild.recipe.targets import host_machine
 from modelbuild.validation import metrics
 
-from modelbuild import signature
-from modelbuild.recipe.targets import host_machine
 
 
 def main(library: str, golden_path: str, signature_path: str, timing_json: str, out_path: str,
@@ -76,8 +77,6 @@ def _load(library: str):
 
 def _roofline(library: str, kernels: list[dict]) -> dict:
     """Time the heaviest kernels one by one, and the machine's peaks, for a roofline."""
-    from modelbuild.compiler import analysis
-
     import tvm
 
     module = tvm.runtime.load_module(library).imports[0]  # the kernels live in the library's host module

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from modelbuild import signature
-from modelbuild.errors import InputError, StageError, last_line
+from modelbuild.errors import InputError, last_line, StageError
 
 IR_FILE = "ir.json"
 ONNX_FILE = "model.onnx"  # the frozen, simplified model: what the quantize stage calibrates

@@ -20,10 +20,13 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from modelbuild.validation import golden
-
 from modelbuild import signature
-from modelbuild.errors import StageError, last_line
+from modelbuild.compiler import integer_ops
+from modelbuild.errors import last_line, StageError
+from modelbuild.quantization import activations, bias_correction, sensitivity, smoothing, weight_rounding
+from modelbuild.validation import golden
+from modelbuild.validation.metrics import sqnr_db
+
 
 IR_FILE = "ir.json"
 QDQ_FILE = "qdq.onnx"
@@ -35,9 +38,6 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
     import onnx
     import tvm
 
-    from modelbuild.compiler import integer_ops
-
-    from modelbuild.quantization import sensitivity
     from modelbuild.stages.onnx_import import to_relax
 
     spec, declared = params["quantization"], signature.read(inputs["signature"]).inputs
@@ -77,8 +77,6 @@ def quantized(model, samples: list[dict], spec: dict) -> Quantized:
     """The QDQ model of `model` (ONNX in, ONNX out, no TVM): smoothing, onnxruntime's calibration and QDQ
     insertion (int16 inputs for the layers that need them), weight rounding, bias correction, as `spec` (a
     [quantization.NAME] section) says."""
-    from modelbuild.quantization import bias_correction, smoothing, weight_rounding
-
     _check_node_names(model, spec, "exclude_nodes")
     _check_node_names(model, spec, "int16_nodes")
     prepared = _smoothed(model, samples, spec) if spec["smoothing"] else model
@@ -94,8 +92,6 @@ def _int16_nodes(prepared, samples: list[dict], spec: dict) -> list[str]:
     """int16_nodes, and the int16_most_sensitive layers whose int8 data alone (sensitivity.py) costs the most
     output error in the int8 model: int16 changes only the data's rounding, so the measure leaves their
     weights in float."""
-    from modelbuild.quantization import bias_correction, sensitivity
-
     if "*" in spec["int16_nodes"]:
         op_types = _quantized_op_types(prepared, spec)
         return [n.name for n in prepared.graph.node if n.op_type in op_types and n.name not in spec["exclude_nodes"]]
@@ -145,8 +141,6 @@ def _with_opset(model, spec: dict):
 
 def _smoothed(model, samples: list[dict], spec: dict):
     """The model with the inputs of the convs that will be quantized smoothed (smoothing.py)."""
-    from modelbuild.quantization import smoothing
-
     if "Conv" not in _quantized_op_types(model, spec):
         return model
     convs = {tensor: kept for tensor, nodes in smoothing.conv_inputs(model).items()
@@ -272,9 +266,6 @@ def layer_sqnr(model, qdq, sample: dict) -> tuple[list[dict], str | None]:
 
     onnxruntime runs both models with every intermediate exposed; the QDQ model stands in for the int8
     library, which computes the same values (see integer_ops)."""
-    from modelbuild.validation.metrics import sqnr_db
-    from modelbuild.quantization import activations
-
     nodes = [(node, name) for node in model.graph.node for name in node.output if name]
     reference, quantized = activations.compute(model, sample), activations.compute(qdq, sample)
     rows = []

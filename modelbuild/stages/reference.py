@@ -7,10 +7,10 @@ from pathlib import Path
 
 import numpy as np
 
-from modelbuild.validation import golden
-
 from modelbuild import signature
 from modelbuild.errors import StageError
+from modelbuild.validation import golden
+
 
 GOLDEN_FILE = "golden.npz"
 

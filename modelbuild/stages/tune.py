@@ -17,9 +17,10 @@ import tempfile
 from pathlib import Path
 
 from modelbuild import progress
+from modelbuild.compiler import default_schedule, lowering, tuning_db
+from modelbuild.errors import last_line, StageError
+from modelbuild.sources import imported_closure, source_digest
 
-from modelbuild.compiler import tuning_db
-from modelbuild.errors import StageError, last_line
 
 RECORDS_FILE = "records.json"
 SUMMARY_FILE = "tune.json"
@@ -28,8 +29,6 @@ SUMMARY_FILE = "tune.json"
 def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
     import tvm
     from tvm.s_tir import meta_schedule as ms
-
-    from modelbuild.compiler import lowering
 
     target = tvm.target.Target(params["target"])
     options, tuning = params["options"], params["tuning"]
@@ -96,7 +95,6 @@ def _deficits(hashes: list[str], trials: dict, tuning: dict, chosen: set[int]) -
 class Ledger:
     """Counts trials per workload as they are measured, writing them through so an interrupted run keeps its
     count, and reports progress: tasks done, trials, and the model latency estimated from the best so far."""
-
     def __init__(self, folder: Path, trials: dict, hashes: list[str], weights: list[int]) -> None:
         self.folder, self.trials, self.hashes, self.weights = folder, trials, hashes, weights
         self.best = [None] * len(hashes)
@@ -185,10 +183,7 @@ def _defaults(folder: Path, tasks, hashes: list[str], target, tuning: dict) -> d
     """Each task's time under the default schedule: measured once per workload and version of the compile code
     (its source digest: the default schedule changes without a version bump), then kept in the database (and
     its exports), so every later run and every clone compares against the same."""
-    from modelbuild.pipeline.registry import get_stage
-    from modelbuild.build.stage import source_digest
-
-    version = source_digest(get_stage("compile").modules)
+    version = source_digest(imported_closure(default_schedule.__name__))
     data = tuning_db.read(folder)
     known = data["defaults"]
     changed = False
@@ -208,8 +203,6 @@ def _default_seconds(task, target, tuning: dict) -> float | None:
     a tuned record is applied only where it beats it. None when the default schedule cannot be timed."""
     import numpy as np
     import tvm
-
-    from modelbuild.compiler import default_schedule
 
     func = task.dispatched[0]["main"]
     cores = int(target.attrs["num-cores"]) if "num-cores" in target.attrs else 1

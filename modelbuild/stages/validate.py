@@ -12,8 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from modelbuild.errors import last_line, StageError
 from modelbuild.validation import metrics
-from modelbuild.errors import StageError, last_line
 
 METRICS_FILE = "metrics.json"
 

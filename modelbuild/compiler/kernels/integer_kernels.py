@@ -5,6 +5,9 @@ every module; the quantize stage's graph rewrite that creates these operators is
 
 from __future__ import annotations
 
+from modelbuild.compiler.integer_ops import constant_value
+from modelbuild.compiler.kernels import vnni_conv, vnni_depthwise
+
 
 def legalize_quantize(bb, call):
     """relax.quantize as clip(round(x * (1 / scale)) + zero_point), rounding half to even as ONNX
@@ -22,8 +25,6 @@ def legalize_quantize(bb, call):
     from tvm import relax, te, tirx
     from tvm.ir import Constant
     from tvm.relax.transform.legalize_ops.common import _try_convert_to_scalar_const
-
-    from modelbuild.compiler.integer_ops import constant_value
 
     axis, out_dtype = int(call.attrs.axis), str(call.attrs.out_dtype)
     scale = call.args[1]
@@ -72,8 +73,6 @@ def legalize_conv2d(bb, call):
     - else TVM's own int32 loop."""
     from tvm import ir
     from tvm import target as tvm_target
-
-    from modelbuild.compiler.kernels import vnni_conv, vnni_depthwise
 
     if str(call.attrs.out_dtype) == "int32" and str(call.args[0].ty.dtype) in ("int8", "uint8"):
         target = tvm_target.Target.current()

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from modelbuild.compiler.integer_ops import constant_value
+
 BLOCK = "vnni_conv"  # the reduction block (channel lanes); default_schedule recognises kernels by BLOCKS
 COLUMN_BLOCK = "vnni_conv_by_column"  # the reduction block in column lanes
 BLOCKS = (BLOCK, COLUMN_BLOCK)
@@ -53,8 +55,6 @@ def supported(target) -> bool:
 def legalize(bb, call):
     """An eligible int8 conv2d (see `eligible`) in packed VNNI form."""
     from tvm import relax
-
-    from modelbuild.compiler.integer_ops import constant_value
 
     weight = constant_value(call.args[1])
     packed, correction = pack_weights(weight, shifted=str(call.args[0].ty.dtype) == "int8")

@@ -23,13 +23,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from modelbuild.compiler.integer_ops import constant_value
 from modelbuild.compiler.kernels.vnni_conv import (
-    ceil_div,
-    epilogue_at,
-    extent,
-    largest_divisor,
-    static_shape,
-    tensorize_reduction,
+    ceil_div, epilogue_at, extent, largest_divisor, static_shape, tensorize_reduction,
 )
 
 BLOCK = "vnni_depthwise"
@@ -93,8 +89,6 @@ def pack_weights(weight: np.ndarray, *, shifted: bool) -> tuple[np.ndarray, np.n
 def legalize(bb, call):
     """An eligible depthwise conv (see `eligible`) in VNNI form."""
     from tvm import relax
-
-    from modelbuild.compiler.integer_ops import constant_value
 
     weight = constant_value(call.args[1])
     packed, correction = pack_weights(weight, shifted=str(call.args[0].ty.dtype) == "int8")
