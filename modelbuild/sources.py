@@ -58,12 +58,22 @@ def direct_imports(module: str) -> list[str]:
 
 @cache
 def _source(module: str) -> Path | None:
-    """The module's source file, found without importing the module (its parent packages are imported)."""
-    try:
+    """The module's source file. modelbuild's own are found on disk, importing nothing: asking importlib for
+    `a.b.c` imports `a.b`, which for a module (not a package) would run it, numpy and all, on a no-op build."""
+    if module == PACKAGE or module.startswith(PACKAGE + "."):
+        path = _PACKAGE_DIR.joinpath(*module.split(".")[1:])
+        for candidate in (path.with_suffix(".py"), path / "__init__.py"):
+            if candidate.is_file():
+                return candidate
+        return None
+    try:  # a stage entry outside the package (tests, plugins)
         spec = importlib.util.find_spec(module)
     except (ImportError, ValueError):
         return None
     return Path(spec.origin) if spec and spec.origin and spec.origin.endswith(".py") else None
+
+
+_PACKAGE_DIR = Path(__file__).resolve().parent
 
 
 @cache

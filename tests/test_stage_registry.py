@@ -64,3 +64,16 @@ def test_declared_outputs_take_their_variable_names_from_params():
     stage = Stage("compile", "m:f", (), "", outputs=("{library}", "analysis.json"))
     assert stage.output_names({"library": "model.tar"}) == ("model.tar", "analysis.json")
     assert imported_closure("modelbuild.stages.reference")[0] == "modelbuild.stages.reference"
+
+
+def test_finding_a_stages_code_imports_none_of_it():
+    """Walking the imports of every stage must not run them: a no-op build computes these digests."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from modelbuild.pipeline.registry import STAGES; from modelbuild.sources import "
+            "source_digest; [source_digest(s.modules) for s in STAGES.values()]; "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'numpy', 'tvm', 'onnx', 'onnxruntime'}), "
+            "sorted(m for m in sys.modules if m.startswith(('modelbuild.stages.', 'modelbuild.quantization.'))))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == "[] []"
