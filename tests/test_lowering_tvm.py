@@ -177,3 +177,43 @@ def test_padding_rows_the_vector_width_does_not_divide_are_vectorised_whole():
     assert "T.vectorized(T.int64(100))" in script
     x = np.random.default_rng(4).standard_normal(shape).astype("float32")
     np.testing.assert_array_equal(padded(tvm.runtime.tensor(x)).numpy(), np.pad(x, [(0, 0), (0, 0), (2, 2), (2, 2)]))
+
+
+def test_a_refused_schedule_step_is_counted_and_any_other_error_fails_the_compile():
+    import tvm
+    from tvm.s_tir import ScheduleError
+
+    from modelbuild.compiler import default_schedule
+
+    sch = tvm.s_tir.Schedule(tvm.IRModule({"main": elementwise_func()}))
+    refused: list[str] = []
+
+    def refuse(s):
+        raise ScheduleError("not this kernel")
+
+    def break_(s):
+        raise AttributeError("a TVM API that moved")
+
+    assert default_schedule._attempt(sch, refuse, refused) is sch and refused == ["ScheduleError"]
+    with pytest.raises(AttributeError):
+        default_schedule._attempt(sch, break_, refused)
+
+
+def test_the_compile_figures_count_refused_steps_per_kernel():
+    import tvm
+
+    from modelbuild.compiler import default_schedule, lowering
+
+    scheduled = default_schedule.schedule_function(elementwise_func(), cores=2)
+    assert int(scheduled.attrs[default_schedule.REFUSED]) == 0
+    module = tvm.IRModule({"ok": scheduled, "stubborn": scheduled.with_attr(default_schedule.REFUSED, 2)})
+    assert lowering.refused_steps(module) == {"refused_steps": 2, "kernels": {"stubborn": 2}}
+
+
+def elementwise_func():
+    """b = a + 1 over [64, 64], as TVM's tensor expressions write a kernel."""
+    from tvm import te
+
+    a = te.placeholder((64, 64), "float32", name="a")
+    b = te.compute((64, 64), lambda i, j: a[i, j] + 1.0, name="b")
+    return te.create_prim_func([a, b])

@@ -32,8 +32,12 @@ PARALLEL_MIN_WORK = 1 << 18  # spatial iterations below which a parallel region 
 # is unchanged, its kernels being far larger)
 
 
+REFUSED = "modelbuild.refused_steps"  # PrimFunc attribute: how many schedule steps TVM refused for it
+
+
 def apply(module, target):
-    """Schedule every PrimFunc of `module` that no tuning record scheduled already."""
+    """Schedule every PrimFunc of `module` that no tuning record scheduled already; each keeps the number of
+    steps TVM refused (attribute REFUSED), which the compile figures report."""
     from tvm import tirx
 
     cores = int(target.attrs["num-cores"]) if "num-cores" in target.attrs else 1
@@ -50,37 +54,45 @@ def apply(module, target):
 
 def schedule_function(func, *, cores: int):
     """The function with the default schedule, or None when it has no block to schedule."""
-    from tvm.s_tir import Schedule
+    from tvm.s_tir import Schedule, ScheduleError
 
     sch = Schedule(func)
     try:
         root = sch.get_sblock("root")
-    except Exception:
+    except ScheduleError:
         return None
-    sch = _inline_elementwise(sch, root)
+    refused: list[str] = []
+    sch = _inline_elementwise(sch, root, refused)
     if any(_has_block(sch, root, name) for name in vnni_conv.BLOCKS):
-        return _attempt(sch, lambda s: vnni_conv.schedule(s, cores)).mod["main"]
-    if _has_block(sch, root, vnni_depthwise.BLOCK):
-        return _attempt(sch, lambda s: vnni_depthwise.schedule(s, cores)).mod["main"]
-    for block in sch.get_child_blocks(root):
-        if _is_reduction(sch, block):
-            sch = _attempt(sch, lambda s, b=block: _schedule_reduction(s, b, cores))
-    for block in sch.get_child_blocks(root):
-        if not _is_reduction(sch, block) and not _is_nested(sch, block):
-            sch = _attempt(sch, lambda s, b=block: _schedule_spatial(s, b, cores))
-    return sch.mod["main"]
+        sch = _attempt(sch, lambda s: vnni_conv.schedule(s, cores), refused)
+    elif _has_block(sch, root, vnni_depthwise.BLOCK):
+        sch = _attempt(sch, lambda s: vnni_depthwise.schedule(s, cores), refused)
+    else:
+        for block in sch.get_child_blocks(root):
+            if _is_reduction(sch, block):
+                sch = _attempt(sch, lambda s, b=block: _schedule_reduction(s, b, cores), refused)
+        for block in sch.get_child_blocks(root):
+            if not _is_reduction(sch, block) and not _is_nested(sch, block):
+                sch = _attempt(sch, lambda s, b=block: _schedule_spatial(s, b, cores), refused)
+    return sch.mod["main"].with_attr(REFUSED, len(refused))
 
 
 def _has_block(sch, root, name: str) -> bool:
     return any(sch.get(b).name_hint == name for b in sch.get_child_blocks(root))
 
 
-def _attempt(sch, step):
-    """Run a step on a copy (the copy keeps the symbol table, so handles stay valid); keep it if it worked."""
+def _attempt(sch, step, refused: list[str]):
+    """Run a step on a copy (the copy keeps the symbol table, so handles stay valid); keep it if it worked.
+
+    Only refusals are caught: TVM's ScheduleError, and ValueError, which the steps here raise for a kernel
+    they do not fit. Anything else (a TVM API that moved) fails the compile instead of quietly costing speed."""
+    from tvm.s_tir import ScheduleError
+
     trial = sch.copy()
     try:
         step(trial)
-    except Exception:
+    except (ScheduleError, ValueError) as err:
+        refused.append(type(err).__name__)
         return sch
     return trial
 
@@ -103,21 +115,21 @@ def _is_nested(sch, block) -> bool:
     return bool(loops) and len(sch.get_child_blocks(loops[0])) > 1
 
 
-def _inline_elementwise(sch, root):
+def _inline_elementwise(sch, root, refused: list[str]):
     """Inline blocks that are neither outputs, reductions, nor inputs of a reduction, nor a VNNI conv's
     staging of its input."""
-    refused: set[str] = set(vnni_conv.STAGING_BLOCKS)
+    kept: set[str] = set(vnni_conv.STAGING_BLOCKS)
     while True:
         outputs = {sch.get(b).name_hint for b in sch.get_output_blocks(root)}
         candidates = [b for b in sch.get_child_blocks(root)
-                      if sch.get(b).name_hint not in outputs | refused and not _is_reduction(sch, b)
+                      if sch.get(b).name_hint not in outputs | kept and not _is_reduction(sch, b)
                       and not any(_is_reduction(sch, c) for c in sch.get_consumers(b))]
         if not candidates:
             return sch
         block = candidates[0]
-        trial = _attempt(sch, lambda s, b=block: s.compute_inline(b))
+        trial = _attempt(sch, lambda s, b=block: s.compute_inline(b), refused)
         if trial is sch:
-            refused.add(sch.get(block).name_hint)
+            kept.add(sch.get(block).name_hint)
         sch = trial
 
 

@@ -62,7 +62,6 @@ def lower(module, target, *, fuse: bool, layout: str | None, database=None, sche
         with database:
             fused = relax.transform.MetaScheduleApplyDatabase()(fused)
     if schedule:
-
         fused = default_schedule.apply(fused, target)
     lowered = seq(cpu.dataflow_lower_passes(target))(fused)
     planned = relax.transform.StaticPlanBlockMemory()(lowered)
@@ -192,3 +191,15 @@ def _static(shape) -> bool:
         return True
     except (TypeError, ValueError):
         return False
+
+
+def refused_steps(module) -> dict:
+    """The default schedule's steps TVM refused, per kernel (only kernels with any) and in all: a step refused
+    where it used to be taken shows here before it shows as speed."""
+    per_kernel = {}
+    for gv, func in module.functions.items():
+        count = int(func.attrs[default_schedule.REFUSED]) if func.attrs and default_schedule.REFUSED in func.attrs else 0
+        if count:
+            per_kernel[gv.name_hint] = count
+    return {"refused_steps": sum(per_kernel.values()), "kernels": dict(sorted(per_kernel.items()))}
+

@@ -179,6 +179,11 @@ def _fusion_and_memory(b: dict) -> list[str]:
         out += ["", f"Memory for {m['intermediates']} intermediates: naive {mb(m['naive_bytes'])}, planned "
                 f"{mb(m['planned_bytes'])} ({m['planned_over_naive']:.2f} of naive), lower bound "
                 f"{mb(m['lower_bound_bytes'])} (planned is {m['planned_over_bound']:.2f}x the bound){rss}."]
+    refused = (b.get("schedule") or {}).get("kernels") or {}
+    if refused:
+        named = ", ".join(f"{k} {n}" for k, n in list(refused.items())[:5]) + (", ..." if len(refused) > 5 else "")
+        out += ["", f"Default schedule: TVM refused {sum(refused.values())} steps in {len(refused)} kernels ({named}); "
+                "those kernels keep a simpler schedule."]
     return out
 
 

@@ -74,6 +74,7 @@ def _build(project, run: RunResult, name: str) -> dict:
         "artifact_bytes": (metrics or {}).get("artifact_bytes"),
         "peak_rss_bytes": (metrics or {}).get("peak_rss_bytes"),
         "fusion": figures.get("fusion"),
+        "schedule": figures.get("schedule"),
         "memory": _memory(figures.get("memory"), metrics),
         "gates": [g.as_dict() for g in results],
         "passed": stages_ok and all(g.passed for g in results),
