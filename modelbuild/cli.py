@@ -170,7 +170,7 @@ def cmd_build(args, console) -> int:
     if args.dry_run:
         for r in results:
             if r.status is Status.STALE:
-                console.print(f"would run {r.node}: {'; '.join(r.reasons)}", markup=False)
+                console.print(f"would run {r.node}: {'; '.join(map(str, r.reasons))}", markup=False)
         if not run.stale:
             console.print("nothing to do: every stage is cached", markup=False)
         return EXIT_OK
@@ -255,7 +255,8 @@ def _summary_json(project, run, report: dict) -> dict:
         "passed": report["passed"],
         "report": str(project.build_dir / "report.json"),
         "nodes": [{"node": r.node, "stage": r.stage, "build": r.build, "status": r.status.value,
-                   "seconds": round(r.seconds, 4), "key": r.key, "reasons": r.reasons, "error": r.error,
+                   "seconds": round(r.seconds, 4), "key": r.key, "reasons": [x.as_dict() for x in r.reasons],
+                   "error": r.error,
                    "log": r.log} for r in run.results.values()],
         "cache": run.stats.as_dict(),
     }
@@ -304,10 +305,11 @@ def cmd_status(args, console) -> int:
     run = project.run(args.selectors, Options(dry_run=True))
     stale = [r for r in run.results.values() if r.status is Status.STALE]
     if args.json:
-        print(json.dumps({"stale": [{"node": r.node, "reasons": r.reasons} for r in stale]}, indent=2))
+        print(json.dumps({"stale": [{"node": r.node, "reasons": [x.as_dict() for x in r.reasons]} for r in stale]},
+                         indent=2))
     else:
         for r in stale:
-            console.print(f"stale  {r.node}: {'; '.join(r.reasons)}", markup=False)
+            console.print(f"stale  {r.node}: {'; '.join(map(str, r.reasons))}", markup=False)
         if not stale:
             console.print(f"up to date: {len(run.results)} stages cached", markup=False)
     return EXIT_STALE if stale else EXIT_OK

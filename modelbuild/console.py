@@ -81,7 +81,7 @@ class LiveReporter:
             self.started[event.node] = self.clock()
             self.states[event.node] = (Status.RUNNING, None)
             if not self.live:
-                why = f"  ({'; '.join(event.reasons)})" if event.reasons else ""
+                why = f"  ({'; '.join(map(str, event.reasons))})" if event.reasons else ""
                 self.console.print(f"running  {event.node}{why}")
         elif isinstance(event, NodeProgress):
             now = self.clock()
@@ -132,7 +132,7 @@ def result_line(result: NodeResult) -> str:
     if result.status is Status.FAILED:
         line += f"  {result.error}" + (f" (log: {result.log})" if result.log else "")
     elif result.status in (Status.STALE, Status.SKIPPED) and result.reasons:
-        line += "  " + "; ".join(result.reasons)
+        line += "  " + "; ".join(map(str, result.reasons))
     return line
 
 

@@ -37,6 +37,16 @@ def test_status_lists_stale_stages_with_reasons_and_exits_1(fake_project, capsys
     assert "import:a" not in out
 
 
+def test_status_json_gives_each_reason_as_data(fake_project, capsys):
+    root, write = fake_project
+    run_cli(capsys, root, "build")
+    write(cores=8)
+    code, out, _ = run_cli(capsys, root, "status", "--json")
+    stale = {entry["node"]: entry["reasons"] for entry in json.loads(out)["stale"]}
+    assert code == 1 and stale["compile:a@cpu"] == [{"kind": "target", "field": "num-cores", "old": 2, "new": 8,
+                                                      "text": "target num-cores changed 2 -> 8"}]
+
+
 def test_selected_build_runs_only_its_stages(fake_project, capsys):
     root, _ = fake_project
     code, out, _ = run_cli(capsys, root, "build", "b@cpu", "--json")

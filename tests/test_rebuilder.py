@@ -34,25 +34,31 @@ def _keys(tree: dict) -> set[str]:
     return keys
 
 
+def texts(reasons) -> list[str]:
+    return [str(r) for r in reasons]
+
+
 def test_reasons_read_as_a_person_would_say_them():
-    assert changes(BASE, edited(params__inputs__x__shape=[1, 3, 48, 320])) == [
+    assert texts(changes(BASE, edited(params__inputs__x__shape=[1, 3, 48, 320]))) == [
         "input x shape changed [1,3,48,192] -> [1,3,48,320]"]
-    assert changes(BASE, edited(files__model="bbb")) == ["model file changed"]
-    assert changes(BASE, edited(tools__tvm="0.28.0")) == ["tvm 0.27.0 -> 0.28.0"]
-    assert changes(BASE, edited(params__target__num_cores=4)) == ["target num-cores changed 2 -> 4"]
-    assert changes(BASE, edited(upstream__ir="222")) == ["upstream ir output changed"]
-    assert changes(BASE, edited(stage__source="beef")) == ["stage code changed"]
+    assert texts(changes(BASE, edited(files__model="bbb"))) == ["model file changed"]
+    assert texts(changes(BASE, edited(tools__tvm="0.28.0"))) == ["tvm 0.27.0 -> 0.28.0"]
+    assert texts(changes(BASE, edited(params__target__num_cores=4))) == ["target num-cores changed 2 -> 4"]
+    assert texts(changes(BASE, edited(upstream__ir="222"))) == ["upstream ir output changed"]
+    assert texts(changes(BASE, edited(stage__source="beef"))) == ["stage code changed"]
     assert changes(BASE, BASE) == []
 
 
 def test_decide_without_history_says_never_built(tmp_path):
     decision = decide("import:a", "k", BASE, Store(tmp_path))
-    assert decision.stale and decision.reasons == ["never built"]
+    assert decision.stale and texts(decision.reasons) == ["never built"]
 
 
 def test_decide_compares_with_the_last_build(tmp_path):
     store = Store(tmp_path)
     store.remember("import:a", "old", BASE)
     decision = decide("import:a", "new", edited(files__model="bbb"), store)
-    assert decision.reasons == ["model file changed"]
-    assert decide("import:a", "old", BASE, store).reasons == ["cached output missing or damaged"]
+    assert texts(decision.reasons) == ["model file changed"]
+    assert decision.reasons[0].as_dict() == {"kind": "file", "field": "model", "old": None, "new": None,
+                                             "text": "model file changed"}
+    assert texts(decide("import:a", "old", BASE, store).reasons) == ["cached output missing or damaged"]

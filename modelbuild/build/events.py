@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Protocol
 
+from modelbuild.build.reasons import Reason
+
 
 class Status(str, Enum):
     CACHED = "cached"
@@ -27,7 +29,7 @@ class NodeResult:
     status: Status
     key: str | None = None
     seconds: float = 0.0
-    reasons: list[str] = field(default_factory=list)
+    reasons: list[Reason] = field(default_factory=list)
     outputs: dict[str, str] = field(default_factory=dict)  # file name -> digest
     error: str | None = None
     log: str | None = None
@@ -39,7 +41,7 @@ class NodeResult:
 @dataclass(frozen=True)
 class NodeStarted:
     node: str
-    reasons: list[str]
+    reasons: list[Reason]
 
 
 @dataclass(frozen=True)

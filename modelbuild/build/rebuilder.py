@@ -1,4 +1,4 @@
-"""The rebuilder: whether a node must run, and why, in words a person reads.
+"""The rebuilder: whether a node must run, and why (reasons as data, modelbuild.build.reasons).
 
 A node is up to date when the action cache holds a verified result for its key (a constructive trace:
 any earlier build with the same inputs counts, not only the last one). Otherwise the reasons come from
@@ -13,7 +13,7 @@ from modelbuild.build.keys import action_key, key_inputs
 from modelbuild.build.plan import Node
 from modelbuild.build.stage import Stage
 from modelbuild.build.store import ActionResult, Store
-from modelbuild.hashing import canonical_json
+from modelbuild.build.reasons import ABSENT, Reason, from_change
 
 
 @dataclass(frozen=True)
@@ -21,7 +21,7 @@ class Decision:
     node: str
     key: str
     result: ActionResult | None
-    reasons: list[str] = field(default_factory=list)
+    reasons: list[Reason] = field(default_factory=list)
     inputs: dict = field(default_factory=dict)  # what the key was computed from
 
     @property
@@ -42,23 +42,20 @@ def decide(node_id: str, key: str, inputs: dict, store: Store) -> Decision:
         return Decision(node_id, key, result, inputs=inputs)
     trace = store.last_trace(node_id)
     if trace is None:
-        return Decision(node_id, key, None, ["never built"], inputs)
+        return Decision(node_id, key, None, [Reason("never-built")], inputs)
     if trace["key"] == key:
-        return Decision(node_id, key, None, ["cached output missing or damaged"], inputs)
-    return Decision(node_id, key, None, changes(trace["inputs"], inputs) or ["key inputs changed"], inputs)
+        return Decision(node_id, key, None, [Reason("damaged")], inputs)
+    return Decision(node_id, key, None, changes(trace["inputs"], inputs) or [Reason("key-changed")], inputs)
 
 
-def changes(old: dict, new: dict) -> list[str]:
-    """Human reasons for every difference between two sets of key inputs."""
+def changes(old: dict, new: dict) -> list[Reason]:
+    """A reason for every difference between two sets of key inputs."""
     before, after = flatten(old), flatten(new)
     reasons = []
     for path in sorted(set(before) | set(after)):
-        if before.get(path, _ABSENT) != after.get(path, _ABSENT):
-            reasons.append(_describe(path, before.get(path, _ABSENT), after.get(path, _ABSENT)))
-    return list(dict.fromkeys(reasons))
-
-
-_ABSENT = object()
+        if before.get(path, ABSENT) != after.get(path, ABSENT):
+            reasons.append(from_change(path, before.get(path, ABSENT), after.get(path, ABSENT)))
+    return list({str(r): r for r in reasons}.values())  # two inputs of a role change once (lists do not hash)
 
 
 def flatten(value, prefix: tuple = ()) -> dict[tuple, object]:
@@ -69,31 +66,3 @@ def flatten(value, prefix: tuple = ()) -> dict[tuple, object]:
             out.update(flatten(item, (*prefix, str(key))))
         return out
     return {prefix: value}
-
-
-def _show(value) -> str:
-    if value is _ABSENT:
-        return "(none)"
-    return value if isinstance(value, str) else canonical_json(value)
-
-
-def _describe(path: tuple, old, new) -> str:
-    change = f"{_show(old)} -> {_show(new)}"
-    match path:
-        case ("params", "inputs", name, "shape"):
-            return f"input {name} shape changed {change}"
-        case ("params", "inputs", name, field):
-            return f"input {name} {field} changed {change}"
-        case ("params", "target", option):
-            return f"target {option} changed {change}"
-        case ("files", role):
-            return f"{role} file changed"
-        case ("upstream", role):
-            return f"upstream {role} output changed"
-        case ("tools", tool):
-            return f"{tool} {change}"
-        case ("stage", "source"):
-            return "stage code changed"
-        case ("params", *rest):
-            return f"{'.'.join(rest)} changed {change}"
-    return f"{'.'.join(path)} changed {change}"

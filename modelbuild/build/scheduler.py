@@ -15,6 +15,7 @@ from pathlib import Path
 from modelbuild import progress
 from modelbuild.build.events import NodeFinished, NodeProgress, NodeResult, NodeStarted, Reporter, silent, Status
 from modelbuild.build.plan import Node, Plan
+from modelbuild.build.reasons import Reason
 from modelbuild.build.rebuilder import decide_node, Decision
 from modelbuild.build.store import ActionResult, Stats, Store
 from modelbuild.build.worker import execute
@@ -98,7 +99,7 @@ class Scheduler:
         for node_id in waiting:
             node = self.plan.nodes[node_id]
             state = self._readiness(node_id)
-            reason = state[1] if isinstance(state, tuple) else "not started: an earlier stage failed"
+            reason = state[1] if isinstance(state, tuple) else Reason("stopped")
             self._finish(NodeResult(node_id, node.stage, node.build, Status.SKIPPED, reasons=[reason]))
 
     def _readiness(self, node_id: str):
@@ -108,9 +109,9 @@ class Scheduler:
             if result is None:
                 return "wait"
             if result.status in (Status.FAILED, Status.SKIPPED):
-                return (Status.SKIPPED, f"upstream {dep} {result.status.value}")
+                return (Status.SKIPPED, Reason("upstream-failed", dep, new=result.status.value))
             if result.status is Status.STALE:
-                return (Status.STALE, f"upstream {dep} will rerun")
+                return (Status.STALE, Reason("upstream-reruns", dep))
         return "ready"
 
     def _visit(self, node: Node, options: Options) -> None:

@@ -6,6 +6,7 @@ from modelbuild.build.rebuilder import changes, flatten
 from modelbuild.build.scheduler import Options
 from modelbuild.errors import SelectionError
 from modelbuild.hashing import canonical_json
+from modelbuild.pipeline.registry import IR_TEXTS
 
 
 def explain(project, build: str) -> list[str]:
@@ -26,13 +27,12 @@ def explain(project, build: str) -> list[str]:
             lines.append("    last build: never")
         elif inputs is not None:
             diff = changes(trace["inputs"], inputs)
-            lines.append("    since last build: " + ("; ".join(diff) if diff else "no change"))
+            lines.append("    since last build: " + ("; ".join(map(str, diff)) if diff else "no change"))
         else:
-            lines.append("    since last build: " + "; ".join(result.reasons))
+            lines.append("    since last build: " + "; ".join(map(str, result.reasons)))
     return lines
 
 
-IR_FILES = ("ir_before_fusion.py", "ir_after_fusion.py", "ir_planned.py")
 
 
 def write_ir(project, build: str) -> list:
@@ -40,10 +40,10 @@ def write_ir(project, build: str) -> list:
     run = project.run([build], Options(dry_run=True))
     node_id = next(n for n in project.plan.builds[build] if project.plan.nodes[n].stage == "compile")
     outputs = run.results[node_id].outputs
-    if not all(name in outputs for name in IR_FILES):
+    if not all(name in outputs for name in IR_TEXTS):
         raise SelectionError(f"{build} is not built yet (or its target has no IR figures); run `modelbuild` first")
     folder = project.build_dir / next(iter(project.plan.nodes[node_id].publish.values()))
-    paths = [folder.parent / "ir" / name for name in IR_FILES]
-    for name, path in zip(IR_FILES, paths):
+    paths = [folder.parent / "ir" / name for name in IR_TEXTS]
+    for name, path in zip(IR_TEXTS, paths):
         project.store.materialize(outputs[name], path)
     return paths

@@ -29,6 +29,8 @@ def get_stage(name: str) -> Stage:
 IR, SIGNATURE, FROZEN_ONNX = "ir.json", "signature.json", "model.onnx"
 ANALYSIS, QDQ_ONNX, QUANTIZE_SUMMARY = "analysis.json", "qdq.onnx", "quantize.json"
 TUNED_RECORDS, TUNE_SUMMARY, GOLDEN, METRICS = "records.json", "tune.json", "golden.npz", "metrics.json"
+# written by compile where it can lower the module (a cross target too), not required of every run
+IR_TEXTS = ("ir_before_fusion.py", "ir_after_fusion.py", "ir_planned.py")
 
 register(Stage("import", "modelbuild.stages.onnx_import:run", ("onnx", "onnxslim", "tvm"),
                "freeze input shapes, simplify, import ONNX into Relax", (IR, SIGNATURE, FROZEN_ONNX)))

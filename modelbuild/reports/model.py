@@ -11,6 +11,7 @@ import json
 from modelbuild.build.events import NodeResult, Status
 from modelbuild.build.scheduler import RunResult
 from modelbuild.pipeline.names import float_build_of, model_of, quantization_of, target_of
+from modelbuild.pipeline.registry import ANALYSIS, METRICS, QUANTIZE_SUMMARY, TUNE_SUMMARY
 from modelbuild.validation import gates
 from modelbuild.versions import tool_versions
 
@@ -51,8 +52,8 @@ def _build(project, run: RunResult, name: str) -> dict:
     # the int8 build's second reference (onnxruntime's QDQ model) is read through validate's metrics
     nodes = {run.results[n].stage: run.results[n] for n in project.plan.builds[name] if not n.startswith("reference-qdq:")}
     metrics = _metrics(project, nodes.get("validate"))
-    figures = _output_json(project, nodes.get("compile"), "analysis.json") or {}
-    quantization = _output_json(project, nodes.get("quantize"), "quantize.json")
+    figures = _output_json(project, nodes.get("compile"), ANALYSIS) or {}
+    quantization = _output_json(project, nodes.get("quantize"), QUANTIZE_SUMMARY)
     spec = project.recipe.validation_for(project.recipe.build_spec(model, target, quantization_of(name)))
     results = gates.evaluate(spec, metrics, _baseline(project, spec, name))
     stages_ok = all(r.status in (Status.BUILT, Status.CACHED) for r in nodes.values())
@@ -64,7 +65,7 @@ def _build(project, run: RunResult, name: str) -> dict:
         "validation": {"ran": bool(metrics and metrics.get("ran")), "reason": _not_validated(nodes, metrics)},
         "accuracy": (metrics or {}).get("accuracy"),
         "quantization": quantization,
-        "tuning": _tuning(_output_json(project, nodes.get("tune"), "tune.json"), nodes.get("tune")),
+        "tuning": _tuning(_output_json(project, nodes.get("tune"), TUNE_SUMMARY), nodes.get("tune")),
         "accuracy_vs_qdq": (metrics or {}).get("accuracy_vs_qdq"),
         "latency_ms": latency,
         "cold_ms": (metrics or {}).get("cold_ms"),
@@ -114,7 +115,7 @@ def _stage(result: NodeResult) -> dict:
 
 
 def _metrics(project, result: NodeResult | None) -> dict | None:
-    return _output_json(project, result, "metrics.json")
+    return _output_json(project, result, METRICS)
 
 
 def _output_json(project, result: NodeResult | None, name: str) -> dict | None:

@@ -80,11 +80,13 @@ def _roofline(library: str, kernels: list[dict]) -> dict:
     import tvm
 
     module = tvm.runtime.load_module(library).imports[0]  # the kernels live in the library's host module
-    seconds = {k["kernel"]: _time_kernel(module, k) for k in kernels}
+    seconds = {k["kernel"]: time_kernel(module, k) for k in kernels}
     return analysis.roofline(kernels, {k: s for k, s in seconds.items() if s}, *machine_peaks())
 
 
-def _time_kernel(module, kernel: dict) -> float | None:
+def time_kernel(module, kernel: dict) -> float | None:
+    """Seconds of one call of a kernel of the library's host module, on random inputs of its argument shapes
+    (an entry of analysis.json's "kernels"); None where the library names it differently."""
     import tvm
 
     rng = np.random.default_rng(0)
