@@ -261,3 +261,18 @@ def test_a_snapshot_table_dumps_and_copies_as_pydantic_does():
     assert table.model_fields_set == model.model_fields_set == {"calibration"}
     assert table.calibration.model_fields_set == {"samples", "source", "path"}
     assert table.model_copy(update={"per_channel": False}).per_channel is False and table.per_channel is True
+
+
+def test_an_include_that_is_not_a_list_of_paths_is_a_recipe_error(tmp_path):
+    """Found by tests/test_recipe_fuzz.py: `include = 0` was a TypeError traceback."""
+    err = error_of(tmp_path, "include = 0\n" + GOOD)
+    assert (err.field, err.line, err.message) == ("include", 1, "expected a list of recipe files, found 0")
+
+
+def test_a_recipe_that_is_not_utf8_is_a_recipe_error(tmp_path):
+    """Found by tests/test_recipe_fuzz.py: a UnicodeDecodeError traceback."""
+    path = tmp_path / "deploy.toml"
+    path.write_bytes(b"\x80" + GOOD.encode())
+    with pytest.raises(RecipeError) as info:
+        load_recipe(path)
+    assert info.value.message == "not UTF-8 text (byte 0)" and info.value.fix == "save the recipe as UTF-8 TOML"

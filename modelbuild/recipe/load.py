@@ -111,6 +111,9 @@ def _validate(data: dict, files: list[Path]):
 def _read_toml(path: Path) -> dict:
     try:
         return tomllib.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise RecipeError(f"not UTF-8 text (byte {err.start})", file=_shown(path),
+                          fix="save the recipe as UTF-8 TOML") from None
     except tomllib.TOMLDecodeError as err:
         match = _TOML_POSITION.search(str(err))
         message = _TOML_POSITION.sub("", str(err)).strip()
@@ -124,7 +127,12 @@ def _read_with_includes(path: Path, files: list[Path], chain: tuple[Path, ...]) 
     files.append(path)
     data = _read_toml(path)
     merged: dict = {}
-    for index, name in enumerate(data.get("include", [])):
+    includes = data.get("include", [])
+    if not isinstance(includes, list) or not all(isinstance(name, str) for name in includes):
+        raise RecipeError(f"expected a list of recipe files, found {_short(includes)}", file=_shown(path),
+                          line=locate(path.read_text(), ("include",)), field="include",
+                          fix='include = ["recipes/targets/x86-server.toml"]')
+    for index, name in enumerate(includes):
         piece = (path.parent / name).resolve()
         if piece in chain or piece == path:
             raise RecipeError(f"include cycle through {name!r}", file=_shown(path), field=f"include[{index}]",
