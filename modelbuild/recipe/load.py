@@ -6,11 +6,14 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, get_args, get_origin
+from typing import TYPE_CHECKING, Any, get_args, get_origin
 
 from modelbuild.errors import RecipeError
 from modelbuild.recipe import snapshot
 from modelbuild.recipe.locate import dotted, locate, locate_in_files
+
+if TYPE_CHECKING:  # for annotations only: importing the schema loads pydantic
+    from modelbuild.recipe.schema import Recipe
 from modelbuild.recipe.targets import HOST, known_cpus, MODELBUILD_KEYS, target_arch, TARGET_OPTIONS
 
 if sys.version_info >= (3, 11):
@@ -23,8 +26,12 @@ _TOML_POSITION = re.compile(r"\(at line (\d+), column (\d+)\)")
 
 @dataclass(frozen=True)
 class LoadedRecipe:
-    """A validated recipe with where it came from: paths in it are relative to `root`."""
-    spec: Recipe
+    """A validated recipe with where it came from: paths in it are relative to `root`.
+
+    `spec` is the pydantic Recipe when the recipe was validated on this load, or the snapshot's Table read
+    back without pydantic (recipe/snapshot.py); both answer the same attribute reads and model_dump."""
+
+    spec: Recipe | snapshot.Table
     path: Path
     files: list[Path] = field(default_factory=list)
 

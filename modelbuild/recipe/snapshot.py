@@ -49,10 +49,10 @@ class Table:
         """Plain data, nested tables included; `exclude` as pydantic takes it ({"path"}, {"calibration": {"path"}})."""
         out = {}
         for name, value in self._values.items():
-            inner = exclude.get(name) if isinstance(exclude, dict) else (exclude and name in exclude)
-            if inner is True or (inner and not isinstance(inner, (set, dict))):
-                continue
-            out[name] = value.model_dump(exclude=inner or None) if isinstance(value, Table) else _plain(value)
+            nested = exclude.get(name) if isinstance(exclude, dict) else None
+            if exclude and name in exclude and not isinstance(nested, (set, dict)):
+                continue  # excluded whole: listed in a set, or mapped to True
+            out[name] = value.model_dump(exclude=nested) if isinstance(value, Table) else _plain(value)
         return out
 
     def model_copy(self, *, update: dict[str, Any]) -> "Table":
