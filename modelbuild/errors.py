@@ -110,6 +110,7 @@ def environment_failure(err: OSError) -> EnvironmentFailure | None:
 
 
 def last_line(err: BaseException, limit: int = 500) -> str:
-    """The last non-empty line of an exception's message: where TVM and onnx put the actual complaint."""
-    lines = [line for line in str(err).strip().splitlines() if line.strip()]
+    """The last non-empty line of an exception's message: where TVM and onnx put the actual complaint. TVM
+    may end it with the offending IR, whose comments ("# Metadata omitted ...") say nothing."""
+    lines = [line for line in str(err).strip().splitlines() if line.strip() and not line.startswith("# ")]
     return lines[-1][:limit] if lines else type(err).__name__
