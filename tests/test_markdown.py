@@ -68,3 +68,14 @@ def test_without_accuracy_gates_the_outcome_line_gives_the_worst_cosine():
     from modelbuild.reports.markdown import outcome_line
 
     assert "  cosine 0.99991  " in outcome_line(finished_build([]))
+
+
+def test_a_layout_conversion_tvm_refused_is_said_with_its_reason_and_a_converted_one_is_not():
+    from modelbuild.reports.markdown import _fusion_and_memory
+
+    refused = {"schedule": {"refused_steps": 0, "kernels": {},
+                            "layout": "model (TVM's layout conversion failed: Invalid SLayout)"}}
+    assert "Layout: the model's own, channels-last was refused: TVM's layout conversion failed: Invalid SLayout." in \
+        _fusion_and_memory(refused)
+    converted = {"schedule": {"refused_steps": 0, "kernels": {}, "layout": "channels-last"}}
+    assert not any("Layout" in line for line in _fusion_and_memory(converted))

@@ -37,6 +37,7 @@ enabled = false
 model = "a"
 targets = ["cpu"]
 tuning = "quick"
+layout = "NCHW"  # one conv task: channels-last would add the two edge transposes as tasks of their own
 {second_build}
 """
 
@@ -50,6 +51,7 @@ SECOND_BUILD = """
 model = "b"
 targets = ["cpu"]
 tuning = "quick"
+layout = "NCHW"
 """
 
 

@@ -6,8 +6,10 @@ element-wise chains, reductions):
 - an element-wise producer feeding another element-wise block (bias, activation) is inlined into it;
   padding that feeds a reduction stays a block of its own, so the reduction's inner loop has no selects;
 - a reduction block keeps its spatial loops outside and its reduction loops inside, with the innermost
-  spatial loop split by the vector width and moved below the reductions, so each step of the reduction
-  updates a whole vector of outputs; its epilogue is computed at the same loop, while the values are hot;
+  spatial loop (output channels once convs are channels-last, a matmul's columns) split by the vector width
+  and moved below the reductions, so each step of the reduction updates whole vectors of outputs: a
+  register tile of rows x vectors (Machine), its rows split with a tail where they do not divide; its
+  epilogue is computed after the tile, while the values are hot;
 - a reduction whose output has no axis to vectorise (a global pool: one sum per channel) sums its
   innermost reduction axis in vector-wide partial sums instead (the classifier's ten pools: 65 -> 9 us);
 - other blocks are split by the vector width, or vectorised whole when their rows are short and the vector
@@ -22,14 +24,44 @@ simpler schedule rather than failing the build.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from modelbuild.compiler.kernels import vnni_conv, vnni_depthwise
 
 VECTOR_LANES = 16  # float32 lanes of AVX-512; narrower vector units run the loop in several instructions
 WHOLE_ROW_LANES = 8 * VECTOR_LANES  # rows up to this long are vectorised whole when 16 does not divide them
-CHANNEL_BLOCK = 4  # output rows computed together, so each loaded input vector feeds several FMAs
 PARALLEL_MIN_WORK = 1 << 18  # spatial iterations below which a parallel region costs more than it saves
 # (measured on 2 cores: 4096 made the small classifier 1.25 ms, 65536 0.98 ms, 262144 0.93 ms; the detector
 # is unchanged, its kernels being far larger)
+PARALLEL_MIN_MACS = 1 << 20  # the same for a reduction, counted in multiply-adds
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What the schedule adapts to: cores to run on, and the register tile of a reduction: `rows` output
+    rows (pixels) by `vectors` output vectors accumulated in registers, so each loaded weight vector feeds
+    `rows` multiply-adds and each broadcast input `vectors`."""
+    cores: int = 1
+    rows: int = 4
+    vectors: int = 1
+
+
+# AVX-512 has 32 vector registers: a 6 x 4 tile keeps 24 accumulators in them. Measured on 1x1 and 3x3 convs
+# and a matmul head (NHWC, 2 cores), GFLOP/s went from 46-60 with the 4 x 1 tile to 80-140; 4 x 4 and 2 x 8
+# came close. With 16 registers (AVX2, NEON) a 16-lane vector takes two or four of them, so the narrow tile
+# stays.
+WIDE_REGISTERS = Machine(rows=6, vectors=4)
+NARROW_REGISTERS = Machine(rows=4, vectors=1)
+
+
+def machine(target) -> Machine:
+    """The cores and register tile for an llvm target."""
+    from tvm.target import codegen
+
+    cores = int(target.attrs["num-cores"]) if "num-cores" in target.attrs else 1
+    wide = target.kind.name == "llvm" and bool(codegen.target_has_features("avx512f", target))
+    tile = WIDE_REGISTERS if wide else NARROW_REGISTERS
+    return Machine(cores, tile.rows, tile.vectors)
 
 
 REFUSED = "modelbuild.refused_steps"  # PrimFunc attribute: how many schedule steps TVM refused for it
@@ -40,11 +72,11 @@ def apply(module, target):
     steps TVM refused (attribute REFUSED), which the compile figures report."""
     from tvm import tirx
 
-    cores = int(target.attrs["num-cores"]) if "num-cores" in target.attrs else 1
+    on = machine(target)
     scheduled = {}
     for gv, func in module.functions.items():
         if isinstance(func, tirx.PrimFunc) and not (func.attrs and "tirx.is_scheduled" in func.attrs):
-            new = schedule_function(func, cores=cores)
+            new = schedule_function(func, on)
             if new is not None:
                 scheduled[gv] = new.with_attr("tirx.is_scheduled", True)
     for gv, func in scheduled.items():
@@ -52,7 +84,7 @@ def apply(module, target):
     return module
 
 
-def schedule_function(func, *, cores: int):
+def schedule_function(func, on: Machine):
     """The function with the default schedule, or None when it has no block to schedule."""
     from tvm.s_tir import Schedule, ScheduleError
 
@@ -64,16 +96,16 @@ def schedule_function(func, *, cores: int):
     refused: list[str] = []
     sch = _inline_elementwise(sch, root, refused)
     if any(_has_block(sch, root, name) for name in vnni_conv.BLOCKS):
-        sch = _attempt(sch, lambda s: vnni_conv.schedule(s, cores), refused)
+        sch = _attempt(sch, lambda s: vnni_conv.schedule(s, on.cores), refused)
     elif _has_block(sch, root, vnni_depthwise.BLOCK):
-        sch = _attempt(sch, lambda s: vnni_depthwise.schedule(s, cores), refused)
+        sch = _attempt(sch, lambda s: vnni_depthwise.schedule(s, on.cores), refused)
     else:
         for block in sch.get_child_blocks(root):
             if _is_reduction(sch, block):
-                sch = _attempt(sch, lambda s, b=block: _schedule_reduction(s, b, cores), refused)
+                sch = _attempt(sch, lambda s, b=block: _schedule_reduction(s, b, on), refused)
         for block in sch.get_child_blocks(root):
             if not _is_reduction(sch, block) and not _is_nested(sch, block):
-                sch = _attempt(sch, lambda s, b=block: _schedule_spatial(s, b, cores), refused)
+                sch = _attempt(sch, lambda s, b=block: _schedule_spatial(s, b, on.cores), refused)
     return sch.mod["main"].with_attr(REFUSED, len(refused))
 
 
@@ -157,9 +189,9 @@ def _work(sch, loops) -> int:
     return total
 
 
-def _parallelize(sch, loops, cores: int, work: int) -> None:
+def _parallelize(sch, loops, cores: int, worth_it: bool) -> None:
     """Fuse leading loops until each core has several chunks, then run them in parallel."""
-    if cores < 2 or work < PARALLEL_MIN_WORK:
+    if cores < 2 or not worth_it:
         return
     chosen, chunks = [], 1
     for loop in loops:
@@ -175,11 +207,17 @@ def _parallelize(sch, loops, cores: int, work: int) -> None:
     sch.parallel(sch.fuse(*chosen) if len(chosen) > 1 else chosen[0])
 
 
-def _schedule_reduction(sch, block, cores: int) -> None:
+def _schedule_reduction(sch, block, on: Machine) -> None:
     spatial, reduce = _spatial_and_reduce(sch, block)
+    # a conv1d as an NCHW conv2d, [n, c, l, 1] with a kernel [k, 1]: its vectors run along l (a kept
+    # dimension of a pool, [n, c, 1, 1], is no such axis: its input is summed along the reduction)
+    while len(spatial) > 1 and _extent(sch, spatial[-1]) == 1 and reduce and _extent(sch, reduce[-1]) == 1:
+        spatial = spatial[:-1]
     if not spatial or not reduce:
         return
-    work = _work(sch, spatial)
+    # counted in multiply-adds: a depthwise conv's few outputs (56x56x32) each cost 9 of them
+    worth_it = _work(sch, spatial) * _work(sch, reduce) >= PARALLEL_MIN_MACS
+    weights_outermost = (_extent(sch, spatial[-1]) or 0) > _work(sch, spatial[:-1])
     split = _vector_split(sch, spatial[-1])
     consumers = sch.get_consumers(block)
     if split is None:
@@ -187,23 +225,34 @@ def _schedule_reduction(sch, block, cores: int) -> None:
         spatial = _sum_in_lanes(sch, block, spatial, reduce) or spatial
         for consumer in consumers:
             sch.reverse_compute_at(consumer, spatial[-1])
-        _parallelize(sch, spatial, cores, work)
+        _parallelize(sch, spatial, on.cores, worth_it)
         return
     outer, inner = split
-    block_loop = _channel_block(sch, spatial[:-1])
+    block_loop = _row_block(sch, spatial[:-1], on.rows)
     if block_loop is not None:
         index, (rows_outer, rows) = block_loop
-        leading = [*spatial[:index], rows_outer, *spatial[index + 1:-1]]
-        sch.reorder(*leading, outer, *reduce, rows, inner)
-        sch.unroll(rows)
-        spatial = [*leading, None]
+        leading, tile = [*spatial[:index], rows_outer, *spatial[index + 1:-1]], [rows]
     else:
-        sch.reorder(*spatial[:-1], outer, *reduce, inner)
+        leading, tile = spatial[:-1], []
+    vectors = _extent(sch, outer) or 1
+    across = next((n for n in range(on.vectors, 1, -1) if vectors % n == 0), 1)
+    if across > 1:
+        outer, vector_tile = sch.split(outer, factors=[None, across])
+        tile.append(vector_tile)
+    # With more output channels (a matmul's columns) than output pixels (rows), the weights outweigh the
+    # activations, so the loop over vector blocks goes outermost: one block of weights serves every row
+    # while it is in cache and is read from memory once (a [40,120]x[120,6640] matmul: 17 -> 40 GFLOP/s).
+    # Otherwise the activations stay put (a 1x1 256->256 conv at 50x38: 34 GFLOP/s weights-outermost, 43
+    # not).
+    order = [outer, *leading] if weights_outermost else [*leading, outer]
+    sch.reorder(*order, *reduce, *tile, inner)
+    for row in tile:
+        sch.unroll(row)
     for consumer in consumers:
-        sch.reverse_compute_at(consumer, outer)
+        sch.reverse_compute_at(consumer, order[-1])
         _vectorize_innermost(sch, consumer)
     # Annotate first: parallel and vectorize need a whole reduction block (with its init) below them.
-    _parallelize(sch, [*spatial[:-1], outer], cores, work)
+    _parallelize(sch, order, on.cores, worth_it)
     sch.vectorize(inner)
     init = sch.decompose_reduction(block, reduce[0])
     _vectorize_innermost(sch, init)
@@ -227,14 +276,18 @@ def _sum_in_lanes(sch, block, spatial, reduce):
     return sch.get_loops(block)[:len(spatial)]
 
 
-def _channel_block(sch, spatial):
-    """Split one of the outer spatial loops (given without the vector loop) into (outer, CHANNEL_BLOCK):
-    the channels of an NCHW conv [n, c, h] come second from the end, the rows of a matmul [i] last."""
-    order = [len(spatial) - 2, len(spatial) - 1, *range(len(spatial) - 3, -1, -1)]
-    for index in (i for i in order if i >= 0):
-        extent = _extent(sch, spatial[index])
-        if extent and extent >= CHANNEL_BLOCK and extent % CHANNEL_BLOCK == 0:
-            return index, sch.split(spatial[index], factors=[None, CHANNEL_BLOCK])
+def _row_block(sch, spatial, rows: int):
+    """Split one of the outer spatial loops (given without the vector loop) into (outer, rows), the rows of
+    the register tile: the output rows of an NHWC conv [n, h, w] or the channels of an NCHW one [n, c, h]
+    come second from the end, the rows of a matmul [i] last. A loop `rows` divides is preferred; else the
+    first long enough is split with a tail, whose bounds test does not depend on the vector lanes, so the
+    vectors stay whole (an NHWC conv at 26x26: 17 GFLOP/s untiled, 50-60 tiled with a tail, as at 32x32)."""
+    order = [i for i in (len(spatial) - 2, len(spatial) - 1, *range(len(spatial) - 3, -1, -1)) if i >= 0]
+    extents = {i: _extent(sch, spatial[i]) for i in order}
+    divisible = [i for i in order if extents[i] and extents[i] >= rows and extents[i] % rows == 0]
+    with_tail = [i for i in order if extents[i] and extents[i] > rows]
+    for index in (divisible or with_tail)[:1]:
+        return index, sch.split(spatial[index], factors=[None, rows])
     return None
 
 
@@ -249,7 +302,7 @@ def _schedule_spatial(sch, block, cores: int) -> None:
     loops = sch.get_loops(block)
     if not loops:
         return
-    work = _work(sch, loops)
+    worth_it = _work(sch, loops) >= PARALLEL_MIN_WORK
     extent = _extent(sch, loops[-1])
     if extent and extent % VECTOR_LANES and VECTOR_LANES < extent <= WHOLE_ROW_LANES:
         sch.vectorize(loops[-1])
@@ -258,4 +311,4 @@ def _schedule_spatial(sch, block, cores: int) -> None:
         outer, inner = split
         sch.vectorize(inner)
         loops = [*loops[:-1], outer]
-    _parallelize(sch, loops, cores, work)
+    _parallelize(sch, loops, cores, worth_it)

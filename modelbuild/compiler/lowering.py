@@ -10,8 +10,13 @@ call_pure_packed results). ONNX-imported models have no such calls, so modelbuil
 bundled classifier 271 operators become 69 kernels and the library shrinks from 2.0 MB to 1.4 MB.
 `fuse = false` in a build gives the stock, unfused library.
 
-Before legalisation, transposed convs whose stride equals their kernel become 1x1 convs and a depth-to-space
-(conv_transpose.py), which is exact.
+Before legalisation, float convs are converted to channels-last (channels_last.py: `layout = "auto"`, the
+default), so the default schedule vectorises them over output channels rather than output columns.
+Transposed convs whose stride equals their kernel then become 1x1 convs and a depth-to-space
+(conv_transpose.py), which is exact, and matmuls and convs whose output channels no vector width divides
+compute them rounded up to whole vectors (channel_padding.py). Both run whether or not the default schedule
+does, so the tune stage sees the kernels the compile stage builds. exp, erf, tanh, sigmoid and softmax are
+legalised as polynomials that stay in vectors (fast_math.py).
 """
 
 from __future__ import annotations
@@ -20,11 +25,10 @@ import math
 import re
 from dataclasses import dataclass
 
-from modelbuild.compiler import conv_transpose, default_schedule
+from modelbuild.compiler import channel_padding, channels_last, conv_transpose, default_schedule, fast_math
 from modelbuild.compiler.analysis import KernelCall, Step
 from modelbuild.compiler.kernels.integer_kernels import legalize_conv2d, legalize_quantize
 
-LAYOUTS = {"NHWC": {"relax.nn.conv2d": ["NHWC", "default"]}, "NCHW": {"relax.nn.conv2d": ["NCHW", "default"]}}
 _ALIAS_OPS = {"relax.reshape", "relax.memory.view"}
 
 
@@ -36,6 +40,7 @@ class Phases:
     fused: object  # after FuseTIR: one call_tir per kernel
     lowered: object  # explicit allocations, before memory planning
     planned: object  # after StaticPlanBlockMemory
+    layout: str = channels_last.KEPT  # the conv layout used: CONVERTED, or KEPT and why where it was asked for
 
 
 def lower(module, target, *, fuse: bool, layout: str | None, database=None, schedule: bool = False) -> Phases:
@@ -47,13 +52,12 @@ def lower(module, target, *, fuse: bool, layout: str | None, database=None, sche
     from tvm import relax
     from tvm.relax.backend.cpu_generic import pipeline as cpu
 
-    if layout:
-        module = relax.transform.ConvertLayout(LAYOUTS[layout])(module)
-    module = conv_transpose.rewrite(module)
+    module, used_layout = channels_last.convert(conv_transpose.rewrite(module), layout)
+    module = channel_padding.rewrite(module)
     seq = tvm.transform.Sequential
 
-    legalize = relax.transform.LegalizeOps(customize_legalize_map={"relax.quantize": legalize_quantize,
-                                                                   "relax.nn.conv2d": legalize_conv2d})
+    legalize = relax.transform.LegalizeOps(customize_legalize_map={
+        "relax.quantize": legalize_quantize, "relax.nn.conv2d": legalize_conv2d, **fast_math.legalizations()})
     legalized = seq(cpu.library_dispatch_passes(target) + [legalize,
                     relax.transform.AnnotateTIROpPattern(), relax.transform.FoldConstant()])(module)
     grouped = relax.transform.FuseOps()(legalized) if fuse else legalized
@@ -65,7 +69,7 @@ def lower(module, target, *, fuse: bool, layout: str | None, database=None, sche
         fused = default_schedule.apply(fused, target)
     lowered = seq(cpu.dataflow_lower_passes(target))(fused)
     planned = relax.transform.StaticPlanBlockMemory()(lowered)
-    return Phases(legalized, grouped, fused, lowered, planned)
+    return Phases(legalized, grouped, fused, lowered, planned, used_layout)
 
 
 def finish_passes(target):

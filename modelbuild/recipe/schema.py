@@ -188,7 +188,9 @@ class BuildSpec(Strict):
     targets: list[Name] = Field(min_length=1)
     fuse: bool = Field(default=True, description="Operator fusion (false builds the unfused library, to measure).")
     opt_level: int = Field(default=3, ge=0, le=4)
-    layout: Literal["NCHW", "NHWC"] | None = Field(default=None, description="Convert conv2d to this layout.")
+    layout: Literal["auto", "NCHW", "NHWC"] = Field(
+        default="auto", description="conv2d layout: auto converts float convs to NHWC (vectorised over channels) "
+                                    "and keeps integer convs NCHW; NCHW keeps the model's; NHWC converts all.")
     tuning: Name | None = Field(default=None, description="A [tuning.NAME] section; none builds untuned.")
     quantization: Name | None = Field(default=None, description="A [quantization.NAME] section; none is float.")
     schedule: Literal["default", "none"] = Field(

@@ -179,6 +179,9 @@ def _fusion_and_memory(b: dict) -> list[str]:
         out += ["", f"Memory for {m['intermediates']} intermediates: naive {mb(m['naive_bytes'])}, planned "
                 f"{mb(m['planned_bytes'])} ({m['planned_over_naive']:.2f} of naive), lower bound "
                 f"{mb(m['lower_bound_bytes'])} (planned is {m['planned_over_bound']:.2f}x the bound){rss}."]
+    layout = (b.get("schedule") or {}).get("layout") or ""
+    if layout.startswith("model ("):
+        out += ["", f"Layout: the model's own, channels-last was refused: {layout.removeprefix('model (')[:-1]}."]
     refused = (b.get("schedule") or {}).get("kernels") or {}
     if refused:
         named = ", ".join(f"{k} {n}" for k, n in list(refused.items())[:5]) + (", ..." if len(refused) > 5 else "")

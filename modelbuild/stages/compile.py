@@ -87,7 +87,7 @@ def _figures(phases) -> dict:
         "fusion": analysis.fusion_summary(before, after),
         "memory": analysis.memory_summary(steps, returned, lowering.planned_storage_bytes(phases.planned)),
         "kernels": analysis.heaviest_kernels(after, flops, args),
-        "schedule": lowering.refused_steps(phases.fused),
+        "schedule": {**lowering.refused_steps(phases.fused), "layout": phases.layout},
     }
 
 

@@ -205,8 +205,7 @@ def _default_seconds(task, target, tuning: dict) -> float | None:
     import tvm
 
     func = task.dispatched[0]["main"]
-    cores = int(target.attrs["num-cores"]) if "num-cores" in target.attrs else 1
-    scheduled = default_schedule.schedule_function(func, cores=cores) or func
+    scheduled = default_schedule.schedule_function(func, default_schedule.machine(target)) or func
     try:
         library = tvm.compile(tvm.IRModule({"main": scheduled}), target=target)
         rng = np.random.default_rng(0)

@@ -1,0 +1,94 @@
+"""Output channels padded to a whole number of vectors, where no vector width divides them.
+
+The default schedule vectorises a matmul over its output columns and an NHWC conv over its output channels.
+Real models keep those at multiples of 8 or 16, except their heads: a recogniser's 6625 or 18710 classes, a
+detector's 255 anchors-by-classes. With no width dividing the axis the schedule had nothing to vectorise, and
+its reduction read the weights with a stride of N floats: the [40,120]x[120,6625] head of a recogniser ran
+at 1.1 GFLOP/s where its 6624-column sibling ran at 16. Here such an operator computes N rounded up to a
+multiple of VECTOR_LANES from weights padded with zeros (folded once, the weights being constant), and a
+slice drops the padding: one more pass over the output, fused with the operator's epilogue.
+"""
+
+from __future__ import annotations
+
+from modelbuild.compiler.default_schedule import VECTOR_LANES
+
+MIN_CHANNELS = VECTOR_LANES  # narrower heads (1, 2 or 3 channels) are cheap as they are
+VECTOR_WIDTHS = (VECTOR_LANES, VECTOR_LANES // 2, VECTOR_LANES // 4)  # what the schedule splits by
+
+
+def rewrite(module):
+    """The module with every operator `padded_channels` picks computing whole vectors."""
+    from tvm import relax
+    from tvm.ir import Constant  # relax constants are tvm.ir.Constant in TVM 0.27
+
+    @relax.expr_functor.mutator
+    class WholeVectors(relax.PyExprMutator):
+        def visit_call_(self, call):
+            call = super().visit_call_(call)
+            weight_axis = _weight_channel_axis(call)
+            if weight_axis is None or not self._constant(call.args[1]):
+                return call
+            channels = int(call.args[1].ty.shape.values[weight_axis])
+            padded = padded_channels(channels)
+            if padded == channels:
+                return call
+            return _padded(self.builder_, call, weight_axis, channels, padded)
+
+        def _constant(self, expr) -> bool:
+            """Whether `expr` is computed from constants alone, so FoldConstant folds its padding away."""
+            if isinstance(expr, Constant):
+                return True
+            if isinstance(expr, relax.Var):
+                bound = self.lookup_binding(expr)
+                return bound is not None and self._constant(bound)
+            if isinstance(expr, relax.Call) and getattr(expr.op, "name", "").startswith("relax."):
+                return all(self._constant(arg) for arg in expr.args)
+            return False
+
+    module = module.clone()  # the caller's module stays as it was
+    for gv, func in list(module.functions.items()):
+        if isinstance(func, relax.Function):
+            module[gv] = WholeVectors(module).visit_expr(func)
+    return module
+
+
+def padded_channels(channels: int) -> int:
+    """The channel count to compute: `channels` when a vector width divides it or it is narrow, else the next
+    multiple of VECTOR_LANES."""
+    if channels < MIN_CHANNELS or any(channels % width == 0 for width in VECTOR_WIDTHS):
+        return channels
+    return -(-channels // VECTOR_LANES) * VECTOR_LANES
+
+
+def _weight_channel_axis(call) -> int | None:
+    """The weights' output-channel axis of a float matmul by a [K, N] matrix or an ungrouped NHWC / HWIO conv,
+    with static shapes; None for any other call."""
+    op = getattr(call.op, "name", None)
+    if op not in ("relax.matmul", "relax.nn.conv2d") or len(call.args) < 2:
+        return None
+    try:
+        data = [int(d) for d in call.args[0].ty.shape.values]
+        weight = [int(d) for d in call.args[1].ty.shape.values]
+        dtype = str(call.args[0].ty.dtype)
+    except (AttributeError, TypeError, ValueError):
+        return None
+    if not dtype.startswith("float") or len(data) < 2:
+        return None
+    if op == "relax.matmul":
+        return 1 if len(weight) == 2 else None
+    attrs = call.attrs
+    layouts = (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout or attrs.data_layout))
+    return 3 if layouts == ("NHWC", "HWIO", "NHWC") and int(attrs.groups) == 1 else None
+
+
+def _padded(bb, call, weight_axis: int, channels: int, padded: int):
+    from tvm import relax
+
+    weight = call.args[1]
+    pad_width = [0] * (2 * len(weight.ty.shape.values))
+    pad_width[2 * weight_axis + 1] = padded - channels
+    wide_weight = bb.emit(relax.op.nn.pad(weight, pad_width))
+    wide = bb.emit(relax.Call(call.op, [call.args[0], wide_weight, *call.args[2:]], call.attrs, call.ty_args))
+    last = len(call.args[0].ty.shape.values) - 1  # the output's channel axis: last for a matmul and for NHWC
+    return relax.op.strided_slice(wide, axes=[last], begin=[0], end=[channels])

@@ -1,0 +1,89 @@
+"""Float convs computed channels-last: NHWC activations, HWIO weights.
+
+The default schedule vectorises a conv over its innermost output axis. In NCHW that is the output columns,
+which real models do not keep at multiples of the vector width (26, 57, 38); in NHWC it is the output
+channels, which they do (a 96->96 3x3 conv at 26x26: 1.2 GFLOP/s in NCHW, 60 channels-last; at 32x32 both
+run at 55-70). TVM's ConvertLayout then keeps activations channels-last between convs through every operator
+it can infer a layout for, so the transposes sit at the model's edges and the weights' are folded away.
+
+- `layout = "auto"` (the default) converts float convs only: integer convs keep NCHW, the layout their VNNI
+  kernels are written for. `"NHWC"` converts them too; `"NCHW"` (or None) keeps the model's layout.
+- Transposed convs keep NCHW, the only layout TVM legalises them in.
+- clip, which TVM 0.27 infers no layout for, is rewritten first as a maximum and a minimum, which it does:
+  the hard-swish activations of a DB text detector had put 16 transposes around their clips.
+- Where TVM's layout inference fails (it does on a reduction over a stacked tensor: "Invalid SLayout"), the
+  model keeps its own layout, which is always correct, and the reason is returned for the build's figures.
+"""
+
+from __future__ import annotations
+
+from modelbuild.errors import last_line
+
+CHANNELS_LAST = {"relax.nn.conv2d": ["NHWC", "HWIO"]}
+CONVERTED = "channels-last"
+KEPT = "model"
+
+
+def convert(module, layout: str | None):
+    """The module with its convs in `layout`, and the layout used: CONVERTED, or KEPT with the reason where
+    a conversion was asked for and TVM refused it."""
+    from tvm import relax
+
+    if layout not in ("auto", "NHWC") or not _has_conv(module, floats_only=layout == "auto"):
+        return module, KEPT
+    try:
+        converted = relax.transform.ConvertLayout({}, lambda call: _desired_layouts(call, layout))
+        return converted(_clip_as_min_max(module)), CONVERTED
+    except (RuntimeError, ValueError, TypeError) as err:
+        return module, f"{KEPT} (TVM's layout conversion failed: {last_line(err, 200)})"
+
+
+def _has_conv(module, *, floats_only: bool) -> bool:
+    from tvm import relax
+
+    found = []
+
+    def visit(expr):
+        if (isinstance(expr, relax.Call) and getattr(expr.op, "name", None) == "relax.nn.conv2d"
+                and (not floats_only or _is_float(expr.args[0]))):
+            found.append(expr)
+
+    for func in module.functions.values():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, visit)
+    return bool(found)
+
+
+def _is_float(expr) -> bool:
+    return str(expr.ty.dtype).startswith("float")
+
+
+def _desired_layouts(call, layout: str) -> dict:
+    """ConvertLayout's wish for one call."""
+    op = getattr(call.op, "name", None)
+    if op == "relax.nn.conv2d_transpose":
+        return {op: ["NCHW", "IOHW"]}
+    if layout == "auto" and op == "relax.nn.conv2d" and not _is_float(call.args[0]):
+        return {}
+    return CHANNELS_LAST
+
+
+def _clip_as_min_max(module):
+    """Every float clip(x, lo, hi) as minimum(maximum(x, lo), hi), the same values in any layout."""
+    from tvm import relax
+
+    @relax.expr_functor.mutator
+    class ClipAsMinMax(relax.PyExprMutator):
+        def visit_call_(self, call):
+            call = super().visit_call_(call)
+            if getattr(call.op, "name", None) != "relax.clip" or not _is_float(call.args[0]):
+                return call
+            x, dtype = call.args[0], str(call.args[0].ty.dtype)
+            low, high = (relax.const(float(bound.value), dtype) for bound in call.args[1:3])
+            return relax.op.minimum(self.builder_.emit(relax.op.maximum(x, low)), high)
+
+    module = module.clone()
+    for gv, func in list(module.functions.items()):
+        if isinstance(func, relax.Function):
+            module[gv] = ClipAsMinMax(module).visit_expr(func)
+    return module

@@ -1,0 +1,19 @@
+"""Which channel counts are padded to whole vectors: those no vector width divides, unless they are narrow."""
+
+from __future__ import annotations
+
+import pytest
+
+from modelbuild.compiler.channel_padding import padded_channels
+
+
+@pytest.mark.parametrize("channels, computed", [
+    (6625, 6640),  # a recogniser's classes: no width divides them
+    (18710, 18720),
+    (255, 256),  # a YOLO head: 3 anchors x 85
+    (17, 32),
+    (96, 96), (24, 24), (20, 20), (6624, 6624),  # 16, 8 or 4 divides them: vectors as they are
+    (1, 1), (3, 3), (10, 10), (15, 15),  # narrower than one vector: cheap as they are
+])
+def test_channels_no_vector_width_divides_are_rounded_up_to_whole_vectors(channels, computed):
+    assert padded_channels(channels) == computed

@@ -1,0 +1,85 @@
+"""Float convs channels-last, integer convs NCHW, clips that do not break the layout, and a fallback."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.relax_graphs import build_module, kernel_shapes
+
+pytestmark = pytest.mark.tvm
+
+
+def float_and_integer_convs(bb, x):
+    """A float conv 8 -> 16 channels, and an int8 conv 8 -> 24 channels of the same input cast to int8."""
+    from tvm import relax
+
+    rng = np.random.default_rng(5)
+    w = relax.const(rng.standard_normal((16, 8, 3, 3)).astype("float32"))
+    q = relax.const(rng.integers(-8, 8, (24, 8, 1, 1)).astype("int8"))
+    floats = bb.emit(relax.op.nn.conv2d(x, w, padding=1))
+    ints = bb.emit(relax.op.nn.conv2d(bb.emit(relax.op.astype(x, "int8")), q, out_dtype="int32"))
+    return bb.emit(relax.Tuple([floats, ints]))
+
+
+def test_auto_layout_turns_float_convs_channels_last_and_keeps_integer_convs_nchw():
+    """Integer convs keep NCHW, the layout their VNNI kernels are written for; float convs go NHWC / HWIO,
+    so their vectors run over output channels; layout = "NCHW" keeps the model's layout everywhere."""
+    module = build_module(float_and_integer_convs, (1, 8, 12, 20))
+    auto = kernel_shapes(module, "auto")
+    float_conv = next(shapes for name, shapes in auto.items() if "conv2d" in name and [3, 3, 8, 16] in shapes)
+    assert [1, 12, 20, 16] in float_conv  # NHWC output
+    integer_conv = next(shapes for name, shapes in auto.items() if "conv2d" in name and [24, 8, 1, 1] in shapes)
+    assert [1, 24, 12, 20] in integer_conv  # NCHW output, OIHW weights
+    kept = kernel_shapes(module, "NCHW")
+    assert any([16, 8, 3, 3] in shapes and [1, 16, 12, 20] in shapes for shapes in kept.values())
+    every = kernel_shapes(module, "NHWC")  # integer convs too (it was rejected as an invalid layout before)
+    assert any([1, 1, 8, 24] in shapes and [1, 12, 20, 24] in shapes for shapes in every.values())
+
+
+def hard_swish_between_convs(bb, x):
+    """conv -> x * clip(x + 3, 0, 6) / 6 -> conv, as a DB text detector's backbone has it."""
+    from tvm import relax
+
+    rng = np.random.default_rng(15)
+    first = bb.emit(relax.op.nn.conv2d(x, relax.const(rng.standard_normal((16, 8, 3, 3)).astype("float32")), padding=1))
+    gate = bb.emit(relax.op.clip(bb.emit(relax.op.add(first, relax.const(3.0, "float32"))), 0, 6))
+    act = bb.emit(relax.op.divide(bb.emit(relax.op.multiply(first, gate)), relax.const(6.0, "float32")))
+    return bb.emit(relax.op.nn.conv2d(act, relax.const(rng.standard_normal((16, 16, 1, 1)).astype("float32"))))
+
+
+def test_a_clip_between_convs_keeps_them_channels_last_and_computes_the_same():
+    import tvm
+    from tvm import relax
+
+    from modelbuild.compiler import channels_last
+
+    module = build_module(hard_swish_between_convs, (1, 8, 10, 12))
+    converted, used = channels_last.convert(module, "auto")
+    assert used == channels_last.CONVERTED
+    assert converted.script().count("R.permute_dims(x") == 1  # into channels-last once, at the input
+    assert "R.clip(" not in converted.script()
+    x = np.random.default_rng(16).uniform(-8, 8, (1, 8, 10, 12)).astype("float32")
+    outputs = []
+    for mod in (module, converted):
+        executable = tvm.compile(mod, target="llvm")
+        outputs.append(relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy())
+    np.testing.assert_allclose(outputs[1], outputs[0], rtol=1e-5, atol=1e-4)
+
+
+def test_a_model_tvm_cannot_convert_keeps_its_layout_and_says_why():
+    """TVM 0.27's layout inference fails on a reduction over a stacked tensor (magika has one)."""
+    from tvm import relax
+
+    from modelbuild.compiler import channels_last
+
+    def body(bb, x):
+        conv = bb.emit(relax.op.nn.conv2d(x, relax.const(np.ones((4, 4, 1, 1), "float32"))))
+        pooled = bb.emit(relax.op.max(conv, axis=[1, 2, 3]))
+        stacked = bb.emit(relax.op.stack([pooled, pooled], axis=0))
+        return bb.emit(relax.op.max(stacked, axis=[0]))
+
+    module = build_module(body, (1, 4, 6, 6))
+    converted, used = channels_last.convert(module, "auto")
+    assert converted is module
+    assert used.startswith("model (TVM's layout conversion failed: ") and "SLayout" in used
