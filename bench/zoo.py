@@ -5,11 +5,12 @@ bench/.zoo/, which git ignores) or ships in models/, or is generated here from a
 is built by modelbuild's CLI, untuned, for this machine with 2 threads, then measured in this process:
 - import ok, or the build's one-line error;
 - cosine similarity of every output against onnxruntime on the same random input (the worst output);
-- modelbuild untuned / onnxruntime latency: medians of alternating runs, the same thread count each;
+- modelbuild untuned / onnxruntime latency: medians of runs in alternating blocks, the same thread count
+  each;
 - the three slowest of the build's eight heaviest kernels by FLOPs, each timed alone, with its GFLOP/s;
 - the geometric mean of the ratios over the models that built.
 
-Usage: python bench/zoo.py [--only NAME ...] [--threads 2] [--seconds 2] [--list]
+Usage: python bench/zoo.py [--only NAME ...] [--threads 2] [--seconds 2] [--set 'KEY = VALUE'] [--list]
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 CACHE = REPO / "bench" / ".zoo"
+BLOCK_PAUSE = 0.05  # seconds between timing blocks, so the other runtime's spinning threads have gone idle
 
 
 @dataclass(frozen=True)
@@ -139,7 +141,7 @@ GENERATORS = {"resnet_ish": resnet_ish}
 
 # --- building ------------------------------------------------------------------------------------------------
 
-def recipe(models: list[ZooModel], threads: int) -> str:
+def recipe(models: list[ZooModel], threads: int, options: list[str] = ()) -> str:
     lines = []
     for m in models:
         lines += [f"[models.{m.name}]", f'path = "{model_path(m)}"']
@@ -148,15 +150,16 @@ def recipe(models: list[ZooModel], threads: int) -> str:
     lines += ["[targets.cpu]", 'kind = "llvm"', 'mcpu = "host"', f"num-cores = {threads}", "",
               "[validation]", "enabled = false", ""]
     for m in models:
-        lines += ["[[builds]]", f'model = "{m.name}"', 'targets = ["cpu"]', ""]
+        lines += ["[[builds]]", f'model = "{m.name}"', 'targets = ["cpu"]', *options, ""]
     return "\n".join(lines)
 
 
-def build_all(root: Path, models: list[ZooModel], threads: int) -> dict[str, str | None]:
-    """Build every model (keep going past failures); each model's failure in one line, or None."""
-    (root / "deploy.toml").write_text(recipe(models, threads))
+def build_all(root: Path, models: list[ZooModel], threads: int, options: list[str]) -> dict[str, str | None]:
+    """Build every model (keep going past failures); each model's failure in one line, or None. The store is
+    kept in bench/.zoo/cache, so a rerun rebuilds only what the code changed since (imports are reused)."""
+    (root / "deploy.toml").write_text(recipe(models, threads, options))
     proc = subprocess.run([sys.executable, "-m", "modelbuild", "-f", str(root / "deploy.toml"), "--keep-going",
-                           "--json"], capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1"})
+                           "--cache-dir", str(CACHE / "cache"), "--json"], capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1"})
     try:
         nodes = json.loads(proc.stdout)["nodes"]
     except ValueError:
@@ -216,16 +219,24 @@ def cosine(a, b) -> float:
     return float(a @ b / denominator) if denominator else float(np.array_equal(a, b))
 
 
-def alternate(fns: dict, seconds: float) -> dict[str, float]:
-    """Median seconds of each function, in alternating rounds until each has had `seconds` (at least 5 runs)."""
+def alternate(fns: dict, seconds: float, block: float = 0.2) -> dict[str, float]:
+    """Median seconds of each function, in alternating blocks until each has had `seconds` (at least 5 runs).
+
+    Each block starts after a pause and an untimed call: both runtimes keep their worker threads spinning
+    for a while after a call, and on a small machine a spinning onnxruntime worker takes the core a parallel
+    loop of the next library call waits for (run by run alternation made one model 3.8x or 13x slower than
+    onnxruntime depending on how many of its kernels were parallel). A user's process runs one of them."""
     samples: dict[str, list[float]] = {k: [] for k in fns}
-    for fn in fns.values():
-        fn()
     while min(sum(v) for v in samples.values()) < seconds or min(len(v) for v in samples.values()) < 5:
         for key, fn in fns.items():
-            started = time.perf_counter()
+            time.sleep(BLOCK_PAUSE)
             fn()
-            samples[key].append(time.perf_counter() - started)
+            spent = 0.0
+            while spent < block or not samples[key]:
+                started = time.perf_counter()
+                fn()
+                samples[key].append(time.perf_counter() - started)
+                spent += samples[key][-1]
     return {k: statistics.median(v) for k, v in samples.items()}
 
 
@@ -254,6 +265,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=2.0, help="timing per model and runtime")
     parser.add_argument("--list", action="store_true", help="list the zoo and exit")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a build option for every model, as TOML (--set 'layout = \"NCHW\"')")
     args = parser.parse_args()
     models = [m for m in ZOO if not args.only or m.name in args.only]
     if args.list:
@@ -266,8 +279,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="modelbuild-zoo-") as tmp:
         root = Path(tmp)
         print(f"building {len(models)} models untuned ...", flush=True)
-        failures = build_all(root, models, args.threads)
-        print(f"\n{args.threads} threads each; medians of alternating runs; ratio = modelbuild / onnxruntime\n")
+        failures = build_all(root, models, args.threads, args.set)
+        print(f"\n{args.threads} threads each; medians of alternating blocks of runs; ratio = modelbuild / onnxruntime\n")
         print("| model | family | import | cosine vs ORT | ORT ms | modelbuild ms | ratio | slowest kernels (us, GFLOP/s) |")
         print("| --- | --- | --- | --- | --- | --- | --- | --- |")
         ratios = []
