@@ -12,7 +12,8 @@ from modelbuild.compiler.channel_padding import padded_channels
     (18710, 18720),
     (255, 256),  # a YOLO head: 3 anchors x 85
     (17, 32),
-    (96, 96), (24, 24), (20, 20), (6624, 6624),  # 16, 8 or 4 divides them: vectors as they are
+    (24, 32), (40, 48), (36, 48),  # only 8 or 4 divides them, and a third more at most makes 16-lane vectors
+    (96, 96), (6624, 6624), (20, 20),  # 16 divides them, or padding would add more than a third
     (1, 1), (3, 3), (10, 10), (15, 15),  # narrower than one vector: cheap as they are
 ])
 def test_channels_no_vector_width_divides_are_rounded_up_to_whole_vectors(channels, computed):

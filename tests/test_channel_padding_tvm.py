@@ -60,7 +60,7 @@ def test_a_channels_last_conv_of_37_channels_is_padded_and_matches_the_stock_nch
     np.testing.assert_allclose(out, stock(x).numpy(), rtol=1e-5, atol=1e-5)
 
 
-def test_heads_a_vector_width_divides_or_narrower_than_a_vector_are_left_as_they_are():
-    for columns in (24, 10):
+def test_heads_the_vector_width_divides_or_narrower_than_a_vector_are_left_as_they_are():
+    for columns in (48, 10):
         module, _ = matmul_head(columns)
         assert any([32, columns] in shapes for shapes in kernel_shapes(module, "auto").values())

@@ -165,6 +165,25 @@ def test_a_conv1d_kept_nchw_is_vectorised_along_its_length():
     np.testing.assert_allclose(scheduled(x).numpy(), stock(x).numpy(), rtol=1e-5, atol=1e-4)
 
 
+def test_a_depthwise_conv_reads_its_padding_in_place_and_computes_the_same():
+    """Nine taps per output: a padded copy of the input cost more than the bounds tests it saves."""
+    import numpy as np
+    import tvm
+    from tvm import relax
+
+    shape = (1, 32, 28, 28)
+
+    def body(bb, x):
+        w = relax.const(np.random.default_rng(17).standard_normal((32, 1, 3, 3)).astype("float32"))
+        return bb.emit(relax.op.nn.conv2d(x, w, strides=2, padding=1, groups=32))
+
+    script, scheduled = scheduled_kernel(build_module(body, shape), "conv2d", schedule=True, layout="auto")
+    assert 'T.sblock("pad_temp")' not in script and "T.vectorized(T.int64(16))" in script
+    _, stock = scheduled_kernel(build_module(body, shape), "conv2d", schedule=False, layout="NCHW")
+    x = tvm.runtime.tensor(np.random.default_rng(18).standard_normal(shape).astype("float32"))
+    np.testing.assert_allclose(scheduled(x).numpy(), stock(x).numpy(), rtol=1e-5, atol=1e-5)
+
+
 def test_a_global_pool_sums_each_channel_in_vector_lanes_and_computes_the_mean():
     """One sum per channel leaves no output axis to vectorise; the reduction axis is summed in 16 lanes."""
     import numpy as np
