@@ -11,8 +11,11 @@ it can infer a layout for, so the transposes sit at the model's edges and the we
 - Transposed convs keep NCHW, the only layout TVM legalises them in.
 - clip, which TVM 0.27 infers no layout for, is rewritten first as a maximum and a minimum, which it does:
   the hard-swish activations of a DB text detector had put 16 transposes around their clips.
-- Where TVM's layout inference fails (it does on a reduction over a stacked tensor: "Invalid SLayout"), the
-  model keeps its own layout, which is always correct, and the reason is returned for the build's figures.
+- TVM's layout inference fails on a reduction over a freshly stacked axis ("Invalid SLayout"), as in
+  magika's max(stack([a, b]), axis=0); such a reduction is rewritten first as the element-wise maximum,
+  minimum or sum of the stacked tensors, which it is.
+- Where TVM's layout inference fails all the same, the model keeps its own layout, which is always correct,
+  and the reason is returned for the build's figures.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ def convert(module, layout: str | None):
         return module, KEPT
     try:
         converted = relax.transform.ConvertLayout({}, lambda call: _desired_layouts(call, layout))
-        return converted(_clip_as_min_max(module)), CONVERTED
+        return converted(_rewrite(module, _as_inferable)), CONVERTED
     except (RuntimeError, ValueError, TypeError) as err:
         return module, f"{KEPT} (TVM's layout conversion failed: {last_line(err, 200)})"
 
@@ -68,22 +71,46 @@ def _desired_layouts(call, layout: str) -> dict:
     return CHANNELS_LAST
 
 
-def _clip_as_min_max(module):
-    """Every float clip(x, lo, hi) as minimum(maximum(x, lo), hi), the same values in any layout."""
+ELEMENTWISE_OF_REDUCTION = {"relax.max": "maximum", "relax.min": "minimum", "relax.sum": "add"}
+
+
+def _as_inferable(mutator, call):
+    """The call as operators TVM infers layouts through, or the call itself:
+    - a float clip(x, lo, hi) as minimum(maximum(x, lo), hi), the same values in any layout;
+    - max / min / sum over axis k of stack([a, b, ...], axis=k), without keepdims, as maximum(a, b, ...)."""
+    from tvm import relax
+
+    op = getattr(call.op, "name", None)
+    if op == "relax.clip" and _is_float(call.args[0]):
+        x, dtype = call.args[0], str(call.args[0].ty.dtype)
+        low, high = (relax.const(float(bound.value), dtype) for bound in call.args[1:3])
+        return relax.op.minimum(mutator.builder_.emit(relax.op.maximum(x, low)), high)
+    if op in ELEMENTWISE_OF_REDUCTION and isinstance(call.args[0], relax.Var):
+        stacked = mutator.lookup_binding(call.args[0])
+        if (isinstance(stacked, relax.Call) and getattr(stacked.op, "name", None) == "relax.stack"
+                and call.attrs.axis is not None and len(call.attrs.axis) == 1 and not call.attrs.keepdims
+                and int(call.attrs.axis[0]) == int(stacked.attrs.axis)):
+            combine = getattr(relax.op, ELEMENTWISE_OF_REDUCTION[op])
+            parts = list(stacked.args[0].fields) if hasattr(stacked.args[0], "fields") else None
+            if parts:
+                result = parts[0]
+                for part in parts[1:]:
+                    result = mutator.builder_.emit(combine(result, part))
+                return result
+    return call
+
+
+def _rewrite(module, rule):
+    """The module with `rule(mutator, call)` applied to every call, bottom up."""
     from tvm import relax
 
     @relax.expr_functor.mutator
-    class ClipAsMinMax(relax.PyExprMutator):
+    class Rewrite(relax.PyExprMutator):
         def visit_call_(self, call):
-            call = super().visit_call_(call)
-            if getattr(call.op, "name", None) != "relax.clip" or not _is_float(call.args[0]):
-                return call
-            x, dtype = call.args[0], str(call.args[0].ty.dtype)
-            low, high = (relax.const(float(bound.value), dtype) for bound in call.args[1:3])
-            return relax.op.minimum(self.builder_.emit(relax.op.maximum(x, low)), high)
+            return rule(self, super().visit_call_(call))
 
     module = module.clone()
     for gv, func in list(module.functions.items()):
         if isinstance(func, relax.Function):
-            module[gv] = ClipAsMinMax(module).visit_expr(func)
+            module[gv] = Rewrite(module).visit_expr(func)
     return module
