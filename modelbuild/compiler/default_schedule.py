@@ -152,8 +152,8 @@ def _is_nested(sch, block) -> bool:
 
 def _inline_elementwise(sch, root, refused: list[str]):
     """Inline blocks that are neither outputs, reductions, nor inputs of a reduction with more than
-    SHORT_REDUCTION steps, nor a VNNI conv's staging of its input."""
-    kept: set[str] = set(vnni_conv.STAGING_BLOCKS)
+    SHORT_REDUCTION steps, nor a VNNI conv's staging or padding of its input (their schedules expect them)."""
+    kept: set[str] = {*vnni_conv.STAGING_BLOCKS, vnni_depthwise.PAD_BLOCK}
     while True:
         outputs = {sch.get(b).name_hint for b in sch.get_output_blocks(root)}
         candidates = [b for b in sch.get_child_blocks(root)
