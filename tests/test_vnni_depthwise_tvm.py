@@ -88,6 +88,9 @@ def test_other_depthwise_convs_keep_the_float_accumulated_kernel(target):
     executable, phases = build(depthwise_module(shape, weight, "int8", **geometry), target)
     names = [gv.name_hint for gv in phases.fused.functions]
     assert any("conv2d_int8" in n for n in names) and not any("depthwise" in n for n in names)
+    # its int8 input is converted to float once per element, in a block of its own, not once per tap
+    (script,) = [k for k in kernel_scripts(phases) if "exact_sum" in k]
+    assert 'T.sblock("pad_temp")' in script and script.count("T.Cast(\"float32\", ") == 2  # data, weights
     if host_has("avx512vnni"):
         assert np.array_equal(run(executable, x), reference(x, weight, **geometry))
 
