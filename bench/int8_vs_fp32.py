@@ -3,7 +3,7 @@
 Builds each model twice with modelbuild in one recipe (float, and int8 calibrated on rendered text with the
 model's own preprocessing), then on held-out rendered inputs compares the int8 library's outputs with
 onnxruntime's fp32 outputs (cosine per output and sample, top-1 agreement for the classifier), and times the
-fp32 library, the int8 library and onnxruntime fp32 in alternating rounds in one process, with the same
+fp32 library, the int8 library and onnxruntime fp32 in alternating blocks of runs in one process, with the same
 thread count and no tuning for either build. Goals from issue 5: int8 <= 0.5x fp32 latency,
 cosine >= 0.99, classifier top-1 agreement >= 99%.
 
@@ -167,7 +167,7 @@ def main() -> None:
         held_out_pages = text_images.write_pages(root / "eval-pages", args.pages, seed=HELD_OUT_SEEDS[1])
         build(root, recipe(args.threads, {"text_cls": root / "calib-lines", "text_det": root / "calib-pages"},
                            args.calibration, args.method, args.set))
-        print(f"\nthreads {args.threads}; no tuning; medians of alternating runs; calibrated ({args.method}) on "
+        print(f"\nthreads {args.threads}; no tuning; medians of alternating blocks of runs; calibrated ({args.method}) on "
               f"{args.calibration} rendered samples (seed {args.calibration_seed}), evaluated on others"
               + "".join(f"; {line}" for line in args.set))
         for model, (file, _, _) in MODELS.items():

@@ -2,7 +2,7 @@
 
 Builds each model with modelbuild (the fused default, the stock unfused build, and, with --trials or
 --records, a tuned build), then times every library and an onnxruntime session with the same thread count,
-alternating them in one process so that machine noise hits all alike. Prints medians and the ratio of each
+alternating blocks of runs in one process so that machine noise hits all alike. Prints medians and the ratio of each
 to onnxruntime (goals from issue 6: untuned <= 3x, tuned <= 1.0x).
 
 Usage: python bench/speed_vs_onnxruntime.py [--threads 2] [--trials N] [--tasks K] [--records FILE]
@@ -15,12 +15,13 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from zoo import alternate  # a sibling script: one way to time two runtimes side by side
 
 REPO = Path(__file__).resolve().parents[1]
 MODELS = {
@@ -91,18 +92,9 @@ def runners(folders: dict[str, Path], model: str, threads: int):
 
 
 def measure(fns: dict, seconds: float) -> dict[str, float]:
-    """Median seconds of each function, taken in alternating rounds until each had its share of time."""
-    samples: dict[str, list[float]] = {k: [] for k in fns}
-    for fn in fns.values():
-        fn()
-    spent = {k: 0.0 for k in fns}
-    while min(spent.values()) < seconds or min(len(v) for v in samples.values()) < 5:
-        for key, fn in fns.items():
-            started = time.perf_counter()
-            fn()
-            samples[key].append(time.perf_counter() - started)
-            spent[key] += samples[key][-1]
-    return {k: statistics.median(v) for k, v in samples.items()}
+    """Median seconds of each function, in alternating blocks of runs (zoo.alternate: a block after a pause,
+    so neither runtime's spinning threads slow the other)."""
+    return alternate(fns, seconds)
 
 
 def main() -> None:
