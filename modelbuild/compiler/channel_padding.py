@@ -12,6 +12,7 @@ slice drops the padding: one more pass over the output, fused with the operator'
 from __future__ import annotations
 
 from modelbuild.compiler.default_schedule import VECTOR_LANES
+from modelbuild.compiler.relax_rewrite import rewrite_calls
 
 MIN_CHANNELS = VECTOR_LANES  # narrower heads (1, 2 or 3 channels) are cheap as they are
 VECTOR_WIDTHS = (VECTOR_LANES, VECTOR_LANES // 2, VECTOR_LANES // 4)  # what the schedule splits by
@@ -19,38 +20,33 @@ VECTOR_WIDTHS = (VECTOR_LANES, VECTOR_LANES // 2, VECTOR_LANES // 4)  # what the
 
 def rewrite(module):
     """The module with every operator `padded_channels` picks computing whole vectors."""
+    return rewrite_calls(module, _whole_vectors)
+
+
+def _whole_vectors(mutator, call):
+    weight_axis = _weight_channel_axis(call)
+    if weight_axis is None or not _constant(mutator, call.args[1]):
+        return call
+    channels = int(call.args[1].ty.shape.values[weight_axis])
+    padded = padded_channels(channels)
+    if padded == channels:
+        return call
+    return _padded(mutator.builder_, call, weight_axis, channels, padded)
+
+
+def _constant(mutator, expr) -> bool:
+    """Whether `expr` is computed from constants alone, so FoldConstant folds its padding away."""
     from tvm import relax
     from tvm.ir import Constant  # relax constants are tvm.ir.Constant in TVM 0.27
 
-    @relax.expr_functor.mutator
-    class WholeVectors(relax.PyExprMutator):
-        def visit_call_(self, call):
-            call = super().visit_call_(call)
-            weight_axis = _weight_channel_axis(call)
-            if weight_axis is None or not self._constant(call.args[1]):
-                return call
-            channels = int(call.args[1].ty.shape.values[weight_axis])
-            padded = padded_channels(channels)
-            if padded == channels:
-                return call
-            return _padded(self.builder_, call, weight_axis, channels, padded)
-
-        def _constant(self, expr) -> bool:
-            """Whether `expr` is computed from constants alone, so FoldConstant folds its padding away."""
-            if isinstance(expr, Constant):
-                return True
-            if isinstance(expr, relax.Var):
-                bound = self.lookup_binding(expr)
-                return bound is not None and self._constant(bound)
-            if isinstance(expr, relax.Call) and getattr(expr.op, "name", "").startswith("relax."):
-                return all(self._constant(arg) for arg in expr.args)
-            return False
-
-    module = module.clone()  # the caller's module stays as it was
-    for gv, func in list(module.functions.items()):
-        if isinstance(func, relax.Function):
-            module[gv] = WholeVectors(module).visit_expr(func)
-    return module
+    if isinstance(expr, Constant):
+        return True
+    if isinstance(expr, relax.Var):
+        bound = mutator.lookup_binding(expr)
+        return bound is not None and _constant(mutator, bound)
+    if isinstance(expr, relax.Call) and getattr(expr.op, "name", "").startswith("relax."):
+        return all(_constant(mutator, arg) for arg in expr.args)
+    return False
 
 
 def padded_channels(channels: int) -> int:

@@ -20,6 +20,7 @@ it can infer a layout for, so the transposes sit at the model's edges and the we
 
 from __future__ import annotations
 
+from modelbuild.compiler.relax_rewrite import rewrite_calls
 from modelbuild.errors import last_line
 
 CHANNELS_LAST = {"relax.nn.conv2d": ["NHWC", "HWIO"]}
@@ -36,7 +37,7 @@ def convert(module, layout: str | None):
         return module, KEPT
     try:
         converted = relax.transform.ConvertLayout({}, lambda call: _desired_layouts(call, layout))
-        return converted(_rewrite(module, _as_inferable)), CONVERTED
+        return converted(rewrite_calls(module, _as_inferable)), CONVERTED
     except (RuntimeError, ValueError, TypeError) as err:
         return module, f"{KEPT} (TVM's layout conversion failed: {last_line(err, 200)})"
 
@@ -98,19 +99,3 @@ def _as_inferable(mutator, call):
                     result = mutator.builder_.emit(combine(result, part))
                 return result
     return call
-
-
-def _rewrite(module, rule):
-    """The module with `rule(mutator, call)` applied to every call, bottom up."""
-    from tvm import relax
-
-    @relax.expr_functor.mutator
-    class Rewrite(relax.PyExprMutator):
-        def visit_call_(self, call):
-            return rule(self, super().visit_call_(call))
-
-    module = module.clone()
-    for gv, func in list(module.functions.items()):
-        if isinstance(func, relax.Function):
-            module[gv] = Rewrite(module).visit_expr(func)
-    return module

@@ -10,24 +10,18 @@ the default schedule (or VNNI, tuning) handles, and the reordering of outputs is
 
 from __future__ import annotations
 
+from modelbuild.compiler.relax_rewrite import rewrite_calls
+
 
 def rewrite(module):
     """The module with every eligible conv2d_transpose replaced (see `eligible`)."""
-    from tvm import relax
+    return rewrite_calls(module, _non_overlapping)
 
-    @relax.expr_functor.mutator
-    class NonOverlapping(relax.PyExprMutator):
-        def visit_call_(self, call):
-            call = super().visit_call_(call)
-            if getattr(call.op, "name", None) != "relax.nn.conv2d_transpose" or not eligible(call):
-                return call
-            return _as_conv_and_depth_to_space(self.builder_, call)
 
-    module = module.clone()  # the caller's module stays as it was
-    for gv, func in list(module.functions.items()):
-        if isinstance(func, relax.Function):
-            module[gv] = NonOverlapping(module).visit_expr(func)
-    return module
+def _non_overlapping(mutator, call):
+    if getattr(call.op, "name", None) != "relax.nn.conv2d_transpose" or not eligible(call):
+        return call
+    return _as_conv_and_depth_to_space(mutator.builder_, call)
 
 
 def eligible(call) -> bool:

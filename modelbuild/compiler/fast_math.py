@@ -17,54 +17,25 @@ FAST_DTYPES = ("float32",)
 
 def legalizations() -> dict:
     """LegalizeOps overrides: relax operator name -> its fast legalisation."""
-    return {"relax.exp": _exp, "relax.erf": _erf, "relax.tanh": _tanh, "relax.sigmoid": _sigmoid,
-            "relax.nn.softmax": _softmax}
-
-
-def _fast(call) -> bool:
-    return str(call.args[0].ty.dtype) in FAST_DTYPES
-
-
-def _stock(bb, call):
-    from tvm import ir
-
-    return ir.Op.get(call.op.name).get_attr("FLegalize")(bb, call)
-
-
-def _exp(bb, call):
-    from tvm import topi
-
-    return bb.call_te(topi.fast_exp, call.args[0], primfunc_name_hint="exp") if _fast(call) else _stock(bb, call)
-
-
-def _erf(bb, call):
-    from tvm import topi
-
-    return bb.call_te(topi.fast_erf, call.args[0], primfunc_name_hint="erf") if _fast(call) else _stock(bb, call)
-
-
-def _tanh(bb, call):
-    from tvm import topi
-
-    return bb.call_te(topi.fast_tanh, call.args[0], primfunc_name_hint="tanh") if _fast(call) else _stock(bb, call)
-
-
-def _sigmoid(bb, call):
     from tvm import te, topi
-
-    if not _fast(call):
-        return _stock(bb, call)
 
     def sigmoid(x):
         denominator = topi.fast_exp(topi.negative(x))
         return te.compute(x.shape, lambda *i: 1.0 / (1.0 + denominator(*i)), name="sigmoid")
 
-    return bb.call_te(sigmoid, call.args[0], primfunc_name_hint="sigmoid")
+    return {"relax.exp": _fast(topi.fast_exp, "exp"), "relax.erf": _fast(topi.fast_erf, "erf"),
+            "relax.tanh": _fast(topi.fast_tanh, "tanh"), "relax.sigmoid": _fast(sigmoid, "sigmoid"),
+            "relax.nn.softmax": _fast(topi.nn.fast_softmax, "softmax", with_axis=True)}
 
 
-def _softmax(bb, call):
-    from tvm import topi
+def _fast(compute, name: str, *, with_axis: bool = False):
+    """A legalisation calling `compute` on FAST_DTYPES, and TVM's own legalisation on any other dtype."""
+    from tvm import ir
 
-    if not _fast(call):
-        return _stock(bb, call)
-    return bb.call_te(topi.nn.fast_softmax, call.args[0], int(call.attrs.axis), primfunc_name_hint="softmax")
+    def legalize(bb, call):
+        if str(call.args[0].ty.dtype) not in FAST_DTYPES:
+            return ir.Op.get(call.op.name).get_attr("FLegalize")(bb, call)
+        axis = (int(call.attrs.axis),) if with_axis else ()
+        return bb.call_te(compute, call.args[0], *axis, primfunc_name_hint=name)
+
+    return legalize

@@ -1,0 +1,22 @@
+"""One way to rewrite the calls of a Relax module, shared by the graph rewrites before legalisation
+(conv_transpose.py, channel_padding.py, channels_last.py)."""
+
+from __future__ import annotations
+
+
+def rewrite_calls(module, rule):
+    """A copy of the module (the caller's stays as it was) with `rule(mutator, call)` applied to every call
+    of its Relax functions, bottom up. A rule returns the call, or what replaces it; it may emit bindings
+    through `mutator.builder_` and read earlier ones with `mutator.lookup_binding`."""
+    from tvm import relax
+
+    @relax.expr_functor.mutator
+    class Rewrite(relax.PyExprMutator):
+        def visit_call_(self, call):
+            return rule(self, super().visit_call_(call))
+
+    module = module.clone()
+    for gv, func in list(module.functions.items()):
+        if isinstance(func, relax.Function):
+            module[gv] = Rewrite(module).visit_expr(func)
+    return module
