@@ -251,3 +251,32 @@ def elementwise_func():
     a = te.placeholder((64, 64), "float32", name="a")
     b = te.compute((64, 64), lambda i, j: a[i, j] + 1.0, name="b")
     return te.create_prim_func([a, b])
+
+
+@pytest.mark.parametrize("mcpu, tile", [("cascadelake", (6, 4)), ("haswell", (4, 1)), ("cortex-a72", (4, 1))])
+def test_the_register_tile_is_wide_only_where_the_target_has_avx512_registers(mcpu, tile):
+    import tvm
+
+    from modelbuild.compiler import default_schedule
+
+    triple = {"cortex-a72": {"mtriple": "aarch64-linux-gnu"}}.get(mcpu, {})
+    machine = default_schedule.machine(tvm.target.Target({"kind": "llvm", "mcpu": mcpu, "num-cores": 3, **triple}))
+    assert (machine.cores, machine.rows, machine.vectors) == (3, *tile)
+
+
+def test_a_wide_tile_unrolls_six_rows_by_four_vectors():
+    import numpy as np
+    import tvm
+    from tvm import relax
+
+    from modelbuild.compiler import channels_last, default_schedule
+
+    shape = (1, 8, 12, 12)
+    w = np.random.default_rng(21).standard_normal((64, 8, 1, 1)).astype("float32")
+    module = build_module(lambda bb, x: bb.emit(relax.op.nn.conv2d(x, relax.const(w))), shape)
+    converted, _ = channels_last.convert(module, "auto")
+    func = next(f for gv, f in tvm.relax.transform.LegalizeOps()(converted).functions.items()
+                if "conv2d" in gv.name_hint)
+    script = default_schedule.schedule_function(func, default_schedule.WIDE_REGISTERS).script()
+    assert "T.unroll(T.int64(6))" in script and "T.unroll(T.int64(4))" in script
+    assert "T.vectorized(T.int64(16))" in script
