@@ -36,10 +36,10 @@ def test_correction_takes_out_most_of_the_mean_error(tmp_path):
 
 def test_only_convs_with_quantized_data_and_an_int32_bias_are_corrected(tmp_path):
     with_biases = onnx.load(str(uneven_channels(tmp_path / "m.onnx")))
-    spec = QuantizationSpec(smoothing=False, bias_correction=False).model_dump()
+    spec = QuantizationSpec(smoothing=False, bias_correction=False)
     qdq = quantized(with_biases, SAMPLES, spec).qdq
     assert [node.name for node, _, _ in bias_correction.correctable(qdq)] == ["depthwise", "pointwise"]
-    one_quantized = quantized(with_biases, SAMPLES, {**spec, "exclude_nodes": ["pointwise"]}).qdq
+    one_quantized = quantized(with_biases, SAMPLES, spec.model_copy(update={"exclude_nodes": ["pointwise"]})).qdq
     assert [node.name for node, _, _ in bias_correction.correctable(one_quantized)] == ["depthwise"]
     without_biases = onnx.load(str(two_convs(tmp_path / "n.onnx")))
     samples = [{"x": np.random.default_rng(i).standard_normal((1, 3, 8, 8)).astype(np.float32)} for i in range(2)]

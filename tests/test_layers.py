@@ -25,7 +25,8 @@ ALLOWED = {
     "compiler": set(),
     "quantization": {"validation"},
     "pipeline": {"build", "recipe", "compiler.tuning_db"},  # tuning databases are named by target
-    "stages": {"compiler", "quantization", "validation", "recipe.targets"},  # adapters: params in, calls out
+    # adapters: params in (typed by recipe.params), calls out
+    "stages": {"compiler", "quantization", "validation", "recipe.targets", "recipe.params", "recipe.schema"},
     "reports": {"build", "pipeline", "recipe", "validation"},
 }
 # third-party packages a layer must never import

@@ -27,7 +27,7 @@ def test_the_calibration_percentile_reaches_onnxruntime(tmp_path):
 
     def scale(percentile: float) -> float:
         calibration = CalibrationSpec(method="percentile", percentile=percentile)
-        spec = QuantizationSpec(calibration=calibration, smoothing=False, bias_correction=False).model_dump()
+        spec = QuantizationSpec(calibration=calibration, smoothing=False, bias_correction=False)
         return input_scale(quantized(model, SAMPLES, spec).qdq)
 
     everything = float(np.abs(np.concatenate([s["x"].ravel() for s in SAMPLES])).max()) / 127
@@ -45,7 +45,7 @@ def test_entropy_calibration_clips_a_rare_outlier_that_minmax_keeps(tmp_path):
 
     def scale(method: str) -> float:
         spec = QuantizationSpec(calibration=CalibrationSpec(method=method), smoothing=False,
-                                bias_correction=False).model_dump()
+                                bias_correction=False)
         return input_scale(quantized(model, samples, spec).qdq)
 
     assert np.isclose(scale("minmax"), 1000.0 / 127, rtol=0.01)
@@ -57,10 +57,10 @@ def test_a_node_to_leave_in_float_that_the_model_does_not_have_is_an_error(tmp_p
     quantized without a word."""
     model = onnx.load(str(uneven_channels(tmp_path / "m.onnx")))
     conv = next(n.name for n in model.graph.node if n.op_type == "Conv")
-    spec = QuantizationSpec(exclude_nodes=["p2o.Conv.0"], smoothing=False, bias_correction=False).model_dump()
+    spec = QuantizationSpec(exclude_nodes=["p2o.Conv.0"], smoothing=False, bias_correction=False)
     with pytest.raises(StageError, match=rf"exclude_nodes: no node named 'p2o.Conv.0'.*'{conv}'"):
         quantized(model, SAMPLES, spec)
-    spec["exclude_nodes"] = [conv]
+    spec = spec.model_copy(update={"exclude_nodes": [conv]})
     qdq = quantized(model, SAMPLES, spec).qdq
     producers = {output: n.op_type for n in qdq.graph.node for output in n.output}
     kept = next(n for n in qdq.graph.node if n.name == conv)
@@ -72,7 +72,7 @@ def test_int16_nodes_read_int16_inputs_with_twice_the_calibrated_range(tmp_path)
     from modelbuild.stages.quantize import INT16_HEADROOM
 
     model = onnx.load(str(uneven_channels(tmp_path / "m.onnx")))
-    spec = QuantizationSpec(int16_nodes=["pointwise"], smoothing=False, bias_correction=False).model_dump()
+    spec = QuantizationSpec(int16_nodes=["pointwise"], smoothing=False, bias_correction=False)
     result = quantized(model, SAMPLES, spec)
     initializers = {t.name: numpy_helper.to_array(t) for t in result.qdq.graph.initializer}
     quantizers = {n.output[0]: n for n in result.qdq.graph.node if n.op_type == "QuantizeLinear"}
@@ -89,14 +89,14 @@ def test_int16_nodes_read_int16_inputs_with_twice_the_calibrated_range(tmp_path)
 def test_int16_most_sensitive_picks_the_layer_whose_int8_quantization_loses_most(tmp_path):
     model = spread_inside(tmp_path / "m.onnx")
     even = [{"x": np.random.default_rng(seed).standard_normal((1, 8, 16, 16)).astype(np.float32)} for seed in range(4)]
-    spec = QuantizationSpec(int16_most_sensitive=1, smoothing=False, bias_correction=False).model_dump()
+    spec = QuantizationSpec(int16_most_sensitive=1, smoothing=False, bias_correction=False)
     assert quantized(model, even, spec).int16_nodes == ["pointwise"]
 
 
 def test_int16_for_every_node_and_unknown_int16_names(tmp_path):
     model = onnx.load(str(uneven_channels(tmp_path / "m.onnx")))
-    spec = QuantizationSpec(int16_nodes=["*"], smoothing=False, bias_correction=False).model_dump()
+    spec = QuantizationSpec(int16_nodes=["*"], smoothing=False, bias_correction=False)
     assert quantized(model, SAMPLES, spec).int16_nodes == ["depthwise", "pointwise"]
-    spec["int16_nodes"] = ["pointwize"]
+    spec = spec.model_copy(update={"int16_nodes": ["pointwize"]})
     with pytest.raises(StageError, match="int16_nodes: no node named 'pointwize'"):
         quantized(model, SAMPLES, spec)

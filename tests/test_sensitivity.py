@@ -18,7 +18,7 @@ SAMPLES = [{"x": np.random.default_rng(seed).standard_normal((1, CHANNELS, 16, 1
 
 
 def quantize(model):
-    spec = QuantizationSpec(smoothing=False, bias_correction=False).model_dump()
+    spec = QuantizationSpec(smoothing=False, bias_correction=False)
     return quantized(model, SAMPLES, spec)
 
 
@@ -78,7 +78,7 @@ def test_a_layer_alone_is_measured_after_its_own_bias_correction_as_the_whole_mo
 def test_measured_on_its_data_alone_a_layer_leaves_out_its_weights_error(tmp_path):
     """What int16 inputs would remove: with per-tensor weights, the depthwise conv's channels 1 to 1000 apart
     round badly, but its data does not."""
-    spec = QuantizationSpec(smoothing=False, bias_correction=False, per_channel=False).model_dump()
+    spec = QuantizationSpec(smoothing=False, bias_correction=False, per_channel=False)
     result = quantized(spread_inside(tmp_path / "m.onnx"), SAMPLES, spec)
     alone = sensitivity.isolated(result.qdq, result.prepared, "depthwise", sensitivity.DATA)
     assert dequantized_inputs(alone, "depthwise") == [0]

@@ -2,6 +2,7 @@
 
 from types import SimpleNamespace
 
+from modelbuild.recipe.schema import TuningSpec
 from modelbuild.stages.tune import _best_records, _deficits, _heaviest
 
 
@@ -25,11 +26,11 @@ def test_without_a_default_time_the_tuned_record_is_applied():
 
 
 def test_deficits_continue_from_the_trials_already_measured_and_respect_the_cap():
-    tuning = {"trials_per_task": 8, "max_trials": None}
+    tuning = TuningSpec(trials_per_task=8)
     every = {0, 1, 2}
     assert _deficits(["a", "b", "c"], {"a": 8, "b": 3}, tuning, every) == {1: 5, 2: 8}
-    assert _deficits(["a", "b", "c"], {"a": 8, "b": 3}, {**tuning, "max_trials": 6}, every) == {1: 5, 2: 1}
-    assert _deficits(["a"], {}, {"trials_per_task": 0, "max_trials": None}, {0}) == {}
+    assert _deficits(["a", "b", "c"], {"a": 8, "b": 3}, TuningSpec(trials_per_task=8, max_trials=6), every) == {1: 5, 2: 1}
+    assert _deficits(["a"], {}, TuningSpec(trials_per_task=0), {0}) == {}
     assert _deficits(["a", "b", "c"], {"a": 8, "b": 3}, tuning, {0, 2}) == {2: 8}  # b is not chosen
 
 

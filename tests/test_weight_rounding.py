@@ -63,7 +63,7 @@ def test_the_stage_rounds_every_quantized_conv_and_lowers_its_error(tmp_path):
 
     def pointwise_error(rounding: str) -> tuple[float, int]:
         spec = QuantizationSpec(weight_rounding=rounding, int16_nodes=["*"], smoothing=True,
-                                bias_correction=False).model_dump()
+                                bias_correction=False)
         result = quantized(model, samples, spec)
         got = [activations.compute(result.qdq, s, ["y"])["y"] for s in samples]
         want = [activations.compute(result.prepared, s, ["y"])["y"] for s in samples]

@@ -1,5 +1,9 @@
 """The stage graph a recipe asks for: for each build, import, [quantize], [tune], compile, reference and
-validate nodes, each with the recipe slice it reads, its declared files and the upstream outputs it takes."""
+validate nodes, each with the recipe slice it reads, its declared files and the upstream outputs it takes.
+
+Params are plain data here: they enter the node's key, and a no-op build reads the recipe from a snapshot
+without pydantic. Each stage parses them into its model in recipe/params.py (tests/test_params.py checks the
+two agree)."""
 
 from __future__ import annotations
 

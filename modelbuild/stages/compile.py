@@ -12,6 +12,7 @@ from pathlib import Path
 
 from modelbuild.compiler import analysis, lowering, tuning_db
 from modelbuild.errors import last_line, StageError
+from modelbuild.recipe.params import CompileOptions, CompileParams, parse
 
 ANALYSIS_FILE = "analysis.json"
 # The VM's instructions (allocations, kernel calls) compiled to native code rather than interpreted from
@@ -26,17 +27,17 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
     compiler), analysis.json and the IR texts."""
     import tvm
 
+    p = parse(CompileParams, params)
     module = tvm.ir.load_json(inputs["ir"].read_text())
-    target = _target(params["target"])
-    options = params["options"]
+    target = _target(p.target)
     try:
-        with target, tvm.transform.PassContext(opt_level=options["opt_level"]):
-            executable, phases = _build(module, target, options, inputs.get("tuning"))
+        with target, tvm.transform.PassContext(opt_level=p.options.opt_level):
+            executable, phases = _build(module, target, p.options, inputs.get("tuning"))
     except StageError:
         raise
     except Exception as err:
-        raise StageError(f"tvm.compile failed for {params['target']}: {last_line(err)}") from err
-    _export(executable, out / params["library"], params.get("cross_compiler"))
+        raise StageError(f"tvm.compile failed for {p.target}: {last_line(err)}") from err
+    _export(executable, out / p.library, p.cross_compiler)
     (out / ANALYSIS_FILE).write_text(json.dumps(_figures(phases), indent=1, sort_keys=True))
     for name, phase in IR_FILES.items():
         (out / name).write_text(getattr(phases, phase).script(show_meta=False))
@@ -51,14 +52,14 @@ def _target(spec: dict):
         raise StageError(f"TVM rejects the target {spec}: {last_line(err)}") from err
 
 
-def _build(module, target, options: dict, records: Path | None):
+def _build(module, target, options: CompileOptions, records: Path | None):
     import tvm
 
     if target.kind.name != "llvm":  # the phased pipeline mirrors the CPU one; other kinds use their own
         return tvm.compile(module, target=target), None
     database = _database(records) if records else None
-    phases = lowering.lower(module, target, fuse=options["fuse"], layout=options["layout"], database=database,
-                            schedule=options["schedule"] == "default")
+    phases = lowering.lower(module, target, fuse=options.fuse, layout=options.layout, database=database,
+                            schedule=options.schedule == "default")
     executable = tvm.relax.build(phases.planned, target=target, relax_pipeline=lowering.finish_passes(target),
                                  exec_mode=EXEC_MODE)
     return executable, phases

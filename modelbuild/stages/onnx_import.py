@@ -6,6 +6,8 @@ from pathlib import Path
 
 from modelbuild import signature
 from modelbuild.errors import InputError, last_line, StageError
+from modelbuild.recipe.params import ImportParams, parse
+from modelbuild.recipe.schema import InputSpec
 
 IR_FILE = "ir.json"
 ONNX_FILE = "model.onnx"  # the frozen, simplified model: what the quantize stage calibrates
@@ -16,9 +18,10 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
     order) and model.onnx (the frozen, simplified model)."""
     import onnx
 
+    p = parse(ImportParams, params)
     model = _load(inputs["model"])
-    frozen = freeze_inputs(model, params["inputs"])
-    if params["simplify"]:
+    frozen = freeze_inputs(model, p.inputs)
+    if p.simplify:
         model = _simplify(model)
     module = to_relax(model, frozen)
     import tvm
@@ -37,7 +40,7 @@ def _load(path: Path):
         raise InputError(f"{path.name} is not a readable ONNX model: {last_line(err)}") from err
 
 
-def freeze_inputs(model, declared: dict) -> dict:
+def freeze_inputs(model, declared: dict[str, InputSpec]) -> dict[str, dict]:
     """Fix every graph input to its declared shape, or to the model's own where it is fully static; the
     shapes and dtypes used, in graph order. A declaration the model contradicts is bad input, reported with
     the model's actual inputs, so it is fixed once here and not rediscovered by every later stage."""
@@ -50,19 +53,19 @@ def freeze_inputs(model, declared: dict) -> dict:
     for name, value in graph_inputs.items():
         dims, dtype = value.type.tensor_type.shape.dim, _dtype(value)
         spec = declared.get(name) or _static_spec(name, dims, dtype, actual)
-        if spec["dtype"] != dtype:
-            raise InputError(f"input {name!r} is {dtype} in the model, the recipe declares {spec['dtype']}"
+        if spec.dtype != dtype:
+            raise InputError(f"input {name!r} is {dtype} in the model, the recipe declares {spec.dtype}"
                              f" (fix: dtype = \"{dtype}\"){actual}")
-        if len(dims) != len(spec["shape"]):
+        if len(dims) != len(spec.shape):
             raise InputError(f"input {name!r} has rank {len(dims)} in the model, the recipe declares shape "
-                             f"{spec['shape']}{actual}")
-        for dim, size in zip(dims, spec["shape"]):
+                             f"{spec.shape}{actual}")
+        for dim, size in zip(dims, spec.shape):
             if dim.HasField("dim_value") and dim.dim_value > 0 and dim.dim_value != size:
                 raise InputError(f"input {name!r} is fixed to {_dims(dims)} in the model, the recipe declares "
-                                 f"{spec['shape']}{actual}")
+                                 f"{spec.shape}{actual}")
             dim.ClearField("dim_param")
             dim.dim_value = size
-        frozen[name] = {"shape": list(spec["shape"]), "dtype": spec["dtype"]}
+        frozen[name] = {"shape": list(spec.shape), "dtype": spec.dtype}
     return frozen
 
 
@@ -71,13 +74,13 @@ def _real_inputs(model) -> dict:
     return {i.name: i for i in model.graph.input if i.name not in initializers}
 
 
-def _static_spec(name: str, dims, dtype: str, actual: str) -> dict:
+def _static_spec(name: str, dims, dtype: str, actual: str) -> InputSpec:
     """An undeclared input's own shape, when the model fixes every dimension of it."""
     shape = _dims(dims)
     if not shape or not all(isinstance(d, int) and d > 0 for d in shape):
         raise InputError(f"input {name!r} has dynamic dimensions {shape}: declare the shape to build for "
                          f"(fix: inputs.{name} = {{ shape = [...], dtype = \"{dtype}\" }} under the model){actual}")
-    return {"shape": shape, "dtype": dtype}
+    return InputSpec(shape=shape, dtype=dtype)
 
 
 def _dtype(value) -> str:

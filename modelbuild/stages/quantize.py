@@ -23,6 +23,8 @@ from pathlib import Path
 from modelbuild import signature
 from modelbuild.compiler import integer_ops
 from modelbuild.errors import last_line, StageError
+from modelbuild.recipe.params import QuantizeParams, parse
+from modelbuild.recipe.schema import CalibrationSpec, QuantizationSpec
 from modelbuild.quantization import activations, bias_correction, sensitivity, smoothing, weight_rounding
 from modelbuild.validation import golden
 from modelbuild.validation.metrics import sqnr_db
@@ -40,9 +42,9 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
 
     from modelbuild.stages.onnx_import import to_relax
 
-    spec, declared = params["quantization"], signature.read(inputs["signature"]).inputs
+    spec, declared = parse(QuantizeParams, params).quantization, signature.read(inputs["signature"]).inputs
     model = _with_opset(onnx.load(str(inputs["onnx"])), spec)
-    samples = _calibration_samples(inputs, declared, spec["calibration"])
+    samples = _calibration_samples(inputs, declared, spec.calibration)
     result = quantized(model, samples, spec)
     onnx.save(result.qdq, str(out / QDQ_FILE))
     module = integer_ops.rewrite(to_relax(result.qdq, declared))
@@ -52,7 +54,7 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
     summary["int16_nodes"], summary["gptq_convs"] = result.int16_nodes, result.gptq_convs
     summary["layers"], summary["first_jump"] = layer_sqnr(model, result.qdq, samples[0])
     summary["sensitivity"] = sensitivity.layer_shares(result.qdq, result.prepared, samples,
-                                                      corrected=spec["bias_correction"])
+                                                      corrected=spec.bias_correction)
     summary["float_candidates"] = [row["node"] for row in sensitivity.largest(summary["sensitivity"]["layers"])]
     (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=1, sort_keys=True))
 
@@ -73,37 +75,37 @@ class Quantized:
 INT16_HEADROOM = 2.0
 
 
-def quantized(model, samples: list[dict], spec: dict) -> Quantized:
+def quantized(model, samples: list[dict], spec: QuantizationSpec) -> Quantized:
     """The QDQ model of `model` (ONNX in, ONNX out, no TVM): smoothing, onnxruntime's calibration and QDQ
     insertion (int16 inputs for the layers that need them), weight rounding, bias correction, as `spec` (a
     [quantization.NAME] section) says."""
     _check_node_names(model, spec, "exclude_nodes")
     _check_node_names(model, spec, "int16_nodes")
-    prepared = _smoothed(model, samples, spec) if spec["smoothing"] else model
+    prepared = _smoothed(model, samples, spec) if spec.smoothing else model
     int16 = _int16_nodes(prepared, samples, spec)
     qdq = _quantize(prepared, samples, spec, int16_tensors=_data_inputs(prepared, int16))
-    gptq = weight_rounding.round_convs(prepared, qdq, samples) if spec["weight_rounding"] == "gptq" else 0
-    corrected = bias_correction.correct(prepared, qdq, samples) if spec["bias_correction"] else 0
+    gptq = weight_rounding.round_convs(prepared, qdq, samples) if spec.weight_rounding == "gptq" else 0
+    corrected = bias_correction.correct(prepared, qdq, samples) if spec.bias_correction else 0
     smoothed = sum(n.name.endswith(smoothing.SMOOTHED_SUFFIX) for n in prepared.graph.node)
     return Quantized(qdq, prepared, smoothed, corrected, int16, gptq)
 
 
-def _int16_nodes(prepared, samples: list[dict], spec: dict) -> list[str]:
+def _int16_nodes(prepared, samples: list[dict], spec: QuantizationSpec) -> list[str]:
     """int16_nodes, and the int16_most_sensitive layers whose int8 data alone (sensitivity.py) costs the most
     output error in the int8 model: int16 changes only the data's rounding, so the measure leaves their
     weights in float."""
-    if "*" in spec["int16_nodes"]:
+    if "*" in spec.int16_nodes:
         op_types = _quantized_op_types(prepared, spec)
-        return [n.name for n in prepared.graph.node if n.op_type in op_types and n.name not in spec["exclude_nodes"]]
-    chosen = list(spec["int16_nodes"])
-    if spec["int16_most_sensitive"]:
+        return [n.name for n in prepared.graph.node if n.op_type in op_types and n.name not in spec.exclude_nodes]
+    chosen = list(spec.int16_nodes)
+    if spec.int16_most_sensitive:
         qdq = _quantize(prepared, samples, spec)
-        if spec["bias_correction"]:
+        if spec.bias_correction:
             bias_correction.correct(prepared, qdq, samples)
-        rows = sensitivity.layer_shares(qdq, prepared, samples, corrected=spec["bias_correction"],
+        rows = sensitivity.layer_shares(qdq, prepared, samples, corrected=spec.bias_correction,
                                         kept_inputs=sensitivity.DATA)["layers"]
         ranked = [row["node"] for row in sorted(rows, key=lambda row: -row["error_power"])]
-        chosen += [name for name in ranked if name not in chosen][:spec["int16_most_sensitive"]]
+        chosen += [name for name in ranked if name not in chosen][:spec.int16_most_sensitive]
     return chosen
 
 
@@ -113,12 +115,12 @@ def _data_inputs(model, nodes: list[str]) -> list[str]:
     return list(dict.fromkeys(named[name].input[0] for name in nodes))
 
 
-def _check_node_names(model, spec: dict, field_name: str) -> None:
+def _check_node_names(model, spec: QuantizationSpec, field_name: str) -> None:
     """Every name in exclude_nodes (or int16_nodes) must name a node of the model as imported: onnxruntime
     ignores unknown names, so a name from the original ONNX file that simplification changed (it merges
     BatchNorm into the conv before it, which then takes another name) left the layer as it was without a word."""
     names = {n.name for n in model.graph.node}
-    unknown = [name for name in spec[field_name] if name not in names and name != "*"]
+    unknown = [name for name in getattr(spec, field_name) if name not in names and name != "*"]
     if unknown:
         examples = [n.name for n in model.graph.node if n.op_type in _quantized_op_types(model, spec)][:3]
         raise StageError(f"{field_name}: no node named {', '.join(map(repr, unknown))} in the model as imported "
@@ -126,11 +128,11 @@ def _check_node_names(model, spec: dict, field_name: str) -> None:
                          f"table, such as {', '.join(map(repr, examples))}")
 
 
-def _with_opset(model, spec: dict):
+def _with_opset(model, spec: QuantizationSpec):
     from onnx import version_converter
 
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
-    if spec["per_channel"] and opset < PER_CHANNEL_OPSET:
+    if spec.per_channel and opset < PER_CHANNEL_OPSET:
         try:
             return version_converter.convert_version(model, PER_CHANNEL_OPSET)
         except Exception as err:
@@ -139,64 +141,64 @@ def _with_opset(model, spec: dict):
     return model
 
 
-def _smoothed(model, samples: list[dict], spec: dict):
+def _smoothed(model, samples: list[dict], spec: QuantizationSpec):
     """The model with the inputs of the convs that will be quantized smoothed (smoothing.py)."""
     if "Conv" not in _quantized_op_types(model, spec):
         return model
     convs = {tensor: kept for tensor, nodes in smoothing.conv_inputs(model).items()
-             if (kept := [n for n in nodes if n.name not in spec["exclude_nodes"]])}
+             if (kept := [n for n in nodes if n.name not in spec.exclude_nodes])}
     ranges = smoothing.channel_ranges(model, samples, sorted(convs))
     return smoothing.smooth(model, ranges, convs)
 
 
-def _quantized_op_types(model, spec: dict) -> list[str]:
+def _quantized_op_types(model, spec: QuantizationSpec) -> list[str]:
     present = {n.op_type for n in model.graph.node}
-    return sorted((present if "*" in spec["ops"] else present & set(spec["ops"])) - set(spec["exclude_ops"]))
+    return sorted((present if "*" in spec.ops else present & set(spec.ops)) - set(spec.exclude_ops))
 
 
-def _calibration_samples(inputs: dict[str, Path], declared: dict, calibration: dict) -> list[dict]:
-    if calibration["source"] == "random":
-        arrays = golden.generate(declared, fill="random", seed=calibration["seed"], count=calibration["samples"],
+def _calibration_samples(inputs: dict[str, Path], declared: dict, calibration: CalibrationSpec) -> list[dict]:
+    if calibration.source == "random":
+        arrays = golden.generate(declared, fill="random", seed=calibration.seed, count=calibration.samples,
                                  stream=golden.CALIBRATION)
-    elif calibration["source"] == "images":
+    elif calibration.source == "images":
         images = [path for role, path in sorted(inputs.items()) if role.startswith("calibration-image:")]
-        arrays = golden.load_images(images, declared, calibration["preprocess"])
+        arrays = golden.load_images(images, declared, calibration.preprocess.model_dump())
     else:
         files = {("golden" if role == "calibration" else role.replace("calibration:", "golden:")): path
                  for role, path in inputs.items() if role.startswith("calibration")}
-        arrays = golden.load(files, declared, calibration["samples"])
+        arrays = golden.load(files, declared, calibration.samples)
     count = len(next(iter(arrays.values())))
     return [{name: array[i] for name, array in arrays.items()} for i in range(count)]
 
 
-def _quantize(model, samples: list[dict], spec: dict, *, int16_tensors: tuple[str, ...] | list[str] = ()):
+def _quantize(model, samples: list[dict], spec: QuantizationSpec, *, int16_tensors: tuple[str, ...] | list[str] = ()):
     """onnxruntime's QDQ model of `model`; the activations `int16_tensors` in int16, with INT16_HEADROOM."""
     import onnx
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
-    symmetric = spec["scheme"] == "symmetric"
+    symmetric = spec.scheme == "symmetric"
     # entropy ranges come from _entropy_ranges as overrides; quantize_static's own minmax pass is then unused
     method = {"minmax": CalibrationMethod.MinMax, "percentile": CalibrationMethod.Percentile,
-              "entropy": CalibrationMethod.MinMax}[spec["calibration"]["method"]]
+              "entropy": CalibrationMethod.MinMax}[spec.calibration.method]
     op_types = _quantized_op_types(model, spec)
     options = {"ActivationSymmetric": symmetric, "WeightSymmetric": True,
-               "OpTypesToExcludeOutputQuantization": [] if spec["quantize_outputs"] else op_types}
-    if spec["calibration"]["method"] == "percentile":
-        options["CalibPercentile"] = spec["calibration"]["percentile"]
+               "OpTypesToExcludeOutputQuantization": [] if spec.quantize_outputs else op_types}
+    if spec.calibration.method == "percentile":
+        options["CalibPercentile"] = spec.calibration.percentile
     with tempfile.TemporaryDirectory(prefix="modelbuild-quantize-") as tmp:
         source, target = Path(tmp) / "float.onnx", Path(tmp) / "qdq.onnx"
         onnx.save(model, str(source))
         try:
-            if spec["calibration"]["method"] == "entropy":
+            if spec.calibration.method == "entropy":
                 options["TensorQuantOverrides"] = _entropy_ranges(source, samples, op_types, symmetric=symmetric)
             overrides = options.setdefault("TensorQuantOverrides", {})
             for tensor in int16_tensors:
                 overrides.setdefault(tensor, [{}])[0]["quant_type"] = QuantType.QInt16
             quantize_static(str(source), str(target), _reader(samples), quant_format=QuantFormat.QDQ,
-                            per_channel=spec["per_channel"], weight_type=QuantType.QInt8,
+                            per_channel=spec.per_channel, weight_type=QuantType.QInt8,
                             activation_type=QuantType.QInt8 if symmetric else QuantType.QUInt8,
                             calibrate_method=method, op_types_to_quantize=op_types,
-                            nodes_to_exclude=spec["exclude_nodes"], extra_options=options)
+                            nodes_to_exclude=spec.exclude_nodes, extra_options=options)
         except Exception as err:
             raise StageError(f"onnxruntime could not quantize the model: {last_line(err)}") from err
         return _widened_int16(onnx.load(str(target)))
@@ -285,13 +287,14 @@ def _weight_bytes(model) -> int:
     return sum(numpy_helper.to_array(t).nbytes for t in model.graph.initializer)
 
 
-def _summary(model, qdq, spec: dict) -> dict:
-    calibration = spec["calibration"]
+def _summary(model, qdq, spec: QuantizationSpec) -> dict:
+    calibration = spec.calibration
     warnings = []
-    if calibration["source"] == "random":
-        warnings.append(f"calibrated on {calibration['samples']} random samples (seed {calibration['seed']}), "
+    if calibration.source == "random":
+        warnings.append(f"calibrated on {calibration.samples} random samples (seed {calibration.seed}), "
                         "not real inputs: activation ranges, and so accuracy, may not hold on real data")
     fp32, int8 = _weight_bytes(model), _weight_bytes(qdq)
     return {"weight_bytes_fp32": fp32, "weight_bytes_int8": int8, "weight_ratio": fp32 / int8 if int8 else None,
-            "scheme": spec["scheme"], "per_channel": spec["per_channel"], "calibration": calibration,
+            "scheme": spec.scheme, "per_channel": spec.per_channel,
+            "calibration": calibration.model_dump(exclude={"path"}),  # the path is the recipe's, not a figure
             "warnings": warnings}

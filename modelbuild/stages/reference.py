@@ -9,6 +9,7 @@ import numpy as np
 
 from modelbuild import signature
 from modelbuild.errors import StageError
+from modelbuild.recipe.params import ReferenceParams, parse
 from modelbuild.validation import golden
 
 
@@ -18,15 +19,14 @@ GOLDEN_FILE = "golden.npz"
 def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
     """Write golden.npz: 'in.NAME' and 'out.NAME' arrays, each [count, *shape], for the model's inputs as the
     import stage froze them (signature.json)."""
-    spec, tensors = params["golden"], signature.read(inputs["signature"]).inputs
-    if spec["source"] == "generate":
-        samples = golden.generate(tensors, fill=spec["fill"], seed=spec["seed"], count=spec["count"],
-                                  stream=golden.GOLDEN)
-    elif spec["source"] == "images":
+    spec, tensors = parse(ReferenceParams, params).golden, signature.read(inputs["signature"]).inputs
+    if spec.source == "generate":
+        samples = golden.generate(tensors, fill=spec.fill, seed=spec.seed, count=spec.count, stream=golden.GOLDEN)
+    elif spec.source == "images":
         images = [path for role, path in sorted(inputs.items()) if role.startswith("golden-image:")]
-        samples = golden.load_images(images, tensors, spec["preprocess"])
+        samples = golden.load_images(images, tensors, spec.preprocess.model_dump())
     else:
-        samples = golden.load({k: v for k, v in inputs.items() if k.startswith("golden")}, tensors, spec["count"])
+        samples = golden.load({k: v for k, v in inputs.items() if k.startswith("golden")}, tensors, spec.count)
     outputs = _run_onnxruntime(inputs["model"], samples)
     arrays = {f"in.{k}": v for k, v in samples.items()} | {f"out.{k}": v for k, v in outputs.items()}
     with open(out / GOLDEN_FILE, "wb") as f:

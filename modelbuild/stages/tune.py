@@ -19,6 +19,8 @@ from pathlib import Path
 from modelbuild import progress
 from modelbuild.compiler import default_schedule, lowering, tuning_db
 from modelbuild.errors import last_line, StageError
+from modelbuild.recipe.params import TuneParams, parse
+from modelbuild.recipe.schema import TuningSpec
 from modelbuild.sources import imported_closure, source_digest
 
 
@@ -30,20 +32,20 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
-    target = tvm.target.Target(params["target"])
-    options, tuning = params["options"], params["tuning"]
+    p = parse(TuneParams, params)
+    target, options, tuning = tvm.target.Target(p.target), p.options, p.tuning
     module = tvm.ir.load_json(inputs["ir"].read_text())
-    with target, tvm.transform.PassContext(opt_level=options["opt_level"]):
-        fused = lowering.lower(module, target, fuse=options["fuse"], layout=options["layout"]).fused
+    with target, tvm.transform.PassContext(opt_level=options.opt_level):
+        fused = lowering.lower(module, target, fuse=options.fuse, layout=options.layout).fused
     tasks = ms.relax_integration.extract_tasks(fused, target)
     folder = Path(inputs["database"])
     with tuning_db.locked(folder):
-        _seed_database(folder, params["target"], inputs.get("records"))
+        _seed_database(folder, p.target, inputs.get("records"))
         database = ms.database.JSONDatabase(work_dir=str(folder))
         hashes = [database.commit_workload(t.dispatched[0]).as_json()[0] for t in tasks]
         baseline = _defaults(folder, tasks, hashes, target, tuning)
         trials = tuning_db.read(folder)["trials"]
-        todo = _deficits(hashes, trials, tuning, _heaviest(tasks, hashes, baseline, tuning.get("tasks")))
+        todo = _deficits(hashes, trials, tuning, _heaviest(tasks, hashes, baseline, tuning.tasks))
         if todo:
             before = dict(trials)
             ledger = Ledger(folder, trials, [hashes[i] for i in todo], [int(tasks[i].weight) for i in todo])
@@ -77,11 +79,11 @@ def _heaviest(tasks, hashes: list[str], baseline: dict[str, float | None], count
     return set(sorted(range(len(hashes)), key=lambda i: -cost[i])[:count])
 
 
-def _deficits(hashes: list[str], trials: dict, tuning: dict, chosen: set[int]) -> dict[int, int]:
+def _deficits(hashes: list[str], trials: dict, tuning: TuningSpec, chosen: set[int]) -> dict[int, int]:
     """Task index -> trials still owed, for the chosen tasks, capped by max_trials in task order."""
-    owed = {i: tuning["trials_per_task"] - trials.get(h, 0) for i, h in enumerate(hashes) if i in chosen}
+    owed = {i: tuning.trials_per_task - trials.get(h, 0) for i, h in enumerate(hashes) if i in chosen}
     owed = {i: n for i, n in owed.items() if n > 0}
-    cap = tuning.get("max_trials")
+    cap = tuning.max_trials
     if cap is not None:
         left, capped = cap, {}
         for i, n in owed.items():
@@ -146,30 +148,30 @@ def _progress_callback(ledger: Ledger, planned: dict[int, int]):
     return ProgressCallback()
 
 
-def _search(tasks, owed: dict[int, int], tuning: dict, database, ledger: Ledger) -> None:
+def _search(tasks, owed: dict[int, int], tuning: TuningSpec, database, ledger: Ledger) -> None:
     import importlib.util
 
     from tvm.s_tir import meta_schedule as ms
 
-    if tuning["cost_model"] == "xgb" and importlib.util.find_spec("xgboost") is None:
+    if tuning.cost_model == "xgb" and importlib.util.find_spec("xgboost") is None:
         raise StageError('cost_model = "xgb" needs xgboost: pip install "modelbuild[tuning]", '
                          'or set cost_model = "random" in the tuning section')
 
     per_task = max(owed.values())
     with tempfile.TemporaryDirectory(prefix="modelbuild-tune-") as work_dir:
         contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
-            tasks, work_dir=work_dir, strategy=tuning["strategy"], seed=tuning["seed"])
-        config = ms.runner.EvaluatorConfig(number=tuning["number"], repeat=tuning["repeat"],
-                                           min_repeat_ms=tuning["min_repeat_ms"])
+            tasks, work_dir=work_dir, strategy=tuning.strategy, seed=tuning.seed)
+        config = ms.runner.EvaluatorConfig(number=tuning.number, repeat=tuning.repeat,
+                                           min_repeat_ms=tuning.min_repeat_ms)
         planned = dict(enumerate(owed.values()))
         callbacks = [*ms.measure_callback.MeasureCallback.create("default"), _progress_callback(ledger, planned)]
         try:
             ms.tune_tasks(tasks=contexts, task_weights=weights, work_dir=work_dir,
                           max_trials_global=sum(owed.values()), max_trials_per_task=per_task,
                           num_trials_per_iter=min(64, per_task), database=database,
-                          cost_model=tuning["cost_model"], measure_callbacks=callbacks,
-                          builder=ms.builder.LocalBuilder(timeout_sec=tuning["timeout_s"]),
-                          runner=ms.runner.LocalRunner(timeout_sec=tuning["timeout_s"], evaluator_config=config))
+                          cost_model=tuning.cost_model, measure_callbacks=callbacks,
+                          builder=ms.builder.LocalBuilder(timeout_sec=tuning.timeout_s),
+                          runner=ms.runner.LocalRunner(timeout_sec=tuning.timeout_s, evaluator_config=config))
         except Exception as err:
             raise StageError(f"MetaSchedule tuning failed: {last_line(err)}") from err
 
@@ -179,7 +181,7 @@ def _mean_seconds(record: list) -> float:
     return statistics.fmean(float(s) for s in run_secs)
 
 
-def _defaults(folder: Path, tasks, hashes: list[str], target, tuning: dict) -> dict[str, float | None]:
+def _defaults(folder: Path, tasks, hashes: list[str], target, tuning: TuningSpec) -> dict[str, float | None]:
     """Each task's time under the default schedule: measured once per workload and version of the compile code
     (its source digest: the default schedule changes without a version bump), then kept in the database (and
     its exports), so every later run and every clone compares against the same."""
@@ -198,7 +200,7 @@ def _defaults(folder: Path, tasks, hashes: list[str], target, tuning: dict) -> d
     return {h: known[h]["seconds"] for h in hashes}
 
 
-def _default_seconds(task, target, tuning: dict) -> float | None:
+def _default_seconds(task, target, tuning: TuningSpec) -> float | None:
     """How fast the task's kernel runs with modelbuild's default schedule, timed like a tuning candidate, so
     a tuned record is applied only where it beats it. None when the default schedule cannot be timed."""
     import numpy as np
@@ -213,8 +215,8 @@ def _default_seconds(task, target, tuning: dict) -> float | None:
                                    if str(p.dtype).startswith("float") else
                                    np.zeros([int(d) for d in p.shape], str(p.dtype))) for p in scheduled.params]
         runtime_module = getattr(library, "mod", library)  # tvm.compile returns an Executable around it
-        timer = runtime_module.time_evaluator("main", tvm.cpu(), number=tuning["number"], repeat=tuning["repeat"],
-                                              min_repeat_ms=tuning["min_repeat_ms"])
+        timer = runtime_module.time_evaluator("main", tvm.cpu(), number=tuning.number, repeat=tuning.repeat,
+                                              min_repeat_ms=tuning.min_repeat_ms)
         return float(np.median(timer(*args).results))
     except Exception:  # an untimable default never blocks a tuned record
         return None

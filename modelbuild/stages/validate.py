@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from modelbuild.errors import last_line, StageError
+from modelbuild.recipe.params import ValidateParams, parse
 from modelbuild.validation import metrics
 
 METRICS_FILE = "metrics.json"
@@ -20,13 +21,15 @@ METRICS_FILE = "metrics.json"
 
 def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
     """Write metrics.json: accuracy per output, timing, artifact size, peak memory, machine; or why not run."""
-    if not params["runs_here"]:
-        _write(out, {"ran": False, "reason": params["reason"]})
+    p = parse(ValidateParams, params)
+    if not p.runs_here:
+        _write(out, {"ran": False, "reason": p.reason})
         return
-    metrics = _measure(inputs, params["timing"], params["threads"], out, roofline=params["timing"].get("roofline"))
-    metrics.update(ran=True, artifact_bytes=inputs["library"].stat().st_size, threads=params["threads"])
-    if params["timing"].get("scaling") and params["threads"] > 1:
-        metrics["scaling"] = _scaling(inputs, params["timing"], params["threads"], out)
+    timing = p.timing.model_dump(exclude={"threads", "scaling", "roofline"})  # what measure.py times by
+    metrics = _measure(inputs, timing, p.threads, out, roofline=p.timing.roofline)
+    metrics.update(ran=True, artifact_bytes=inputs["library"].stat().st_size, threads=p.threads)
+    if p.timing.scaling and p.threads > 1:
+        metrics["scaling"] = _scaling(inputs, p.timing.max_seconds, p.threads, out)
     _write(out, metrics)
 
 
@@ -34,10 +37,10 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
 SCALING_TIMING = {"warmup": 3, "min_runs": 20, "min_seconds": 0.2, "latency_only": True}
 
 
-def _scaling(inputs: dict[str, Path], timing: dict, threads: int, out: Path) -> dict:
+def _scaling(inputs: dict[str, Path], max_seconds: float, threads: int, out: Path) -> dict:
     counts = list(range(1, threads + 1))
     # the whole curve shares the recipe's time bound
-    bounded = {**SCALING_TIMING, "max_seconds": timing.get("max_seconds", 60.0) / len(counts)}
+    bounded = {**SCALING_TIMING, "max_seconds": max_seconds / len(counts)}
     medians = [_measure(inputs, bounded, p, out)["latency_ms"]["median"] for p in counts]
     return metrics.scaling_summary(counts, medians)
 
