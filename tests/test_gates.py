@@ -1,14 +1,17 @@
+from dataclasses import replace
+
 from modelbuild.validation.gates import evaluate
+from modelbuild.validation.measured import Measured
 from modelbuild.recipe.load import overridden
 from modelbuild.recipe.schema import ValidationSpec
 
-METRICS = {
-    "ran": True,
-    "accuracy": {"y": {"max_abs": 0.01, "max_rel": 0.02, "cosine": 0.999, "sqnr_db": 40.0},
+METRICS = Measured(
+    ran=True,
+    accuracy={"y": {"max_abs": 0.01, "max_rel": 0.02, "cosine": 0.999, "sqnr_db": 40.0},
                  "scores": {"max_abs": 0.001, "max_rel": 0.01, "cosine": 0.9999, "sqnr_db": 50.0,
                             "top1_agreement": 0.75}},
-    "latency_ms": {"median": 2.0, "p99": 3.0, "throughput": 400.0},
-}
+    latency_ms={"median": 2.0, "p99": 3.0, "throughput": 400.0},
+)
 
 
 def spec(**data) -> ValidationSpec:
@@ -35,7 +38,7 @@ def test_no_gates_configured_means_no_results():
 
 
 def test_a_build_not_run_here_passes_or_fails_by_the_recipe():
-    missing = {"ran": False, "reason": "built for aarch64-linux-gnu"}
+    missing = Measured(ran=False, reason="built for aarch64-linux-gnu")
     passing = evaluate(spec(gates={"max_p99_ms": 1}), missing)
     assert [(g.name, g.passed) for g in passing] == [("runs_here", True)]
     assert "aarch64" in passing[0].detail
@@ -64,7 +67,7 @@ def test_per_build_overrides_replace_only_what_they_set():
 
 
 def test_top1_on_a_model_without_class_scores_is_not_applicable_rather_than_failed():
-    detector = {**METRICS, "accuracy": {"boxes": {"max_abs": 2e-3, "cosine": 1.0, "sqnr_db": 90.0}}}
+    detector = replace(METRICS, accuracy={"boxes": {"max_abs": 2e-3, "cosine": 1.0, "sqnr_db": 90.0}})
     gate = by_name(evaluate(spec(gates={"min_top1_agreement": 1.0}), detector))["min_top1_agreement"]
     assert gate.passed and not gate.applicable
     assert gate.describe() == ("min_top1_agreement: not applicable (no output is [batch, classes]: top-1 is "
@@ -72,5 +75,13 @@ def test_top1_on_a_model_without_class_scores_is_not_applicable_rather_than_fail
 
 
 def test_a_gate_on_a_library_that_produced_no_accuracy_still_fails():
-    gate = by_name(evaluate(spec(gates={"min_cosine": 0.9}), {**METRICS, "accuracy": {}}))["min_cosine"]
+    gate = by_name(evaluate(spec(gates={"min_cosine": 0.9}), replace(METRICS, accuracy={})))["min_cosine"]
     assert not gate.passed and gate.applicable
+
+
+def test_metrics_with_a_field_the_readers_do_not_know_fail_loudly():
+    import pytest
+
+    assert Measured.from_json({"ran": False, "reason": "no device"}).reason == "no device"
+    with pytest.raises(TypeError):
+        Measured.from_json({"ran": True, "latency": {}})  # a renamed field is not silently None

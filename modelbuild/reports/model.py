@@ -13,6 +13,7 @@ from modelbuild.build.scheduler import RunResult
 from modelbuild.pipeline.names import float_build_of, model_of, quantization_of, target_of
 from modelbuild.pipeline.registry import ANALYSIS, METRICS, QUANTIZE_SUMMARY, TUNE_SUMMARY
 from modelbuild.validation import gates
+from modelbuild.validation.measured import Measured
 from modelbuild.versions import tool_versions
 
 SCHEMA_ID = "modelbuild.report/1"
@@ -57,36 +58,39 @@ def _build(project, run: RunResult, name: str) -> dict:
     spec = project.recipe.validation_for(project.recipe.build_spec(model, target, quantization_of(name)))
     results = gates.evaluate(spec, metrics, _baseline(project, spec, name))
     stages_ok = all(r.status in (Status.BUILT, Status.CACHED) for r in nodes.values())
-    latency = (metrics or {}).get("latency_ms")
+    measured = metrics or NOT_MEASURED
     return {
         "name": name, "model": model, "target": target,
         "artifact": _artifact(project, name),
         "stages": {stage: _stage(r) for stage, r in nodes.items()},
-        "validation": {"ran": bool(metrics and metrics.get("ran")), "reason": _not_validated(nodes, metrics)},
-        "accuracy": (metrics or {}).get("accuracy"),
+        "validation": {"ran": measured.ran, "reason": _not_validated(nodes, metrics)},
+        "accuracy": measured.accuracy,
         "quantization": quantization,
         "tuning": _tuning(_output_json(project, nodes.get("tune"), TUNE_SUMMARY), nodes.get("tune")),
-        "accuracy_vs_qdq": (metrics or {}).get("accuracy_vs_qdq"),
-        "latency_ms": latency,
-        "cold_ms": (metrics or {}).get("cold_ms"),
-        "throughput": latency["throughput"] if latency else None,
-        "scaling": (metrics or {}).get("scaling"),
-        "roofline": (metrics or {}).get("roofline"),
-        "artifact_bytes": (metrics or {}).get("artifact_bytes"),
-        "peak_rss_bytes": (metrics or {}).get("peak_rss_bytes"),
+        "accuracy_vs_qdq": measured.accuracy_vs_qdq,
+        "latency_ms": measured.latency_ms,
+        "cold_ms": measured.cold_ms,
+        "throughput": measured.latency_ms["throughput"] if measured.latency_ms else None,
+        "scaling": measured.scaling,
+        "roofline": measured.roofline,
+        "artifact_bytes": measured.artifact_bytes,
+        "peak_rss_bytes": measured.peak_rss_bytes,
         "fusion": figures.get("fusion"),
         "schedule": figures.get("schedule"),
-        "memory": _memory(figures.get("memory"), metrics),
+        "memory": _memory(figures.get("memory"), measured),
         "gates": [g.as_dict() for g in results],
         "passed": stages_ok and all(g.passed for g in results),
-        "provenance": _provenance(project, nodes, spec, metrics),
+        "provenance": _provenance(project, nodes, spec, measured),
     }
 
 
-def _not_validated(nodes: dict[str, NodeResult], metrics: dict | None) -> str | None:
+NOT_MEASURED = Measured(ran=False)  # a build with no validate stage, or one that failed
+
+
+def _not_validated(nodes: dict[str, NodeResult], metrics: Measured | None) -> str | None:
     """Why a build has no accuracy or timing figures, or None when it was validated."""
     if metrics is not None:
-        return metrics.get("reason")
+        return metrics.reason
     if "validate" not in nodes:
         return "validation is off for this build (validation.enabled = false)"
     return f"the validate stage {nodes['validate'].status.value}"
@@ -114,8 +118,9 @@ def _stage(result: NodeResult) -> dict:
     return out
 
 
-def _metrics(project, result: NodeResult | None) -> dict | None:
-    return _output_json(project, result, METRICS)
+def _metrics(project, result: NodeResult | None) -> Measured | None:
+    data = _output_json(project, result, METRICS)
+    return None if data is None else Measured.from_json(data)
 
 
 def _output_json(project, result: NodeResult | None, name: str) -> dict | None:
@@ -124,11 +129,11 @@ def _output_json(project, result: NodeResult | None, name: str) -> dict | None:
     return json.loads(project.store.object_path(result.outputs[name]).read_text())
 
 
-def _memory(planned: dict | None, metrics: dict | None) -> dict | None:
+def _memory(planned: dict | None, measured: Measured) -> dict | None:
     """The planner's figures beside the peak resident memory the validate stage measured."""
     if planned is None:
         return None
-    return {**planned, "measured_peak_rss_bytes": (metrics or {}).get("peak_rss_bytes")}
+    return {**planned, "measured_peak_rss_bytes": measured.peak_rss_bytes}
 
 
 def _artifact(project, name: str) -> str | None:
@@ -150,7 +155,7 @@ def _baseline(project, spec, name: str) -> dict | None:
     return next((b for b in data.get("builds", []) if b.get("name") == name), None)
 
 
-def _provenance(project, nodes: dict[str, NodeResult], spec, metrics: dict | None) -> dict:
+def _provenance(project, nodes: dict[str, NodeResult], spec, measured: Measured) -> dict:
     model, target = model_of(nodes["compile"].build), target_of(nodes["compile"].build)
     compile_node = project.plan.nodes[nodes["compile"].node]
     return {
@@ -164,5 +169,5 @@ def _provenance(project, nodes: dict[str, NodeResult], spec, metrics: dict | Non
         "host_cpu": compile_node.params["target"].get("mcpu"),
         "tools": tool_versions(("tvm", "tvm-ffi", "onnx", "onnxruntime", "onnxslim", "numpy")),
         "seeds": {"golden": spec.golden.seed},
-        "machine": (metrics or {}).get("machine"),
+        "machine": measured.machine,
     }

@@ -7,6 +7,8 @@ import operator
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Callable
 
+from modelbuild.validation.measured import Measured
+
 if TYPE_CHECKING:  # a validation table: pydantic's, or a snapshot's (recipe/snapshot.py)
     from modelbuild.recipe.schema import ValidationSpec
 
@@ -41,8 +43,8 @@ def _num(x) -> str:
     return f"{x:.6g}" if isinstance(x, float) else str(x)
 
 
-def _worst(metrics: dict, field: str, pick) -> tuple[float | None, str]:
-    values = [(out[field], name) for name, out in metrics.get("accuracy", {}).items() if field in out]
+def _worst(metrics: Measured, field: str, pick) -> tuple[float | None, str]:
+    values = [(out[field], name) for name, out in (metrics.accuracy or {}).items() if field in out]
     if not values:
         return None, NOT_APPLICABLE.get(field, f"no output has {field}")
     value, name = pick(values)
@@ -57,16 +59,16 @@ NOT_APPLICABLE = {
 ACCURACY_GATES = ("max_abs_error", "max_rel_error", "min_cosine", "min_sqnr_db", "min_top1_agreement")
 
 # gate name -> (how to read its value from metrics, how a value passes against the limit)
-Reader = Callable[[dict], tuple[float | None, str]]
+Reader = Callable[[Measured], tuple[float | None, str]]
 GATES: dict[str, tuple[Reader, Callable[[float, float], bool]]] = {
     "max_abs_error": (lambda m: _worst(m, "max_abs", max), operator.le),
     "max_rel_error": (lambda m: _worst(m, "max_rel", max), operator.le),
     "min_cosine": (lambda m: _worst(m, "cosine", min), operator.ge),
     "min_sqnr_db": (lambda m: _worst(m, "sqnr_db", min), operator.ge),
     "min_top1_agreement": (lambda m: _worst(m, "top1_agreement", min), operator.ge),
-    "max_p50_ms": (lambda m: (m["latency_ms"]["median"], ""), operator.le),
-    "max_p99_ms": (lambda m: (m["latency_ms"]["p99"], ""), operator.le),
-    "min_throughput": (lambda m: (m["latency_ms"]["throughput"], ""), operator.ge),
+    "max_p50_ms": (lambda m: (m.latency_ms["median"], ""), operator.le),
+    "max_p99_ms": (lambda m: (m.latency_ms["p99"], ""), operator.le),
+    "min_throughput": (lambda m: (m.latency_ms["throughput"], ""), operator.ge),
 }
 
 # baseline gate -> (statistic, how the value is formed from current and baseline, comparison)
@@ -77,27 +79,27 @@ BASELINE_GATES = {
 }
 
 
-def evaluate(spec: ValidationSpec, metrics: dict | None, baseline: dict | None = None) -> list[GateResult]:
+def evaluate(spec: ValidationSpec, metrics: Measured | None, baseline: dict | None = None) -> list[GateResult]:
     """Every configured gate's value, limit and verdict for one build's metrics."""
     if metrics is None:
         return []
-    if not metrics.get("ran"):
+    if not metrics.ran:
         passed = spec.not_run_here == "pass"
-        return [GateResult("runs_here", None, None, passed, f"not run here: {metrics.get('reason')}")]
+        return [GateResult("runs_here", None, None, passed, f"not run here: {metrics.reason}")]
     results = []
     for name, limit in spec.gates.model_dump().items():
         if limit is None:
             continue
         read, ok = GATES[name]
         value, detail = read(metrics)
-        if value is None and name in ACCURACY_GATES and metrics.get("accuracy"):
+        if value is None and name in ACCURACY_GATES and metrics.accuracy:
             results.append(GateResult(name, None, limit, True, detail, applicable=False))
             continue
         results.append(GateResult(name, value, limit, value is not None and ok(value, limit), detail))
     return results + _baseline_gates(spec, metrics, baseline)
 
 
-def _baseline_gates(spec: ValidationSpec, metrics: dict, baseline: dict | None) -> list[GateResult]:
+def _baseline_gates(spec: ValidationSpec, metrics: Measured, baseline: dict | None) -> list[GateResult]:
     if spec.baseline is None:
         return []
     results = []
@@ -109,6 +111,6 @@ def _baseline_gates(spec: ValidationSpec, metrics: dict, baseline: dict | None) 
         if stat not in base:
             results.append(GateResult(name, None, limit, False, "the baseline report has no timing for this build"))
             continue
-        value = form(metrics["latency_ms"][stat], base[stat])
+        value = form(metrics.latency_ms[stat], base[stat])
         results.append(GateResult(name, value, limit, ok(value, limit), f"baseline {stat} {base[stat]:.4g}"))
     return results
