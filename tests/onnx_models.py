@@ -166,5 +166,47 @@ def quantized_without_and_with(model, samples: list[dict], step: str) -> tuple:
     from modelbuild.recipe.schema import QuantizationSpec
     from modelbuild.stages.quantize import quantized
 
-    spec = QuantizationSpec(smoothing=False, bias_correction=False).model_dump()
-    return quantized(model, samples, spec), quantized(model, samples, {**spec, step: True})
+    spec = QuantizationSpec(smoothing=False, bias_correction=False)
+    return quantized(model, samples, spec), quantized(model, samples, spec.model_copy(update={step: True}))
+
+
+def branch_on_rate(path: Path) -> Path:
+    """x[1,4] float and a scalar int64 `sr`: y = x * 2 when sr == 16000, else x * 3, through an `If`, as
+    streaming audio models select their path by sample rate."""
+    def branch(name: str, factor: float):
+        constant = helper.make_node("Constant", [], [f"{name}_k"],
+                                    value=numpy_helper.from_array(np.array(factor, np.float32), f"{name}_value"))
+        scale = helper.make_node("Mul", ["x", f"{name}_k"], [f"{name}_y"], name=f"{name}_mul")
+        return helper.make_graph([constant, scale], name, [],
+                                 [helper.make_tensor_value_info(f"{name}_y", TensorProto.FLOAT, [1, 4])])
+
+    rate = numpy_helper.from_array(np.array(16000, np.int64), "rate16k")
+    nodes = [helper.make_node("Equal", ["sr", "rate16k"], ["is16k"], name="is16k"),
+             helper.make_node("If", ["is16k"], ["y"], name="by_rate", then_branch=branch("then", 2.0),
+                              else_branch=branch("else", 3.0))]
+    graph = helper.make_graph(nodes, "branch_on_rate",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4]),
+                               helper.make_tensor_value_info("sr", TensorProto.INT64, [])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], initializer=[rate])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+def scaled_by_scalar(path: Path) -> Path:
+    """x[1,4] float times a scalar float input `s`, plus row `row` (a scalar int64, 0 to 2) of a 3-row table:
+    an index beyond the table fails onnxruntime, so generated inputs must keep to the declared range."""
+    table = numpy_helper.from_array(np.arange(12, dtype=np.float32).reshape(3, 4), "table")
+    nodes = [helper.make_node("Mul", ["x", "s"], ["scaled"], name="scale"),
+             helper.make_node("Gather", ["table", "row"], ["picked"], name="pick", axis=0),
+             helper.make_node("Add", ["scaled", "picked"], ["y"], name="add")]
+    graph = helper.make_graph(nodes, "scaled_by_scalar",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4]),
+                               helper.make_tensor_value_info("s", TensorProto.FLOAT, []),
+                               helper.make_tensor_value_info("row", TensorProto.INT64, [])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], initializer=[table])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
