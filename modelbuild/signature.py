@@ -8,7 +8,7 @@ a JSON object would invite sorting its keys, which paired a model's outputs with
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 FILE = "signature.json"
@@ -16,18 +16,26 @@ FILE = "signature.json"
 
 @dataclass(frozen=True)
 class Signature:
-    inputs: dict[str, dict]  # name -> {"shape": [...], "dtype": "float32"}, in graph order
+    # name -> {"shape": [...], "dtype": "float32"}, in graph order; an input may add "range": [low, high)
+    inputs: dict[str, dict]
     outputs: dict[str, dict]
+    # inputs the recipe bound to a constant: name -> {"dtype", "value"}; not arguments of the library, but the
+    # original model (which the reference runs) still takes them
+    bound: dict[str, dict] = field(default_factory=dict)
 
     def to_json(self) -> str:
-        return json.dumps({"inputs": _listed(self.inputs), "outputs": _listed(self.outputs)}, indent=1)
+        data = {"inputs": _listed(self.inputs), "outputs": _listed(self.outputs)}
+        if self.bound:
+            data["bound"] = [{"name": name, **spec} for name, spec in self.bound.items()]
+        return json.dumps(data, indent=1)
 
 
 def _listed(tensors: dict[str, dict]) -> list[dict]:
-    return [{"name": name, "shape": spec["shape"], "dtype": spec["dtype"]} for name, spec in tensors.items()]
+    return [{"name": name, **spec} for name, spec in tensors.items()]
 
 
 def read(path: Path) -> Signature:
     data = json.loads(Path(path).read_text())
-    return Signature(**{side: {t["name"]: {"shape": t["shape"], "dtype": t["dtype"]} for t in data[side]}
-                        for side in ("inputs", "outputs")})
+    sides = {side: {t["name"]: {k: v for k, v in t.items() if k != "name"} for t in data.get(side, [])}
+             for side in ("inputs", "outputs", "bound")}
+    return Signature(**sides)

@@ -83,12 +83,16 @@ def shared_reference(recipe: LoadedRecipe, importer: Node, validation, nodes: di
 
 def import_node(recipe: LoadedRecipe, model: str) -> Node:
     spec = recipe.spec.models[model]
-    params = {
-        "inputs": {name: {"shape": list(i.shape), "dtype": i.dtype} for name, i in spec.inputs.items()},
-        "simplify": spec.simplify,
-    }
+    params = {"inputs": {name: _declared(i) for name, i in spec.inputs.items()}, "simplify": spec.simplify}
     return Node(id=f"import:{model}", stage="import", build=None, params=params,
                 files={"model": recipe.model_path(model)})
+
+
+def _declared(spec) -> dict:
+    """An input's declaration as it enters the import key: range and value only where set, so a recipe that
+    uses neither keeps the keys it had."""
+    out = {"shape": list(spec.shape), "dtype": spec.dtype} if spec.shape is not None else {"dtype": spec.dtype}
+    return out | {k: getattr(spec, k) for k in ("range", "value") if getattr(spec, k) is not None}
 
 
 def library_name(target: dict) -> str:

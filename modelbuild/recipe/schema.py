@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")]
 DType = Literal["float32", "float16", "float64", "int64", "int32", "int16", "int8", "uint8", "bool"]
@@ -14,11 +14,51 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
 
 
-class InputSpec(Strict):
-    """One model input, frozen to a static shape before import."""
+Scalar = float | int | bool
+Value = Scalar | list[Any]  # a scalar or nested lists of them
 
-    shape: list[Annotated[int, Field(ge=1)]] = Field(min_length=1)
+
+class InputSpec(Strict):
+    """One model input: frozen to a static shape before import, or bound to a constant."""
+
+    shape: list[Annotated[int, Field(ge=1)]] | None = Field(
+        default=None, description="The shape to build for; [] for a scalar. Required unless value is given.")
     dtype: DType = "float32"
+    range: list[float] | None = Field(
+        default=None, min_length=2, max_length=2,
+        description="[low, high): generated golden and calibration data are drawn from it (uniformly; integers "
+                    "low <= v < high), e.g. valid token ids [0, 257]. Default: normal floats, integers 0 to 9.")
+    value: Value | None = Field(
+        default=None, description="Bind the input to this constant before simplification: control flow and shape "
+                                  "arithmetic on it fold away, and it leaves the library's signature.")
+
+    @model_validator(mode="after")
+    def _shape_or_value(self) -> "InputSpec":
+        if self.value is None:
+            if self.shape is None:
+                raise ValueError("give the shape to build for (shape = [1, 3, 224, 224]; [] for a scalar), "
+                                 "or bind the input to a value (value = 16000)")
+            return self
+        if self.range is not None:
+            raise ValueError("a bound input has one value: drop range, or drop value")
+        shape = nested_shape(self.value)
+        if shape is None:
+            raise ValueError(f"value is not a scalar or a rectangular list: {self.value!r}")
+        if self.shape is not None and self.shape != shape:
+            raise ValueError(f"value has shape {shape}, the input declares shape {self.shape}")
+        return self
+
+
+def nested_shape(value: Any) -> list[int] | None:
+    """The shape of a scalar ([]) or of nested lists of equal lengths; None when ragged."""
+    if not isinstance(value, list):
+        return []
+    if not value:
+        return None
+    inner = [nested_shape(v) for v in value]
+    if any(s is None or s != inner[0] for s in inner):
+        return None
+    return [len(value), *inner[0]]
 
 
 class ModelSpec(Strict):

@@ -38,6 +38,9 @@ def _gates(b: dict) -> str:
 
 def _details(b: dict) -> list[str]:
     out = [f"- artifact: `{b['artifact']}`" + (f" ({b['artifact_bytes']} bytes)" if b["artifact_bytes"] else "")]
+    if b.get("bound_inputs"):
+        out.append("- bound inputs (constants in the library, not its arguments): "
+                   + ", ".join(f"{name} = {value}" for name, value in b["bound_inputs"].items()))
     out += [f"- {stage}: {stage_time(s)}" + (f": {s['error']}" if s.get("error") else "")
             for stage, s in b["stages"].items()]
     if not b["validation"]["ran"]:

@@ -62,6 +62,7 @@ def _build(project, run: RunResult, name: str) -> dict:
     return {
         "name": name, "model": model, "target": target,
         "artifact": _artifact(project, name),
+        "bound_inputs": {n: i.value for n, i in project.recipe.spec.models[model].inputs.items() if i.value is not None},
         "stages": {stage: _stage(r) for stage, r in nodes.items()},
         "validation": {"ran": measured.ran, "reason": _not_validated(nodes, metrics)},
         "accuracy": measured.accuracy,

@@ -32,12 +32,15 @@ def main(library: str, golden_path: str, signature_path: str, timing_json: str, 
 
     started = time.perf_counter()
     run = _load(library)
-    first = run([golden[f"in.{n}"][0] for n in input_names])
+    def inputs_of(i: int) -> list[np.ndarray]:  # `...` keeps a scalar input a 0-d array, as golden.sample
+        return [golden[f"in.{n}"][i, ...] for n in input_names]
+
+    first = run(inputs_of(0))
     cold_ms = (time.perf_counter() - started) * 1000
 
     actual = {name: [] for name in output_names}
     for i in range(count):
-        results = first if i == 0 else run([golden[f"in.{n}"][i] for n in input_names])
+        results = first if i == 0 else run(inputs_of(i))
         for name, value in zip(output_names, results):
             actual[name].append(value)
     accuracy = {name: _accuracy(np.stack(actual[name]), golden[f"out.{name}"]) for name in output_names}
@@ -45,7 +48,7 @@ def main(library: str, golden_path: str, signature_path: str, timing_json: str, 
         qdq = dict(np.load(qdq_path))
         accuracy_vs_qdq = {name: _accuracy(np.stack(actual[name]), qdq[f"out.{name}"]) for name in output_names}
 
-    latencies = _time(run, [golden[f"in.{n}"][0] for n in input_names], **timing)
+    latencies = _time(run, inputs_of(0), **timing)
     kernels = json.loads(Path(analysis_path).read_text()).get("kernels") if analysis_path else None
     result = {
         "roofline": _roofline(library, kernels) if kernels else None,

@@ -20,7 +20,9 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
 
     p = parse(ImportParams, params)
     model = _load(inputs["model"])
-    frozen = freeze_inputs(model, p.inputs)
+    bound = {name: spec for name, spec in p.inputs.items() if spec.value is not None}
+    bind_inputs(model, bound)
+    frozen = freeze_inputs(model, {name: spec for name, spec in p.inputs.items() if name not in bound})
     if p.simplify:
         model = _simplify(model)
     module = to_relax(model, frozen)
@@ -28,7 +30,7 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
 
     (out / IR_FILE).write_text(tvm.ir.save_json(module))
     onnx.save(model, str(out / ONNX_FILE))
-    (out / signature.FILE).write_text(_signature(model).to_json())
+    (out / signature.FILE).write_text(_signature(model, p.inputs).to_json())
 
 
 def _load(path: Path):
@@ -38,6 +40,30 @@ def _load(path: Path):
         return onnx.load(str(path))
     except Exception as err:
         raise InputError(f"{path.name} is not a readable ONNX model: {last_line(err)}") from err
+
+
+def bind_inputs(model, bound: dict[str, InputSpec]) -> None:
+    """Replace each bound graph input by a constant of its value, so that simplification folds what depends
+    on it (an `If` on a sample rate, shape arithmetic) and the library no longer takes it."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    graph_inputs = _real_inputs(model)
+    actual = "; the model's inputs: " + ", ".join(_describe(i) for i in graph_inputs.values())
+    for name, spec in bound.items():
+        if name not in graph_inputs:
+            raise InputError(f"the model has no input {name!r} to bind{actual}")
+        dims, dtype = graph_inputs[name].type.tensor_type.shape.dim, _dtype(graph_inputs[name])
+        if spec.dtype != dtype:
+            raise InputError(f"input {name!r} is {dtype} in the model, the recipe binds a {spec.dtype} value"
+                             f" (fix: dtype = \"{dtype}\"){actual}")
+        value = np.array(spec.value, dtype=dtype)
+        fixed = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None for d in dims]
+        if len(fixed) != value.ndim or any(f is not None and f != n for f, n in zip(fixed, value.shape)):
+            raise InputError(f"input {name!r} is {_dims(dims)} in the model, the recipe binds a value of shape "
+                             f"{list(value.shape)}{actual}")
+        model.graph.input.remove(graph_inputs[name])
+        model.graph.initializer.append(numpy_helper.from_array(value, name))
 
 
 def freeze_inputs(model, declared: dict[str, InputSpec]) -> dict[str, dict]:
@@ -76,8 +102,8 @@ def _real_inputs(model) -> dict:
 
 def _static_spec(name: str, dims, dtype: str, actual: str) -> InputSpec:
     """An undeclared input's own shape, when the model fixes every dimension of it."""
-    shape = _dims(dims)
-    if not shape or not all(isinstance(d, int) and d > 0 for d in shape):
+    shape = _dims(dims)  # [] is a scalar: static
+    if not all(isinstance(d, int) and d > 0 for d in shape):
         raise InputError(f"input {name!r} has dynamic dimensions {shape}: declare the shape to build for "
                          f"(fix: inputs.{name} = {{ shape = [...], dtype = \"{dtype}\" }} under the model){actual}")
     return InputSpec(shape=shape, dtype=dtype)
@@ -126,16 +152,57 @@ def _check_supported(model, table: dict) -> None:
         if node.domain not in ("", "ai.onnx"):
             raise StageError(f"operator {node.domain}.{node.op_type} (node {node.name!r}) is not supported by TVM")
         if node.op_type not in table:
-            raise StageError(f"operator {node.op_type} (node {node.name!r}) is not supported by TVM's ONNX frontend")
+            raise StageError(f"operator {node.op_type} (node {node.name!r}) is not supported by TVM's ONNX frontend"
+                             + _foldable_hint(model, node))
+
+
+CONTROL_FLOW = {"If": "its condition", "Loop": "its trip count and condition", "Scan": "its inputs"}
+
+
+def _foldable_hint(model, node) -> str:
+    """For control flow TVM cannot import: the graph inputs it depends on, which binding would fold away."""
+    if node.op_type not in CONTROL_FLOW:
+        return ""
+    inputs = _upstream_inputs(model, node.input[:2] if node.op_type == "Loop" else node.input[:1])
+    if not inputs:
+        return ""
+    fixes = " and ".join(f"inputs.{name} = {{ value = ..., dtype = \"{_dtype(value)}\" }}" for name, value in inputs.items())
+    return (f"; {CONTROL_FLOW[node.op_type]} depends on input {', '.join(map(repr, inputs))}: bind it to a constant "
+            f"and the {node.op_type} folds away (fix: {fixes} under the model)")
+
+
+def _upstream_inputs(model, tensors) -> dict:
+    """The graph inputs the tensors are computed from, in graph order."""
+    producers = {out: n for n in model.graph.node for out in n.output}
+    graph_inputs = _real_inputs(model)
+    seen, todo, found = set(), list(tensors), set()
+    while todo:
+        tensor = todo.pop()
+        if tensor in seen:
+            continue
+        seen.add(tensor)
+        if tensor in graph_inputs:
+            found.add(tensor)
+        elif tensor in producers:
+            todo += list(producers[tensor].input)
+    return {name: value for name, value in graph_inputs.items() if name in found}
 
 
 def model_signature(path: Path) -> signature.Signature:
     """The inputs and outputs an ONNX file declares, dynamic dimensions as their names (or '?')."""
-    return _signature(_load(path))
+    return _signature(_load(path), {})
 
 
-def _signature(model) -> signature.Signature:
+def _signature(model, declared: dict[str, InputSpec]) -> signature.Signature:
+    """What the library takes and returns; an input's declared value range travels with it, and the bound
+    inputs are listed with their values (the reference runs the original model, which still takes them)."""
     def tensors(values) -> dict[str, dict]:
         return {v.name: {"shape": _dims(v.type.tensor_type.shape.dim), "dtype": _dtype(v)} for v in values}
 
-    return signature.Signature(inputs=tensors(_real_inputs(model).values()), outputs=tensors(model.graph.output))
+    inputs = tensors(_real_inputs(model).values())
+    for name, spec in inputs.items():
+        if name in declared and declared[name].range is not None:
+            spec["range"] = list(declared[name].range)
+    bound = {name: {"dtype": spec.dtype, "value": spec.value} for name, spec in declared.items()
+             if spec.value is not None}
+    return signature.Signature(inputs=inputs, outputs=tensors(model.graph.output), bound=bound)

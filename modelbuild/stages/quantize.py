@@ -168,7 +168,7 @@ def _calibration_samples(inputs: dict[str, Path], declared: dict, calibration: C
                  for role, path in inputs.items() if role.startswith("calibration")}
         arrays = golden.load(files, declared, calibration.samples)
     count = len(next(iter(arrays.values())))
-    return [{name: array[i] for name, array in arrays.items()} for i in range(count)]
+    return [golden.sample(arrays, i) for i in range(count)]
 
 
 def _quantize(model, samples: list[dict], spec: QuantizationSpec, *, int16_tensors: tuple[str, ...] | list[str] = ()):

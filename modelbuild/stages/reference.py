@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from modelbuild import signature
-from modelbuild.errors import StageError
+from modelbuild.errors import last_line, StageError
 from modelbuild.recipe.params import ReferenceParams, parse
 from modelbuild.validation import golden
 
@@ -19,7 +19,8 @@ GOLDEN_FILE = "golden.npz"
 def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
     """Write golden.npz: 'in.NAME' and 'out.NAME' arrays, each [count, *shape], for the model's inputs as the
     import stage froze them (signature.json)."""
-    spec, tensors = parse(ReferenceParams, params).golden, signature.read(inputs["signature"]).inputs
+    spec, read = parse(ReferenceParams, params).golden, signature.read(inputs["signature"])
+    tensors, bound = read.inputs, read.bound
     if spec.source == "generate":
         samples = golden.generate(tensors, fill=spec.fill, seed=spec.seed, count=spec.count, stream=golden.GOLDEN)
     elif spec.source == "images":
@@ -27,13 +28,23 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
         samples = golden.load_images(images, tensors, spec.preprocess.model_dump())
     else:
         samples = golden.load({k: v for k, v in inputs.items() if k.startswith("golden")}, tensors, spec.count)
-    outputs = _run_onnxruntime(inputs["model"], samples)
+    try:
+        outputs = _run_onnxruntime(inputs["model"], samples, bound)
+    except StageError as err:
+        unranged = [name for name, t in tensors.items() if t["dtype"].startswith(("int", "uint")) and "range" not in t]
+        if spec.source == "generate" and spec.fill == "random" and unranged:
+            name = unranged[0]
+            raise StageError(f"{err.message}; integer inputs were generated as 0 to 9: declare the values the "
+                             f"model takes (fix: inputs.{name} = {{ ..., range = [low, high] }})") from None
+        raise
     arrays = {f"in.{k}": v for k, v in samples.items()} | {f"out.{k}": v for k, v in outputs.items()}
     with open(out / GOLDEN_FILE, "wb") as f:
         np.savez(f, **arrays)
 
 
-def _run_onnxruntime(model: Path, samples: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def _run_onnxruntime(model: Path, samples: dict[str, np.ndarray], bound: dict[str, dict]) -> dict[str, np.ndarray]:
+    """The model's outputs on each sample; the bound inputs fed their values where the model still takes
+    them (the original model does; the quantize stage's QDQ model has them as constants)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -43,10 +54,16 @@ def _run_onnxruntime(model: Path, samples: dict[str, np.ndarray]) -> dict[str, n
     except Exception as err:
         raise StageError(f"onnxruntime cannot load the model: {err}") from err
     names = [o.name for o in session.get_outputs()]
+    taken = {i.name for i in session.get_inputs()}
+    constants = {name: np.array(spec["value"], spec["dtype"]) for name, spec in bound.items() if name in taken}
     count = len(next(iter(samples.values())))
     results: dict[str, list] = {name: [] for name in names}
     for i in range(count):
-        feed = {name: array[i] for name, array in samples.items()}
-        for name, value in zip(names, session.run(names, feed)):
+        feed = golden.sample(samples, i) | constants
+        try:
+            values = session.run(names, feed)
+        except Exception as err:
+            raise StageError(f"onnxruntime failed on golden sample {i}: {last_line(err)}") from err
+        for name, value in zip(names, values):
             results[name].append(value)
     return {name: np.stack(values) for name, values in results.items()}

@@ -3,6 +3,7 @@ of .npy files, or a folder of images with a declared preprocessing."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +17,9 @@ GOLDEN, CALIBRATION = 0, 1
 
 
 def generate(inputs: dict, *, fill: str, seed: int, count: int, stream: int) -> dict[str, np.ndarray]:
-    """`count` samples of every input, stacked on a new first axis: name -> [count, *shape]."""
+    """`count` samples of every input, stacked on a new first axis: name -> [count, *shape]. Random values
+    come from the input's "range" [low, high) where it has one (uniform; integers low <= v < high), else
+    standard normal floats and integers 0 to 9."""
     rng = np.random.default_rng([seed, stream])
     out = {}
     for name, spec in sorted(inputs.items()):
@@ -26,11 +29,22 @@ def generate(inputs: dict, *, fill: str, seed: int, count: int, stream: int) -> 
             out[name] = np.zeros(shape, dtype)
         elif fill == "ones":
             out[name] = np.ones(shape, dtype)
+        elif spec.get("range") and np.issubdtype(dtype, np.floating):
+            out[name] = rng.uniform(*spec["range"], shape).astype(dtype)
+        elif spec.get("range"):
+            low, high = spec["range"]
+            out[name] = rng.integers(math.ceil(low), math.ceil(high), shape).astype(dtype)
         elif np.issubdtype(dtype, np.floating):
             out[name] = rng.standard_normal(shape).astype(dtype)
         else:
             out[name] = rng.integers(0, 10, shape).astype(dtype)
     return out
+
+
+def sample(arrays: dict[str, np.ndarray], index: int) -> dict[str, np.ndarray]:
+    """Sample `index` of stacked inputs. Indexing with `...` keeps a scalar input's sample a 0-d array: numpy
+    scalars are not arrays to onnxruntime or TVM."""
+    return {name: array[index, ...] for name, array in arrays.items()}
 
 
 def load(files: dict[str, Path], inputs: dict, count: int) -> dict[str, np.ndarray]:

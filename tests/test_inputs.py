@@ -1,0 +1,132 @@
+"""Inputs of every kind, without TVM: scalars, value ranges for generated data, and inputs bound to a constant
+(declared in the recipe, bound and folded at import, fed to onnxruntime by the reference)."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import numpy as np
+import onnx
+import pytest
+
+from modelbuild import signature
+from modelbuild.errors import RecipeError, StageError
+from modelbuild.recipe import load_recipe
+from modelbuild.recipe.schema import InputSpec
+from modelbuild.stages import onnx_import, reference
+from modelbuild.validation import golden
+from tests.onnx_models import branch_on_rate, scaled_by_scalar
+
+RECIPE = """
+[models.vad]
+path = "m.onnx"
+{inputs}
+
+[targets.cpu]
+kind = "llvm"
+
+[[builds]]
+model = "vad"
+targets = ["cpu"]
+"""
+
+
+def load(tmp_path, inputs: str):
+    (tmp_path / "m.onnx").write_bytes(b"")
+    (tmp_path / "deploy.toml").write_text(textwrap.dedent(RECIPE.format(inputs=inputs)))
+    return load_recipe(tmp_path / "deploy.toml")
+
+
+def test_a_scalar_a_range_and_a_bound_value_are_declared_in_the_recipe(tmp_path):
+    recipe = load(tmp_path, 'inputs.sr = { shape = [], dtype = "int64" }\n'
+                            'inputs.ids = { shape = [1, 8], dtype = "int32", range = [0, 257] }\n'
+                            'inputs.rate = { value = 16000, dtype = "int64" }\n'
+                            'inputs.window = { value = [[1.0, 0.5]] }')
+    spec = recipe.spec.models["vad"].inputs
+    assert spec["sr"].shape == [] and spec["ids"].range == [0, 257]
+    assert (spec["rate"].value, spec["rate"].shape, spec["window"].value) == (16000, None, [[1.0, 0.5]])
+
+
+@pytest.mark.parametrize("declaration, message", [
+    ('{ dtype = "int64" }', "give the shape to build for"),
+    ('{ shape = [2], value = 3 }', "value has shape [], the input declares shape [2]"),
+    ('{ value = [[1, 2], [3]] }', "value is not a scalar or a rectangular list"),
+    ('{ value = 3, range = [0, 4] }', "a bound input has one value"),
+])
+def test_an_input_declared_wrong_is_one_line_naming_the_field(tmp_path, declaration, message):
+    with pytest.raises(RecipeError) as caught:
+        load(tmp_path, f"inputs.sr = {declaration}")
+    text = caught.value.render()
+    assert message in text and "inputs.sr" in text and "deploy.toml:4" in text and "\n" not in text
+
+
+def test_generated_data_keeps_to_the_declared_range():
+    tensors = {"ids": {"shape": [4, 64], "dtype": "int32", "range": [250, 257]},
+               "gain": {"shape": [], "dtype": "float32", "range": [0.5, 0.75]},
+               "plain": {"shape": [64], "dtype": "int64"}}
+    samples = golden.generate(tensors, fill="random", seed=0, count=8, stream=golden.GOLDEN)
+    assert samples["ids"].shape == (8, 4, 64) and samples["gain"].shape == (8,)
+    assert samples["ids"].min() == 250 and samples["ids"].max() == 256  # high is exclusive, every value drawn
+    assert 0.5 <= samples["gain"].min() and samples["gain"].max() < 0.75
+    assert 0 <= samples["plain"].min() and samples["plain"].max() <= 9  # no range: the default 0 to 9
+
+
+def test_binding_an_input_folds_the_if_it_selects_and_removes_it_from_the_signature(tmp_path):
+    model = onnx.load(str(branch_on_rate(tmp_path / "m.onnx")))
+    declared = {"sr": InputSpec(value=16000, dtype="int64")}
+    onnx_import.bind_inputs(model, declared)
+    simplified = onnx_import._simplify(model)
+    assert [n.op_type for n in simplified.graph.node] == ["Mul"]
+    signed = onnx_import._signature(simplified, declared)
+    assert list(signed.inputs) == ["x"] and signed.bound == {"sr": {"dtype": "int64", "value": 16000}}
+    again = signature.Signature(**json.loads(json.dumps(signed.__dict__)))
+    (tmp_path / "signature.json").write_text(again.to_json())
+    assert signature.read(tmp_path / "signature.json") == signed
+
+
+def test_a_bound_value_the_model_contradicts_is_bad_input(tmp_path):
+    model = onnx.load(str(branch_on_rate(tmp_path / "m.onnx")))
+    with pytest.raises(StageError, match=r"input 'sr' is int64 in the model, the recipe binds a float32 value"):
+        onnx_import.bind_inputs(model, {"sr": InputSpec(value=16000.0)})
+    with pytest.raises(StageError, match=r"input 'sr' is \[\] in the model, the recipe binds a value of shape \[2\]"):
+        onnx_import.bind_inputs(model, {"sr": InputSpec(value=[8000, 16000], dtype="int64")})
+    with pytest.raises(StageError, match="the model has no input 'rate' to bind; the model's inputs: x float32"):
+        onnx_import.bind_inputs(model, {"rate": InputSpec(value=1, dtype="int64")})
+
+
+def test_an_if_left_unbound_names_the_input_that_would_fold_it(tmp_path):
+    model = onnx.load(str(branch_on_rate(tmp_path / "m.onnx")))
+    with pytest.raises(StageError) as caught:
+        onnx_import._check_supported(model, {"Equal": None, "Mul": None})
+    assert caught.value.message == (
+        "operator If (node 'by_rate') is not supported by TVM's ONNX frontend; its condition depends on input "
+        "'sr': bind it to a constant and the If folds away (fix: inputs.sr = { value = ..., dtype = \"int64\" } "
+        "under the model)")
+
+
+@pytest.mark.parametrize("rate, factor", [(16000, 2.0), (8000, 3.0)])
+def test_the_reference_feeds_the_original_model_its_bound_inputs(tmp_path, rate, factor):
+    model = branch_on_rate(tmp_path / "m.onnx")
+    signed = signature.Signature(inputs={"x": {"shape": [1, 4], "dtype": "float32"}},
+                                 outputs={"y": {"shape": [1, 4], "dtype": "float32"}},
+                                 bound={"sr": {"dtype": "int64", "value": rate}})
+    (tmp_path / "signature.json").write_text(signed.to_json())
+    out = tmp_path / "out"
+    out.mkdir()
+    reference.run(inputs={"model": model, "signature": tmp_path / "signature.json"},
+                  params={"golden": {"count": 2}}, out=out)
+    with np.load(out / reference.GOLDEN_FILE) as data:
+        assert sorted(data.files) == ["in.x", "out.y"]
+        np.testing.assert_allclose(data["out.y"], data["in.x"] * factor, rtol=1e-6)
+
+
+def test_an_index_out_of_the_models_range_says_to_declare_the_range(tmp_path):
+    model = scaled_by_scalar(tmp_path / "m.onnx")
+    tensors = {"x": {"shape": [1, 4], "dtype": "float32"}, "s": {"shape": [], "dtype": "float32"},
+               "row": {"shape": [], "dtype": "int64"}}
+    (tmp_path / "signature.json").write_text(signature.Signature(inputs=tensors, outputs={}).to_json())
+    with pytest.raises(StageError, match=r"out of data bounds.*; integer inputs were generated as 0 to 9: declare "
+                                         r"the values the model takes \(fix: inputs.row = \{ ..., range = \[low, high\] \}\)"):
+        reference.run(inputs={"model": model, "signature": tmp_path / "signature.json"},
+                      params={"golden": {"count": 4}}, out=tmp_path)

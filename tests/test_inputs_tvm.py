@@ -1,0 +1,75 @@
+"""Scalar and bound inputs end to end with the real TVM and onnxruntime: built, run and validated."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from modelbuild.cli import main
+from tests.onnx_models import branch_on_rate, scaled_by_scalar
+
+pytestmark = pytest.mark.tvm
+
+RECIPE = """
+[models.net]
+path = "net.onnx"
+{inputs}
+
+[targets.cpu]
+kind = "llvm"
+mcpu = "host"
+num-cores = 1
+
+[validation]
+golden = {{ count = 4 }}
+timing = {{ warmup = 1, min_runs = 3, min_seconds = 0.0 }}
+
+[validation.gates]
+max_abs_error = 1e-5
+
+[[builds]]
+model = "net"
+targets = ["cpu"]
+"""
+
+
+def build(root, inputs: str, capsys) -> tuple[int, dict]:
+    (root / "deploy.toml").write_text(textwrap.dedent(RECIPE.format(inputs=inputs)))
+    code = main(["build", "-f", str(root / "deploy.toml"), "--json"])
+    capsys.readouterr()
+    return code, json.loads((root / "build/report.json").read_text())["builds"][0]
+
+
+def test_scalar_inputs_build_and_validate_with_generated_data_in_their_range(tmp_path, capsys):
+    scaled_by_scalar(tmp_path / "net.onnx")
+    code, built = build(tmp_path, 'inputs.s = { shape = [] }\ninputs.row = { shape = [], dtype = "int64", '
+                                  'range = [0, 3] }', capsys)
+    assert code == 0, built["gates"]
+    assert built["accuracy"]["y"]["max_abs"] < 1e-5
+
+
+def test_a_bound_input_folds_its_if_and_leaves_the_library_signature(tmp_path, capsys):
+    branch_on_rate(tmp_path / "net.onnx")
+    code, built = build(tmp_path, 'inputs.sr = { value = 8000, dtype = "int64" }', capsys)
+    assert code == 0, built["gates"]
+    assert built["bound_inputs"] == {"sr": 8000}
+    assert "bound inputs (constants in the library, not its arguments): sr = 8000" in \
+        (tmp_path / "build/report.md").read_text()
+    import tvm
+    from tvm import relax
+
+    import numpy as np
+
+    vm = relax.VirtualMachine(tvm.runtime.load_module(str(tmp_path / "build/net/cpu/model.so")), tvm.cpu())
+    x = np.arange(4, dtype=np.float32).reshape(1, 4)
+    np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(x)).numpy(), x * 3.0)  # the else branch: one argument
+
+
+def test_an_if_on_an_unbound_input_fails_import_with_the_fix(tmp_path, capsys):
+    branch_on_rate(tmp_path / "net.onnx")
+    code, built = build(tmp_path, 'inputs.sr = { shape = [], dtype = "int64" }', capsys)
+    assert code == 3  # a stage failed
+    assert "bind it to a constant and the If folds away (fix: inputs.sr = { value = ..., dtype = \"int64\" }" in \
+        built["stages"]["import"]["error"]
