@@ -73,3 +73,17 @@ def test_an_if_on_an_unbound_input_fails_import_with_the_fix(tmp_path, capsys):
     assert code == 3  # a stage failed
     assert "bind it to a constant and the If folds away (fix: inputs.sr = { value = ..., dtype = \"int64\" }" in \
         built["stages"]["import"]["error"]
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU"])
+def test_a_recurrent_layer_builds_unrolled_and_matches_onnxruntime(tmp_path, capsys, op):
+    import onnx
+
+    from tests.test_recurrent import recurrent_model
+
+    model, _ = recurrent_model(op, "bidirectional", "lengths")
+    onnx.save(model, str(tmp_path / "net.onnx"))
+    code, built = build(tmp_path, 'inputs.lens = { shape = [3], dtype = "int32", range = [1, 6] }', capsys)
+    assert code == 0, (built["gates"], built["stages"])
+    assert list(built["accuracy"]) == ["Y", "Y_h", "Y_c"][: 3 if op == "LSTM" else 2]
+    assert all(out["max_abs"] < 1e-5 for out in built["accuracy"].values())

@@ -23,10 +23,12 @@ ALLOWED = {
     "recipe": set(),
     "validation": set(),
     "compiler": set(),
+    "frontend": set(),  # ONNX graph rewrites before import
     "quantization": {"validation"},
     "pipeline": {"build", "recipe", "compiler.tuning_db"},  # tuning databases are named by target
     # adapters: params in (typed by recipe.params), calls out
-    "stages": {"compiler", "quantization", "validation", "recipe.targets", "recipe.params", "recipe.schema"},
+    "stages": {"compiler", "quantization", "validation", "recipe.targets", "recipe.params", "recipe.schema",
+               "frontend"},
     "reports": {"build", "pipeline", "recipe", "validation"},
 }
 # third-party packages a layer must never import
@@ -36,6 +38,7 @@ FORBIDDEN = {
     "pipeline": {"tvm", "onnx", "onnxruntime", "numpy"},
     "compiler": {"onnxruntime", "onnx"},
     "quantization": {"tvm"},
+    "frontend": {"tvm", "onnxruntime"},
     "validation": {"tvm", "onnxruntime"},
     "reports": {"tvm", "onnx", "onnxruntime"},
 }

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from modelbuild import signature
 from modelbuild.errors import InputError, last_line, StageError
+from modelbuild.frontend import recurrent
 from modelbuild.recipe.params import ImportParams, parse
 from modelbuild.recipe.schema import InputSpec
 
@@ -137,6 +138,7 @@ def to_relax(model, declared: dict):
     from tvm.relax.frontend import onnx as relax_onnx
     from tvm.relax.frontend.onnx import onnx_frontend
 
+    model = recurrent.decompose(model)  # TVM has no LSTM or GRU converter
     _check_supported(model, onnx_frontend._get_convert_map())
     shapes = {name: spec["shape"] for name, spec in declared.items()}
     dtypes = {name: spec["dtype"] for name, spec in declared.items()}
