@@ -86,9 +86,10 @@ def with_unsupported_op(path: Path) -> Path:
     return path
 
 
-def quantized_qdq(source: Path, path: Path, shape: list[int], *, samples: int = 8, activations: str = "QInt8") -> Path:
-    """onnxruntime's static QDQ quantization of `source` (symmetric int8, per-channel weights), calibrated on
-    seeded random inputs of `shape`."""
+def quantized_qdq(source: Path, path: Path, shape: list[int], *, samples: int = 8, activations: str = "QInt8",
+                  quant_format: str = "QDQ") -> Path:
+    """onnxruntime's static quantization of `source` (symmetric int8, per-channel weights), calibrated on
+    seeded random inputs of `shape`: QDQ, or with quant_format="QOperator" QLinearConv / QLinearMatMul."""
     from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType,
                                           quantize_static)
 
@@ -107,7 +108,7 @@ def quantized_qdq(source: Path, path: Path, shape: list[int], *, samples: int = 
         def get_next(self):
             return next(self.batches, None)
 
-    quantize_static(str(fixed), str(path), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+    quantize_static(str(fixed), str(path), Reader(), quant_format=QuantFormat[quant_format], per_channel=True,
                     activation_type=QuantType[activations], weight_type=QuantType.QInt8,
                     calibrate_method=CalibrationMethod.MinMax,
                     extra_options={"ActivationSymmetric": True, "WeightSymmetric": True})
@@ -207,6 +208,42 @@ def scaled_by_scalar(path: Path) -> Path:
                                helper.make_tensor_value_info("row", TensorProto.INT64, [])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], initializer=[table])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+def conv_then_dense(path: Path, *, seed: int = 0) -> Path:
+    """x[1,3,8,8] -> Conv(8) + bias -> Relu -> Reshape [1, 512] -> MatMul [512, 10] -> y: a conv and a matmul
+    for onnxruntime's quantizer to turn into QLinearConv and QLinearMatMul."""
+    rng = np.random.default_rng(seed)
+    initializers = [numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32), "w"),
+                    numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), "b"),
+                    numpy_helper.from_array(np.array([1, 512], np.int64), "flat"),
+                    numpy_helper.from_array((rng.standard_normal((512, 10)) * 0.1).astype(np.float32), "dense")]
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("Reshape", ["r", "flat"], ["f"], name="flatten"),
+             helper.make_node("MatMul", ["f", "dense"], ["y"], name="dense")]
+    graph = helper.make_graph(nodes, "conv_then_dense", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])], initializer=initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+def conv_integer(path: Path, *, seed: int = 0) -> Path:
+    """ConvInteger of uint8 x (zero point 128) and int8 w (zero point 3; onnxruntime takes per-tensor zero
+    points only) -> int32 y."""
+    rng = np.random.default_rng(seed)
+    initializers = [numpy_helper.from_array(rng.integers(-128, 128, (4, 3, 3, 3)).astype(np.int8), "w"),
+                    numpy_helper.from_array(np.array(128, np.uint8), "x_zero"),
+                    numpy_helper.from_array(np.array(3, np.int8), "w_zero")]
+    node = helper.make_node("ConvInteger", ["x", "w", "x_zero", "w_zero"], ["y"], name="conv", pads=[1, 1, 1, 1])
+    graph = helper.make_graph([node], "conv_integer", [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.INT32, [1, 4, 8, 8])], initializer=initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
     onnx.save(model, str(path))
     return path

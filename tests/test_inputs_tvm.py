@@ -87,3 +87,18 @@ def test_a_recurrent_layer_builds_unrolled_and_matches_onnxruntime(tmp_path, cap
     assert code == 0, (built["gates"], built["stages"])
     assert list(built["accuracy"]) == ["Y", "Y_h", "Y_c"][: 3 if op == "LSTM" else 2]
     assert all(out["max_abs"] < 1e-5 for out in built["accuracy"].values())
+
+
+@pytest.mark.parametrize("quant_format", ["QDQ", "QOperator"])
+def test_a_pre_quantized_model_builds_integer_kernels_and_matches_onnxruntime_running_it(tmp_path, capsys, quant_format):
+    from tests.onnx_models import conv_then_dense, quantized_qdq
+
+    quantized_qdq(conv_then_dense(tmp_path / "float.onnx"), tmp_path / "net.onnx", [1, 3, 8, 8], quant_format=quant_format)
+    code, built = build(tmp_path, "", capsys)
+    assert code == 0, built["gates"]  # max_abs_error <= 1e-5 against onnxruntime running the quantized model
+    assert (tmp_path / "build/net/cpu/model.so").exists()
+    assert main(["explain", "net@cpu", "--ir", "-f", str(tmp_path / "deploy.toml")]) == 0
+    ir = (tmp_path / "build/net/cpu/ir/ir_after_fusion.py").read_text()
+    kernels = [line for line in ir.splitlines() if line.strip().startswith("def ") and ("conv2d" in line or "matmul" in line)]
+    assert len(kernels) == 2 and all('"int8"' in k for k in kernels), kernels  # both read 8-bit data and weights
+    assert ir.count('"int32")') >= 2  # and sum their products in int32

@@ -1,4 +1,8 @@
-"""The import stage: ONNX model -> frozen shapes -> onnxslim -> Relax IRModule saved as JSON."""
+"""The import stage: ONNX model -> bound and frozen inputs -> onnxslim -> Relax IRModule saved as JSON.
+
+On the way into TVM, what its ONNX frontend lacks is rewritten (frontend/): recurrent layers unrolled,
+QOperator nodes in QDQ form. A model that arrives quantized (QDQ or QOperator) gets the integer kernels the
+quantize stage gives its own QDQ models (compiler/integer_ops.py), with no recalibration."""
 
 from __future__ import annotations
 
@@ -6,7 +10,8 @@ from pathlib import Path
 
 from modelbuild import signature
 from modelbuild.errors import InputError, last_line, StageError
-from modelbuild.frontend import recurrent
+from modelbuild.compiler import integer_ops
+from modelbuild.frontend import qoperator, recurrent
 from modelbuild.recipe.params import ImportParams, parse
 from modelbuild.recipe.schema import InputSpec
 
@@ -27,6 +32,8 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
     if p.simplify:
         model = _simplify(model)
     module = to_relax(model, frozen)
+    if is_quantized(model):
+        module = integer_ops.rewrite(module)
     import tvm
 
     (out / IR_FILE).write_text(tvm.ir.save_json(module))
@@ -138,7 +145,7 @@ def to_relax(model, declared: dict):
     from tvm.relax.frontend import onnx as relax_onnx
     from tvm.relax.frontend.onnx import onnx_frontend
 
-    model = recurrent.decompose(model)  # TVM has no LSTM or GRU converter
+    model = qoperator.to_qdq(recurrent.decompose(model))  # TVM has no LSTM, GRU or QLinearConv converter
     _check_supported(model, onnx_frontend._get_convert_map())
     shapes = {name: spec["shape"] for name, spec in declared.items()}
     dtypes = {name: spec["dtype"] for name, spec in declared.items()}
@@ -146,6 +153,14 @@ def to_relax(model, declared: dict):
         return relax_onnx.from_onnx(model, shape_dict=shapes, dtype_dict=dtypes, keep_params_in_input=False)
     except Exception as err:
         raise StageError(f"TVM could not import the model: {last_line(err)}") from err
+
+
+QUANTIZED_OPS = {"DequantizeLinear", *qoperator.QOPERATORS}
+
+
+def is_quantized(model) -> bool:
+    """Whether the model arrived quantized: onnxruntime's QDQ or QOperator format."""
+    return any(node.op_type in QUANTIZED_OPS for node in model.graph.node)
 
 
 def _check_supported(model, table: dict) -> None:

@@ -1,0 +1,112 @@
+"""Pre-quantized models in onnxruntime's QOperator format as QDQ: the form modelbuild's integer kernels take.
+
+TVM's ONNX frontend imports QuantizeLinear / DequantizeLinear but has no QLinearConv, QLinearMatMul or
+ConvInteger. Each becomes the same operator in float between dequantize and quantize, which is what the
+quantize stage's own QDQ models look like, so integer_ops then turns it back into an int8 x int8 -> int32
+kernel with one rescale. The integer sums are exact; what can differ from onnxruntime is the rounding of that
+rescale, one step of the output's quantization at most.
+
+- QLinearConv(x, sx, zx, w, sw, zw, sy, zy, B) -> Q(Conv(DQ(x), DQ(w), B * sx * sw), sy, zy)
+- QLinearMatMul(a, sa, za, b, sb, zb, sy, zy) -> Q(MatMul(DQ(a), DQ(b)), sy, zy)
+- ConvInteger(x, w, zx, zw) -> Cast<int32>(Conv(DQ(x, 1, zx), DQ(w, 1, zw))): exact while |sum| < 2^24
+MatMulInteger is left to TVM's own converter.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from modelbuild.errors import StageError
+
+QOPERATORS = ("QLinearConv", "QLinearMatMul", "ConvInteger")
+PER_AXIS_OPSET = 13  # DequantizeLinear's axis, for per-channel weights
+
+
+def to_qdq(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The model with every QOperator node in QDQ form; the model itself when it has none."""
+    if not any(node.op_type in QOPERATORS for node in model.graph.node):
+        return model
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    if opset < PER_AXIS_OPSET:
+        model = _converted(model, opset)
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    del out.graph.node[:]
+    for index, node in enumerate(model.graph.node):
+        if node.op_type not in QOPERATORS:
+            out.graph.node.append(node)
+            continue
+        prefix = f"{node.name or node.op_type}~{index}"
+        nodes, constants = REWRITES[node.op_type](node, prefix)
+        out.graph.node.extend(nodes)
+        out.graph.initializer.extend(constants)
+    return out
+
+
+def _converted(model, opset: int):
+    from onnx import version_converter
+
+    try:
+        return version_converter.convert_version(model, PER_AXIS_OPSET)
+    except Exception as err:
+        raise StageError(f"the QOperator model is opset {opset}; per-channel dequantize needs opset "
+                         f"{PER_AXIS_OPSET}, and onnx could not convert it ({err}): re-export at opset "
+                         f"{PER_AXIS_OPSET} or later") from err
+
+
+def _conv_attributes(node) -> dict:
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+def _qlinear_conv(node, prefix: str):
+    x, sx, zx, w, sw, zw, sy, zy, *bias = list(node.input)
+    nodes = [helper.make_node("DequantizeLinear", [x, sx, zx], [f"{prefix}/x"], name=f"{prefix}/dq_x"),
+             helper.make_node("DequantizeLinear", [w, sw, zw], [f"{prefix}/w"], name=f"{prefix}/dq_w", axis=0)]
+    conv_inputs = [f"{prefix}/x", f"{prefix}/w"]
+    if bias and bias[0]:  # int32 at scale sx * sw, zero point 0
+        nodes += [helper.make_node("Mul", [sx, sw], [f"{prefix}/bias_scale"], name=f"{prefix}/bias_scale"),
+                  helper.make_node("Cast", [bias[0]], [f"{prefix}/bias_int"], name=f"{prefix}/bias_cast",
+                                   to=TensorProto.FLOAT),
+                  helper.make_node("Mul", [f"{prefix}/bias_int", f"{prefix}/bias_scale"], [f"{prefix}/bias"],
+                                   name=f"{prefix}/bias")]
+        conv_inputs.append(f"{prefix}/bias")
+    nodes += [helper.make_node("Conv", conv_inputs, [f"{prefix}/y"], name=f"{prefix}/conv", **_conv_attributes(node)),
+              helper.make_node("QuantizeLinear", [f"{prefix}/y", sy, zy], [node.output[0]], name=f"{prefix}/q_y")]
+    return nodes, []
+
+
+def _qlinear_matmul(node, prefix: str):
+    a, sa, za, b, sb, zb, sy, zy = list(node.input)
+    nodes = [helper.make_node("DequantizeLinear", [a, sa, za], [f"{prefix}/a"], name=f"{prefix}/dq_a"),
+             helper.make_node("DequantizeLinear", [b, sb, zb], [f"{prefix}/b"], name=f"{prefix}/dq_b", axis=1),
+             helper.make_node("MatMul", [f"{prefix}/a", f"{prefix}/b"], [f"{prefix}/y"], name=f"{prefix}/matmul"),
+             helper.make_node("QuantizeLinear", [f"{prefix}/y", sy, zy], [node.output[0]], name=f"{prefix}/q_y")]
+    return nodes, []
+
+
+def _conv_integer(node, prefix: str):
+    x, w, *zeros = list(node.input) + ["", ""]
+    one = f"{prefix}/one"
+    constants = [numpy_helper.from_array(np.float32(1.0), one), numpy_helper.from_array(np.float32(0.0), f"{prefix}/zero")]
+    nodes = []
+    for role, tensor, zero, axis in (("x", x, zeros[0], 1), ("w", w, zeros[1], 0)):
+        scale = one
+        if zero:  # a scale of ones in the zero point's shape: per output channel where it is
+            nodes += [helper.make_node("Cast", [zero], [f"{prefix}/{role}_zero"], name=f"{prefix}/{role}_zero",
+                                       to=TensorProto.FLOAT),
+                      helper.make_node("Mul", [f"{prefix}/{role}_zero", f"{prefix}/zero"], [f"{prefix}/{role}_zeros"],
+                                       name=f"{prefix}/{role}_zeros"),
+                      helper.make_node("Add", [f"{prefix}/{role}_zeros", one], [f"{prefix}/{role}_scale"],
+                                       name=f"{prefix}/{role}_scale")]
+            scale = f"{prefix}/{role}_scale"
+        nodes.append(helper.make_node("DequantizeLinear", [tensor, scale] + ([zero] if zero else []),
+                                      [f"{prefix}/{role}"], name=f"{prefix}/dq_{role}", axis=axis))
+    nodes += [helper.make_node("Conv", [f"{prefix}/x", f"{prefix}/w"], [f"{prefix}/y"], name=f"{prefix}/conv",
+                               **_conv_attributes(node)),
+              helper.make_node("Cast", [f"{prefix}/y"], [node.output[0]], name=f"{prefix}/cast", to=TensorProto.INT32)]
+    return nodes, constants
+
+
+REWRITES = {"QLinearConv": _qlinear_conv, "QLinearMatMul": _qlinear_matmul, "ConvInteger": _conv_integer}

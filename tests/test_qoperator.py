@@ -1,0 +1,44 @@
+"""Pre-quantized QOperator models in QDQ form, against onnxruntime running the original: no TVM needed."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from modelbuild.frontend import qoperator
+from tests.onnx_models import conv_integer, conv_then_dense, quantized_qdq
+
+
+def run(model, feed: dict) -> np.ndarray:
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feed)[0]
+
+
+def test_qlinear_conv_and_matmul_become_dequantize_float_op_quantize(tmp_path):
+    path = quantized_qdq(conv_then_dense(tmp_path / "m.onnx"), tmp_path / "q.onnx", [1, 3, 8, 8],
+                         quant_format="QOperator")
+    model = onnx.load(str(path))
+    assert {"QLinearConv", "QLinearMatMul"} <= {n.op_type for n in model.graph.node}
+    rewritten = qoperator.to_qdq(model)
+    ops = [n.op_type for n in rewritten.graph.node]
+    assert not set(qoperator.QOPERATORS) & set(ops) and "Conv" in ops and "MatMul" in ops
+    output_scale = next(onnx.numpy_helper.to_array(t) for t in model.graph.initializer
+                        if t.name == next(n for n in model.graph.node if n.op_type == "QLinearMatMul").input[6])
+    for seed in range(4):
+        x = {"x": np.random.default_rng(50 + seed).standard_normal((1, 3, 8, 8)).astype(np.float32)}
+        want, got = run(model, x), run(rewritten, x)
+        # the same integer sums; the requantization may round one step apart
+        assert np.abs(got - want).max() <= 1.01 * output_scale
+
+
+def test_conv_integer_is_exact_with_its_zero_points(tmp_path):
+    model = onnx.load(str(conv_integer(tmp_path / "m.onnx")))
+    rewritten = qoperator.to_qdq(model)
+    x = {"x": np.random.default_rng(0).integers(0, 256, (1, 3, 8, 8)).astype(np.uint8)}
+    want, got = run(model, x), run(rewritten, x)
+    assert got.dtype == np.int32 and np.array_equal(got, want)
+
+
+def test_a_model_without_qoperators_is_returned_as_it_is(tmp_path):
+    model = onnx.load(str(conv_then_dense(tmp_path / "m.onnx")))
+    assert qoperator.to_qdq(model) is model
