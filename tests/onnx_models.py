@@ -87,9 +87,10 @@ def with_unsupported_op(path: Path) -> Path:
 
 
 def quantized_qdq(source: Path, path: Path, shape: list[int], *, samples: int = 8, activations: str = "QInt8",
-                  quant_format: str = "QDQ") -> Path:
+                  quant_format: str = "QDQ", symmetric: bool = True) -> Path:
     """onnxruntime's static quantization of `source` (symmetric int8, per-channel weights), calibrated on
-    seeded random inputs of `shape`: QDQ, or with quant_format="QOperator" QLinearConv / QLinearMatMul."""
+    seeded random inputs of `shape`: QDQ, or with quant_format="QOperator" QLinearConv / QLinearMatMul;
+    symmetric=False gives affine activations (a zero point from the calibrated range)."""
     from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType,
                                           quantize_static)
 
@@ -111,7 +112,7 @@ def quantized_qdq(source: Path, path: Path, shape: list[int], *, samples: int = 
     quantize_static(str(fixed), str(path), Reader(), quant_format=QuantFormat[quant_format], per_channel=True,
                     activation_type=QuantType[activations], weight_type=QuantType.QInt8,
                     calibrate_method=CalibrationMethod.MinMax,
-                    extra_options={"ActivationSymmetric": True, "WeightSymmetric": True})
+                    extra_options={"ActivationSymmetric": symmetric, "WeightSymmetric": True})
     return path
 
 
@@ -243,6 +244,35 @@ def conv_integer(path: Path, *, seed: int = 0) -> Path:
     node = helper.make_node("ConvInteger", ["x", "w", "x_zero", "w_zero"], ["y"], name="conv", pads=[1, 1, 1, 1])
     graph = helper.make_graph([node], "conv_integer", [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 3, 8, 8])],
                               [helper.make_tensor_value_info("y", TensorProto.INT32, [1, 4, 8, 8])], initializer=initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+def mixed_ops(path: Path, *, seed: int = 0) -> Path:
+    """x[1,3,8,8] -> Conv -> Sigmoid -> Mul (swish) -> Add a second Conv -> AveragePool -> Concat with a
+    LeakyRelu of itself -> GlobalAveragePool -> Reshape -> MatMul -> Softmax: what onnxruntime's QOperator
+    quantizer turns into its com.microsoft QLinear* element-wise ops."""
+    rng = np.random.default_rng(seed)
+    initializers = [numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32), "w1"),
+                    numpy_helper.from_array(rng.standard_normal((8, 3, 1, 1)).astype(np.float32), "w2"),
+                    numpy_helper.from_array(np.array([1, 16], np.int64), "flat"),
+                    numpy_helper.from_array(rng.standard_normal((16, 5)).astype(np.float32), "dense")]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("Sigmoid", ["c1"], ["s"], name="sigmoid"),
+             helper.make_node("Mul", ["c1", "s"], ["swish"], name="swish"),
+             helper.make_node("Conv", ["x", "w2"], ["c2"], name="conv2"),
+             helper.make_node("Add", ["swish", "c2"], ["sum"], name="add"),
+             helper.make_node("AveragePool", ["sum"], ["pooled"], name="pool", kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("LeakyRelu", ["pooled"], ["leaky"], name="leaky", alpha=0.2),
+             helper.make_node("Concat", ["pooled", "leaky"], ["both"], name="concat", axis=1),
+             helper.make_node("GlobalAveragePool", ["both"], ["gap"], name="gap"),
+             helper.make_node("Reshape", ["gap", "flat"], ["f"], name="flatten"),
+             helper.make_node("MatMul", ["f", "dense"], ["logits"], name="dense"),
+             helper.make_node("Softmax", ["logits"], ["y"], name="softmax", axis=-1)]
+    graph = helper.make_graph(nodes, "mixed_ops", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5])], initializer=initializers)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
     onnx.save(model, str(path))

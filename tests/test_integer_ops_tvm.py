@@ -51,6 +51,31 @@ def test_every_quantized_conv_computes_on_int8_and_matches_onnxruntime_qdq(tmp_p
         assert np.abs(got - want).max() <= scale + 1e-6
 
 
+def test_affine_uint8_activations_stay_8_bit_in_the_kernels_and_match_onnxruntime_qdq(tmp_path):
+    """onnxruntime's default activations: uint8 with a zero point. The kernels read the raw uint8 data (padded
+    with the zero point) and subtract z * sum(w), rather than widening the data to int32."""
+    import onnx
+    import onnxruntime as ort
+    import tvm
+
+    qdq = quantized_qdq(two_convs(tmp_path / "net.onnx", channels=8), tmp_path / "net.qdq.onnx", SHAPE,
+                        activations="QUInt8", symmetric=False)
+    zeros = [int(onnx.numpy_helper.to_array(t)) for t in onnx.load(str(qdq)).graph.initializer
+             if t.name.endswith("zero_point") and t.data_type == onnx.TensorProto.UINT8]
+    assert zeros[0] not in (0, 128), zeros  # the input really is affine (after the relu, z = 0)
+    run, convs = compile_qdq(qdq, integer=True)
+    assert len(convs) == 2
+    for conv in convs:
+        assert [str(p.dtype) for p in conv.params][:2] == ["uint8", "int8"]
+    session = ort.InferenceSession(str(qdq), providers=["CPUExecutionProvider"])
+    for seed in range(3):
+        x = np.random.default_rng(200 + seed).standard_normal(SHAPE).astype(np.float32)
+        want = session.run(None, {"x": x})[0]
+        got = run(tvm.runtime.tensor(x)).numpy()
+        step = (want.max() - want.min()) / 255  # one quantization step of the output
+        assert np.abs(got - want).max() <= step + 1e-6
+
+
 def test_without_the_rewrite_the_same_model_computes_in_float(tmp_path):
     qdq = quantized_qdq(two_convs(tmp_path / "net.onnx", channels=8), tmp_path / "net.qdq.onnx", SHAPE)
     _, convs = compile_qdq(qdq, integer=False)

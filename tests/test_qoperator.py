@@ -7,7 +7,7 @@ import onnx
 import onnxruntime as ort
 
 from modelbuild.frontend import qoperator
-from tests.onnx_models import conv_integer, conv_then_dense, quantized_qdq
+from tests.onnx_models import conv_integer, conv_then_dense, mixed_ops, quantized_qdq
 
 
 def run(model, feed: dict) -> np.ndarray:
@@ -42,3 +42,17 @@ def test_conv_integer_is_exact_with_its_zero_points(tmp_path):
 def test_a_model_without_qoperators_is_returned_as_it_is(tmp_path):
     model = onnx.load(str(conv_then_dense(tmp_path / "m.onnx")))
     assert qoperator.to_qdq(model) is model
+
+
+def test_onnxruntimes_contrib_element_wise_ops_become_float_ops_between_dequantize_and_quantize(tmp_path):
+    path = quantized_qdq(mixed_ops(tmp_path / "m.onnx"), tmp_path / "q.onnx", [1, 3, 8, 8], quant_format="QOperator",
+                         activations="QUInt8")
+    model = onnx.load(str(path))
+    contrib = {n.op_type for n in model.graph.node if n.domain == qoperator.CONTRIB}
+    assert contrib == set(qoperator.ELEMENTWISE)  # every one the rewrite knows, none it does not
+    rewritten = qoperator.to_qdq(model)
+    assert not any(n.domain == qoperator.CONTRIB for n in rewritten.graph.node)
+    for seed in range(4):
+        x = {"x": np.random.default_rng(70 + seed).standard_normal((1, 3, 8, 8)).astype(np.float32)}
+        want, got = run(model, x), run(rewritten, x)
+        assert np.abs(got - want).max() <= 2 / 256  # softmax probabilities, quantized to 1/256 steps

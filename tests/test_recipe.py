@@ -207,7 +207,7 @@ def test_a_cross_target_mcpu_is_checked_against_its_own_architecture(tmp_path):
 @pytest.mark.parametrize("preset", sorted(p.name for p in (REPO / "recipes/validation").glob("*.toml")))
 def test_every_shipped_validation_preset_loads_into_a_recipe(tmp_path, preset):
     text = f'include = ["{REPO / "recipes/validation" / preset}"]\n' + GOOD
-    assert load_recipe(write(tmp_path, text)).spec.validation.gates.min_cosine >= 0.999
+    assert load_recipe(write(tmp_path, text)).spec.validation.gates.min_cosine >= 0.99  # each gates accuracy
 
 
 def test_a_quantized_builds_golden_inputs_may_not_be_its_calibration_samples(tmp_path):

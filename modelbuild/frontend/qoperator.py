@@ -9,6 +9,9 @@ rescale, one step of the output's quantization at most.
 - QLinearConv(x, sx, zx, w, sw, zw, sy, zy, B) -> Q(Conv(DQ(x), DQ(w), B * sx * sw), sy, zy)
 - QLinearMatMul(a, sa, za, b, sb, zb, sy, zy) -> Q(MatMul(DQ(a), DQ(b)), sy, zy)
 - ConvInteger(x, w, zx, zw) -> Cast<int32>(Conv(DQ(x, 1, zx), DQ(w, 1, zw))): exact while |sum| < 2^24
+- onnxruntime's contrib element-wise ops, which its quantizer emits between those (com.microsoft QLinearAdd,
+  QLinearMul, QLinearSigmoid, QLinearLeakyRelu, QLinearSoftmax, QLinearGlobalAveragePool,
+  QLinearAveragePool, QLinearConcat) -> Q(op(DQ(inputs))): they compute in float, as TVM would anyway.
 MatMulInteger is left to TVM's own converter.
 """
 
@@ -20,13 +23,19 @@ from onnx import TensorProto, helper, numpy_helper
 
 from modelbuild.errors import StageError
 
-QOPERATORS = ("QLinearConv", "QLinearMatMul", "ConvInteger")
+CONTRIB = "com.microsoft"
+# contrib op -> (float op, how many quantized inputs; None: QLinearConcat's variadic list)
+ELEMENTWISE = {"QLinearAdd": ("Add", 2), "QLinearMul": ("Mul", 2), "QLinearSigmoid": ("Sigmoid", 1),
+               "QLinearLeakyRelu": ("LeakyRelu", 1), "QLinearSoftmax": ("Softmax", 1),
+               "QLinearGlobalAveragePool": ("GlobalAveragePool", 1), "QLinearAveragePool": ("AveragePool", 1),
+               "QLinearConcat": ("Concat", None)}
+QOPERATORS = ("QLinearConv", "QLinearMatMul", "ConvInteger", *ELEMENTWISE)
 PER_AXIS_OPSET = 13  # DequantizeLinear's axis, for per-channel weights
 
 
 def to_qdq(model: onnx.ModelProto) -> onnx.ModelProto:
     """The model with every QOperator node in QDQ form; the model itself when it has none."""
-    if not any(node.op_type in QOPERATORS for node in model.graph.node):
+    if not any(_rewritten(node) for node in model.graph.node):
         return model
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     if opset < PER_AXIS_OPSET:
@@ -35,14 +44,45 @@ def to_qdq(model: onnx.ModelProto) -> onnx.ModelProto:
     out.CopyFrom(model)
     del out.graph.node[:]
     for index, node in enumerate(model.graph.node):
-        if node.op_type not in QOPERATORS:
+        if not _rewritten(node):
             out.graph.node.append(node)
             continue
         prefix = f"{node.name or node.op_type}~{index}"
-        nodes, constants = REWRITES[node.op_type](node, prefix)
+        nodes, constants = (_elementwise if node.domain == CONTRIB else REWRITES[node.op_type])(node, prefix)
         out.graph.node.extend(nodes)
         out.graph.initializer.extend(constants)
     return out
+
+
+def _rewritten(node) -> bool:
+    if node.domain == CONTRIB:
+        return node.op_type in ELEMENTWISE
+    return node.domain in ("", "ai.onnx") and node.op_type in REWRITES
+
+
+def _elementwise(node, prefix: str):
+    """Q(op(DQ(x) for each quantized input)), the op's own attributes kept (LeakyRelu's alpha, pooling's)."""
+    op, arity = ELEMENTWISE[node.op_type]
+    attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    if attributes.pop("channels_last", 0):
+        raise StageError(f"operator {node.op_type} (node {node.name!r}) with channels_last = 1 is not supported")
+    if node.op_type == "QLinearSoftmax" and attributes.pop("opset", 13) < 13 and attributes.get("axis", -1) != -1:
+        raise StageError(f"operator {node.op_type} (node {node.name!r}) has Softmax's opset < 13 semantics on a "
+                         f"middle axis; re-export at opset 13 or later")
+    inputs = list(node.input)
+    if arity is None:  # QLinearConcat: the output's scale and zero point first, then (x, scale, zero) each
+        (out_scale, out_zero), triples = inputs[:2], [inputs[i:i + 3] for i in range(2, len(inputs), 3)]
+    else:
+        triples, (out_scale, out_zero) = [inputs[3 * i:3 * i + 3] for i in range(arity)], inputs[3 * arity:3 * arity + 2]
+    nodes, floats = [], []
+    for i, (x, scale, zero) in enumerate(triples):
+        floats.append(f"{prefix}/x{i}")
+        nodes.append(helper.make_node("DequantizeLinear", [x, scale] + ([zero] if zero else []), [floats[-1]],
+                                      name=f"{prefix}/dq{i}"))
+    nodes += [helper.make_node(op, floats, [f"{prefix}/y"], name=f"{prefix}/{op}", **attributes),
+              helper.make_node("QuantizeLinear", [f"{prefix}/y", out_scale] + ([out_zero] if out_zero else []),
+                               [node.output[0]], name=f"{prefix}/q_y")]
+    return nodes, []
 
 
 def _converted(model, opset: int):
