@@ -277,3 +277,21 @@ def mixed_ops(path: Path, *, seed: int = 0) -> Path:
     model.ir_version = 8
     onnx.save(model, str(path))
     return path
+
+
+def streaming(path: Path, *, drift: float = 0.0) -> Path:
+    """A streaming model: chunk x[1,4] and state[1,4] in, y = x + state and the next state
+    stateN = tanh(0.5 * state + x) + drift out (drift != 0 makes a library whose state wanders off)."""
+    half = numpy_helper.from_array(np.array(0.5, np.float32), "half")
+    offset = numpy_helper.from_array(np.array(drift, np.float32), "drift")
+    nodes = [helper.make_node("Add", ["x", "state"], ["y"], name="out"),
+             helper.make_node("Mul", ["state", "half"], ["decayed"], name="decay"),
+             helper.make_node("Add", ["decayed", "x"], ["mixed"], name="mix"),
+             helper.make_node("Tanh", ["mixed"], ["squashed"], name="squash"),
+             helper.make_node("Add", ["squashed", "drift"], ["stateN"], name="next")]
+    spec = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 4]) for n in ("x", "state", "y", "stateN")]
+    graph = helper.make_graph(nodes, "streaming", spec[:2], spec[2:], initializer=[half, offset])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path

@@ -8,15 +8,16 @@ import textwrap
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 
 from modelbuild import signature
 from modelbuild.errors import RecipeError, StageError
 from modelbuild.recipe import load_recipe
 from modelbuild.recipe.schema import InputSpec
-from modelbuild.stages import onnx_import, reference
+from modelbuild.stages import measure, onnx_import, reference
 from modelbuild.validation import golden
-from tests.onnx_models import branch_on_rate, scaled_by_scalar
+from tests.onnx_models import branch_on_rate, scaled_by_scalar, streaming
 
 RECIPE = """
 [models.vad]
@@ -42,8 +43,10 @@ def test_a_scalar_a_range_and_a_bound_value_are_declared_in_the_recipe(tmp_path)
     recipe = load(tmp_path, 'inputs.sr = { shape = [], dtype = "int64" }\n'
                             'inputs.ids = { shape = [1, 8], dtype = "int32", range = [0, 257] }\n'
                             'inputs.rate = { value = 16000, dtype = "int64" }\n'
-                            'inputs.window = { value = [[1.0, 0.5]] }')
+                            'inputs.window = { value = [[1.0, 0.5]] }\n'
+                            'inputs.state = { shape = [2, 1, 128], feedback = "stateN" }')
     spec = recipe.spec.models["vad"].inputs
+    assert spec["state"].feedback == "stateN"
     assert spec["sr"].shape == [] and spec["ids"].range == [0, 257]
     assert (spec["rate"].value, spec["rate"].shape, spec["window"].value) == (16000, None, [[1.0, 0.5]])
 
@@ -53,6 +56,7 @@ def test_a_scalar_a_range_and_a_bound_value_are_declared_in_the_recipe(tmp_path)
     ('{ shape = [2], value = 3 }', "value has shape [], the input declares shape [2]"),
     ('{ value = [[1, 2], [3]] }', "value is not a scalar or a rectangular list"),
     ('{ value = 3, range = [0, 4] }', "a bound input has one value"),
+    ('{ value = 3, feedback = "stateN" }', "a bound input has one value"),
 ])
 def test_an_input_declared_wrong_is_one_line_naming_the_field(tmp_path, declaration, message):
     with pytest.raises(RecipeError) as caught:
@@ -130,3 +134,47 @@ def test_an_index_out_of_the_models_range_says_to_declare_the_range(tmp_path):
                                          r"the values the model takes \(fix: inputs.row = \{ ..., range = \[low, high\] \}\)"):
         reference.run(inputs={"model": model, "signature": tmp_path / "signature.json"},
                       params={"golden": {"count": 4}}, out=tmp_path)
+
+
+STREAM = {"x": {"shape": [1, 4], "dtype": "float32"}, "state": {"shape": [1, 4], "dtype": "float32", "feedback": "stateN"}}
+STREAM_OUT = {"y": {"shape": [1, 4], "dtype": "float32"}, "stateN": {"shape": [1, 4], "dtype": "float32"}}
+
+
+def stream_golden(tmp_path, count: int = 8) -> dict:
+    (tmp_path / "signature.json").write_text(signature.Signature(inputs=STREAM, outputs=STREAM_OUT).to_json())
+    out = tmp_path / "golden"
+    out.mkdir()
+    reference.run(inputs={"model": streaming(tmp_path / "m.onnx"), "signature": tmp_path / "signature.json"},
+                  params={"golden": {"count": count}}, out=out)
+    with np.load(out / reference.GOLDEN_FILE) as data:
+        return {name: data[name] for name in data.files}
+
+
+def test_a_streaming_state_is_fed_back_through_the_golden_samples(tmp_path):
+    data = stream_golden(tmp_path)
+    assert not data["in.state"][0].any()  # the stream starts from zeros
+    np.testing.assert_array_equal(data["in.state"][1:], data["out.stateN"][:-1])  # then takes the previous state
+    assert data["in.state"][1:].any()
+
+
+def test_validation_runs_the_stream_on_the_librarys_own_states(tmp_path):
+    """A library whose state drifts from onnxruntime's: fed the golden (onnxruntime's) states, its y would
+    match every sample; fed its own, the drift shows from the second sample on."""
+    golden_data = stream_golden(tmp_path)
+    session = ort.InferenceSession(str(streaming(tmp_path / "drifting.onnx", drift=0.01)))
+    library = signature.Signature(inputs=STREAM, outputs=STREAM_OUT)
+    actual = measure.outputs_over_stream(lambda args: session.run(None, dict(zip(STREAM, args))), golden_data,
+                                         library, count=8)
+    y = np.stack(actual["y"])
+    np.testing.assert_allclose(y[0], golden_data["out.y"][0], atol=1e-6)
+    assert all(np.abs(y[i] - golden_data["out.y"][i]).max() > 5e-3 for i in range(1, 8))
+
+
+def test_feedback_names_an_output_that_fits_the_input(tmp_path):
+    outputs = {"y": {"shape": [1, 4], "dtype": "float32"}, "stateN": {"shape": [2, 4], "dtype": "float32"}}
+    state = {"shape": [1, 4], "dtype": "float32"}
+    with pytest.raises(StageError, match=r"inputs.state.feedback: the model has no output 'state_n'; its outputs: "
+                                         r"y float32 \[1, 4\], stateN float32 \[2, 4\]"):
+        onnx_import._fed_back("state", state, "state_n", outputs)
+    with pytest.raises(StageError, match=r"output 'stateN' is float32 \[2, 4\], the input is float32 \[1, 4\]"):
+        onnx_import._fed_back("state", state, "stateN", outputs)

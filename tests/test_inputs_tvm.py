@@ -113,3 +113,12 @@ def test_a_qoperator_model_with_onnxruntimes_contrib_ops_builds_and_matches(tmp_
     # softmax probabilities in 1/256 steps: a requantization may round one step apart
     assert built["accuracy"]["y"]["max_abs"] <= 2 / 256 and built["accuracy"]["y"]["cosine"] > 0.999, built["accuracy"]
     assert built["stages"]["import"]["status"] == "built"
+
+
+def test_a_streaming_model_is_validated_over_a_stream_of_chunks_with_its_state_fed_back(tmp_path, capsys):
+    from tests.onnx_models import streaming
+
+    streaming(tmp_path / "net.onnx")
+    code, built = build(tmp_path, 'inputs.state = { shape = [1, 4], feedback = "stateN" }', capsys)
+    assert code == 0, built["gates"]
+    assert built["accuracy"]["y"]["max_abs"] < 1e-5 and built["accuracy"]["stateN"]["max_abs"] < 1e-5

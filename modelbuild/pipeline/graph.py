@@ -92,7 +92,7 @@ def _declared(spec) -> dict:
     """An input's declaration as it enters the import key: range and value only where set, so a recipe that
     uses neither keeps the keys it had."""
     out = {"shape": list(spec.shape), "dtype": spec.dtype} if spec.shape is not None else {"dtype": spec.dtype}
-    return out | {k: getattr(spec, k) for k in ("range", "value") if getattr(spec, k) is not None}
+    return out | {k: getattr(spec, k) for k in ("range", "value", "feedback") if getattr(spec, k) is not None}
 
 
 def library_name(target: dict) -> str:

@@ -31,6 +31,10 @@ class InputSpec(Strict):
     value: Value | None = Field(
         default=None, description="Bind the input to this constant before simplification: control flow and shape "
                                   "arithmetic on it fold away, and it leaves the library's signature.")
+    feedback: Name | None = Field(
+        default=None, description="An output fed back into this input from one golden sample to the next (a "
+                                  "streaming model's state): the samples are consecutive chunks of one stream, "
+                                  "the first starting from zeros; the library is fed its own outputs.")
 
     @model_validator(mode="after")
     def _shape_or_value(self) -> "InputSpec":
@@ -39,8 +43,8 @@ class InputSpec(Strict):
                 raise ValueError("give the shape to build for (shape = [1, 3, 224, 224]; [] for a scalar), "
                                  "or bind the input to a value (value = 16000)")
             return self
-        if self.range is not None:
-            raise ValueError("a bound input has one value: drop range, or drop value")
+        if self.range is not None or self.feedback is not None:
+            raise ValueError("a bound input has one value: drop range and feedback, or drop value")
         shape = nested_shape(self.value)
         if shape is None:
             raise ValueError(f"value is not a scalar or a rectangular list: {self.value!r}")

@@ -17,6 +17,7 @@ from modelbuild import signature
 from modelbuild.compiler import analysis
 from modelbuild.recipe.targets import host_machine
 from modelbuild.validation import metrics
+from modelbuild.validation.golden import feedback as fed_back_inputs
 
 
 
@@ -32,23 +33,16 @@ def main(library: str, golden_path: str, signature_path: str, timing_json: str, 
 
     started = time.perf_counter()
     run = _load(library)
-    def inputs_of(i: int) -> list[np.ndarray]:  # `...` keeps a scalar input a 0-d array, as golden.sample
-        return [golden[f"in.{n}"][i, ...] for n in input_names]
-
-    first = run(inputs_of(0))
+    first = run(inputs_of(golden, input_names, 0))
     cold_ms = (time.perf_counter() - started) * 1000
 
-    actual = {name: [] for name in output_names}
-    for i in range(count):
-        results = first if i == 0 else run(inputs_of(i))
-        for name, value in zip(output_names, results):
-            actual[name].append(value)
+    actual = outputs_over_stream(run, golden, tensors, count, first)
     accuracy = {name: _accuracy(np.stack(actual[name]), golden[f"out.{name}"]) for name in output_names}
     if qdq_path:  # an int8 build: also against onnxruntime's own quantized model on the same inputs
         qdq = dict(np.load(qdq_path))
         accuracy_vs_qdq = {name: _accuracy(np.stack(actual[name]), qdq[f"out.{name}"]) for name in output_names}
 
-    latencies = _time(run, inputs_of(0), **timing)
+    latencies = _time(run, inputs_of(golden, input_names, 0), **timing)
     kernels = json.loads(Path(analysis_path).read_text()).get("kernels") if analysis_path else None
     result = {
         "roofline": _roofline(library, kernels) if kernels else None,
@@ -61,6 +55,28 @@ def main(library: str, golden_path: str, signature_path: str, timing_json: str, 
         "samples": count,
     }
     Path(out_path).write_text(json.dumps(result))
+
+
+def inputs_of(golden: dict, names: list[str], i: int) -> list[np.ndarray]:
+    """Golden sample i's inputs in argument order; `...` keeps a scalar input a 0-d array (golden.sample)."""
+    return [golden[f"in.{n}"][i, ...] for n in names]
+
+
+def outputs_over_stream(run, golden: dict, tensors, count: int, first: list | None = None) -> dict[str, list]:
+    """The library's outputs on every golden sample, in order. An input with feedback (a streaming state)
+    is fed the library's own previous output, not the golden one: the stream runs as onnxruntime's did,
+    so a state drifting from onnxruntime's shows in the later samples' accuracy."""
+    names, outputs = list(tensors.inputs), list(tensors.outputs)
+    fed_back = fed_back_inputs(tensors.inputs)
+    actual: dict[str, list] = {name: [] for name in outputs}
+    for i in range(count):
+        arguments = inputs_of(golden, names, i)
+        if i:
+            arguments = [np.asarray(actual[fed_back[n]][-1]) if n in fed_back else a for n, a in zip(names, arguments)]
+        results = first if i == 0 and first is not None else run(arguments)
+        for name, value in zip(outputs, results):
+            actual[name].append(value)
+    return actual
 
 
 def _load(library: str):

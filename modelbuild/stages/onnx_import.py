@@ -216,10 +216,23 @@ def _signature(model, declared: dict[str, InputSpec]) -> signature.Signature:
     def tensors(values) -> dict[str, dict]:
         return {v.name: {"shape": _dims(v.type.tensor_type.shape.dim), "dtype": _dtype(v)} for v in values}
 
-    inputs = tensors(_real_inputs(model).values())
+    inputs, outputs = tensors(_real_inputs(model).values()), tensors(model.graph.output)
     for name, spec in inputs.items():
         if name in declared and declared[name].range is not None:
             spec["range"] = list(declared[name].range)
+        if name in declared and declared[name].feedback is not None:
+            spec["feedback"] = _fed_back(name, spec, declared[name].feedback, outputs)
     bound = {name: {"dtype": spec.dtype, "value": spec.value} for name, spec in declared.items()
              if spec.value is not None}
-    return signature.Signature(inputs=inputs, outputs=tensors(model.graph.output), bound=bound)
+    return signature.Signature(inputs=inputs, outputs=outputs, bound=bound)
+
+
+def _fed_back(name: str, spec: dict, output: str, outputs: dict[str, dict]) -> str:
+    """The output a streaming input is fed from, checked to exist and to fit the input."""
+    if output not in outputs:
+        raise InputError(f"inputs.{name}.feedback: the model has no output {output!r}; its outputs: "
+                         + ", ".join(f"{o} {t['dtype']} {t['shape']}" for o, t in outputs.items()))
+    if (outputs[output]["shape"], outputs[output]["dtype"]) != (spec["shape"], spec["dtype"]):
+        raise InputError(f"inputs.{name}.feedback: output {output!r} is {outputs[output]['dtype']} "
+                         f"{outputs[output]['shape']}, the input is {spec['dtype']} {spec['shape']}")
+    return output

@@ -29,7 +29,7 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
     else:
         samples = golden.load({k: v for k, v in inputs.items() if k.startswith("golden")}, tensors, spec.count)
     try:
-        outputs = _run_onnxruntime(inputs["model"], samples, bound)
+        outputs = _run_onnxruntime(inputs["model"], samples, bound, golden.feedback(tensors))
     except StageError as err:
         unranged = [name for name, t in tensors.items() if t["dtype"].startswith(("int", "uint")) and "range" not in t]
         if spec.source == "generate" and spec.fill == "random" and unranged:
@@ -42,9 +42,11 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
         np.savez(f, **arrays)
 
 
-def _run_onnxruntime(model: Path, samples: dict[str, np.ndarray], bound: dict[str, dict]) -> dict[str, np.ndarray]:
+def _run_onnxruntime(model: Path, samples: dict[str, np.ndarray], bound: dict[str, dict],
+                     fed_back: dict[str, str]) -> dict[str, np.ndarray]:
     """The model's outputs on each sample; the bound inputs fed their values where the model still takes
-    them (the original model does; the quantize stage's QDQ model has them as constants)."""
+    them (the original model does; the quantize stage's QDQ model has them as constants). An input with
+    feedback gets the previous sample's output, written into `samples`: the golden inputs are the stream."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -66,4 +68,7 @@ def _run_onnxruntime(model: Path, samples: dict[str, np.ndarray], bound: dict[st
             raise StageError(f"onnxruntime failed on golden sample {i}: {last_line(err)}") from err
         for name, value in zip(names, values):
             results[name].append(value)
+        for name, output in fed_back.items():
+            if i + 1 < count:
+                samples[name][i + 1] = results[output][-1]
     return {name: np.stack(values) for name, values in results.items()}

@@ -25,7 +25,7 @@ def generate(inputs: dict, *, fill: str, seed: int, count: int, stream: int) -> 
     for name, spec in sorted(inputs.items()):
         shape = (count, *spec["shape"])
         dtype = np.dtype(spec["dtype"])
-        if fill == "zeros":
+        if fill == "zeros" or spec.get("feedback"):  # a stream's state starts from zeros; later ones are fed back
             out[name] = np.zeros(shape, dtype)
         elif fill == "ones":
             out[name] = np.ones(shape, dtype)
@@ -39,6 +39,11 @@ def generate(inputs: dict, *, fill: str, seed: int, count: int, stream: int) -> 
         else:
             out[name] = rng.integers(0, 10, shape).astype(dtype)
     return out
+
+
+def feedback(inputs: dict) -> dict[str, str]:
+    """Input -> the output fed back into it from one sample to the next (a streaming model's state)."""
+    return {name: spec["feedback"] for name, spec in inputs.items() if spec.get("feedback")}
 
 
 def sample(arrays: dict[str, np.ndarray], index: int) -> dict[str, np.ndarray]:
