@@ -295,3 +295,19 @@ def streaming(path: Path, *, drift: float = 0.0) -> Path:
     model.ir_version = 8
     onnx.save(model, str(path))
     return path
+
+
+def matmul_integer(path: Path, *, seed: int = 0) -> Path:
+    """MatMulInteger of uint8 a [2, 16] (zero point 120) and int8 b [16, 8] (zero point -3) -> int32 y, as
+    onnxruntime's dynamic quantization writes it."""
+    rng = np.random.default_rng(seed)
+    initializers = [numpy_helper.from_array(rng.integers(-128, 128, (16, 8)).astype(np.int8), "b"),
+                    numpy_helper.from_array(np.array(120, np.uint8), "a_zero"),
+                    numpy_helper.from_array(np.array(-3, np.int8), "b_zero")]
+    node = helper.make_node("MatMulInteger", ["a", "b", "a_zero", "b_zero"], ["y"], name="matmul")
+    graph = helper.make_graph([node], "matmul_integer", [helper.make_tensor_value_info("a", TensorProto.UINT8, [2, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.INT32, [2, 8])], initializer=initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path

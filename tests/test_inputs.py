@@ -178,3 +178,24 @@ def test_feedback_names_an_output_that_fits_the_input(tmp_path):
         onnx_import._fed_back("state", state, "state_n", outputs)
     with pytest.raises(StageError, match=r"output 'stateN' is float32 \[2, 4\], the input is float32 \[1, 4\]"):
         onnx_import._fed_back("state", state, "stateN", outputs)
+
+
+def test_an_onnxruntime_operator_tvm_lacks_says_how_to_export_without_it(tmp_path):
+    graph = onnx.helper.make_graph([onnx.helper.make_node("FusedGemm", ["x", "x"], ["y"], name="fused", domain="com.microsoft")],
+                                   "g", [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 2])],
+                                   [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 2])])
+    with pytest.raises(StageError) as caught:
+        onnx_import._check_supported(onnx.helper.make_model(graph), {})
+    assert caught.value.message == (
+        "operator com.microsoft.FusedGemm (node 'fused') is not supported by TVM; it is onnxruntime's own operator, "
+        "written by its graph optimizer or QOperator quantizer: export the model before onnxruntime optimizes it, "
+        "or quantize in the QDQ format")
+
+
+def test_an_if_on_constants_left_by_simplify_false_says_to_simplify(tmp_path):
+    model = onnx.load(str(branch_on_rate(tmp_path / "m.onnx")))
+    onnx_import.bind_inputs(model, {"sr": InputSpec(value=16000, dtype="int64")})
+    with pytest.raises(StageError, match=r"operator If \(node 'by_rate'\) is not supported by TVM's ONNX frontend; its "
+                                         r"condition is computed from constants alone: simplify = true \(the default\) "
+                                         r"folds it away"):
+        onnx_import._check_supported(model, {"Equal": None, "Mul": None})

@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pytest
 
 from modelbuild.frontend import qoperator
-from tests.onnx_models import conv_integer, conv_then_dense, mixed_ops, quantized_qdq
+from tests.onnx_models import conv_integer, conv_then_dense, matmul_integer, mixed_ops, quantized_qdq
 
 
 def run(model, feed: dict) -> np.ndarray:
@@ -31,10 +32,11 @@ def test_qlinear_conv_and_matmul_become_dequantize_float_op_quantize(tmp_path):
         assert np.abs(got - want).max() <= 1.01 * output_scale
 
 
-def test_conv_integer_is_exact_with_its_zero_points(tmp_path):
-    model = onnx.load(str(conv_integer(tmp_path / "m.onnx")))
+@pytest.mark.parametrize("make, name, shape", [(conv_integer, "x", (1, 3, 8, 8)), (matmul_integer, "a", (2, 16))])
+def test_conv_and_matmul_integer_are_exact_with_their_zero_points(tmp_path, make, name, shape):
+    model = onnx.load(str(make(tmp_path / "m.onnx")))
     rewritten = qoperator.to_qdq(model)
-    x = {"x": np.random.default_rng(0).integers(0, 256, (1, 3, 8, 8)).astype(np.uint8)}
+    x = {name: np.random.default_rng(0).integers(0, 256, shape).astype(np.uint8)}
     want, got = run(model, x), run(rewritten, x)
     assert got.dtype == np.int32 and np.array_equal(got, want)
 

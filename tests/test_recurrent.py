@@ -1,4 +1,4 @@
-"""LSTM and GRU unrolled into operators TVM imports, against onnxruntime's own kernels: no TVM needed."""
+"""LSTM, GRU and RNN unrolled into operators TVM imports, against onnxruntime's own kernels: no TVM needed."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def recurrent_model(op: str, direction: str, variant: str) -> tuple[onnx.ModelPr
     # layout1 is clip's model batch-first: the same weights, so one checks the other (onnxruntime has no layout 1)
     rng = np.random.default_rng(["plain", "initial", "lengths", "full_lengths", "clip", "peephole", "relu"].index(
         "clip" if variant == "layout1" else variant))
-    dirs, gates = (2 if direction == "bidirectional" else 1), (4 if op == "LSTM" else 3)
+    dirs, gates = (2 if direction == "bidirectional" else 1), {"LSTM": 4, "GRU": 3, "RNN": 1}[op]
     layout = 1 if variant == "layout1" else 0
     x_shape = [STEPS, BATCH, FEATURES] if layout == 0 else [BATCH, STEPS, FEATURES]
     state_shape = [dirs, BATCH, HIDDEN] if layout == 0 else [BATCH, dirs, HIDDEN]
@@ -52,7 +52,7 @@ def recurrent_model(op: str, direction: str, variant: str) -> tuple[onnx.ModelPr
     if variant == "peephole" and op == "GRU":
         attributes["linear_before_reset"] = 1
     if variant == "relu":
-        attributes["activations"] = (["Sigmoid", "Relu", "Tanh"] if op == "LSTM" else ["Sigmoid", "Relu"]) * dirs
+        attributes["activations"] = {"LSTM": ["Sigmoid", "Relu", "Tanh"], "GRU": ["Sigmoid", "Relu"], "RNN": ["Relu"]}[op] * dirs
     used = inputs[: max(i for i, name in enumerate(inputs) if name) + 1]
     outputs = ["Y", "Y_h", "Y_c"][: 3 if op == "LSTM" else 2]
     node = helper.make_node(op, used, outputs, name="rnn", **attributes)
@@ -70,7 +70,7 @@ def run(model: onnx.ModelProto, feed: dict) -> list[np.ndarray]:
 
 @pytest.mark.parametrize("variant", ["plain", "initial", "lengths", "full_lengths", "clip", "peephole", "relu"])
 @pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
-@pytest.mark.parametrize("op", ["LSTM", "GRU"])
+@pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
 def test_the_unrolled_layer_computes_what_onnxruntime_computes(op, direction, variant):
     model, feed = recurrent_model(op, direction, variant)
     unrolled = recurrent.decompose(model)
@@ -81,7 +81,7 @@ def test_the_unrolled_layer_computes_what_onnxruntime_computes(op, direction, va
 
 
 @pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
-@pytest.mark.parametrize("op", ["LSTM", "GRU"])
+@pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
 def test_batch_first_layout_computes_the_transposed_sequence_first_results(op, direction):
     """onnxruntime refuses layout = 1, so the unrolled batch-first layer is checked against its own
     sequence-first twin (same weights, initial states and clip) run by onnxruntime, transposed."""

@@ -8,11 +8,11 @@ rescale, one step of the output's quantization at most.
 
 - QLinearConv(x, sx, zx, w, sw, zw, sy, zy, B) -> Q(Conv(DQ(x), DQ(w), B * sx * sw), sy, zy)
 - QLinearMatMul(a, sa, za, b, sb, zb, sy, zy) -> Q(MatMul(DQ(a), DQ(b)), sy, zy)
-- ConvInteger(x, w, zx, zw) -> Cast<int32>(Conv(DQ(x, 1, zx), DQ(w, 1, zw))): exact while |sum| < 2^24
+- ConvInteger(x, w, zx, zw) -> Cast<int32>(Conv(DQ(x, 1, zx), DQ(w, 1, zw))): exact while |sum| < 2^24,
+  and MatMulInteger likewise with MatMul (dynamic quantization writes it)
 - onnxruntime's contrib element-wise ops, which its quantizer emits between those (com.microsoft QLinearAdd,
   QLinearMul, QLinearSigmoid, QLinearLeakyRelu, QLinearSoftmax, QLinearGlobalAveragePool,
   QLinearAveragePool, QLinearConcat) -> Q(op(DQ(inputs))): they compute in float, as TVM would anyway.
-MatMulInteger is left to TVM's own converter.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ ELEMENTWISE = {"QLinearAdd": ("Add", 2), "QLinearMul": ("Mul", 2), "QLinearSigmo
                "QLinearLeakyRelu": ("LeakyRelu", 1), "QLinearSoftmax": ("Softmax", 1),
                "QLinearGlobalAveragePool": ("GlobalAveragePool", 1), "QLinearAveragePool": ("AveragePool", 1),
                "QLinearConcat": ("Concat", None)}
-QOPERATORS = ("QLinearConv", "QLinearMatMul", "ConvInteger", *ELEMENTWISE)
+QOPERATORS = ("QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger", *ELEMENTWISE)
 PER_AXIS_OPSET = 13  # DequantizeLinear's axis, for per-channel weights
 
 
@@ -127,11 +127,19 @@ def _qlinear_matmul(node, prefix: str):
 
 
 def _conv_integer(node, prefix: str):
+    return _integer_op(node, prefix, "Conv", weight_axis=0)
+
+
+def _matmul_integer(node, prefix: str):
+    return _integer_op(node, prefix, "MatMul", weight_axis=1)
+
+
+def _integer_op(node, prefix: str, op: str, *, weight_axis: int):
     x, w, *zeros = list(node.input) + ["", ""]
     one = f"{prefix}/one"
     constants = [numpy_helper.from_array(np.float32(1.0), one), numpy_helper.from_array(np.float32(0.0), f"{prefix}/zero")]
     nodes = []
-    for role, tensor, zero, axis in (("x", x, zeros[0], 1), ("w", w, zeros[1], 0)):
+    for role, tensor, zero, axis in (("x", x, zeros[0], 1), ("w", w, zeros[1], weight_axis)):
         scale = one
         if zero:  # a scale of ones in the zero point's shape: per output channel where it is
             nodes += [helper.make_node("Cast", [zero], [f"{prefix}/{role}_zero"], name=f"{prefix}/{role}_zero",
@@ -143,10 +151,11 @@ def _conv_integer(node, prefix: str):
             scale = f"{prefix}/{role}_scale"
         nodes.append(helper.make_node("DequantizeLinear", [tensor, scale] + ([zero] if zero else []),
                                       [f"{prefix}/{role}"], name=f"{prefix}/dq_{role}", axis=axis))
-    nodes += [helper.make_node("Conv", [f"{prefix}/x", f"{prefix}/w"], [f"{prefix}/y"], name=f"{prefix}/conv",
+    nodes += [helper.make_node(op, [f"{prefix}/x", f"{prefix}/w"], [f"{prefix}/y"], name=f"{prefix}/{op}",
                                **_conv_attributes(node)),
               helper.make_node("Cast", [f"{prefix}/y"], [node.output[0]], name=f"{prefix}/cast", to=TensorProto.INT32)]
     return nodes, constants
 
 
-REWRITES = {"QLinearConv": _qlinear_conv, "QLinearMatMul": _qlinear_matmul, "ConvInteger": _conv_integer}
+REWRITES = {"QLinearConv": _qlinear_conv, "QLinearMatMul": _qlinear_matmul, "ConvInteger": _conv_integer,
+            "MatMulInteger": _matmul_integer}

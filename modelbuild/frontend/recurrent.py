@@ -1,4 +1,4 @@
-"""LSTM and GRU as operators TVM imports: an ONNX-level rewrite, run before import.
+"""LSTM, GRU and RNN as operators TVM imports: an ONNX-level rewrite, run before import.
 
 TVM 0.27's Relax ONNX frontend has no LSTM, GRU or RNN converter. Once its inputs are frozen, a recurrent
 layer in an exported model has a static sequence length, so it is unrolled here: the input projection of
@@ -22,11 +22,11 @@ from onnx import helper, numpy_helper
 from modelbuild.errors import StageError
 
 ACTIVATIONS = {"Sigmoid", "Tanh", "Relu"}
-DEFAULTS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"]}
+DEFAULTS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"], "RNN": ["Tanh"]}
 
 
 def decompose(model: onnx.ModelProto) -> onnx.ModelProto:
-    """The model with every top-level LSTM and GRU unrolled; the model itself when it has none."""
+    """The model with every top-level LSTM, GRU and RNN unrolled; the model itself when it has none."""
     if not any(node.op_type in DEFAULTS for node in model.graph.node):
         return model
     shapes = _static_shapes(model)
@@ -37,7 +37,7 @@ def decompose(model: onnx.ModelProto) -> onnx.ModelProto:
             nodes.append(node)
             continue
         emit = _Emitter(f"{node.name or node.op_type}~{index}")
-        (_lstm if node.op_type == "LSTM" else _gru)(emit, node, shapes, constants)
+        UNROLL[node.op_type](emit, node, shapes, constants)
         nodes += emit.nodes
         initializers += emit.initializers
     out = onnx.ModelProto()
@@ -269,3 +269,29 @@ def _gru(emit: _Emitter, node, shapes: dict, constants: dict) -> None:
         ys.append([rows[t] for t in range(layer.steps)])
         hs.append(h)
     layer.finish(ys, [hs])
+
+
+def _rnn(emit: _Emitter, node, shapes: dict, constants: dict) -> None:
+    """H = f(x W + h R + Wb + Rb)."""
+    layer = _Layer(emit, node, shapes, constants)
+    H = layer.hidden
+    ys, hs = [], []
+    for d in range(layer.directions):
+        (f,) = layer.activations[d]
+        projected = emit.op("MatMul", layer.x, layer.weights(1, d))  # [T, B, H]
+        if layer.present(3):
+            bias = emit.pick(layer.inputs[3], d)
+            projected = emit.op("Add", projected, emit.op("Add", emit.slice(bias, 0, H, 0), emit.slice(bias, H, 2 * H, 0)))
+        recurrent = layer.weights(2, d)
+        h = layer.initial(5, d)
+        rows = {}
+        for t in layer.order(d):
+            h_new = layer.activate(f, emit.op("Add", emit.pick(projected, t), emit.op("MatMul", h, recurrent)))
+            rows[t] = layer.output(t, h_new)
+            h = layer.keep(t, h_new, h)
+        ys.append([rows[t] for t in range(layer.steps)])
+        hs.append(h)
+    layer.finish(ys, [hs])
+
+
+UNROLL = {"LSTM": _lstm, "GRU": _gru, "RNN": _rnn}

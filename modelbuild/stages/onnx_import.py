@@ -167,12 +167,15 @@ def _check_supported(model, table: dict) -> None:
     """Name the first operator TVM lacks, with its node, before TVM fails somewhere deep."""
     for node in model.graph.node:
         if node.domain not in ("", "ai.onnx"):
-            raise StageError(f"operator {node.domain}.{node.op_type} (node {node.name!r}) is not supported by TVM")
+            raise StageError(f"operator {node.domain}.{node.op_type} (node {node.name!r}) is not supported by TVM"
+                             + (CONTRIB_HINT if node.domain == qoperator.CONTRIB else ""))
         if node.op_type not in table:
             raise StageError(f"operator {node.op_type} (node {node.name!r}) is not supported by TVM's ONNX frontend"
                              + _foldable_hint(model, node))
 
 
+CONTRIB_HINT = ("; it is onnxruntime's own operator, written by its graph optimizer or QOperator quantizer: export "
+                "the model before onnxruntime optimizes it, or quantize in the QDQ format")
 CONTROL_FLOW = {"If": "its condition", "Loop": "its trip count and condition", "Scan": "its inputs"}
 
 
@@ -181,8 +184,9 @@ def _foldable_hint(model, node) -> str:
     if node.op_type not in CONTROL_FLOW:
         return ""
     inputs = _upstream_inputs(model, node.input[:2] if node.op_type == "Loop" else node.input[:1])
-    if not inputs:
-        return ""
+    if not inputs:  # onnxslim folds control flow on constants: only simplify = false leaves it
+        return (f"; {CONTROL_FLOW[node.op_type]} is computed from constants alone: simplify = true (the default) "
+                f"folds it away")
     fixes = " and ".join(f"inputs.{name} = {{ value = ..., dtype = \"{_dtype(value)}\" }}" for name, value in inputs.items())
     return (f"; {CONTROL_FLOW[node.op_type]} depends on input {', '.join(map(repr, inputs))}: bind it to a constant "
             f"and the {node.op_type} folds away (fix: {fixes} under the model)")
