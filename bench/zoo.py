@@ -45,6 +45,7 @@ class ZooModel:
     dtypes: dict[str, str] = field(default_factory=dict)  # default float32
     int_range: tuple[int, int] = (0, 256)  # random integer inputs are drawn from this range (declared in the recipe)
     bound: dict[str, tuple[object, str]] = field(default_factory=dict)  # inputs bound to a constant: (value, dtype)
+    feedback: dict[str, str] = field(default_factory=dict)  # streaming state input -> the output fed back into it
     preset: str = "detector-ci"  # the shipped validation preset (recipes/validation/) it is gated with
 
 
@@ -71,10 +72,10 @@ ZOO = [
              "pypi:magika==1.0.3:magika/models/standard_v3_3/model.onnx", {"bytes": [1, 2048]}, {"bytes": "int32"}, preset="float-ci"),
     ZooModel("silero_vad", "voice activity detector: LSTM, two inputs, two outputs",
              "pypi:silero-vad==6.2.3:silero_vad/data/silero_vad_openvino_16k.onnx",
-             {"input": [1, 576], "state": [2, 1, 128]}),
+             {"input": [1, 576], "state": [2, 1, 128]}, feedback={"state": "stateN"}),
     ZooModel("silero_vad_sr", "voice activity detector: LSTM, a scalar sample rate choosing a branch by If",
              "pypi:silero-vad==6.2.3:silero_vad/data/silero_vad.onnx",
-             {"input": [1, 576], "state": [2, 1, 128]}, bound={"sr": (16000, "int64")}),
+             {"input": [1, 576], "state": [2, 1, 128]}, bound={"sr": (16000, "int64")}, feedback={"state": "stateN"}),
     ZooModel("orientation_qop", "generated: the orientation classifier quantized by onnxruntime (QOperator, "
              "QLinearConv)", "generated:orientation_qop", {"x": [1, 3, 224, 224]}, preset="int8-ci"),
     ZooModel("resnet_ish", "generated: ResNet basic blocks at 56x56, 64-128 channels, odd widths",
@@ -187,7 +188,8 @@ def recipe(models: list[ZooModel], threads: int, options: list[str] = (), preset
     for m in models:
         lines += [f"[models.{m.name}]", f'path = "{model_path(m)}"']
         lines += [f'inputs.{k} = {{ shape = {v}, dtype = "{m.dtypes.get(k, "float32")}"'
-                  + (f", range = {list(m.int_range)}" if m.dtypes.get(k, "float32").startswith("int") else "") + " }"
+                  + (f", range = {list(m.int_range)}" if m.dtypes.get(k, "float32").startswith("int") else "")
+                  + (f', feedback = "{m.feedback[k]}"' if k in m.feedback else "") + " }"
                   for k, v in m.inputs.items()]
         lines += [f'inputs.{k} = {{ value = {value}, dtype = "{dtype}" }}' for k, (value, dtype) in m.bound.items()]
         lines.append("")
