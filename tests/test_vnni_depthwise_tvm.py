@@ -43,12 +43,16 @@ def random_case(shape, wshape, dtype):
     return rng.integers(info.min, info.max + 1, shape).astype(dtype), rng.integers(-128, 128, wshape).astype(np.int8)
 
 
-GEOMETRIES = [  # (data shape, weight shape, strides, padding, dilation, data dtype); output widths of 16k
+GEOMETRIES = [  # (data shape, weight shape, strides, padding, dilation, data dtype)
     ((1, 200, 2, 96), (200, 1, 5, 5), (1, 1), (2, 2, 2, 2), (1, 1), "int8"),  # the classifier's largest
     ((1, 24, 12, 96), (24, 1, 3, 3), (2, 1), (1, 1, 1, 1), (1, 1), "int8"),  # stride 2 in rows only
     ((1, 16, 33, 64), (16, 1, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1), "uint8"),  # stride 2 in columns
     ((1, 8, 20, 70), (8, 1, 3, 7), (1, 1), (2, 3, 0, 3), (2, 2), "int8"),  # 7 taps a row, dilation 2, uneven
     ((2, 64, 64, 64), (64, 1, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), "int8"),  # enough work to run in parallel
+    # output widths that are not whole vectors: computed rounded up to 16 columns, the rest dropped
+    ((1, 32, 7, 7), (32, 1, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), "uint8"),  # 7 of 16
+    ((1, 16, 56, 56), (16, 1, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1), "int8"),  # 56 of 64 at stride 2 (a MobileNet's 112 -> 56)
+    ((1, 8, 30, 30), (8, 1, 5, 5), (1, 1), (2, 2, 2, 2), (1, 1), "int8"),  # 30 of 32, two tap groups a row
 ]
 
 
@@ -80,11 +84,14 @@ def test_vnni_depthwise_runs_bit_exact_on_a_vnni_vbmi_host(geometry):
     assert np.array_equal(run(executable, x), want)
 
 
-@pytest.mark.parametrize("target", [VNNI_ONLY_CPU, VBMI_CPU], ids=["no VBMI", "width 40"])
+@pytest.mark.parametrize("target", [VNNI_ONLY_CPU, VBMI_CPU], ids=["no VBMI", "taps beyond one window"])
 def test_other_depthwise_convs_keep_the_float_accumulated_kernel(target):
-    shape, wshape = ((1, 8, 6, 40), (8, 1, 3, 3)) if target is VBMI_CPU else ((1, 8, 6, 32), (8, 1, 3, 3))
+    shape, wshape = (1, 8, 6, 40), (8, 1, 3, 3)
     x, weight = random_case(shape, wshape, "int8")
-    geometry = {"strides": (1, 1), "padding": (1, 1, 1, 1), "dilation": (1, 1)}
+    # dilation 20: 16 lanes x 3 taps span 15 + 2 * 20 + 1 = 56 columns, fine; the 4th (zero) tap of the group
+    # reaches 15 + 3 * 20 = 75, beyond vpermb's 64-byte window
+    geometry = ({"strides": (1, 1), "padding": (1, 20, 1, 20), "dilation": (1, 20)} if target is VBMI_CPU else
+                {"strides": (1, 1), "padding": (1, 1, 1, 1), "dilation": (1, 1)})
     executable, phases = build(depthwise_module(shape, weight, "int8", **geometry), target)
     names = [gv.name_hint for gv in phases.fused.functions]
     assert any("conv2d_int8" in n for n in names) and not any("depthwise" in n for n in names)
