@@ -1,7 +1,7 @@
 """The import stage: ONNX model -> bound and frozen inputs -> onnxslim -> Relax IRModule saved as JSON.
 
 On the way into TVM, what its ONNX frontend lacks is rewritten (frontend/): recurrent layers unrolled,
-QOperator nodes in QDQ form. A model that arrives quantized (QDQ or QOperator) gets the integer kernels the
+QOperator nodes in QDQ form, and BatchNorms that simplification could not fold as one multiply-add. A model that arrives quantized (QDQ or QOperator) gets the integer kernels the
 quantize stage gives its own QDQ models (compiler/integer_ops.py), with no recalibration."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 from modelbuild import signature
 from modelbuild.errors import InputError, last_line, StageError
 from modelbuild.compiler import integer_ops
-from modelbuild.frontend import qoperator, recurrent
+from modelbuild.frontend import batchnorm, qoperator, recurrent
 from modelbuild.recipe.params import ImportParams, parse
 from modelbuild.recipe.schema import InputSpec
 
@@ -146,6 +146,7 @@ def to_relax(model, declared: dict):
     from tvm.relax.frontend.onnx import onnx_frontend
 
     model = qoperator.to_qdq(recurrent.decompose(model))  # TVM has no LSTM, GRU or QLinearConv converter
+    model = batchnorm.fold(model)  # what onnxslim could not fold into a (quantized) conv
     _check_supported(model, onnx_frontend._get_convert_map())
     shapes = {name: spec["shape"] for name, spec in declared.items()}
     dtypes = {name: spec["dtype"] for name, spec in declared.items()}
