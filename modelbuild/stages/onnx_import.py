@@ -1,12 +1,20 @@
 """The import stage: ONNX model -> bound and frozen inputs -> onnxslim -> Relax IRModule saved as JSON.
 
 On the way into TVM, what its ONNX frontend lacks is rewritten (frontend/): recurrent layers unrolled,
-QOperator nodes in QDQ form, and BatchNorms that simplification could not fold as one multiply-add. A model that arrives quantized (QDQ or QOperator) gets the integer kernels the
-quantize stage gives its own QDQ models (compiler/integer_ops.py), with no recalibration."""
+QOperator nodes in QDQ form, and BatchNorms that simplification could not fold as one multiply-add. A model
+that arrives quantized (QDQ or QOperator) gets the integer kernels the quantize stage gives its own QDQ models
+(compiler/integer_ops.py), with no recalibration.
+
+TVM and onnxslim are imported where they are used: `modelbuild init` reads a model's signature here and
+should not wait seconds for them."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
 
 from modelbuild import signature
 from modelbuild.errors import InputError, last_line, StageError
@@ -22,8 +30,6 @@ ONNX_FILE = "model.onnx"  # the frozen, simplified model: what the quantize stag
 def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
     """Write ir.json (the Relax module, constants included), signature.json (inputs and outputs in graph
     order) and model.onnx (the frozen, simplified model)."""
-    import onnx
-
     p = parse(ImportParams, params)
     model = _load(inputs["model"])
     bound = {name: spec for name, spec in p.inputs.items() if spec.value is not None}
@@ -42,8 +48,6 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
 
 
 def _load(path: Path):
-    import onnx
-
     try:
         return onnx.load(str(path))
     except Exception as err:
@@ -53,9 +57,6 @@ def _load(path: Path):
 def bind_inputs(model, bound: dict[str, InputSpec]) -> None:
     """Replace each bound graph input by a constant of its value, so that simplification folds what depends
     on it (an `If` on a sample rate, shape arithmetic) and the library no longer takes it."""
-    import numpy as np
-    from onnx import numpy_helper
-
     graph_inputs = _real_inputs(model)
     actual = "; the model's inputs: " + ", ".join(_describe(i) for i in graph_inputs.values())
     for name, spec in bound.items():
@@ -118,8 +119,6 @@ def _static_spec(name: str, dims, dtype: str, actual: str) -> InputSpec:
 
 
 def _dtype(value) -> str:
-    import onnx
-
     return onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type).name
 
 
