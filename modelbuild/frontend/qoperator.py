@@ -63,7 +63,7 @@ def _rewritten(node) -> bool:
 def _elementwise(node, prefix: str):
     """Q(op(DQ(x) for each quantized input)), the op's own attributes kept (LeakyRelu's alpha, pooling's)."""
     op, arity = ELEMENTWISE[node.op_type]
-    attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    attributes = _attributes(node)
     if attributes.pop("channels_last", 0):
         raise StageError(f"operator {node.op_type} (node {node.name!r}) with channels_last = 1 is not supported")
     if node.op_type == "QLinearSoftmax" and attributes.pop("opset", 13) < 13 and attributes.get("axis", -1) != -1:
@@ -96,7 +96,7 @@ def _converted(model, opset: int):
                          f"{PER_AXIS_OPSET} or later") from err
 
 
-def _conv_attributes(node) -> dict:
+def _attributes(node) -> dict:
     return {a.name: helper.get_attribute_value(a) for a in node.attribute}
 
 
@@ -112,7 +112,7 @@ def _qlinear_conv(node, prefix: str):
                   helper.make_node("Mul", [f"{prefix}/bias_int", f"{prefix}/bias_scale"], [f"{prefix}/bias"],
                                    name=f"{prefix}/bias")]
         conv_inputs.append(f"{prefix}/bias")
-    nodes += [helper.make_node("Conv", conv_inputs, [f"{prefix}/y"], name=f"{prefix}/conv", **_conv_attributes(node)),
+    nodes += [helper.make_node("Conv", conv_inputs, [f"{prefix}/y"], name=f"{prefix}/conv", **_attributes(node)),
               helper.make_node("QuantizeLinear", [f"{prefix}/y", sy, zy], [node.output[0]], name=f"{prefix}/q_y")]
     return nodes, []
 
@@ -152,7 +152,7 @@ def _integer_op(node, prefix: str, op: str, *, weight_axis: int):
         nodes.append(helper.make_node("DequantizeLinear", [tensor, scale] + ([zero] if zero else []),
                                       [f"{prefix}/{role}"], name=f"{prefix}/dq_{role}", axis=axis))
     nodes += [helper.make_node(op, [f"{prefix}/x", f"{prefix}/w"], [f"{prefix}/y"], name=f"{prefix}/{op}",
-                               **_conv_attributes(node)),
+                               **_attributes(node)),
               helper.make_node("Cast", [f"{prefix}/y"], [node.output[0]], name=f"{prefix}/cast", to=TensorProto.INT32)]
     return nodes, constants
 
