@@ -74,12 +74,11 @@ def two_in_two_out(path: Path) -> Path:
 
 
 def with_unsupported_op(path: Path) -> Path:
-    """A model whose only node is an operator TVM's ONNX frontend lacks (ConvInteger)."""
-    x = helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 1, 4, 4])
-    y = helper.make_tensor_value_info("y", TensorProto.INT32, [1, 1, 2, 2])
-    w = numpy_helper.from_array(np.ones((1, 1, 3, 3), dtype=np.uint8), "w")
-    node = helper.make_node("ConvInteger", ["x", "w"], ["y"], name="qconv")
-    graph = helper.make_graph([node], "unsupported", [x], [y], initializer=[w])
+    """A model whose only node is an operator TVM's ONNX frontend lacks (Det)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1])
+    node = helper.make_node("Det", ["x"], ["y"], name="det")
+    graph = helper.make_graph([node], "unsupported", [x], [y])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
     onnx.save(model, str(path))
