@@ -28,22 +28,24 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
         samples = golden.load_images(images, tensors, spec.preprocess.model_dump())
     else:
         samples = golden.load({k: v for k, v in inputs.items() if k.startswith("golden")}, tensors, spec.count)
-    try:
-        outputs = _run_onnxruntime(inputs["model"], samples, bound, golden.feedback(tensors))
-    except StageError as err:
-        unranged = [name for name, t in tensors.items() if t["dtype"].startswith(("int", "uint")) and "range" not in t]
-        if spec.source == "generate" and spec.fill == "random" and unranged:
-            name = unranged[0]
-            raise StageError(f"{err.message}; integer inputs were generated as 0 to 9: declare the values the "
-                             f"model takes (fix: inputs.{name} = {{ ..., range = [low, high] }})") from None
-        raise
+    outputs = _run_onnxruntime(inputs["model"], samples, bound, golden.feedback(tensors), _range_hint(spec, tensors))
     arrays = {f"in.{k}": v for k, v in samples.items()} | {f"out.{k}": v for k, v in outputs.items()}
     with open(out / GOLDEN_FILE, "wb") as f:
         np.savez(f, **arrays)
 
 
+def _range_hint(spec, tensors: dict) -> str:
+    """What to add when onnxruntime fails on generated data: integer inputs drawn 0 to 9 where the recipe
+    declares no range are the likely cause (an index beyond a table)."""
+    unranged = [name for name, t in tensors.items() if t["dtype"].startswith(("int", "uint")) and "range" not in t]
+    if spec.source != "generate" or spec.fill != "random" or not unranged:
+        return ""
+    return (f"; integer inputs were generated as 0 to 9: declare the values the model takes "
+            f"(fix: inputs.{unranged[0]} = {{ ..., range = [low, high] }})")
+
+
 def _run_onnxruntime(model: Path, samples: dict[str, np.ndarray], bound: dict[str, dict],
-                     fed_back: dict[str, str]) -> dict[str, np.ndarray]:
+                     fed_back: dict[str, str], hint: str = "") -> dict[str, np.ndarray]:
     """The model's outputs on each sample; the bound inputs fed their values where the model still takes
     them (the original model does; the quantize stage's QDQ model has them as constants). An input with
     feedback gets the previous sample's output, written into `samples`: the golden inputs are the stream."""
@@ -65,7 +67,7 @@ def _run_onnxruntime(model: Path, samples: dict[str, np.ndarray], bound: dict[st
         try:
             values = session.run(names, feed)
         except Exception as err:
-            raise StageError(f"onnxruntime failed on golden sample {i}: {last_line(err)}") from err
+            raise StageError(f"onnxruntime failed on golden sample {i}: {last_line(err)}{hint}") from err
         for name, value in zip(names, values):
             results[name].append(value)
         for name, output in fed_back.items():
