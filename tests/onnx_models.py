@@ -233,22 +233,6 @@ def conv_then_dense(path: Path, *, seed: int = 0) -> Path:
     return path
 
 
-def conv_integer(path: Path, *, seed: int = 0) -> Path:
-    """ConvInteger of uint8 x (zero point 128) and int8 w (zero point 3; onnxruntime takes per-tensor zero
-    points only) -> int32 y."""
-    rng = np.random.default_rng(seed)
-    initializers = [numpy_helper.from_array(rng.integers(-128, 128, (4, 3, 3, 3)).astype(np.int8), "w"),
-                    numpy_helper.from_array(np.array(128, np.uint8), "x_zero"),
-                    numpy_helper.from_array(np.array(3, np.int8), "w_zero")]
-    node = helper.make_node("ConvInteger", ["x", "w", "x_zero", "w_zero"], ["y"], name="conv", pads=[1, 1, 1, 1])
-    graph = helper.make_graph([node], "conv_integer", [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 3, 8, 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.INT32, [1, 4, 8, 8])], initializer=initializers)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    onnx.save(model, str(path))
-    return path
-
-
 def mixed_ops(path: Path, *, seed: int = 0) -> Path:
     """x[1,3,8,8] -> Conv -> Sigmoid -> Mul (swish) -> Add a second Conv -> AveragePool -> Concat with a
     LeakyRelu of itself -> GlobalAveragePool -> Reshape -> MatMul -> Softmax: what onnxruntime's QOperator
@@ -296,16 +280,22 @@ def streaming(path: Path, *, drift: float = 0.0) -> Path:
     return path
 
 
-def matmul_integer(path: Path, *, seed: int = 0) -> Path:
-    """MatMulInteger of uint8 a [2, 16] (zero point 120) and int8 b [16, 8] (zero point -3) -> int32 y, as
-    onnxruntime's dynamic quantization writes it."""
+# op -> (x shape, w shape, node attributes): a ConvInteger and a MatMulInteger, as quantizers write them
+INTEGER_OPS = {"ConvInteger": ((1, 3, 8, 8), (4, 3, 3, 3), {"pads": [1, 1, 1, 1]}),
+               "MatMulInteger": ((2, 16), (16, 8), {})}
+
+
+def integer_op(path: Path, op: str, *, seed: int = 0) -> Path:
+    """One ConvInteger or MatMulInteger of uint8 x (zero point 120) and int8 w (zero point -3; onnxruntime
+    takes per-tensor zero points only) -> int32 y, as onnxruntime's dynamic quantization writes them."""
+    x_shape, w_shape, attributes = INTEGER_OPS[op]
     rng = np.random.default_rng(seed)
-    initializers = [numpy_helper.from_array(rng.integers(-128, 128, (16, 8)).astype(np.int8), "b"),
-                    numpy_helper.from_array(np.array(120, np.uint8), "a_zero"),
-                    numpy_helper.from_array(np.array(-3, np.int8), "b_zero")]
-    node = helper.make_node("MatMulInteger", ["a", "b", "a_zero", "b_zero"], ["y"], name="matmul")
-    graph = helper.make_graph([node], "matmul_integer", [helper.make_tensor_value_info("a", TensorProto.UINT8, [2, 16])],
-                              [helper.make_tensor_value_info("y", TensorProto.INT32, [2, 8])], initializer=initializers)
+    initializers = [numpy_helper.from_array(rng.integers(-128, 128, w_shape).astype(np.int8), "w"),
+                    numpy_helper.from_array(np.array(120, np.uint8), "x_zero"),
+                    numpy_helper.from_array(np.array(-3, np.int8), "w_zero")]
+    node = helper.make_node(op, ["x", "w", "x_zero", "w_zero"], ["y"], name="op", **attributes)
+    graph = helper.make_graph([node], op, [helper.make_tensor_value_info("x", TensorProto.UINT8, list(x_shape))],
+                              [helper.make_tensor_value_info("y", TensorProto.INT32, None)], initializer=initializers)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
     onnx.save(model, str(path))

@@ -8,7 +8,7 @@ import onnxruntime as ort
 import pytest
 
 from modelbuild.frontend import qoperator
-from tests.onnx_models import conv_integer, conv_then_dense, matmul_integer, mixed_ops, quantized_qdq
+from tests.onnx_models import INTEGER_OPS, conv_then_dense, integer_op, mixed_ops, quantized_qdq
 
 
 def run(model, feed: dict) -> np.ndarray:
@@ -32,11 +32,11 @@ def test_qlinear_conv_and_matmul_become_dequantize_float_op_quantize(tmp_path):
         assert np.abs(got - want).max() <= 1.01 * output_scale
 
 
-@pytest.mark.parametrize("make, name, shape", [(conv_integer, "x", (1, 3, 8, 8)), (matmul_integer, "a", (2, 16))])
-def test_conv_and_matmul_integer_are_exact_with_their_zero_points(tmp_path, make, name, shape):
-    model = onnx.load(str(make(tmp_path / "m.onnx")))
+@pytest.mark.parametrize("op", sorted(INTEGER_OPS))
+def test_conv_and_matmul_integer_are_exact_with_their_zero_points(tmp_path, op):
+    model = onnx.load(str(integer_op(tmp_path / "m.onnx", op)))
     rewritten = qoperator.to_qdq(model)
-    x = {name: np.random.default_rng(0).integers(0, 256, shape).astype(np.uint8)}
+    x = {"x": np.random.default_rng(0).integers(0, 256, INTEGER_OPS[op][0]).astype(np.uint8)}
     want, got = run(model, x), run(rewritten, x)
     assert got.dtype == np.int32 and np.array_equal(got, want)
 
