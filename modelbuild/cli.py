@@ -183,7 +183,7 @@ def cmd_build(args, console) -> int:
     return _exit_code(run, report)
 
 
-def _write_reports(project, run, cache: dict | None = None) -> dict:
+def _write_reports(project, run, cache: dict | None = None):
     from modelbuild.reports import collect, write_reports
 
     report = collect(project, run, cache=cache)
@@ -191,31 +191,30 @@ def _write_reports(project, run, cache: dict | None = None) -> dict:
     return report
 
 
-def _exit_code(run, report: dict) -> int:
+def _exit_code(run, report) -> int:
     """Bad input first (the user's to fix), then the environment, then a failed stage, then the gates."""
     codes = {r.exit_code or EXIT_STAGE_FAILED for r in run.failed}
     for code in (EXIT_USAGE, EXIT_ENVIRONMENT, EXIT_STAGE_FAILED):
         if code in codes:
             return code
-    return EXIT_OK if report["passed"] else EXIT_GATE_FAILED
+    return EXIT_OK if report.passed else EXIT_GATE_FAILED
 
 
-def _print_outcome(console, project, report: dict) -> None:
+def _print_outcome(console, project, report) -> None:
     """One figures line per build, each failed gate with its value and limit, and where the report is."""
-    from modelbuild.validation.gates import GateResult
     from modelbuild.reports.markdown import outcome_line, summary_line
 
-    for build in sorted(report["builds"], key=lambda b: b["name"]):
+    for build in sorted(report.builds, key=lambda b: b.name):
         line = summary_line(build)
         if line:
             console.print(line, markup=False)
-    for build in sorted(report["builds"], key=lambda b: b["name"]):
+    for build in sorted(report.builds, key=lambda b: b.name):
         console.print(outcome_line(build), markup=False)
-    for build in report["builds"]:
-        for gate in build["gates"]:
-            if not gate["passed"]:
-                console.print(f"GATE FAILED {build['name']}  {GateResult(**gate).describe()}", markup=False)
-    verdict = "all gates passed" if report["passed"] else "gates FAILED"
+    for build in report.builds:
+        for gate in build.gates:
+            if not gate.passed:
+                console.print(f"GATE FAILED {build.name}  {gate.describe()}", markup=False)
+    verdict = "all gates passed" if report.passed else "gates FAILED"
     console.print(f"{verdict}: report {_relative(project.build_dir / 'report.json')}", markup=False)
 
 
@@ -250,9 +249,9 @@ def _relative(path: Path) -> str:
         return str(path)
 
 
-def _summary_json(project, run, report: dict) -> dict:
+def _summary_json(project, run, report) -> dict:
     return {
-        "passed": report["passed"],
+        "passed": report.passed,
         "report": str(project.build_dir / "report.json"),
         "nodes": [{"node": r.node, "stage": r.stage, "build": r.build, "status": r.status.value,
                    "seconds": round(r.seconds, 4), "key": r.key, "reasons": [x.as_dict() for x in r.reasons],
@@ -372,7 +371,7 @@ def cmd_report(args, console) -> int:
         raise ModelbuildError(f"not built yet: {names}; run `modelbuild` first (report runs nothing)")
     report = _write_reports(project, run, cache=project.store.stats().as_dict())
     _print_outcome(console, project, report)
-    return EXIT_OK if report["passed"] else EXIT_GATE_FAILED
+    return EXIT_OK if report.passed else EXIT_GATE_FAILED
 
 
 def cmd_tune(args, console) -> int:

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-from modelbuild.reports.markdown import _quantization
+from modelbuild.reports.markdown import _fusion_and_memory, _quantization, outcome_line
+from modelbuild.reports.model import BuildReport, Validation
+from modelbuild.validation.gates import GateResult
 
 
-def int8_build(sum_over_whole: float, *, gate_passed: bool = False) -> dict:
+def int8_build(sum_over_whole: float, *, gate_passed: bool = False) -> BuildReport:
     layers = [{"node": "conv_a", "op": "Conv", "share": 0.6, "sqnr_db": 31.0},
               {"node": "conv_b", "op": "Conv", "share": 0.4, "sqnr_db": 33.0}]
     quantization = {"scheme": "symmetric", "per_channel": True, "calibration": {"method": "minmax", "samples": 4},
                     "weight_bytes_fp32": 4000, "weight_bytes_int8": 1000, "weight_ratio": 4.0, "warnings": [],
                     "sensitivity": {"layers": layers, "samples": 4, "sum_over_whole": sum_over_whole},
                     "float_candidates": ["conv_a"]}
-    return {"quantization": quantization, "gates": [{"name": "min_cosine", "passed": gate_passed}]}
+    return BuildReport("cls+int8@x86", quantization=quantization, gates=[GateResult("min_cosine", 0.99, 0.999, gate_passed)])
 
 
 def test_where_the_layers_errors_add_up_the_report_says_what_leaving_them_in_float_removes():
@@ -34,48 +36,38 @@ def test_a_passing_build_shows_no_suggestion():
 
 def test_the_suggestion_offers_int16_inputs_too_and_the_preparation_names_them():
     build = int8_build(1.02)
-    build["quantization"].update(int16_nodes=["conv_c", "conv_d"], gptq_convs=3)
+    build.quantization.update(int16_nodes=["conv_c", "conv_d"], gptq_convs=3)
     text = "\n".join(_quantization(build))
     assert "Or keep them integer with int16 inputs, at twice their int8 cost: `int16_nodes = [\"conv_a\"]`" in text
     assert "3 convs GPTQ-rounded, 2 layers with int16 inputs" in text
 
 
-def finished_build(gates: list[dict]) -> dict:
-    return {"name": "cls@x86", "artifact": "build/cls/x86/model.so", "validation": {"ran": True, "reason": None},
-            "latency_ms": {"median": 0.8312, "p99": 1.2049, "throughput": 1203.1},
-            "accuracy": {"y": {"cosine": 0.99991, "max_abs": 3e-5}}, "gates": gates}
+def finished_build(gates: list[GateResult]) -> BuildReport:
+    return BuildReport("cls@x86", artifact="build/cls/x86/model.so", validation=Validation(ran=True),
+                       latency_ms={"median": 0.8312, "p99": 1.2049, "throughput": 1203.1},
+                       accuracy={"y": {"cosine": 0.99991, "max_abs": 3e-5}}, gates=gates)
 
 
 def test_the_outcome_line_gives_speed_the_cosine_against_its_gate_and_the_artifact():
-    from modelbuild.reports.markdown import outcome_line
-
-    gates = [{"name": "min_cosine", "value": 0.99991, "limit": 0.9999, "passed": True},
-             {"name": "max_abs_error", "value": 3e-5, "limit": 1e-3, "passed": True},
-             {"name": "max_p99_ms", "value": 1.2049, "limit": 20, "passed": True}]
+    gates = [GateResult("min_cosine", 0.99991, 0.9999, True), GateResult("max_abs_error", 3e-5, 1e-3, True),
+             GateResult("max_p99_ms", 1.2049, 20, True)]
     assert outcome_line(finished_build(gates)) == ("cls@x86  p50 0.831 ms  p99 1.2 ms  1203/s  "
                                                      "cosine 0.99991 (gate >= 0.9999)  build/cls/x86/model.so")
 
 
 def test_the_outcome_line_shows_a_failed_accuracy_gate_first():
-    from modelbuild.reports.markdown import outcome_line
-
-    gates = [{"name": "min_cosine", "value": 0.99991, "limit": 0.9999, "passed": True},
-             {"name": "max_abs_error", "value": 3e-5, "limit": 1e-5, "passed": False}]
+    gates = [GateResult("min_cosine", 0.99991, 0.9999, True), GateResult("max_abs_error", 3e-5, 1e-5, False)]
     assert "max_abs 3e-05 (gate <= 1e-05, FAILED)" in outcome_line(finished_build(gates))
 
 
 def test_without_accuracy_gates_the_outcome_line_gives_the_worst_cosine():
-    from modelbuild.reports.markdown import outcome_line
-
     assert "  cosine 0.99991  " in outcome_line(finished_build([]))
 
 
 def test_a_layout_conversion_tvm_refused_is_said_with_its_reason_and_a_converted_one_is_not():
-    from modelbuild.reports.markdown import _fusion_and_memory
-
-    refused = {"schedule": {"refused_steps": 0, "kernels": {},
-                            "layout": "model (TVM's layout conversion failed: Invalid SLayout)"}}
+    refused = BuildReport("det@x86", schedule={"refused_steps": 0, "kernels": {},
+                                               "layout": "model (TVM's layout conversion failed: Invalid SLayout)"})
     assert "Layout: the model's own, channels-last was refused: TVM's layout conversion failed: Invalid SLayout." in \
         _fusion_and_memory(refused)
-    converted = {"schedule": {"refused_steps": 0, "kernels": {}, "layout": "channels-last"}}
+    converted = BuildReport("det@x86", schedule={"refused_steps": 0, "kernels": {}, "layout": "channels-last"})
     assert not any("Layout" in line for line in _fusion_and_memory(converted))

@@ -4,20 +4,21 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
+from modelbuild.reports.model import Report
 
-def render(report: dict) -> str:
+
+def render(report: Report) -> str:
     suite = ET.Element("testsuite", name="modelbuild")
     cases = failures = 0
-    for b in report["builds"]:
-        stage_failure = next((f"{stage}: {s.get('error', 'failed')}" for stage, s in b["stages"].items()
-                              if s["status"] in ("failed", "skipped")), None)
+    for b in report.builds:
+        stage_failure = next((f"{stage}: {s.error or 'failed'}" for stage, s in b.stages.items()
+                              if s.status in ("failed", "skipped")), None)
         cases += 1
-        failures += _case(suite, "builds", b["name"], stage_failure,
-                          sum(s["seconds"] for s in b["stages"].values()))
-        for g in b["gates"]:
+        failures += _case(suite, "builds", b.name, stage_failure, sum(s.seconds for s in b.stages.values()))
+        for g in b.gates:
             cases += 1
-            message = None if g["passed"] else f"{g['name']}: value {g['value']} limit {g['limit']} {g['detail']}".strip()
-            failures += _case(suite, b["name"], g["name"], message, 0.0)
+            message = None if g.passed else f"{g.name}: value {g.value} limit {g.limit} {g.detail}".strip()
+            failures += _case(suite, b.name, g.name, message, 0.0)
     suite.set("tests", str(cases))
     suite.set("failures", str(failures))
     ET.indent(suite)

@@ -2,73 +2,74 @@
 
 from __future__ import annotations
 
+from modelbuild.reports.model import BuildReport, Report, StageRun
 
-def render(report: dict) -> str:
-    verdict = "passed" if report["passed"] else "FAILED"
+
+def render(report: Report) -> str:
+    verdict = "passed" if report.passed else "FAILED"
     lines = [f"# modelbuild report: {verdict}", "", "| build | status | p50 ms | p99 ms | throughput/s | gates |",
              "| --- | --- | --- | --- | --- | --- |"]
-    for b in report["builds"]:
-        lines.append(f"| {b['name']} | {_status(b)} | {_ms(b, 'median')} | {_ms(b, 'p99')} | "
-                     f"{_fmt(b['throughput'])} | {_gates(b)} |")
-    for b in report["builds"]:
-        lines += ["", f"## {b['name']}", ""] + _details(b)
-    c = report["cache"]
+    for b in report.builds:
+        lines.append(f"| {b.name} | {_status(b)} | {_ms(b, 'median')} | {_ms(b, 'p99')} | "
+                     f"{_fmt(b.throughput)} | {_gates(b)} |")
+    for b in report.builds:
+        lines += ["", f"## {b.name}", ""] + _details(b)
+    c = report.cache
     lines += ["", "## Cache", "", f"hits {c['hits']}, misses {c['misses']}, hit rate {c['hit_rate']:.2f}, "
               f"mean hit {c['mean_hit_seconds'] * 1000:.1f} ms, mean miss {c['mean_miss_seconds']:.2f} s, "
               f"T_avg {c['mean_access_seconds']:.3f} s"]
     return "\n".join(lines) + "\n"
 
 
-def _status(b: dict) -> str:
-    if any(s["status"] == "failed" for s in b["stages"].values()):
+def _status(b: BuildReport) -> str:
+    if b.stage_failed:
         return "stage failed"
-    if not b["validation"]["ran"]:
-        return "built, not run here" if b["passed"] else "not run here (fails)"
-    return "passed" if b["passed"] else "gate failed"
+    if not b.validation.ran:
+        return "built, not run here" if b.passed else "not run here (fails)"
+    return "passed" if b.passed else "gate failed"
 
 
-def _gates(b: dict) -> str:
-    failed = [g for g in b["gates"] if not g["passed"]]
-    if not b["gates"]:
+def _gates(b: BuildReport) -> str:
+    failed = [g for g in b.gates if not g.passed]
+    if not b.gates:
         return "none"
     if not failed:
-        return f"{len(b['gates'])} passed"
-    return "; ".join(f"**{g['name']}** {_fmt(g['value'])} (limit {_fmt(g['limit'])})" for g in failed)
+        return f"{len(b.gates)} passed"
+    return "; ".join(f"**{g.name}** {_fmt(g.value)} (limit {_fmt(g.limit)})" for g in failed)
 
 
-def _details(b: dict) -> list[str]:
-    out = [f"- artifact: `{b['artifact']}`" + (f" ({b['artifact_bytes']} bytes)" if b["artifact_bytes"] else "")]
-    if b.get("bound_inputs"):
+def _details(b: BuildReport) -> list[str]:
+    out = [f"- artifact: `{b.artifact}`" + (f" ({b.artifact_bytes} bytes)" if b.artifact_bytes else "")]
+    if b.bound_inputs:
         out.append("- bound inputs (constants in the library, not its arguments): "
-                   + ", ".join(f"{name} = {value}" for name, value in b["bound_inputs"].items()))
-    out += [f"- {stage}: {stage_time(s)}" + (f": {s['error']}" if s.get("error") else "")
-            for stage, s in b["stages"].items()]
-    if not b["validation"]["ran"]:
-        out.append(f"- not validated: {b['validation']['reason']}")
-    if b["gates"]:
+                   + ", ".join(f"{name} = {value}" for name, value in b.bound_inputs.items()))
+    out += [f"- {stage}: {stage_time(s)}" + (f": {s.error}" if s.error else "") for stage, s in b.stages.items()]
+    if not b.validation.ran:
+        out.append(f"- not validated: {b.validation.reason}")
+    if b.gates:
         out += ["", "| gate | value | limit | result |", "| --- | --- | --- | --- |"]
-        out += [f"| {g['name']} | {_fmt(g['value'])} | {_fmt(g['limit'])} | {'pass' if g['passed'] else '**FAIL**'} |"
-                for g in b["gates"]]
-    if b["accuracy"]:
+        out += [f"| {g.name} | {_fmt(g.value)} | {_fmt(g.limit)} | {'pass' if g.passed else '**FAIL**'} |"
+                for g in b.gates]
+    if b.accuracy:
         out += ["", "| output | max abs | max rel | cosine | SQNR dB | top-1 |", "| --- | --- | --- | --- | --- | --- |"]
         out += [f"| {name} | {_fmt(a['max_abs'])} | {_fmt(a['max_rel'])} | {_fmt(a['cosine'])} | "
-                f"{_fmt(a['sqnr_db'])} | {_fmt(a.get('top1_agreement'))} |" for name, a in b["accuracy"].items()]
+                f"{_fmt(a['sqnr_db'])} | {_fmt(a.get('top1_agreement'))} |" for name, a in b.accuracy.items()]
     out += _quantization(b)
-    out += _tuning(b.get("tuning"))
+    out += _tuning(b.tuning)
     out += _fusion_and_memory(b)
-    if b["latency_ms"]:
-        t = b["latency_ms"]
+    if b.latency_ms:
+        t = b.latency_ms
         out += ["", f"Latency over {t['runs']} runs (ms): min {_fmt(t['min'])}, mean {_fmt(t['mean'])}, "
                 f"p50 {_fmt(t['median'])}, p90 {_fmt(t['p90'])}, p99 {_fmt(t['p99'])}, p99.9 {_fmt(t['p99.9'])}, "
-                f"max {_fmt(t['max'])}, CV {t['cv']:.1%}; cold (load + first run) {_fmt(b['cold_ms'])} ms; "
-                f"peak RSS {b['peak_rss_bytes'] / 2**20:.1f} MiB. Percentiles: {t['percentile_method']}."]
-        if b.get("scaling"):
-            sc = b["scaling"]
+                f"max {_fmt(t['max'])}, CV {t['cv']:.1%}; cold (load + first run) {_fmt(b.cold_ms)} ms; "
+                f"peak RSS {b.peak_rss_bytes / 2**20:.1f} MiB. Percentiles: {t['percentile_method']}."]
+        if b.scaling:
+            sc = b.scaling
             points = ", ".join(f"{p}: {m:.3g} ms" for p, m in zip(sc["threads"], sc["median_ms"]))
             f = sc["parallel_fraction"]
             out.append(f"\nScaling (median latency by thread count): {points}; Amdahl parallel fraction "
                        f"f = {f:.2f}, so more cores could give at most {1 / (1 - f) if f < 1 else float('inf'):.1f}x.")
-        out += _roofline(b.get("roofline"))
+        out += _roofline(b.roofline)
         if t["cv"] > 0.05:
             out.append(f"\n> Warning: the coefficient of variation is {t['cv']:.0%}: the machine was noisy.")
     return out
@@ -82,8 +83,8 @@ def _tuning(t: dict | None) -> list[str]:
                 f"{t['trials_measured_now']} measured by this run."]
 
 
-def _quantization(b: dict) -> list[str]:
-    q = b.get("quantization")
+def _quantization(b: BuildReport) -> list[str]:
+    q = b.quantization
     if not q:
         return []
     out = ["", f"int8 ({q['scheme']}, {'per-channel' if q['per_channel'] else 'per-tensor'} weights, "
@@ -91,16 +92,16 @@ def _quantization(b: dict) -> list[str]:
            f"{mb(q['weight_bytes_fp32'])} -> {mb(q['weight_bytes_int8'])} (/{q['weight_ratio']:.1f})"
            + _preparation(q) + "."]
     out += [f"\n> Warning: {w}" for w in q["warnings"]]
-    if b.get("vs_float"):
-        v = b["vs_float"]
-        out += ["", f"Latency {b['latency_ms']['median']:.3f} ms against {v['latency_ms']:.3f} ms for "
-                    f"`{v['build']}`: {v['latency_ratio']:.2f}x."]
-    if b.get("accuracy_vs_qdq"):
+    if b.vs_float:
+        v = b.vs_float
+        out += ["", f"Latency {b.latency_ms['median']:.3f} ms against {v.latency_ms:.3f} ms for "
+                    f"`{v.build}`: {v.latency_ratio:.2f}x."]
+    if b.accuracy_vs_qdq:
         out += ["", "| output | vs onnxruntime QDQ: max abs | cosine |", "| --- | --- | --- |"]
-        out += [f"| {name} | {_fmt(a['max_abs'])} | {_fmt(a['cosine'])} |" for name, a in b["accuracy_vs_qdq"].items()]
-    if q.get("float_candidates") and _accuracy_gate_failed(b):
+        out += [f"| {name} | {_fmt(a['max_abs'])} | {_fmt(a['cosine'])} |" for name, a in b.accuracy_vs_qdq.items()]
+    if q.get("float_candidates") and b.accuracy_gate_failed:
         out += _float_candidates(q)
-    if q.get("layers") and _accuracy_gate_failed(b):
+    if q.get("layers") and b.accuracy_gate_failed:
         jump = q.get("first_jump")
         lead = "" if q.get("float_candidates") else "An accuracy gate failed. "
         out += ["", lead + "SQNR of int8 against fp32 activations, in execution order"
@@ -147,13 +148,6 @@ def _preparation(q: dict) -> str:
     return "; " + ", ".join(done) if done else ""
 
 
-ACCURACY_GATES = ("max_abs_error", "max_rel_error", "min_cosine", "min_sqnr_db", "min_top1_agreement")
-
-
-def _accuracy_gate_failed(b: dict) -> bool:
-    return any(g["name"] in ACCURACY_GATES and not g["passed"] for g in b["gates"])
-
-
 def _roofline(r: dict | None) -> list[str]:
     if not r or not r["kernels"]:
         return []
@@ -166,9 +160,9 @@ def _roofline(r: dict | None) -> list[str]:
     return out
 
 
-def _fusion_and_memory(b: dict) -> list[str]:
+def _fusion_and_memory(b: BuildReport) -> list[str]:
     out = []
-    f, m = b.get("fusion"), b.get("memory")
+    f, m = b.fusion, b.memory
     if f:
         out += ["", f"Fusion: {f['operators']} operators -> {f['kernels']} kernels; estimated memory traffic "
                 f"{mb(f['traffic_bytes_before'])} -> {mb(f['traffic_bytes_after'])} (/{f['traffic_ratio']:.2f})."]
@@ -182,10 +176,10 @@ def _fusion_and_memory(b: dict) -> list[str]:
         out += ["", f"Memory for {m['intermediates']} intermediates: naive {mb(m['naive_bytes'])}, planned "
                 f"{mb(m['planned_bytes'])} ({m['planned_over_naive']:.2f} of naive), lower bound "
                 f"{mb(m['lower_bound_bytes'])} (planned is {m['planned_over_bound']:.2f}x the bound){rss}."]
-    layout = (b.get("schedule") or {}).get("layout") or ""
+    layout = (b.schedule or {}).get("layout") or ""
     if layout.startswith("model ("):
         out += ["", f"Layout: the model's own, channels-last was refused: {layout.removeprefix('model (')[:-1]}."]
-    refused = (b.get("schedule") or {}).get("kernels") or {}
+    refused = (b.schedule or {}).get("kernels") or {}
     if refused:
         named = ", ".join(f"{k} {n}" for k, n in list(refused.items())[:5]) + (", ..." if len(refused) > 5 else "")
         out += ["", f"Default schedule: TVM refused {sum(refused.values())} steps in {len(refused)} kernels ({named}); "
@@ -200,35 +194,35 @@ def mb(n: int | None) -> str:
     return f"{n / 1e6:.1f} MB" if n >= 1e6 else f"{n / 1e3:.1f} kB"
 
 
-def stage_time(stage: dict) -> str:
+def stage_time(stage: StageRun) -> str:
     """'built in 16.1 s', or 'cached; built in 16.1 s': a no-op run keeps the time of the build it reuses."""
-    if stage["status"] == "cached" and stage.get("built_seconds") is not None:
-        return f"cached; built in {stage['built_seconds']:.2f} s"
-    return f"{stage['status']} in {stage['seconds']:.2f} s"
+    if stage.status == "cached" and stage.built_seconds is not None:
+        return f"cached; built in {stage.built_seconds:.2f} s"
+    return f"{stage.status} in {stage.seconds:.2f} s"
 
 
-def summary_line(b: dict) -> str | None:
+def summary_line(b: BuildReport) -> str | None:
     """One line per build for the terminal: ops -> kernels, traffic ratio, memory naive -> planned (bound)."""
-    f, m = b.get("fusion"), b.get("memory")
+    f, m = b.fusion, b.memory
     if not f or not m:
         return None
-    return (f"{b['name']}  ops {f['operators']} -> kernels {f['kernels']}  traffic /{f['traffic_ratio']:.1f}  "
+    return (f"{b.name}  ops {f['operators']} -> kernels {f['kernels']}  traffic /{f['traffic_ratio']:.1f}  "
             f"memory {mb(m['naive_bytes'])} -> {mb(m['planned_bytes'])} (bound {mb(m['lower_bound_bytes'])})")
 
 
-def outcome_line(b: dict) -> str:
+def outcome_line(b: BuildReport) -> str:
     """What a person wants at the end of a build: speed, the accuracy figure closest to failing, the artifact."""
-    parts = [b["name"]]
-    latency = b.get("latency_ms")
+    parts = [b.name]
+    latency = b.latency_ms
     if latency:
         parts.append(f"p50 {latency['median']:.3g} ms  p99 {latency['p99']:.3g} ms  {latency['throughput']:.4g}/s")
-    elif not b["validation"]["ran"]:
-        parts.append(f"not validated: {b['validation']['reason']}")
+    elif not b.validation.ran:
+        parts.append(f"not validated: {b.validation.reason}")
     worst = worst_accuracy(b)
     if worst:
         parts.append(worst)
-    if b.get("artifact"):
-        parts.append(b["artifact"])
+    if b.artifact:
+        parts.append(b.artifact)
     return "  ".join(parts)
 
 
@@ -237,21 +231,21 @@ _ACCURACY = (("min_cosine", "cosine"), ("max_abs_error", "max_abs"), ("max_rel_e
              ("min_sqnr_db", "sqnr_db"), ("min_top1_agreement", "top1_agreement"))
 
 
-def worst_accuracy(b: dict) -> str | None:
+def worst_accuracy(b: BuildReport) -> str | None:
     """A failed accuracy gate's figure, else the first gated one of cosine, max abs, max rel, SQNR, top-1, as
     'cosine 0.99987 (gate >= 0.9999)'; with no accuracy gate, the worst output's cosine."""
-    gates = {g["name"]: g for g in b["gates"] if g.get("applicable", True) and g["value"] is not None}
+    gates = {g.name: g for g in b.gates if g.applicable and g.value is not None}
     gated = [(g, figure) for name, figure in _ACCURACY if (g := gates.get(name))]
     if gated:
-        gate, figure = next(((g, f) for g, f in gated if not g["passed"]), gated[0])
-        sign = ">=" if gate["name"].startswith("min") else "<="
-        return f"{figure} {gate['value']:.6g} (gate {sign} {gate['limit']:.6g}{'' if gate['passed'] else ', FAILED'})"
-    cosines = [out["cosine"] for out in (b.get("accuracy") or {}).values() if "cosine" in out]
+        gate, figure = next(((g, f) for g, f in gated if not g.passed), gated[0])
+        sign = ">=" if gate.name.startswith("min") else "<="
+        return f"{figure} {gate.value:.6g} (gate {sign} {gate.limit:.6g}{'' if gate.passed else ', FAILED'})"
+    cosines = [out["cosine"] for out in (b.accuracy or {}).values() if "cosine" in out]
     return f"cosine {min(cosines):.6g}" if cosines else None
 
 
-def _ms(b: dict, stat: str) -> str:
-    return _fmt(b["latency_ms"][stat]) if b["latency_ms"] else "-"
+def _ms(b: BuildReport, stat: str) -> str:
+    return _fmt(b.latency_ms[stat]) if b.latency_ms else "-"
 
 
 def _fmt(x) -> str:

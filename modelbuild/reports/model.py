@@ -1,54 +1,145 @@
-"""The report model: what a run built, what it measured and which gates passed, as plain JSON data.
+"""The report model: what a run built, what it measured and which gates passed.
 
-Schema "modelbuild.report/1" (report.schema.json beside this file) is what CI scripts may rely on; fields
-are only ever added within a version.
+`Report.to_json()` is schema "modelbuild.report/1" (report.schema.json beside this file), what CI scripts may
+rely on; fields are only ever added within a version. The renderers read the typed model; the figures inside a
+build (latency, fusion, memory, quantization, ...) stay the JSON objects their stages wrote, described by the
+schema.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import asdict, dataclass, field, fields
 
 from modelbuild.build.events import NodeResult, Status
 from modelbuild.build.scheduler import RunResult
 from modelbuild.pipeline.names import float_build_of, model_of, quantization_of, target_of
 from modelbuild.pipeline.registry import ANALYSIS, METRICS, QUANTIZE_SUMMARY, TUNE_SUMMARY
 from modelbuild.validation import gates
+from modelbuild.validation.gates import GateResult
 from modelbuild.validation.measured import Measured
 from modelbuild.versions import tool_versions
 
 SCHEMA_ID = "modelbuild.report/1"
 
 
-def collect(project, run: RunResult, *, cache: dict | None = None) -> dict:
+@dataclass(frozen=True)
+class StageRun:
+    """One stage of a build as this run saw it."""
+
+    status: str  # cached, built, failed, skipped, stale
+    seconds: float
+    key: str | None
+    built_seconds: float | None = None  # a cached stage: how long the build that produced it took
+    error: str | None = None
+    log: str | None = None
+
+    def to_json(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if v is not None or k == "key"}
+
+
+@dataclass(frozen=True)
+class Validation:
+    ran: bool
+    reason: str | None = None  # why there are no accuracy or timing figures
+
+
+@dataclass(frozen=True)
+class VsFloat:
+    """A quantized build's latency against the float build of the same model and target."""
+
+    build: str
+    latency_ms: float
+    latency_ratio: float
+
+
+@dataclass
+class BuildReport:
+    """One build (model, target, quantization): its stages, figures and gates. In JSON, in this field order."""
+
+    name: str
+    model: str = ""
+    target: str = ""
+    artifact: str | None = None
+    bound_inputs: dict[str, float] = field(default_factory=dict)
+    stages: dict[str, StageRun] = field(default_factory=dict)
+    validation: Validation = Validation(ran=False)
+    accuracy: dict[str, dict] | None = None  # per output, graph order
+    quantization: dict | None = None  # the quantize stage's summary
+    tuning: dict | None = None
+    accuracy_vs_qdq: dict[str, dict] | None = None
+    latency_ms: dict | None = None
+    cold_ms: float | None = None
+    throughput: float | None = None
+    scaling: dict | None = None
+    roofline: dict | None = None
+    artifact_bytes: int | None = None
+    peak_rss_bytes: int | None = None
+    fusion: dict | None = None
+    schedule: dict | None = None
+    memory: dict | None = None
+    gates: list[GateResult] = field(default_factory=list)
+    passed: bool = False
+    provenance: dict | None = None
+    vs_float: VsFloat | None = None
+
+    @property
+    def stage_failed(self) -> bool:
+        return any(s.status == "failed" for s in self.stages.values())
+
+    @property
+    def accuracy_gate_failed(self) -> bool:
+        return any(g.name in ACCURACY_GATES and not g.passed for g in self.gates)
+
+    def to_json(self) -> dict:
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["stages"] = {stage: s.to_json() for stage, s in self.stages.items()}
+        out["validation"] = asdict(self.validation)
+        out["gates"] = [g.as_dict() for g in self.gates]
+        out["vs_float"] = asdict(self.vs_float) if self.vs_float else None
+        return out
+
+
+ACCURACY_GATES = ("max_abs_error", "max_rel_error", "min_cosine", "min_sqnr_db", "min_top1_agreement")
+
+
+@dataclass
+class Report:
+    """Every build of one run, failures first, with the cache's figures."""
+
+    passed: bool
+    recipe: str
+    builds: list[BuildReport]
+    cache: dict  # hits, misses, hit_rate, mean_hit_seconds, mean_miss_seconds, mean_access_seconds
+    schema: str = SCHEMA_ID
+
+    def to_json(self) -> dict:
+        return {"schema": self.schema, "passed": self.passed, "recipe": self.recipe,
+                "builds": [b.to_json() for b in self.builds], "cache": self.cache}
+
+
+def collect(project, run: RunResult, *, cache: dict | None = None) -> Report:
     """The report of one run over every build of the plan that ran."""
     builds = [_build(project, run, name) for name in project.plan.builds
               if all(n in run.results for n in project.plan.builds[name])]
     compare_with_float(builds)
-    builds.sort(key=lambda b: (b["passed"], b["name"]))  # failures first
-    return {
-        "schema": SCHEMA_ID,
-        "passed": all(b["passed"] for b in builds),
-        "recipe": str(project.recipe.path),
-        "builds": builds,
-        "cache": cache if cache is not None else run.stats.as_dict(),
-    }
+    builds.sort(key=lambda b: (b.passed, b.name))  # failures first
+    return Report(passed=all(b.passed for b in builds), recipe=str(project.recipe.path), builds=builds,
+                  cache=cache if cache is not None else run.stats.as_dict())
 
 
-def compare_with_float(builds: list[dict]) -> None:
+def compare_with_float(builds: list[BuildReport]) -> None:
     """Give each quantized build the latency of the float build of the same model and target, where the
     recipe has one: the speed-up is the point of quantizing."""
-    by_name = {b["name"]: b for b in builds}
+    by_name = {b.name: b for b in builds}
     for build in builds:
-        reference = by_name.get(float_build_of(build["name"]) or "")
-        ours, theirs = build.get("latency_ms"), (reference or {}).get("latency_ms")
-        if ours and theirs:
-            build["vs_float"] = {"build": reference["name"], "latency_ms": theirs["median"],
-                                 "latency_ratio": ours["median"] / theirs["median"]}
-        else:
-            build["vs_float"] = None
+        reference = by_name.get(float_build_of(build.name) or "")
+        ours, theirs = build.latency_ms, reference.latency_ms if reference else None
+        build.vs_float = (VsFloat(reference.name, theirs["median"], ours["median"] / theirs["median"])
+                          if ours and theirs else None)
 
 
-def _build(project, run: RunResult, name: str) -> dict:
+def _build(project, run: RunResult, name: str) -> BuildReport:
     model, target = model_of(name), target_of(name)
     # the int8 build's second reference (onnxruntime's QDQ model) is read through validate's metrics
     nodes = {run.results[n].stage: run.results[n] for n in project.plan.builds[name] if not n.startswith("reference-qdq:")}
@@ -59,30 +150,30 @@ def _build(project, run: RunResult, name: str) -> dict:
     results = gates.evaluate(spec, metrics, _baseline(project, spec, name))
     stages_ok = all(r.status in (Status.BUILT, Status.CACHED) for r in nodes.values())
     measured = metrics or NOT_MEASURED
-    return {
-        "name": name, "model": model, "target": target,
-        "artifact": _artifact(project, name),
-        "bound_inputs": {n: i.value for n, i in project.recipe.spec.models[model].inputs.items() if i.value is not None},
-        "stages": {stage: _stage(r) for stage, r in nodes.items()},
-        "validation": {"ran": measured.ran, "reason": _not_validated(nodes, metrics)},
-        "accuracy": measured.accuracy,
-        "quantization": quantization,
-        "tuning": _tuning(_output_json(project, nodes.get("tune"), TUNE_SUMMARY), nodes.get("tune")),
-        "accuracy_vs_qdq": measured.accuracy_vs_qdq,
-        "latency_ms": measured.latency_ms,
-        "cold_ms": measured.cold_ms,
-        "throughput": measured.latency_ms["throughput"] if measured.latency_ms else None,
-        "scaling": measured.scaling,
-        "roofline": measured.roofline,
-        "artifact_bytes": measured.artifact_bytes,
-        "peak_rss_bytes": measured.peak_rss_bytes,
-        "fusion": figures.get("fusion"),
-        "schedule": figures.get("schedule"),
-        "memory": _memory(figures.get("memory"), measured),
-        "gates": [g.as_dict() for g in results],
-        "passed": stages_ok and all(g.passed for g in results),
-        "provenance": _provenance(project, nodes, spec, measured),
-    }
+    return BuildReport(
+        name=name, model=model, target=target,
+        artifact=_artifact(project, name),
+        bound_inputs={n: i.value for n, i in project.recipe.spec.models[model].inputs.items() if i.value is not None},
+        stages={stage: _stage(r) for stage, r in nodes.items()},
+        validation=Validation(measured.ran, _not_validated(nodes, metrics)),
+        accuracy=measured.accuracy,
+        quantization=quantization,
+        tuning=_tuning(_output_json(project, nodes.get("tune"), TUNE_SUMMARY), nodes.get("tune")),
+        accuracy_vs_qdq=measured.accuracy_vs_qdq,
+        latency_ms=measured.latency_ms,
+        cold_ms=measured.cold_ms,
+        throughput=measured.latency_ms["throughput"] if measured.latency_ms else None,
+        scaling=measured.scaling,
+        roofline=measured.roofline,
+        artifact_bytes=measured.artifact_bytes,
+        peak_rss_bytes=measured.peak_rss_bytes,
+        fusion=figures.get("fusion"),
+        schedule=figures.get("schedule"),
+        memory=_memory(figures.get("memory"), measured),
+        gates=results,
+        passed=stages_ok and all(g.passed for g in results),
+        provenance=_provenance(project, nodes, spec, measured),
+    )
 
 
 NOT_MEASURED = Measured(ran=False)  # a build with no validate stage, or one that failed
@@ -108,15 +199,10 @@ def _tuning(summary: dict | None, result: NodeResult | None) -> dict | None:
             "estimated_latency_us": summary["estimated_latency_us"]}
 
 
-def _stage(result: NodeResult) -> dict:
-    out = {"status": result.status.value, "seconds": round(result.seconds, 4), "key": result.key}
-    if result.built_seconds is not None:
-        out["built_seconds"] = round(result.built_seconds, 4)
-    if result.error:
-        out["error"] = result.error
-    if result.log:
-        out["log"] = result.log
-    return out
+def _stage(result: NodeResult) -> StageRun:
+    built = round(result.built_seconds, 4) if result.built_seconds is not None else None
+    return StageRun(result.status.value, round(result.seconds, 4), result.key, built, result.error or None,
+                    result.log or None)
 
 
 def _metrics(project, result: NodeResult | None) -> Measured | None:

@@ -7,15 +7,16 @@ from pathlib import Path
 
 from modelbuild.fsutil import write_atomic
 from modelbuild.reports import junit, markdown
+from modelbuild.reports.model import Report
 
 FILES = {
-    "report.json": lambda r: json.dumps(r, indent=2, allow_nan=False),
+    "report.json": lambda r: json.dumps(r.to_json(), indent=2, allow_nan=False),
     "report.md": markdown.render,
     "junit.xml": junit.render,
 }
 
 
-def write_reports(report: dict, build_dir: Path) -> list[Path]:
+def write_reports(report: Report, build_dir: Path) -> list[Path]:
     """Write report.json, report.md and junit.xml; return their paths."""
     paths = []
     for name, render in FILES.items():
