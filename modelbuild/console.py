@@ -10,7 +10,7 @@ import os
 import sys
 import time
 
-from modelbuild.build.events import NodeFinished, NodeProgress, NodeResult, NodeStarted, Status
+from modelbuild.build.events import NodeFinished, NodeProgress, NodeResult, NodeStarted, NodeWaiting, Status
 from modelbuild.progress import describe
 
 STYLES = {
@@ -90,6 +90,10 @@ class LiveReporter:
             if not self.live and now - self.printed_at.get(event.node, 0) >= PLAIN_PROGRESS_SECONDS:
                 self.printed_at[event.node] = now
                 self.console.print(f"progress {event.node}  {self.notes[event.node]}", markup=False)
+        elif isinstance(event, NodeWaiting):
+            who = event.holder or "another build"
+            self.console.print(f"waiting  {event.node}  {who} is building the same key; its result will be reused",
+                               markup=False)
         elif isinstance(event, NodeFinished):
             result = event.result
             self.states[result.node] = (result.status, result.seconds)

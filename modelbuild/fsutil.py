@@ -32,6 +32,7 @@ def write_atomic(path: Path, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    fsync_folder(path.parent)
 
 
 def copy_atomic(src: Path, dst: Path) -> None:
@@ -48,3 +49,14 @@ def copy_atomic(src: Path, dst: Path) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    fsync_folder(dst.parent)
+
+
+def fsync_folder(folder: Path) -> None:
+    """Make a rename in `folder` durable: without it, a power cut can lose the new name though the bytes were
+    synced."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

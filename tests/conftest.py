@@ -12,13 +12,18 @@ from modelbuild.pipeline import registry
 REPO = Path(__file__).resolve().parents[1]
 
 
+# fast fakes that run the same way as the TVM stages, in worker processes
+FAKE_STAGES = {
+    "import": Stage("import", "tests.fake_stages:import_", ("onnx",), "fake", outputs=("ir.json", "signature.json")),
+    "compile": Stage("compile", "tests.fake_stages:compile_", ("tvm",), "fake", outputs=("{library}", "analysis.json")),
+}
+
+
 @pytest.fixture
 def fake_stages(monkeypatch):
-    """Swap the TVM stages for fast fakes that run the same way, in worker processes."""
-    monkeypatch.setitem(registry.STAGES, "import", Stage("import", "tests.fake_stages:import_", ("onnx",), "fake",
-                                                         outputs=("ir.json", "signature.json")))
-    monkeypatch.setitem(registry.STAGES, "compile", Stage("compile", "tests.fake_stages:compile_", ("tvm",), "fake",
-                                                          outputs=("{library}", "analysis.json")))
+    """Swap the TVM stages for the fakes."""
+    for name, stage in FAKE_STAGES.items():
+        monkeypatch.setitem(registry.STAGES, name, stage)
 
 
 def write_fake_model(path: Path, graph: list[str], **extra) -> Path:

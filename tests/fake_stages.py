@@ -30,6 +30,8 @@ def import_(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(out / "ir.json"))
     if model.get("crash"):
         os._exit(11)  # a worker that dies as a segfault in native code would
+    if model.get("pidfile"):  # says which process runs the stage, for tests that kill its parent
+        Path(model["pidfile"]).write_text(str(os.getpid()))
     if model.get("progress"):
         from modelbuild import progress
 

@@ -111,9 +111,10 @@ def test_cache_stats_and_clean(fake_project, capsys):
     tuned.write_text("hours of measurements")
     code, out, _ = run_cli(capsys, root, "clean", "--all")
     assert code == 0 and "kept tuning databases" in out
-    assert [p.name for p in (root / ".cache").iterdir()] == ["tuning"] and tuned.exists()
+    # the store lock stays: a build starting meanwhile must find the file clean holds, not a new one
+    assert sorted(p.name for p in (root / ".cache").iterdir()) == ["store.lock", "tuning"] and tuned.exists()
     assert run_cli(capsys, root, "clean", "--all", "--tuning")[0] == 0
-    assert not any((root / ".cache").iterdir())
+    assert [p.name for p in (root / ".cache").iterdir()] == ["store.lock"]
 
 
 def test_clean_tuning_alone_is_a_usage_error(fake_project, capsys):

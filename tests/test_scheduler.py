@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 
 from modelbuild.build.events import Status
@@ -189,14 +190,48 @@ def test_dry_run_runs_nothing_and_says_why(fake_project):
     assert after["import:a"] is Status.STALE  # the dry run recorded nothing
 
 
-def test_deleted_cache_object_is_rebuilt_not_trusted(fake_project):
+def damage_keeping_mtime(path):
+    """Flip one byte and put the old timestamps back, as bit rot leaves a file."""
+    st = path.stat()
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def test_a_damaged_cache_object_is_caught_when_it_is_next_published_and_rebuilt(fake_project):
     root, _ = fake_project
     run, _ = build(root)
     digest = run.results["compile:a@cpu"].outputs["model.so"]
-    obj = root / ".cache/objects" / digest[:2] / digest
-    obj.write_text("damaged")
+    damage_keeping_mtime(root / ".cache/objects" / digest[:2] / digest)
     _, statuses = build(root)
+    assert statuses["compile:a@cpu"] is Status.CACHED  # build/ holds intact bytes: the object is not read
+    shutil.rmtree(root / "build")
+    run, statuses = build(root)
     assert statuses["compile:a@cpu"] is Status.BUILT
+    assert [str(r) for r in run.results["compile:a@cpu"].reasons] == ["cached output missing or damaged"]
+    assert json.loads((root / "build/a/cpu/model.so").read_text())["ir"]["graph"] == ["conv", "relu"]
+
+
+def test_a_published_library_damaged_with_its_mtime_kept_is_replaced_by_the_next_build(fake_project):
+    root, _ = fake_project
+    build(root)
+    published = root / "build/a/cpu/model.so"
+    intact = published.read_bytes()
+    damage_keeping_mtime(published)
+    _, statuses = build(root)
+    assert set(statuses.values()) == {Status.CACHED} and published.read_bytes() == intact
+
+
+def test_a_damaged_upstream_output_is_rebuilt_before_the_stage_that_reads_it(fake_project):
+    root, write = fake_project
+    run, _ = build(root)
+    digest = run.results["import:a"].outputs["ir.json"]
+    damage_keeping_mtime(root / ".cache/objects" / digest[:2] / digest)
+    write(cores=4)  # compile must run, and reads import's output
+    run, statuses = build(root)
+    assert statuses["import:a"] is Status.BUILT and statuses["compile:a@cpu"] is Status.BUILT
+    assert [str(r) for r in run.results["import:a"].reasons] == ["cached output missing or damaged"]
 
 
 def test_a_running_stage_reports_its_progress(fake_project, tmp_path_factory):

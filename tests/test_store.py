@@ -1,8 +1,13 @@
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
+
 import pytest
 
-from modelbuild.build.store import ActionResult, Stats, Store
+from modelbuild.build.store import ActionResult, DamagedObject, Stats, Store
 
 
 def stored(tmp_path, content: bytes = b"library"):
@@ -20,13 +25,40 @@ def test_record_then_lookup(tmp_path):
     assert store.lookup("k2") is None
 
 
-def test_an_entry_whose_object_is_damaged_or_gone_does_not_count(tmp_path):
+def test_a_damaged_object_is_caught_when_used_and_removed_so_the_next_lookup_misses(tmp_path):
     store, digest = stored(tmp_path)
     store.record("k", ActionResult("compile", "n", {"lib.so": digest}, 1.0))
     store.object_path(digest).write_bytes(b"tampered")
+    assert store.lookup("k") is not None  # present: lookups stat, they do not hash
+    with pytest.raises(DamagedObject):
+        store.materialize(digest, tmp_path / "build/model.so")
+    assert not (tmp_path / "build/model.so").exists()
     assert store.lookup("k") is None
-    store.object_path(digest).unlink()
+
+
+def test_an_entry_edited_to_name_another_object_is_not_served(tmp_path):
+    store, digest = stored(tmp_path, b"good")
+    other = store.put_object(write(tmp_path / "evil.so", b"evil"))
+    store.record("k", ActionResult("compile", "n", {"lib.so": digest}, 1.0))
+    entry = store.root / "actions/k/k.json"
+    entry.write_text(entry.read_text().replace(digest, other))
     assert store.lookup("k") is None
+
+
+def test_with_a_signing_key_unsigned_and_wrongly_signed_entries_are_rejected(tmp_path):
+    unsigned, digest = stored(tmp_path)
+    unsigned.record("k", ActionResult("compile", "n", {"lib.so": digest}, 1.0))
+    assert Store(unsigned.root, key=b"team").lookup("k") is None
+    Store(unsigned.root, key=b"intruder").record("k", ActionResult("compile", "n", {"lib.so": digest}, 1.0))
+    assert Store(unsigned.root, key=b"team").lookup("k") is None
+    Store(unsigned.root, key=b"team").record("k", ActionResult("compile", "n", {"lib.so": digest}, 1.0))
+    assert Store(unsigned.root, key=b"team").lookup("k").outputs == {"lib.so": digest}
+    assert Store(unsigned.root).lookup("k") is not None  # a reader without the key checks the digest only
+
+
+def write(path, data: bytes):
+    path.write_bytes(data)
+    return path
 
 
 def test_recording_outputs_that_are_not_stored_is_refused(tmp_path):
@@ -61,3 +93,57 @@ def test_usage_counts_entries_and_bytes(tmp_path):
     store, digest = stored(tmp_path, b"12345")
     store.record("k", ActionResult("s", "n", {"f": digest}, 0.1))
     assert store.usage() == (1, 5)
+
+
+def test_leftovers_of_killed_writes_are_not_counted_and_are_listed_for_removal(tmp_path):
+    store, digest = stored(tmp_path, b"12345")
+    store.record("k", ActionResult("s", "n", {"f": digest}, 0.1))
+    half = store.object_path(digest).parent / f".{digest}.abc.tmp"
+    half.write_bytes(b"123")
+    scratch = store.scratch("compile-")
+    assert store.usage() == (1, 5)
+    assert set(store.leftovers()) == {half, scratch}
+
+
+READ_ONLY_RUN = """
+import sys
+from modelbuild.build.store import Stats, Store
+store = Store(sys.argv[1])
+assert not store.writable
+assert store.lookup("k") is not None
+store.add_stats(Stats(hits=1))
+store.flush()
+print("|".join(store.notes))
+"""
+
+
+def run_on_read_only(cache) -> subprocess.CompletedProcess:
+    """Run READ_ONLY_RUN against `cache` made read-only: by permissions for a normal user; for root, whom
+    permissions do not stop, by a read-only bind mount in a private mount namespace."""
+    command = [sys.executable, "-c", READ_ONLY_RUN, str(cache)]
+    if os.getuid() != 0:
+        folders = [cache, *(p for p in cache.rglob("*") if p.is_dir())]
+        for folder in folders:
+            folder.chmod(0o555)
+        try:
+            return subprocess.run(command, capture_output=True, text=True)
+        finally:
+            for folder in folders:
+                folder.chmod(0o755)
+    if shutil.which("unshare") is None:
+        pytest.skip("running as root without unshare(1): cannot make a read-only cache")
+    script = 'mount --bind -o ro "$0" "$0" && exec "$@"'
+    done = subprocess.run(["unshare", "-m", "sh", "-c", script, str(cache), *command], capture_output=True, text=True)
+    if "mount" in done.stderr and done.returncode != 0:
+        pytest.skip(f"root, but this machine refuses a private read-only mount: {done.stderr.strip()}")
+    return done
+
+
+def test_a_read_only_cache_serves_hits_and_writes_nothing(tmp_path):
+    store, digest = stored(tmp_path)
+    store.record("k", ActionResult("s", "n", {"f": digest}, 0.1))
+    before = sorted((p, p.stat().st_mtime_ns) for p in store.root.rglob("*"))
+    done = run_on_read_only(store.root)
+    assert done.returncode == 0, done.stderr
+    assert sorted((p, p.stat().st_mtime_ns) for p in store.root.rglob("*")) == before
+    assert "hits and misses are not added" in done.stdout and "not memoised" in done.stdout

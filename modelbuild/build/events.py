@@ -53,13 +53,21 @@ class NodeProgress:
 
 
 @dataclass(frozen=True)
+class NodeWaiting:
+    """Another run holds the lock of this node's key: it is building the same thing, and this run will reuse it."""
+
+    node: str
+    holder: str  # 'pid 4242 on ci-7 since 10:42:05', or '' when unknown
+
+
+@dataclass(frozen=True)
 class NodeFinished:
     result: NodeResult
 
 
 class Reporter(Protocol):
-    def __call__(self, event: NodeStarted | NodeProgress | NodeFinished) -> None: ...
+    def __call__(self, event: NodeStarted | NodeProgress | NodeWaiting | NodeFinished) -> None: ...
 
 
-def silent(event: NodeStarted | NodeProgress | NodeFinished) -> None:
+def silent(event: NodeStarted | NodeProgress | NodeWaiting | NodeFinished) -> None:
     """A reporter that ignores everything (library use, tests)."""

@@ -3,26 +3,34 @@
 For each ready node it computes the key from the digests of the node's declared files and of its upstream
 outputs, asks the rebuilder, reuses a cached result or runs the stage in a worker, then records the result in
 the store. It never prints: it reports events.
+
+Builds sharing a store coordinate through its locks: a run holds the store lock shared, and a stage builds
+only under its key's lock; a run that finds the key locked waits (saying for whom) and then reuses what the
+other built. A cached output found damaged when it is used is dropped and its stage runs again.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from modelbuild import progress
-from modelbuild.build.events import NodeFinished, NodeProgress, NodeResult, NodeStarted, Reporter, silent, Status
+from modelbuild.build.events import (NodeFinished, NodeProgress, NodeResult, NodeStarted, NodeWaiting, Reporter,
+                                     silent, Status)
+from modelbuild.build.housekeeping import remove_leftovers
 from modelbuild.build.plan import Node, Plan
 from modelbuild.build.reasons import Reason
 from modelbuild.build.rebuilder import decide_node, Decision
-from modelbuild.build.store import ActionResult, Stats, Store
-from modelbuild.build.worker import execute
+from modelbuild.build.store import ActionResult, DamagedObject, Stats, Store
+from modelbuild.build.worker import die_with_parent, execute
 from modelbuild.errors import StageError
 
 
 PROGRESS_POLL_SECONDS = 0.5
+LOCK_POLL_SECONDS = 0.2
 
 
 @dataclass
@@ -56,11 +64,15 @@ class Scheduler:
         self.report = reporter
         self.run_result = RunResult()
         self._pool = None  # a ProcessPoolExecutor, made when the first stage must run
-        self._running: dict = {}  # a running stage's Future -> (node, decision, key inputs, scratch, started)
+        # a running stage's Future -> (node, decision, key inputs, scratch, started, key lock)
+        self._running: dict = {}
         self._queued: list[tuple[Node, Decision, dict]] = []  # stale, waiting for one of the -j slots
+        self._waiting: list[str] = []  # nodes whose upstream nodes have not finished
+        self._told_waiting: set[str] = set()
         self._progress: dict[str, dict] = {}
 
     def run(self, options: Options = Options()) -> RunResult:
+        lock = self._hold_store(options)
         try:
             self._loop(options)
         finally:
@@ -69,11 +81,25 @@ class Scheduler:
             self.store.flush()
             if not options.dry_run:
                 self.store.add_stats(self.run_result.stats)
+            lock.release()
         return self.run_result
+
+    def _hold_store(self, options: Options):
+        """The store lock, shared with other builds. The first build in (none running) first removes what
+        killed builds left: scratch folders and half-written files."""
+        lock = self.store.store_lock(shared=True)
+        if options.dry_run or not self.store.writable:
+            return lock  # looks only: nothing to protect
+        alone = self.store.store_lock(shared=False)
+        if alone.try_acquire():
+            remove_leftovers(self.store)
+            alone.release()
+        lock.acquire()
+        return lock
 
     # the loop
     def _loop(self, options: Options) -> None:
-        waiting = list(self.plan.nodes)
+        waiting = self._waiting = list(self.plan.nodes)
         stop = False
         while waiting or self._running or self._queued:
             if not stop:
@@ -91,6 +117,9 @@ class Scheduler:
             if self._running:
                 if self._collect() and not options.keep_going:
                     stop = True  # let running stages finish; start nothing new
+                continue
+            if self._queued and not stop:
+                time.sleep(LOCK_POLL_SECONDS)  # every queued stage's key is being built by another run
                 continue
             if stop or (waiting and all(self._readiness(n) == "wait" for n in waiting)):
                 break  # stopped after a failure, or (only with a cycle) nothing can become ready
@@ -120,8 +149,13 @@ class Scheduler:
                                upstream=self._upstream_digests(node), store=self.store)
         inputs = decision.inputs
         if not decision.stale:
-            self._reuse(node, decision, inputs, started, publish=not options.dry_run)
-        elif options.dry_run:
+            try:
+                self._reuse(node, decision, inputs, started, publish=not options.dry_run)
+                return
+            except DamagedObject:
+                self.store.forget(decision.key)
+                decision = Decision(node.id, decision.key, None, [Reason("damaged")], inputs)
+        if options.dry_run:
             self._finish(NodeResult(node.id, node.stage, node.build, Status.STALE, decision.key,
                                     reasons=decision.reasons, inputs=inputs))
         else:
@@ -135,7 +169,7 @@ class Scheduler:
 
     def _stage_inputs(self, node: Node, scratch: Path) -> dict[str, str]:
         """Declared files as they are; upstream outputs hard-linked under their own names (TVM reads the suffix,
-        after resolving symlinks)."""
+        after resolving symlinks), each verified first."""
         paths = {role: str(path) for role, path in (node.files | node.memos).items()}
         for role, (dep, name) in node.deps.items():
             link = scratch / "in" / role / name
@@ -160,26 +194,64 @@ class Scheduler:
 
     # running
     def _start_queued(self, jobs: int) -> None:
-        """Start queued stages while fewer than `jobs` run, so a stage's clock starts when it does."""
-        while self._queued and len(self._running) < jobs:
-            self._submit(*self._queued.pop(0), jobs)
+        """Start queued stages while fewer than `jobs` run, so a stage's clock starts when it does; a stage whose
+        key another run is building waits for it, then reuses its result."""
+        for item in list(self._queued):
+            if len(self._running) >= jobs:
+                return
+            node, decision, inputs = item
+            lock = self.store.key_lock(decision.key)
+            if not lock.try_acquire():
+                if node.id not in self._told_waiting:
+                    self._told_waiting.add(node.id)
+                    self.report(NodeWaiting(node.id, lock.holder()))
+                continue
+            self._queued.remove(item)
+            done_meanwhile = self.store.lookup(decision.key)  # by another run, since this one looked
+            if done_meanwhile is not None:
+                lock.release()
+                self._reuse(node, Decision(node.id, decision.key, done_meanwhile, inputs=inputs), inputs,
+                            time.perf_counter(), publish=True)
+                continue
+            try:
+                self._submit(node, decision, inputs, jobs, lock)
+            except DamagedObject as err:
+                lock.release()
+                self._redo_upstream(node, err)
 
-    def _submit(self, node: Node, decision: Decision, inputs: dict, jobs: int) -> None:
+    def _redo_upstream(self, node: Node, err: DamagedObject) -> None:
+        """An upstream node's cached output was damaged when this node came to read it: forget that result and
+        run both again."""
+        for dep, name in node.deps.values():
+            upstream = self.run_result.results[dep]
+            if upstream.outputs.get(name) == err.digest and upstream.key:
+                self.store.forget(upstream.key)
+                del self.run_result.results[dep]
+                self._waiting.append(dep)
+        self._waiting.append(node.id)
+
+    def _submit(self, node: Node, decision: Decision, inputs: dict, jobs: int, lock) -> None:
         if self._pool is None:
             # spawn, not fork: TVM and onnxruntime hold threads that a forked child would inherit broken.
             # imported here: a build whose stages are all cached never starts a pool, nor pays for its import
             import multiprocessing
             from concurrent.futures import ProcessPoolExecutor
 
-            self._pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
+            self._pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
+                                             initializer=die_with_parent, initargs=(os.getpid(),))
         scratch = self.store.scratch(node.stage + "-")
+        try:
+            paths = self._stage_inputs(node, scratch)
+        except DamagedObject:
+            shutil.rmtree(scratch, ignore_errors=True)
+            raise
         out = scratch / "out"
         out.mkdir()
         log = scratch / "stage.log"
         self.report(NodeStarted(node.id, decision.reasons))
-        future = self._pool.submit(execute, self.plan.stages[node.stage].entry, self._stage_inputs(node, scratch),
+        future = self._pool.submit(execute, self.plan.stages[node.stage].entry, paths,
                                    node.params, str(out), str(log), str(scratch / "progress.jsonl"))
-        self._running[future] = (node, decision, inputs, scratch, time.perf_counter())
+        self._running[future] = (node, decision, inputs, scratch, time.perf_counter(), lock)
 
     def _collect(self) -> bool:
         """Wait for at least one running stage, passing on their progress meanwhile; True if one failed."""
@@ -194,7 +266,7 @@ class Scheduler:
         self._report_progress()  # a stage's last report may land after the last poll
         failed = False
         for future in done:
-            node, decision, inputs, scratch, started = self._running.pop(future)
+            node, decision, inputs, scratch, started, lock = self._running.pop(future)
             seconds = time.perf_counter() - started
             try:
                 seconds = future.result()  # the stage's own time, without the worker's start-up
@@ -205,6 +277,7 @@ class Scheduler:
                 self._fail(node, decision, err, scratch, seconds)
             finally:
                 shutil.rmtree(scratch, ignore_errors=True)
+                lock.release()
         return failed
 
     def _check_outputs(self, node: Node, out: Path) -> None:
@@ -215,7 +288,7 @@ class Scheduler:
                              log=str(out.parent / "stage.log"))
 
     def _report_progress(self) -> None:
-        for node, _, _, scratch, _ in self._running.values():
+        for node, _, _, scratch, _, _ in self._running.values():
             fields = progress.latest(scratch / "progress.jsonl")
             if fields and fields != self._progress.get(node.id):
                 self._progress[node.id] = fields

@@ -1,14 +1,17 @@
 """The store: a content-addressed cache of stage outputs under .cache/.
 
 - objects/ab/<sha256>: file contents, named by their digest;
-- actions/ab/<key>.json: the outputs (name -> digest) a stage wrote for a key, the action cache;
+- actions/ab/<key>.json: the outputs (name -> digest) a stage wrote for a key, the action cache, each entry
+  sealed with its own digest (and a team's signature where a key is set: build/sealing.py);
 - traces/<node>.json: the key inputs of each node's last build, so a rebuild can say what changed;
+- locks/: one per key being built, and the store's own (build/locks.py);
 - stats.json: hits and misses, with their seconds, across runs.
 
-Every write goes through a temporary file, fsync and rename. An action entry counts only when each object it
-names exists with the right digest, and entries are written only after a stage succeeded, so a crash or a
-failure never leaves a result that a later build would trust. The layout keeps objects and actions apart so
-that a shared remote cache can serve both by digest.
+Every write goes through a temporary file, fsync and rename. An entry is written only after a stage
+succeeded and only once every object it names is stored, so a crash or a failure never leaves a result a
+later build would trust. Objects are re-hashed when they are used (published, or read by a stage or the
+report), never trusted on a remembered (inode, size, mtime), so bit rot is caught before a library built
+from, or loaded from, damaged bytes. A remote (build/remote.py) is consulted on a local miss.
 """
 
 from __future__ import annotations
@@ -21,8 +24,19 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from modelbuild.build.locks import Lock
+from modelbuild.build.remote import Remote
+from modelbuild.build.sealing import seal, signing_key, unseal
 from modelbuild.fsutil import copy_atomic, write_atomic
-from modelbuild.hashing import FileDigests
+from modelbuild.hashing import FileDigests, sha256_file
+
+
+class DamagedObject(Exception):
+    """An object whose bytes no longer match its digest; it has been removed from the store."""
+
+    def __init__(self, digest: str) -> None:
+        super().__init__(f"object {digest[:12]} was damaged on disk (its SHA-256 no longer matches)")
+        self.digest = digest
 
 
 @dataclass
@@ -73,46 +87,114 @@ class ActionResult:
 
 
 class Store:
-    """The local content-addressed store rooted at a .cache folder."""
+    """The local content-addressed store rooted at a .cache folder, with an optional remote behind it."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, remote: Remote | None = None, key: bytes | None = None) -> None:
         self.root = Path(root)
         self.digests = FileDigests(self.root / "digests.json")
+        self.remote = remote
+        self.key = key if key is not None else signing_key()
+        self.notes: list[str] = []  # for a person, once each: a read-only cache, a remote that failed
+
+    @property
+    def writable(self) -> bool:
+        """False for a cache a pull-request build may only read: a no-op build then writes nothing."""
+        return not self.root.exists() or os.access(self.root, os.W_OK)
+
+    def note(self, message: str) -> None:
+        if message not in self.notes:
+            self.notes.append(message)
 
     # objects
     def object_path(self, digest: str) -> Path:
         return self.root / "objects" / digest[:2] / digest
 
     def put_object(self, path: Path) -> str:
-        digest = self.digests.digest(path)
+        digest = sha256_file(path)  # a fresh output: hashed once, and not memoised (its scratch path goes away)
         target = self.object_path(digest)
-        if not (target.exists() and self.digests.digest(target) == digest):
+        if not (target.is_file() and sha256_file(target) == digest):
             copy_atomic(path, target)
         return digest
 
     def has_object(self, digest: str) -> bool:
-        target = self.object_path(digest)
-        return target.is_file() and self.digests.digest(target) == digest
+        """Present; whether intact is checked where it is used (`verified`)."""
+        return self.object_path(digest).is_file()
+
+    def verified(self, digest: str) -> Path:
+        """The object's path once its bytes are re-hashed and match; a damaged object is removed and raises
+        DamagedObject, so nothing reads it and the next lookup misses."""
+        path = self.object_path(digest)
+        if sha256_file(path) != digest:
+            path.unlink(missing_ok=True)
+            raise DamagedObject(digest)
+        return path
+
+    def read_object(self, digest: str) -> bytes:
+        return self.verified(digest).read_bytes()
 
     # actions
     def _action_path(self, key: str) -> Path:
         return self.root / "actions" / key[:2] / f"{key}.json"
 
-    def lookup(self, key: str) -> ActionResult | None:
-        """The recorded result for a key, only if every output it names is present and intact."""
+    def read_entry(self, key: str) -> ActionResult | None:
+        """The local entry for a key if its seal holds, whatever the state of its objects."""
         try:
-            result = ActionResult(**json.loads(self._action_path(key).read_text()))
-        except (OSError, ValueError, TypeError):
+            entry = unseal(self._action_path(key).read_bytes(), self.key)
+            return ActionResult(**entry) if entry is not None else None
+        except (OSError, TypeError):
             return None
-        if all(self.has_object(d) for d in result.outputs.values()):
+
+    def lookup(self, key: str) -> ActionResult | None:
+        """The recorded result for a key, only if its entry is sealed and every object it names is present:
+        from the local store, else from the remote (objects verified on the way in)."""
+        result = self.read_entry(key)
+        if result is not None and all(self.has_object(d) for d in result.outputs.values()):
+            self._touch(key)
             return result
-        return None
+        return self._from_remote(key) if self.remote is not None else None
+
+    def forget(self, key: str) -> None:
+        """Drop a key's entry (its objects stay for any other entry that names them)."""
+        self._action_path(key).unlink(missing_ok=True)
 
     def record(self, key: str, result: ActionResult) -> None:
         missing = [name for name, d in result.outputs.items() if not self.has_object(d)]
         if missing:
             raise RuntimeError(f"refusing to record {key}: outputs {missing} are not in the store")
-        write_atomic(self._action_path(key), json.dumps(asdict(result), sort_keys=True).encode())
+        sealed = seal(asdict(result), self.key)
+        write_atomic(self._action_path(key), sealed)
+        if self.remote is not None:
+            self.remote.put({d: self.object_path(d) for d in result.outputs.values()}, key, sealed)
+
+    def _from_remote(self, key: str) -> ActionResult | None:
+        data = self.remote.get_entry(key)
+        entry = unseal(data, self.key) if data is not None else None
+        if data is not None and entry is None:
+            self.remote.note(f"remote cache: the entry for {key[:12]} is damaged or not signed with this "
+                             "team's key; building instead")
+        if entry is None or not self.writable:
+            return None
+        result = ActionResult(**entry)
+        for digest in result.outputs.values():
+            if not self.has_object(digest) and not self.remote.get_object(digest, self.object_path(digest)):
+                return None
+        write_atomic(self._action_path(key), data)
+        return result
+
+    def _touch(self, key: str) -> None:
+        """Mark an entry used now, for `cache gc`'s least-recently-used order; skipped on a read-only cache."""
+        try:
+            os.utime(self._action_path(key))
+        except OSError:
+            pass
+
+    # locks
+    def key_lock(self, key: str) -> Lock:
+        return Lock(self.root / "locks" / key[:2] / f"{key}.lock")
+
+    def store_lock(self, *, shared: bool) -> Lock:
+        """Held shared by every build, exclusively by whatever empties or evicts."""
+        return Lock(self.root / "store.lock", shared=shared)
 
     # traces of the last build of each node, for "why is this stale?"
     def _trace_path(self, node_id: str) -> Path:
@@ -136,19 +218,31 @@ class Store:
 
     def add_stats(self, run: Stats) -> None:
         """Add one run's hits and misses; a lock keeps two concurrent builds from losing each other's."""
-        import fcntl
-
-        self.root.mkdir(parents=True, exist_ok=True)
-        with open(self.root / ".stats.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        if not self.writable:
+            self.note("the cache is read-only: this run's hits and misses are not added to its statistics")
+            return
+        with Lock(self.root / "locks" / "stats.lock"):
             total = self.stats().add(run)
             write_atomic(self.root / "stats.json", json.dumps(asdict(total)).encode())
 
+    # what the store holds, for `cache stats`, `verify` and `gc`: leftovers of killed writes are not counted
+    def object_files(self) -> list[Path]:
+        return [p for p in (self.root / "objects").glob("*/*") if p.is_file() and not p.name.startswith(".")]
+
+    def entry_files(self) -> list[tuple[str, Path]]:
+        return [(p.stem, p) for p in (self.root / "actions").glob("*/*.json") if not p.name.startswith(".")]
+
     def usage(self) -> tuple[int, int]:
         """(action entries, bytes of objects)."""
-        actions = sum(1 for _ in (self.root / "actions").glob("*/*.json"))
-        size = sum(p.stat().st_size for p in (self.root / "objects").glob("*/*") if p.is_file())
-        return actions, size
+        return len(self.entry_files()), sum(p.stat().st_size for p in self.object_files())
+
+    def leftovers(self) -> list[Path]:
+        """Scratch folders, half-written temporary files and key locks; every one belongs to a dead build when no
+        build holds the store lock."""
+        scratch = list((self.root / "tmp").glob("*"))
+        partial = [p for folder in ("objects", "actions") for p in (self.root / folder).glob("*/.*.tmp")]
+        key_locks = list((self.root / "locks").glob("*/*.lock"))  # one per key ever built, free once no build runs
+        return scratch + partial + key_locks
 
     # scratch space on the store's filesystem, so finished outputs move in by rename
     def scratch(self, prefix: str) -> Path:
@@ -156,17 +250,19 @@ class Store:
         return Path(tempfile.mkdtemp(dir=self.root / "tmp", prefix=prefix))
 
     def materialize(self, digest: str, dest: Path) -> None:
-        """Put an object's bytes at `dest` (where users find artifacts), unless they are there already."""
-        if dest.is_file() and self.digests.digest(dest) == digest:
+        """Put an object's bytes at `dest` (where users find artifacts), unless they are there already. Both
+        are re-hashed: a library damaged in the build folder or in the store is replaced or refused."""
+        if dest.is_file() and sha256_file(dest) == digest:
             return
-        copy_atomic(self.object_path(digest), dest)
+        copy_atomic(self.verified(digest), dest)
 
     def link_object(self, digest: str, dest: Path) -> None:
-        """Make an object readable at `dest` without copying it where the filesystem allows."""
+        """Make a verified object readable at `dest` without copying it where the filesystem allows."""
+        source = self.verified(digest)
         try:
-            os.link(self.object_path(digest), dest)
+            os.link(source, dest)
         except OSError:
-            shutil.copyfile(self.object_path(digest), dest)
+            shutil.copyfile(source, dest)
 
     def clear(self, *, keep: tuple[Path, ...] = ()) -> None:
         """Remove everything in the store except the top-level entries named in `keep`."""
@@ -182,4 +278,7 @@ class Store:
                 entry.unlink()
 
     def flush(self) -> None:
-        self.digests.save()
+        if self.writable:
+            self.digests.save()
+        else:
+            self.note("the cache is read-only: file digests are not memoised, so the next run hashes inputs again")

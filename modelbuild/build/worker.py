@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
 import sys
 import time
 import traceback
@@ -41,6 +42,20 @@ def execute(entry: str, inputs: dict[str, str], params: dict, out: str, log: str
             os.dup2(saved[0], 1), os.dup2(saved[1], 2)
             os.close(saved[0]), os.close(saved[1])
     return time.perf_counter() - started
+
+
+def die_with_parent(parent: int) -> None:
+    """A worker's initializer: end this process when the build that started it dies, however it dies (an OOM
+    killer's SIGKILL runs no handler in the parent), instead of finishing a stage nobody will record."""
+    try:
+        import ctypes
+
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # not Linux: a worker then ends when its task's pipe closes
+        return
+    if os.getppid() != parent:  # the parent died before the signal was asked for
+        os._exit(1)
 
 
 def _environment_error(err: BaseException, log: str) -> StageEnvironmentError | None:

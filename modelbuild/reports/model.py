@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field, fields
 
 from modelbuild.build.events import NodeResult, Status
 from modelbuild.build.scheduler import RunResult
+from modelbuild.build.store import DamagedObject
 from modelbuild.pipeline.names import float_build_of, model_of, quantization_of, target_of
 from modelbuild.pipeline.registry import ANALYSIS, METRICS, QUANTIZE_SUMMARY, TUNE_SUMMARY
 from modelbuild.validation import gates
@@ -213,7 +214,11 @@ def _metrics(project, result: NodeResult | None) -> Measured | None:
 def _output_json(project, result: NodeResult | None, name: str) -> dict | None:
     if result is None or name not in result.outputs:
         return None
-    return json.loads(project.store.object_path(result.outputs[name]).read_text())
+    try:
+        return json.loads(project.store.read_object(result.outputs[name]))
+    except DamagedObject as err:  # removed from the store: the next build redoes its stage
+        project.store.note(f"{err}: the report leaves out {name} of {result.node}; the next build remakes it")
+        return None
 
 
 def _memory(planned: dict | None, measured: Measured) -> dict | None:

@@ -1,0 +1,77 @@
+"""Locks on a store shared by processes on one machine.
+
+- one lock per action key, held while a stage builds that key: two builds of one recipe build each key once,
+  the second waits and then reuses the first's result;
+- the store's own lock, held shared by every build and exclusively by `clean` and `cache gc`, so a cache is
+  not emptied under a running build.
+
+They are flock(2) locks: the kernel drops them when their process dies, however it dies, so a lock of a dead
+process is never in the way. The holder's pid, host and start time are written into the lock file only so
+a waiting build can say who it waits for.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+
+class Lock:
+    """One flock on one file; `try_acquire` never blocks."""
+
+    def __init__(self, path: Path, *, shared: bool = False) -> None:
+        self.path = Path(path)
+        self.shared = shared
+        self._file = None
+
+    def try_acquire(self) -> bool:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(self.path, "a+")
+        try:
+            fcntl.flock(handle, (fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            return False
+        if not self.shared:
+            handle.seek(0), handle.truncate()
+            handle.write(json.dumps(holder()))
+            handle.flush()
+        self._file = handle
+        return True
+
+    def acquire(self, poll_seconds: float = 0.1) -> None:
+        while not self.try_acquire():
+            time.sleep(poll_seconds)
+
+    def release(self) -> None:
+        if self._file is not None:
+            self._file.close()  # closing drops the flock
+            self._file = None
+
+    @property
+    def held(self) -> bool:
+        return self._file is not None
+
+    def holder(self) -> str:
+        """Who holds it, as a person reads it: 'pid 4242 on ci-7 since 10:42:05'; '' when unknown."""
+        try:
+            who = json.loads(self.path.read_text())
+            since = time.strftime("%H:%M:%S", time.localtime(who["since"]))
+            return f"pid {who['pid']} on {who['host']} since {since}"
+        except (OSError, ValueError, KeyError, TypeError):
+            return ""
+
+    def __enter__(self) -> "Lock":
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def holder() -> dict:
+    return {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}

@@ -1,0 +1,129 @@
+"""Builds that share one store: locks, leftovers of killed builds, workers of a killed build, clean and gc
+during a build. Real processes and real flock(2) locks, with the fake stages."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from modelbuild.build.events import NodeProgress, NodeWaiting, Status
+from modelbuild.build.scheduler import Options
+from modelbuild.pipeline.project import open_project
+from tests.conftest import REPO, write_fake_model
+from tests.test_cli import run_cli
+
+
+def in_thread(target) -> threading.Thread:
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return thread
+
+
+def wait_until(condition, what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"gave up waiting for {what}"
+        time.sleep(0.02)
+
+
+def paused_model(root: Path, acks: Path) -> None:
+    """Model a's import reports one step of progress, then waits until the test touches acks/step-1."""
+    write_fake_model(root / "a.json", ["conv", "relu"], progress=1, acks=str(acks))
+
+
+def test_two_builds_of_one_recipe_build_each_key_once_and_the_second_says_whom_it_waits_for(fake_project, tmp_path_factory):
+    root, _ = fake_project
+    acks = tmp_path_factory.mktemp("acks")
+    paused_model(root, acks)
+    first_running, runs, waited = threading.Event(), {}, []
+
+    def first_reporter(event):
+        if isinstance(event, NodeProgress) and event.node == "import:a":
+            first_running.set()
+
+    def second_reporter(event):
+        if isinstance(event, NodeWaiting):
+            waited.append(event)
+            (acks / "step-1").touch()  # the first build may finish once the second is seen waiting
+
+    first = in_thread(lambda: runs.setdefault("first", open_project(root / "deploy.toml").run([], Options(), first_reporter)))
+    assert first_running.wait(60)
+    second = in_thread(lambda: runs.setdefault("second", open_project(root / "deploy.toml").run([], Options(), second_reporter)))
+    first.join(120), second.join(120)
+    built = [(name, node) for name, run in runs.items() for node, r in run.results.items() if r.status is Status.BUILT]
+    assert sorted(node for _, node in built) == ["compile:a@cpu", "compile:b@cpu", "import:a", "import:b"]
+    assert runs["second"].results["import:a"].status is Status.CACHED
+    assert waited[0].node == "import:a" and waited[0].holder.startswith(f"pid {os.getpid()} on ")
+    assert not list((root / ".cache/tmp").iterdir())
+
+
+def test_clean_refuses_while_a_build_runs_and_works_after(fake_project, tmp_path_factory, capsys):
+    root, _ = fake_project
+    acks = tmp_path_factory.mktemp("acks")
+    paused_model(root, acks)
+    running, runs = threading.Event(), {}
+    build = in_thread(lambda: runs.setdefault("run", open_project(root / "deploy.toml").run(
+        [], Options(), lambda e: isinstance(e, NodeProgress) and running.set())))
+    assert running.wait(60)
+    code, _, err = run_cli(capsys, root, "clean", "--all")
+    assert code == 4 and err.strip().startswith("error: a build is running on the cache")
+    code, _, err = run_cli(capsys, root, "cache", "gc", "--max-size", "0")
+    assert code == 4 and "modelbuild cache gc` when it has finished" in err
+    (acks / "step-1").touch()
+    build.join(120)
+    assert all(r.status is Status.BUILT for r in runs["run"].results.values())
+    assert run_cli(capsys, root, "clean", "--all")[0] == 0
+
+
+def test_the_next_build_removes_what_killed_builds_left_and_stats_never_count_it(fake_project, capsys):
+    root, _ = fake_project
+    open_project(root / "deploy.toml").run([], Options())
+    store = root / ".cache"
+    left = [store / "tmp/compile-dead1/out", store / "objects/ab/.abcd.x1.tmp", store / "actions/cd/.cd.json.y2.tmp"]
+    for path in left:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("half")
+    stats = json.loads(run_cli(capsys, root, "cache", "stats", "--json")[1])
+    assert stats["entries"] == 4 and stats["bytes"] == sum(p.stat().st_size for p in store.glob("objects/*/[!.]*"))
+    open_project(root / "deploy.toml").run([], Options())
+    assert not any(p.exists() for p in left) and not (store / "tmp/compile-dead1").exists()
+
+
+KILLED_PARENT = """
+import sys
+from tests.conftest import FAKE_STAGES, registry
+registry.STAGES.update(FAKE_STAGES)
+from modelbuild.build.scheduler import Options
+from modelbuild.pipeline.project import open_project
+open_project(sys.argv[1]).run(["a@cpu"], Options())
+"""
+
+
+def test_workers_end_when_their_build_is_killed_alone(fake_project, tmp_path_factory):
+    root, _ = fake_project
+    acks, pidfile = tmp_path_factory.mktemp("acks"), root / "worker.pid"
+    write_fake_model(root / "a.json", ["conv"], progress=1, acks=str(acks), pidfile=str(pidfile))
+    parent = subprocess.Popen([sys.executable, "-c", KILLED_PARENT, str(root / "deploy.toml")], cwd=REPO)
+    try:
+        wait_until(lambda: pidfile.exists() and pidfile.read_text(), "the worker to start its stage")
+        worker = int(pidfile.read_text())
+        parent.send_signal(signal.SIGKILL)  # as an OOM killer does: no handler runs in the parent
+        parent.wait(10)
+        wait_until(lambda: not alive(worker), "the orphaned worker to exit", timeout=5)
+    finally:
+        parent.kill()
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as stat:  # a zombie has ended; it only waits for its parent to reap it
+        return stat.read().split(") ")[-1][0] != "Z"
