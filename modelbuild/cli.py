@@ -93,6 +93,8 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("-f", "--file", type=Path, default=Path("deploy.toml"), help="the recipe (deploy.toml)")
     common.add_argument("--cache-dir", type=Path, help="the store (default: .cache beside the recipe)")
     common.add_argument("--build-dir", type=Path, help="where artifacts land (default: build beside the recipe)")
+    common.add_argument("--cache-mode", choices=("read", "readwrite", "off"),
+                        help="the remote cache: read (pull requests), readwrite (trusted CI) or off")
     sub = parser.add_subparsers(dest="command")
 
     build = sub.add_parser("build", parents=[common], help="build everything, or the builds selected")
@@ -159,7 +161,7 @@ def _parser() -> argparse.ArgumentParser:
 def _project(args):
     from modelbuild.pipeline.project import open_project
 
-    return open_project(args.file, cache_dir=args.cache_dir, build_dir=args.build_dir)
+    return open_project(args.file, cache_dir=args.cache_dir, build_dir=args.build_dir, cache_mode=args.cache_mode)
 
 
 def cmd_build(args, console) -> int:
@@ -186,6 +188,8 @@ def cmd_build(args, console) -> int:
     else:
         _print_summary(console, project, plan, run)
         _print_outcome(console, project, report)
+    for message in project.store.messages():
+        _error(message, prefix="note: ")
     return _exit_code(run, report)
 
 

@@ -18,6 +18,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from modelbuild.errors import EnvironmentFailure, last_line, ModelbuildError
 from modelbuild.hashing import sha256_file
 
 REMOTE_ENV = "MODELBUILD_REMOTE_CACHE"
@@ -25,15 +26,13 @@ MODE_ENV = "MODELBUILD_CACHE_MODE"
 MODES = ("read", "readwrite", "off")
 
 
-class RemoteUnavailable(Exception):
-    """The remote could not be read or written (network, credentials, a missing package)."""
-
-
 @dataclass
 class Remote:
     url: str
     mode: str = "readwrite"  # read: pull requests take from the team cache and never write
     notes: list[str] = field(default_factory=list)  # what a person should know, said once each
+    taken: int = 0  # results this run took from the remote
+    given: int = 0  # results this run gave it
     _fs: object = None
     _root: str = ""
     _broken: bool = False
@@ -70,12 +69,17 @@ class Remote:
                 if not fs.exists(target):
                     fs.put_file(str(path), target)
             fs.pipe_file(self._entry_path(key), entry)
+            self.given += 1
         if self.writable:
             self._guard(upload)
 
     def note(self, message: str) -> None:
         if message not in self.notes:
             self.notes.append(message)
+
+    def summary(self) -> str:
+        writes = f"{self.given} given" if self.writable else "read only"
+        return f"remote cache {redact(self.url)}: {self.taken} results taken, {writes}"
 
     # helpers
     def _object_path(self, digest: str) -> str:
@@ -98,11 +102,12 @@ class Remote:
 
     def _filesystem(self):
         if self._fs is None:
-            try:
-                import fsspec  # only builds with a remote pay for it
-            except ModuleNotFoundError:
-                raise RemoteUnavailable("fsspec is not installed (pip install 'modelbuild[remote]')") from None
-            self._fs, self._root = fsspec.core.url_to_fs(self.url)
+            import fsspec  # only builds with a remote pay for it; configured() checked it is there
+
+            # a fresh instance: fsspec would otherwise reuse one made under another run's environment
+            local = (fsspec.core.split_protocol(self.url)[0] or "file") in ("file", "local")
+            self._fs, self._root = fsspec.core.url_to_fs(self.url, skip_instance_cache=True,
+                                                         **({"auto_mkdir": True} if local else {}))
             self._root = self._root.rstrip("/")
         return self._fs
 
@@ -114,10 +119,32 @@ def redact(text: str) -> str:
     return re.sub(r"//[^/@\s]+@", "//***@", text)
 
 
-def configured(url: str | None, mode: str | None) -> Remote | None:
-    """The remote from the environment first (CI sets it), then the recipe; None when there is none or it is off."""
+def configured(url: str | None, recipe_mode: str = "readwrite", chosen_mode: str | None = None) -> Remote | None:
+    """The remote, or None when there is none or it is off. The URL from the environment first (CI sets it),
+    then the recipe; the mode from the command line, then the environment, then the recipe."""
     url = os.environ.get(REMOTE_ENV) or url
-    mode = os.environ.get(MODE_ENV) or mode or "readwrite"
+    mode = chosen_mode or os.environ.get(MODE_ENV) or recipe_mode
+    if mode not in MODES:
+        raise ModelbuildError(f"{MODE_ENV}={mode!r} is not a cache mode (fix: one of {', '.join(MODES)})")
     if not url or mode == "off":
         return None
+    _check_protocol(url)
     return Remote(url, mode)
+
+
+def _check_protocol(url: str) -> None:
+    """Fail before building when the remote cannot work here at all: a broken set-up is not a slow network."""
+    try:
+        import fsspec
+    except ModuleNotFoundError:
+        raise EnvironmentFailure(f"the remote cache {redact(url)} needs fsspec (fix: pip install "
+                                 "'modelbuild[remote]')") from None
+    protocol = fsspec.core.split_protocol(url)[0] or "file"
+    try:
+        fsspec.get_filesystem_class(protocol)
+    except ValueError:
+        raise ModelbuildError(f"the remote cache {redact(url)}: fsspec knows no protocol {protocol!r} (fix: "
+                              "s3://bucket/prefix, gs://bucket/prefix or a folder path)") from None
+    except ImportError as err:
+        raise EnvironmentFailure(f"the remote cache {redact(url)} needs a package this Python lacks: "
+                                 f"{last_line(err)} (fix: pip install 'modelbuild[remote]')") from None

@@ -105,6 +105,13 @@ class Store:
         if message not in self.notes:
             self.notes.append(message)
 
+    def messages(self) -> list[str]:
+        """What this run should tell a person about the cache: its own notes, the remote's, and what the
+        remote gave and took."""
+        if self.remote is None:
+            return list(self.notes)
+        return [*self.notes, *self.remote.notes, self.remote.summary()]
+
     # objects
     def object_path(self, digest: str) -> Path:
         return self.root / "objects" / digest[:2] / digest
@@ -179,6 +186,7 @@ class Store:
             if not self.has_object(digest) and not self.remote.get_object(digest, self.object_path(digest)):
                 return None
         write_atomic(self._action_path(key), data)
+        self.remote.taken += 1
         return result
 
     def _touch(self, key: str) -> None:

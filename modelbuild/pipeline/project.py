@@ -9,6 +9,7 @@ from pathlib import Path
 from modelbuild.build.events import Reporter, silent
 from modelbuild.build.plan import Plan
 from modelbuild.build.scheduler import Options, RunResult, Scheduler
+from modelbuild.build.remote import configured
 from modelbuild.build.store import Store
 from modelbuild.pipeline.graph import build_plan
 from modelbuild.pipeline.names import select
@@ -35,9 +36,12 @@ class Project:
         return Scheduler(select(self.plan, selectors), self.store, self.build_dir, reporter).run(options)
 
 
-def open_project(recipe_path: Path, *, cache_dir: Path | None = None, build_dir: Path | None = None) -> Project:
-    """Load the recipe; the store and build folder default to .cache/ and build/ beside it."""
+def open_project(recipe_path: Path, *, cache_dir: Path | None = None, build_dir: Path | None = None,
+                 cache_mode: str | None = None) -> Project:
+    """Load the recipe; the store and build folder default to .cache/ and build/ beside it, the remote cache
+    to the recipe's [cache] section unless the environment or `cache_mode` says otherwise."""
     recipe_path = Path(recipe_path).resolve()
     cache = Path(cache_dir) if cache_dir else recipe_path.parent / ".cache"
     recipe = load_recipe(recipe_path, snapshots=cache / "recipes")
-    return Project(recipe=recipe, store=Store(cache), build_dir=build_dir or recipe.root / "build")
+    remote = configured(recipe.spec.cache.remote, recipe.spec.cache.mode, cache_mode)
+    return Project(recipe=recipe, store=Store(cache, remote=remote), build_dir=build_dir or recipe.root / "build")

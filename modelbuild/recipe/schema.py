@@ -243,6 +243,19 @@ class BuildSpec(Strict):
     validation: ValidationSpec | None = None
 
 
+class CacheSpec(Strict):
+    """Where a team shares what its builds made. Not part of any key: where a result came from never changes it."""
+
+    remote: str | None = Field(
+        default=None, description="A remote cache that fsspec opens: s3://bucket/prefix first; gs://, a shared "
+                                  "folder or http(s):// by the same code. Credentials come from the environment "
+                                  "only. MODELBUILD_REMOTE_CACHE overrides it.")
+    mode: Literal["read", "readwrite", "off"] = Field(
+        default="readwrite", description="read: take results from the remote, never write to it (pull requests); "
+                                         "readwrite: take and give (trusted CI); off. MODELBUILD_CACHE_MODE or "
+                                         "--cache-mode override it.")
+
+
 class Recipe(Strict):
     """A whole deploy.toml after its includes are merged."""
 
@@ -255,6 +268,7 @@ class Recipe(Strict):
     validation: ValidationSpec = ValidationSpec()
     tuning: dict[Name, TuningSpec] = Field(default_factory=dict)
     quantization: dict[Name, QuantizationSpec] = Field(default_factory=dict)
+    cache: CacheSpec = CacheSpec()
 
 
 def json_schema() -> dict:
