@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import sys
 import traceback
 from pathlib import Path
@@ -58,6 +59,7 @@ def _run(args, debug: bool) -> int:
     """Call the command; every failure is one line on stderr and its exit code (`--debug` adds the traceback)."""
     from modelbuild.console import make_console
 
+    previous = signal.signal(signal.SIGINT, _interrupt_once) if _main_thread() else None
     try:
         return args.handler(args, make_console())
     except ModelbuildError as err:
@@ -67,9 +69,26 @@ def _run(args, debug: bool) -> int:
         if failure is None:
             raise
         return _failed(failure, EXIT_ENVIRONMENT, debug)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # outside a build's stages (those raise Interrupted)
         _error("interrupted: nothing half-built was recorded", prefix="")
         return 130
+    finally:
+        # after a Ctrl-C the command is ending: more presses stay ignored until the process has exited
+        if previous is not None and signal.getsignal(signal.SIGINT) is _interrupt_once:
+            signal.signal(signal.SIGINT, previous)
+
+
+def _interrupt_once(signum, frame) -> None:
+    """The first Ctrl-C stops the command; later ones are ignored, so they cannot cut short the clean-up the
+    first one started (killing running stages takes well under a second)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
 
 
 def _failed(err: BaseException, code: int, debug: bool) -> int:

@@ -54,6 +54,16 @@ class EnvironmentFailure(ModelbuildError):
     exit_code = 4
 
 
+class Interrupted(ModelbuildError):
+    """Ctrl-C (SIGINT) during a build: the running stages were killed and nothing they made was recorded."""
+
+    exit_code = 130  # 128 + SIGINT, as a shell reports it
+
+    def __init__(self, running: list[str]) -> None:
+        where = f" while {', '.join(running)} ran" if running else ""
+        super().__init__(f"interrupted{where}: those stages were stopped and nothing half-built was recorded")
+
+
 class StageError(ModelbuildError):
     """A stage could not produce its outputs (an unsupported operator, a TVM error)."""
 

@@ -13,7 +13,8 @@ from modelbuild.recipe import load_recipe
 
 KEYS = ["models", "targets", "builds", "validation", "tuning", "quantization", "include", "path", "inputs",
         "shape", "dtype", "kind", "mcpu", "num-cores", "model", "golden", "gates", "min_cosine", "x", "cls",
-        "host", "source", "count", "scheme", "calibration", "quantization", "enabled", "timing"]
+        "host", "source", "count", "scheme", "calibration", "quantization", "enabled", "timing", "cache", "remote",
+        "mode"]
 scalars = st.one_of(st.integers(-3, 300), st.floats(allow_nan=False, width=32), st.booleans(),
                     st.sampled_from(["m.onnx", "llvm", "host", "float32", "int8", "cls", "x", "", "images", "*"]))
 values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),

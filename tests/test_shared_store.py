@@ -12,6 +12,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from modelbuild.build.events import NodeProgress, NodeWaiting, Status
 from modelbuild.build.scheduler import Options
 from modelbuild.pipeline.project import open_project
@@ -127,3 +129,37 @@ def alive(pid: int) -> bool:
         return False
     with open(f"/proc/{pid}/stat") as stat:  # a zombie has ended; it only waits for its parent to reap it
         return stat.read().split(") ")[-1][0] != "Z"
+
+
+INTERRUPTED_CLI = """
+import sys
+from tests.conftest import FAKE_STAGES, registry
+registry.STAGES.update(FAKE_STAGES)
+from modelbuild.cli import main
+sys.exit(main(["build", "a@cpu", "-f", sys.argv[1]]))
+"""
+
+
+@pytest.mark.parametrize("presses", [1, 2, 5])
+def test_ctrl_c_during_a_stage_ends_the_build_within_2_s_and_records_nothing(fake_project, tmp_path_factory, presses):
+    root, _ = fake_project
+    acks, pidfile = tmp_path_factory.mktemp("acks"), root / "worker.pid"
+    write_fake_model(root / "a.json", ["conv"], progress=1, acks=str(acks), pidfile=str(pidfile))
+    build = subprocess.Popen([sys.executable, "-c", INTERRUPTED_CLI, str(root / "deploy.toml")], cwd=REPO,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: pidfile.exists() and pidfile.read_text(), "the worker to start its stage")
+        worker = int(pidfile.read_text())
+        pressed = time.monotonic()
+        for _ in range(presses):
+            build.send_signal(signal.SIGINT)
+            time.sleep(0.05)
+        _, err = build.communicate(timeout=10)
+        assert time.monotonic() - pressed < 2.0
+    finally:
+        build.kill()
+    assert build.returncode == 130, err
+    assert err.strip().splitlines()[-1] == ("error: interrupted while import:a ran: those stages were stopped and "
+                                            "nothing half-built was recorded")
+    wait_until(lambda: not alive(worker), "the stage's worker to end", timeout=2)
+    assert not list((root / ".cache").glob("actions/*/*.json")) and not list((root / ".cache/tmp").iterdir())

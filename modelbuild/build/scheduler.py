@@ -26,7 +26,7 @@ from modelbuild.build.reasons import Reason
 from modelbuild.build.rebuilder import decide_node, Decision
 from modelbuild.build.store import ActionResult, DamagedObject, Stats, Store
 from modelbuild.build.worker import die_with_parent, execute
-from modelbuild.errors import StageError
+from modelbuild.errors import Interrupted, StageError
 
 
 PROGRESS_POLL_SECONDS = 0.5
@@ -75,6 +75,10 @@ class Scheduler:
         lock = self._hold_store(options)
         try:
             self._loop(options)
+        except KeyboardInterrupt:
+            running = sorted(node.id for node, *_ in self._running.values())
+            self._abandon()
+            raise Interrupted(running) from None
         finally:
             if self._pool is not None:
                 self._pool.shutdown(wait=True, cancel_futures=True)
@@ -83,6 +87,19 @@ class Scheduler:
                 self.store.add_stats(self.run_result.stats)
             lock.release()
         return self.run_result
+
+    def _abandon(self) -> None:
+        """Kill the running stages instead of waiting for them (a compile can take minutes): their outputs
+        were never recorded, so nothing half-done stays, and their scratch folders go."""
+        if self._pool is not None:
+            # ProcessPoolExecutor has no public way to stop a running task before Python 3.14's
+            # terminate_workers(); killing its processes is what that does
+            for process in list(getattr(self._pool, "_processes", {}).values()):
+                process.kill()
+        for node, decision, inputs, scratch, started, lock in self._running.values():
+            shutil.rmtree(scratch, ignore_errors=True)
+            lock.release()
+        self._running.clear()
 
     def _hold_store(self, options: Options):
         """The store lock, shared with other builds. The first build in (none running) first removes what
