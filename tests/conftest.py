@@ -1,6 +1,9 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
 import textwrap
 from pathlib import Path
 
@@ -71,3 +74,25 @@ def fake_project(tmp_path, fake_stages):
 
     write()
     return tmp_path, write
+
+
+def run_on_read_only(folder: Path, command: list[str], **kwargs) -> subprocess.CompletedProcess:
+    """Run `command` with `folder` read-only: by permissions for a normal user; for root, whom permissions do
+    not stop, by a read-only bind mount in a private mount namespace (skipped where the machine refuses one)."""
+    if os.getuid() != 0:
+        folders = [folder, *(p for p in folder.rglob("*") if p.is_dir())]
+        for each in folders:
+            each.chmod(0o555)
+        try:
+            return subprocess.run(command, capture_output=True, text=True, **kwargs)
+        finally:
+            for each in folders:
+                each.chmod(0o755)
+    if shutil.which("unshare") is None:
+        pytest.skip("running as root without unshare(1): cannot make a read-only folder")
+    script = 'mount --bind -o ro "$0" "$0" && exec "$@"'
+    done = subprocess.run(["unshare", "-m", "sh", "-c", script, str(folder), *command], capture_output=True,
+                          text=True, **kwargs)
+    if done.returncode != 0 and "mount" in done.stderr:
+        pytest.skip(f"root, but this machine refuses a private read-only mount: {done.stderr.strip()}")
+    return done

@@ -17,7 +17,7 @@ import pytest
 from modelbuild.build.events import NodeProgress, NodeWaiting, Status
 from modelbuild.build.scheduler import Options
 from modelbuild.pipeline.project import open_project
-from tests.conftest import REPO, write_fake_model
+from tests.conftest import REPO, run_on_read_only, write_fake_model
 from tests.test_cli import run_cli
 
 
@@ -163,3 +163,26 @@ def test_ctrl_c_during_a_stage_ends_the_build_within_2_s_and_records_nothing(fak
                                             "nothing half-built was recorded")
     wait_until(lambda: not alive(worker), "the stage's worker to end", timeout=2)
     assert not list((root / ".cache").glob("actions/*/*.json")) and not list((root / ".cache/tmp").iterdir())
+
+
+READ_ONLY_CLI = """
+import sys
+from tests.conftest import FAKE_STAGES, registry
+registry.STAGES.update(FAKE_STAGES)
+from modelbuild.cli import main
+for command in ("build", "status", "report", "cache"):
+    code = main([command] + (["stats"] if command == "cache" else []) + ["-f", sys.argv[1]])
+    print("exit", command, code, flush=True)
+"""
+
+
+def test_a_no_op_build_status_report_and_stats_work_on_a_read_only_cache_and_change_nothing(fake_project):
+    root, _ = fake_project
+    open_project(root / "deploy.toml").run([], Options())
+    cache = root / ".cache"
+    before = sorted((p, p.stat().st_mtime_ns) for p in cache.rglob("*"))
+    done = run_on_read_only(cache, [sys.executable, "-c", READ_ONLY_CLI, str(root / "deploy.toml")], cwd=REPO)
+    codes = [line.split()[1:] for line in done.stdout.splitlines() if line.startswith("exit ")]
+    assert codes == [["build", "0"], ["status", "0"], ["report", "0"], ["cache", "0"]], done.stdout + done.stderr
+    assert "note: the cache is read-only: this run's hits and misses are not added to its statistics" in done.stderr
+    assert sorted((p, p.stat().st_mtime_ns) for p in cache.rglob("*")) == before

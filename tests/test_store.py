@@ -1,13 +1,11 @@
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 import sys
 
 import pytest
 
 from modelbuild.build.store import ActionResult, DamagedObject, Stats, Store
+from tests.conftest import run_on_read_only
 
 
 def stored(tmp_path, content: bytes = b"library"):
@@ -117,33 +115,11 @@ print("|".join(store.notes))
 """
 
 
-def run_on_read_only(cache) -> subprocess.CompletedProcess:
-    """Run READ_ONLY_RUN against `cache` made read-only: by permissions for a normal user; for root, whom
-    permissions do not stop, by a read-only bind mount in a private mount namespace."""
-    command = [sys.executable, "-c", READ_ONLY_RUN, str(cache)]
-    if os.getuid() != 0:
-        folders = [cache, *(p for p in cache.rglob("*") if p.is_dir())]
-        for folder in folders:
-            folder.chmod(0o555)
-        try:
-            return subprocess.run(command, capture_output=True, text=True)
-        finally:
-            for folder in folders:
-                folder.chmod(0o755)
-    if shutil.which("unshare") is None:
-        pytest.skip("running as root without unshare(1): cannot make a read-only cache")
-    script = 'mount --bind -o ro "$0" "$0" && exec "$@"'
-    done = subprocess.run(["unshare", "-m", "sh", "-c", script, str(cache), *command], capture_output=True, text=True)
-    if "mount" in done.stderr and done.returncode != 0:
-        pytest.skip(f"root, but this machine refuses a private read-only mount: {done.stderr.strip()}")
-    return done
-
-
 def test_a_read_only_cache_serves_hits_and_writes_nothing(tmp_path):
     store, digest = stored(tmp_path)
     store.record("k", ActionResult("s", "n", {"f": digest}, 0.1))
     before = sorted((p, p.stat().st_mtime_ns) for p in store.root.rglob("*"))
-    done = run_on_read_only(store.root)
+    done = run_on_read_only(store.root, [sys.executable, "-c", READ_ONLY_RUN, str(store.root)])
     assert done.returncode == 0, done.stderr
     assert sorted((p, p.stat().st_mtime_ns) for p in store.root.rglob("*")) == before
     assert "hits and misses are not added" in done.stdout and "not memoised" in done.stdout

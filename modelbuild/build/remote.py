@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from modelbuild.errors import EnvironmentFailure, last_line, ModelbuildError
+from modelbuild.fsutil import fsync_folder
 from modelbuild.hashing import sha256_file
 
 REMOTE_ENV = "MODELBUILD_REMOTE_CACHE"
@@ -42,7 +43,12 @@ class Remote:
         return self.mode == "readwrite"
 
     def get_entry(self, key: str) -> bytes | None:
-        return self._guard(lambda fs: fs.cat_file(self._entry_path(key)) if fs.exists(self._entry_path(key)) else None)
+        def read(fs) -> bytes | None:
+            try:
+                return fs.cat_file(self._entry_path(key))
+            except FileNotFoundError:  # a miss, the common case: not a failure of the remote
+                return None
+        return self._guard(read)
 
     def get_object(self, digest: str, dest: Path) -> bool:
         """Download an object to `dest`; False (and nothing at dest) when the remote's bytes are not `digest`'s."""
@@ -55,7 +61,10 @@ class Remote:
                 if sha256_file(Path(tmp)) != digest:
                     self.note(f"remote cache: object {digest[:12]} does not match its digest; rebuilding instead")
                     return False
+                with open(tmp, "rb+") as f:
+                    os.fsync(f.fileno())
                 os.replace(tmp, dest)
+                fsync_folder(dest.parent)
                 return True
             finally:
                 Path(tmp).unlink(missing_ok=True)

@@ -126,7 +126,10 @@ def resolve_host_cpu(memo_path: Path) -> str:
     except (OSError, ValueError, KeyError):
         pass
     cpu = _ask_llvm_for_host_cpu()
-    write_atomic(memo_path, json.dumps({"fingerprint": fingerprint, "cpu": cpu}).encode())
+    try:
+        write_atomic(memo_path, json.dumps({"fingerprint": fingerprint, "cpu": cpu}).encode())
+    except OSError:
+        pass  # a read-only cache: the next run asks LLVM again
     return cpu
 
 
