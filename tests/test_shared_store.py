@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -186,3 +187,51 @@ def test_a_no_op_build_status_report_and_stats_work_on_a_read_only_cache_and_cha
     assert codes == [["build", "0"], ["status", "0"], ["report", "0"], ["cache", "0"]], done.stdout + done.stderr
     assert "note: the cache is read-only: this run's hits and misses are not added to its statistics" in done.stderr
     assert sorted((p, p.stat().st_mtime_ns) for p in cache.rglob("*")) == before
+
+
+def test_six_concurrent_builds_of_one_recipe_all_finish_and_build_each_key_once(fake_project):
+    root, _ = fake_project
+    runs: list = []
+    threads = [in_thread(lambda: runs.append(open_project(root / "deploy.toml").run([], Options())))
+               for _ in range(6)]
+    for thread in threads:
+        thread.join(120)
+    assert len(runs) == 6
+    built = sorted(node for run in runs for node, r in run.results.items() if r.status is Status.BUILT)
+    assert built == ["compile:a@cpu", "compile:b@cpu", "import:a", "import:b"]
+    assert all(r.status in (Status.BUILT, Status.CACHED) for run in runs for r in run.results.values())
+
+
+KILLED_BUILD = """
+import sys
+from tests.conftest import FAKE_STAGES, registry
+registry.STAGES.update(FAKE_STAGES)
+from modelbuild.cli import main
+sys.exit(main(["build", "-f", sys.argv[1]]))
+"""
+
+
+@pytest.mark.slow
+def test_builds_killed_at_random_moments_leave_no_wrong_entry_and_the_next_build_leaves_no_leftovers(fake_project):
+    from modelbuild.build.housekeeping import verify
+    from modelbuild.build.store import Store
+
+    root, write = fake_project
+    rng = random.Random(0)
+    command = [sys.executable, "-c", KILLED_BUILD, str(root / "deploy.toml")]
+    started = time.monotonic()
+    subprocess.run(command, cwd=REPO, capture_output=True, check=True)
+    full = time.monotonic() - started
+    reference = (root / "build/a/cpu/model.so").read_bytes()
+    for round in range(12):
+        write(cores=2 + round % 3)  # a new key for the compile stages, so every round has work to kill
+        build = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0, full))
+        build.send_signal(signal.SIGKILL)
+        build.wait()
+        assert verify(Store(root / ".cache")) == [], f"round {round}"
+    write()
+    subprocess.run(command, cwd=REPO, capture_output=True, check=True)
+    assert (root / "build/a/cpu/model.so").read_bytes() == reference
+    left = [p for p in Store(root / ".cache").leftovers() if not p.name.endswith(".lock")]
+    assert left == []
