@@ -70,7 +70,9 @@ def kills(tmp: Path, count: int, seed: int) -> None:
     cache, out = tmp / "kill-cache", tmp / "kill-build"
     rng = random.Random(seed)
     damaged = leftovers = finished = 0
-    for _ in range(count):
+    for round in range(count):
+        if round % 2 == 0:  # every other build starts cold, so its kill lands mid-build; the others resume
+            shutil.rmtree(cache / "actions", ignore_errors=True)
         proc = subprocess.Popen(command(recipe, cache, out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                 env=ENV, cwd=recipe.parent)
         time.sleep(rng.uniform(0, reference_seconds))
@@ -78,7 +80,6 @@ def kills(tmp: Path, count: int, seed: int) -> None:
             proc.send_signal(signal.SIGKILL)  # the parent alone; its workers must follow it
         else:
             finished += 1
-            shutil.rmtree(cache / "actions", ignore_errors=True)  # cold again, so later kills land mid-build
         proc.wait()
         time.sleep(0.2)  # the orphaned worker's own SIGKILL
         damaged += len(verify(Store(cache)))

@@ -209,6 +209,7 @@ def cmd_build(args, console) -> int:
         _print_outcome(console, project, report)
     for message in project.store.messages():
         _error(message, prefix="note: ")
+    _to_github(project, report, stream=sys.stderr if args.json else sys.stdout)
     return _exit_code(run, report)
 
 
@@ -245,6 +246,25 @@ def _print_outcome(console, project, report) -> None:
                 console.print(f"GATE FAILED {build.name}  {gate.describe()}", markup=False)
     verdict = "all gates passed" if report.passed else "gates FAILED"
     console.print(f"{verdict}: report {_relative(project.build_dir / 'report.json')}", markup=False)
+
+
+def _to_github(project, report, stream) -> None:
+    """In a GitHub Actions job: the report as the job summary, failed gates as annotations on the recipe (on
+    stderr under --json, whose stdout is the summary alone; the runner reads workflow commands from both)."""
+    from modelbuild.pipeline.names import model_of, quantization_of, target_of
+    from modelbuild.reports import github, markdown
+
+    if os.environ.get("GITHUB_STEP_SUMMARY"):
+        github.append_summary(Path(os.environ["GITHUB_STEP_SUMMARY"]), markdown.render(report))
+    if os.environ.get("GITHUB_ACTIONS") != "true":
+        return
+
+    def locate(build: str, gate: str):
+        spec = project.recipe.build_spec(model_of(build), target_of(build), quantization_of(build))
+        return project.recipe.gate_location(spec, gate)
+
+    for line in github.annotations(report, locate, lambda path: _relative(Path(path))):
+        print(line, file=stream, flush=True)
 
 
 def _print_summary(console, project, plan, run) -> None:

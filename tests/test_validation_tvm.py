@@ -80,13 +80,20 @@ def test_passing_build_reports_accuracy_timing_and_provenance(project, capsys):
     assert all(k["bound"] in ("compute", "memory") and k["seconds"] > 0 for k in roof["kernels"])
 
 
-def test_a_gate_that_must_fail_exits_1_and_shows_in_all_three_reports(project, capsys):
+def test_a_gate_that_must_fail_exits_1_and_shows_in_all_three_reports_and_on_github(project, capsys, monkeypatch):
     root, write = project
     write(p99=1e-6, extra="")
     (root / "deploy.toml").write_text((root / "deploy.toml").read_text().replace(
         "min_cosine = 0.999", "min_cosine = 0.999\nmax_abs_error = 0.0"))
-    code, _ = build(root, capsys)
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(root / "step-summary.md"))
+    code = main(["build", "-f", str(root / "deploy.toml")])
+    out = capsys.readouterr().out
     assert code == 1
+    line = (root / "deploy.toml").read_text().splitlines().index("max_p99_ms = 1e-06") + 1
+    assert f"::error file={root / 'deploy.toml'},line={line},title=modelbuild gate max_p99_ms::net@cpu: max_p99_ms: " \
+        in out
+    assert (root / "step-summary.md").read_text().startswith("# modelbuild report: FAILED")
     gates = {g["name"]: g for g in report(root)["builds"][0]["gates"]}
     assert not gates["max_p99_ms"]["passed"] and gates["max_p99_ms"]["limit"] == 1e-6
     assert not gates["max_abs_error"]["passed"] and gates["max_abs_error"]["value"] > 0

@@ -49,6 +49,15 @@ class LoadedRecipe:
         two entries, each with its own overrides."""
         return overridden(self.spec.validation, build.validation)
 
+    def gate_location(self, build, gate: str) -> tuple[Path, int | None]:
+        """The file and line where a build's gate limit is written: its own [builds.validation.gates] when it
+        sets that gate, else the recipe's (or an included preset's) [validation.gates]."""
+        own = (build.validation is not None and "gates" in build.validation.model_fields_set
+               and gate in build.validation.gates.model_fields_set)
+        path = ("builds", self.spec.builds.index(build), "validation", "gates", gate) if own else \
+            ("validation", "gates", gate)
+        return locate_in_files(self.files or [self.path], path)
+
     def build_spec(self, model: str, target: str, quantization: str | None = None):
         """The [[builds]] entry that builds this model for this target with this quantization."""
         for build in self.spec.builds:
