@@ -71,11 +71,11 @@ GATES: dict[str, tuple[Reader, Callable[[float, float], bool]]] = {
     "min_throughput": (lambda m: (m.latency_ms["throughput"], ""), operator.ge),
 }
 
-# baseline gate -> (statistic, how the value is formed from current and baseline, comparison)
+# baseline gate -> (statistic, the change as the gate states it (from current / baseline), a regression when)
 BASELINE_GATES = {
-    "max_p50_increase": ("median", lambda now, base: now / base - 1, operator.le),
-    "max_p99_increase": ("p99", lambda now, base: now / base - 1, operator.le),
-    "min_throughput_ratio": ("throughput", lambda now, base: now / base, operator.ge),
+    "max_p50_increase": ("median", lambda ratio: ratio - 1, operator.gt),
+    "max_p99_increase": ("p99", lambda ratio: ratio - 1, operator.gt),
+    "min_throughput_ratio": ("throughput", lambda ratio: ratio, operator.lt),
 }
 
 
@@ -100,17 +100,38 @@ def evaluate(spec: ValidationSpec, metrics: Measured | None, baseline: dict | No
 
 
 def _baseline_gates(spec: ValidationSpec, metrics: Measured, baseline: dict | None) -> list[GateResult]:
+    """Latency against an earlier report. With raw samples on both sides, a gate fails only when the
+    bootstrap interval of the change lies wholly past its limit (validation/regression.py); a baseline
+    written before samples were kept is compared by its point estimates."""
     if spec.baseline is None:
         return []
     results = []
+    base = (baseline or {}).get("latency_ms") or {}
     for name, limit in spec.baseline.model_dump(exclude={"report"}).items():
         if limit is None:
             continue
-        stat, form, ok = BASELINE_GATES[name]
-        base = (baseline or {}).get("latency_ms") or {}
+        stat, form, regressed = BASELINE_GATES[name]
         if stat not in base:
             results.append(GateResult(name, None, limit, False, "the baseline report has no timing for this build"))
             continue
-        value = form(metrics.latency_ms[stat], base[stat])
-        results.append(GateResult(name, value, limit, ok(value, limit), f"baseline {stat} {base[stat]:.4g}"))
+        now_samples, base_samples = metrics.latency_ms.get("samples_ms"), base.get("samples_ms")
+        if not (now_samples and base_samples):
+            value = form(metrics.latency_ms[stat] / base[stat])
+            results.append(GateResult(name, value, limit, not regressed(value, limit),
+                                      f"baseline {stat} {base[stat]:.4g}; point estimates (no samples to bootstrap)"))
+            continue
+        from modelbuild.validation.regression import change  # numpy: only builds with a baseline pay for it
+
+        c = change(now_samples, base_samples, stat)
+        low, high = form(c.low), form(c.high)
+        best, worst = (low, high) if regressed is operator.gt else (high, low)
+        failed = regressed(best, limit)  # even the most favourable end of the interval is past the limit
+        verdict = "a regression" if failed else "within noise" if regressed(worst, limit) else "within the limit"
+        results.append(GateResult(name, form(c.ratio), limit, not failed,
+                                  f"baseline {stat} {base[stat]:.4g}; 95% interval {_signed(low, stat)} .. "
+                                  f"{_signed(high, stat)}: {verdict}"))
     return results
+
+
+def _signed(value: float, stat: str) -> str:
+    return f"{value:.3g}x" if stat == "throughput" else f"{value:+.1%}"

@@ -31,6 +31,8 @@ def timing_summary(seconds: list[float]) -> dict:
         "std": std, "cv": std / mean if mean else 0.0,
         "throughput": len(ms) / float(np.sum(seconds)),
         "percentile_method": PERCENTILE_METHOD,
+        # every run, in order, to 0.1 us: what a later build's baseline gates bootstrap over
+        "samples_ms": [round(float(x), 4) for x in ms],
     }
 
 
