@@ -1,4 +1,4 @@
-"""The reports: one model of a run (model.py) rendered as JSON, Markdown and JUnit XML."""
+"""The reports: one model of a run (model.py) rendered as JSON, Markdown, JUnit XML and HTML."""
 
 from modelbuild.reports.model import collect, SCHEMA_ID
 from modelbuild.reports.write import write_reports

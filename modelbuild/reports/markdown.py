@@ -10,7 +10,7 @@ def render(report: Report) -> str:
     lines = [f"# modelbuild report: {verdict}", "", "| build | status | p50 ms | p99 ms | throughput/s | gates |",
              "| --- | --- | --- | --- | --- | --- |"]
     for b in report.builds:
-        lines.append(f"| {b.name} | {_status(b)} | {_ms(b, 'median')} | {_ms(b, 'p99')} | "
+        lines.append(f"| {b.name} | {status(b)} | {_ms(b, 'median')} | {_ms(b, 'p99')} | "
                      f"{_fmt(b.throughput)} | {_gates(b)} |")
     for b in report.builds:
         lines += ["", f"## {b.name}", ""] + _details(b)
@@ -21,7 +21,8 @@ def render(report: Report) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _status(b: BuildReport) -> str:
+def status(b: BuildReport) -> str:
+    """The build's state in a few words, for the summary tables."""
     if b.stage_failed:
         return "stage failed"
     if not b.validation.ran:

@@ -1,4 +1,4 @@
-"""Writing the three reports into the build folder, each atomically."""
+"""Writing the reports into the build folder, each atomically."""
 
 from __future__ import annotations
 
@@ -6,18 +6,19 @@ import json
 from pathlib import Path
 
 from modelbuild.fsutil import write_atomic
-from modelbuild.reports import junit, markdown
+from modelbuild.reports import html, junit, markdown
 from modelbuild.reports.model import Report
 
 FILES = {
     "report.json": lambda r: json.dumps(r.to_json(), indent=2, allow_nan=False),
     "report.md": markdown.render,
     "junit.xml": junit.render,
+    "report.html": html.render,
 }
 
 
 def write_reports(report: Report, build_dir: Path) -> list[Path]:
-    """Write report.json, report.md and junit.xml; return their paths."""
+    """Write report.json, report.md, junit.xml and report.html; return their paths."""
     paths = []
     for name, render in FILES.items():
         path = Path(build_dir) / name
