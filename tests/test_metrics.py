@@ -76,3 +76,12 @@ def test_scaling_summary():
     summary = metrics.scaling_summary([1, 2], [4.0, 2.5])
     assert summary["speedup"] == [1.0, 1.6]
     assert summary["parallel_fraction"] == pytest.approx((1 - 2.5 / 4) / 0.5)  # T2/T1 = 1 - f/2
+
+
+def test_the_report_keeps_every_run_up_to_its_cap_and_an_even_stride_beyond():
+    from modelbuild.validation.metrics import SAMPLES_KEPT, timing_summary
+
+    few = timing_summary([0.001 * (1 + i % 7) for i in range(300)])
+    assert len(few["samples_ms"]) == 300 and few["samples_ms"][:3] == [1.0, 2.0, 3.0]
+    many = timing_summary([0.001 * (1 + i % 7) for i in range(10_001)])
+    assert len(many["samples_ms"]) <= SAMPLES_KEPT and many["samples_ms"][:2] == [1.0, 7.0]  # runs 0, 6, 12, ...
