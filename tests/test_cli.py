@@ -76,6 +76,8 @@ def test_failed_stage_exits_3_and_points_at_its_log(fake_project, capsys):
     assert "FAILED import:a: fake import refuses: no kernel for Foo" in out
     log = root / "build/logs/import-a.log"
     assert "Traceback" in log.read_text()
+    artifacts = {b["name"]: b["artifact"] for b in json.loads((root / "build/report.json").read_text())["builds"]}
+    assert artifacts["a@cpu"] is None and artifacts["b@cpu"].endswith("model.so")  # nothing published for a
 
 
 def test_explain_shows_key_inputs_and_what_changed(fake_project, capsys):

@@ -121,10 +121,10 @@ def _scaling(b: BuildReport) -> list[str]:
         return []
     f = sc["parallel_fraction"]
     series = {"measured": sc["speedup"]}
-    if f is not None:
+    if f is not None and not sc.get("noisy"):
         series[f"Amdahl f = {f:.2f}"] = [1 / ((1 - f) + f / p) for p in sc["threads"]]
-    return [svg.line(sc["threads"], series, title="Speed-up by thread count", x_label="threads",
-                     y_label="speed-up over 1 thread")]
+    title = "Speed-up by thread count" + (" (measured under noise: no conclusion)" if sc.get("noisy") else "")
+    return [svg.line(sc["threads"], series, title=title, x_label="threads", y_label="speed-up over 1 thread")]
 
 
 def _roofline(b: BuildReport) -> list[str]:

@@ -63,13 +63,18 @@ def _details(b: BuildReport) -> list[str]:
         out += ["", f"Latency over {t['runs']} runs (ms): min {_fmt(t['min'])}, mean {_fmt(t['mean'])}, "
                 f"p50 {_fmt(t['median'])}, p90 {_fmt(t['p90'])}, p99 {_fmt(t['p99'])}, p99.9 {_fmt(t['p99.9'])}, "
                 f"max {_fmt(t['max'])}, CV {t['cv']:.1%}; cold (load + first run) {_fmt(b.cold_ms)} ms; "
-                f"peak RSS {b.peak_rss_bytes / 2**20:.1f} MiB. Percentiles: {t['percentile_method']}."]
+                f"peak RSS {mb(b.peak_rss_bytes)}. Percentiles: {t['percentile_method']}."]
         if b.scaling:
             sc = b.scaling
             points = ", ".join(f"{p}: {m:.3g} ms" for p, m in zip(sc["threads"], sc["median_ms"]))
             f = sc["parallel_fraction"]
-            out.append(f"\nScaling (median latency by thread count): {points}; Amdahl parallel fraction "
-                       f"f = {f:.2f}, so more cores could give at most {1 / (1 - f) if f < 1 else float('inf'):.1f}x.")
+            if sc.get("noisy"):
+                out.append(f"\nScaling (median latency by thread count): {points}; measured under noise (CV up to "
+                           f"{max(sc['cv']):.0%} at one thread count), so no conclusion about more cores.")
+            else:
+                out.append(f"\nScaling (median latency by thread count): {points}; Amdahl parallel fraction "
+                           f"f = {f:.2f}, so more cores could give at most "
+                           f"{1 / (1 - f) if f < 1 else float('inf'):.1f}x.")
         out += _roofline(b.roofline)
         if t["cv"] > 0.05:
             out.append(f"\n> Warning: the coefficient of variation is {t['cv']:.0%}: the machine was noisy.")
@@ -88,7 +93,7 @@ def _quantization(b: BuildReport) -> list[str]:
     q = b.quantization
     if not q:
         return []
-    out = ["", f"int8 ({q['scheme']}, {'per-channel' if q['per_channel'] else 'per-tensor'} weights, "
+    out = ["", f"{q.get('precision', 'int8')} ({q['scheme']}, {'per-channel' if q['per_channel'] else 'per-tensor'} weights, "
            f"{q['calibration']['method']} calibration on {q['calibration']['samples']} samples): weights "
            f"{mb(q['weight_bytes_fp32'])} -> {mb(q['weight_bytes_int8'])} (/{q['weight_ratio']:.1f})"
            + _preparation(q) + "."]
@@ -156,9 +161,14 @@ def _roofline(r: dict | None) -> list[str]:
            f"{r['peak_bytes_per_s'] / 1e9:.1f} GB/s; ridge {r['ridge_flops_per_byte']:.1f} FLOP/byte):", "",
            "| kernel | calls | GFLOP/s | GB/s | FLOP/byte | bound | of roof |", "| --- | --- | --- | --- | --- | --- | --- |"]
     out += [f"| {k['kernel']} | {k['calls']} | {k['flops_per_s'] / 1e9:.2f} | {k['bytes_per_s'] / 1e9:.2f} | "
-            f"{k['intensity']:.1f} | {k['bound']} | {k['roof_fraction']:.0%} |" for k in r["kernels"]]
+            f"{k['intensity']:.1f} | {k['bound']} | {_of_roof(k['roof_fraction'])} |" for k in r["kernels"]]
     out += ["", "The bandwidth peak is a 64 MB copy, i.e. main memory: a kernel whose data stays in cache can pass it."]
     return out
+
+
+def _of_roof(fraction: float) -> str:
+    """A kernel above the roof is not 150% efficient: its data stayed in cache, past the DRAM bandwidth peak."""
+    return f"{fraction:.0%}" if fraction <= 1 else "above (data in cache)"
 
 
 def _fusion_and_memory(b: BuildReport) -> list[str]:

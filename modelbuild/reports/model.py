@@ -153,7 +153,7 @@ def _build(project, run: RunResult, name: str) -> BuildReport:
     measured = metrics or NOT_MEASURED
     return BuildReport(
         name=name, model=model, target=target,
-        artifact=_artifact(project, name),
+        artifact=_artifact(project, run, name),
         bound_inputs={n: i.value for n, i in project.recipe.spec.models[model].inputs.items() if i.value is not None},
         stages={stage: _stage(r) for stage, r in nodes.items()},
         validation=Validation(measured.ran, _not_validated(nodes, metrics)),
@@ -228,10 +228,11 @@ def _memory(planned: dict | None, measured: Measured) -> dict | None:
     return {**planned, "measured_peak_rss_bytes": measured.peak_rss_bytes}
 
 
-def _artifact(project, name: str) -> str | None:
+def _artifact(project, run: RunResult, name: str) -> str | None:
+    """Where the library is, or None when no compile of it finished (nothing was published)."""
     for node_id in project.plan.builds[name]:
         node = project.plan.nodes[node_id]
-        if node.stage == "compile":
+        if node.stage == "compile" and run.results[node_id].status in (Status.BUILT, Status.CACHED):
             path = project.build_dir / next(iter(node.publish.values()))
             try:  # relative to the recipe, so a CI script reads the same path on every machine
                 return str(path.relative_to(project.recipe.root))

@@ -287,6 +287,14 @@ def _weight_bytes(model) -> int:
     return sum(numpy_helper.to_array(t).nbytes for t in model.graph.initializer)
 
 
+def _precision(spec: QuantizationSpec) -> str:
+    """What the kernels compute in, as the report labels the build: A8W8, A16W8, or A8W8 with some layers A16."""
+    if spec.int16_nodes == ["*"]:
+        return "A16W8 (int16 activations, int8 weights)"
+    wider = len(spec.int16_nodes) + spec.int16_most_sensitive
+    return "A8W8 (int8)" + (f", up to {wider} layers with int16 inputs" if wider else "")
+
+
 def _summary(model, qdq, spec: QuantizationSpec) -> dict:
     calibration = spec.calibration
     warnings = []
@@ -295,6 +303,6 @@ def _summary(model, qdq, spec: QuantizationSpec) -> dict:
                         "not real inputs: activation ranges, and so accuracy, may not hold on real data")
     fp32, int8 = _weight_bytes(model), _weight_bytes(qdq)
     return {"weight_bytes_fp32": fp32, "weight_bytes_int8": int8, "weight_ratio": fp32 / int8 if int8 else None,
-            "scheme": spec.scheme, "per_channel": spec.per_channel,
+            "scheme": spec.scheme, "per_channel": spec.per_channel, "precision": _precision(spec),
             "calibration": calibration.model_dump(exclude={"path"}),  # the path is the recipe's, not a figure
             "warnings": warnings}

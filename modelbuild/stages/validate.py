@@ -41,8 +41,8 @@ def _scaling(inputs: dict[str, Path], max_seconds: float, threads: int, out: Pat
     counts = list(range(1, threads + 1))
     # the whole curve shares the recipe's time bound
     bounded = {**SCALING_TIMING, "max_seconds": max_seconds / len(counts)}
-    medians = [_measure(inputs, bounded, p, out)["latency_ms"]["median"] for p in counts]
-    return metrics.scaling_summary(counts, medians)
+    runs = [_measure(inputs, bounded, p, out)["latency_ms"] for p in counts]
+    return metrics.scaling_summary(counts, [r["median"] for r in runs], [r["cv"] for r in runs])
 
 
 def _measure(inputs: dict[str, Path], timing: dict, threads: int, out: Path, roofline: bool = False) -> dict:
