@@ -127,3 +127,27 @@ def test_the_graph_draws_each_edge_once_and_reference_beside_compile(plan):
     assert dot.count('"compile:cls+int8@host" -> "validate:cls+int8@host"') == 1  # library and figures: one edge
     assert '"compile:cls+int8@host" -> "reference:cls"' not in dot
     assert "  reference:cls                <- import:cls" in as_tree(plan)
+
+
+def test_a_device_enters_the_validate_key_and_not_the_compile_key(tmp_path):
+    (tmp_path / "m.onnx").write_bytes(b"x")
+    base = textwrap.dedent("""\
+        [models.cls]
+        path = "m.onnx"
+        inputs.x = { shape = [1, 3, 8, 8] }
+
+        [targets.board]
+        kind = "llvm"
+        mcpu = "skylake"
+        """)
+    tail = '\n[[builds]]\nmodel = "cls"\ntargets = ["board"]\n'
+    plans = []
+    for rpc in ("", 'rpc = { tracker = "127.0.0.1:9190", key = "rpi4" }\n'):
+        (tmp_path / "deploy.toml").write_text(base + rpc + tail)
+        plans.append(build_plan(load_recipe(tmp_path / "deploy.toml"), lambda t: t))
+    here, there = plans
+    assert here.nodes["compile:cls@board"].params == there.nodes["compile:cls@board"].params
+    assert "device" not in here.nodes["validate:cls@board"].params
+    assert there.nodes["validate:cls@board"].params["device"] == {"tracker": "127.0.0.1:9190", "key": "rpi4",
+                                                                  "timeout": 60}
+    assert there.nodes["validate:cls@board"].params["machine"]["device"] == "rpi4"

@@ -276,3 +276,24 @@ def test_a_recipe_that_is_not_utf8_is_a_recipe_error(tmp_path):
     with pytest.raises(RecipeError) as info:
         load_recipe(path)
     assert info.value.message == "not UTF-8 text (byte 0)" and info.value.fix == "save the recipe as UTF-8 TOML"
+
+
+@pytest.mark.parametrize("rpc, field, message", [
+    ('{ tracker = "localhost", key = "rpi4" }', "targets.host.rpc.tracker", "expected the tracker as host:port"),
+    ('{ tracker = "127.0.0.1:9190" }', "targets.host.rpc", "expected a table with the device's key"),
+    ('{ tracker = "127.0.0.1:9190", key = "rpi4", timeout = 0 }', "targets.host.rpc.timeout", "expected seconds > 0"),
+    ('{ tracker = "127.0.0.1:9190", key = "rpi4", board = 1 }', "targets.host.rpc.board", "unknown rpc option 'board'"),
+])
+def test_a_device_over_rpc_is_checked_where_it_is_written(tmp_path, rpc, field, message):
+    err = error_of(tmp_path, GOOD.replace("num-cores = 2", f"num-cores = 2\nrpc = {rpc}"))
+    assert err.field == field and message in err.message and err.line == 10
+
+
+def test_the_tracker_may_come_from_the_environment(tmp_path, monkeypatch):
+    text = GOOD.replace("num-cores = 2", 'num-cores = 2\nrpc = { key = "rpi4" }')
+    assert error_of(tmp_path, text).field == "targets.host.rpc.tracker"
+    monkeypatch.setenv("MODELBUILD_RPC_TRACKER", "ci-farm:9190")
+    from modelbuild.recipe.targets import device_of
+
+    assert device_of(load_recipe(write(tmp_path, text)).spec.targets["host"]) == \
+        {"tracker": "ci-farm:9190", "key": "rpi4", "timeout": 60}

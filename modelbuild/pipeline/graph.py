@@ -17,7 +17,7 @@ from modelbuild.pipeline.names import build_name, variant_of
 from modelbuild.pipeline.registry import ANALYSIS, FROZEN_ONNX, GOLDEN, IR, METRICS, QDQ_ONNX, SIGNATURE, TUNED_RECORDS
 from modelbuild.pipeline.sample_files import sample_files
 from modelbuild.recipe import LoadedRecipe
-from modelbuild.recipe.targets import host_machine, runs_on_host, tvm_target
+from modelbuild.recipe.targets import device_of, host_machine, runs_on_host, tvm_target
 
 TargetResolver = Callable[[dict], dict]
 
@@ -159,7 +159,8 @@ def reference_node(recipe: LoadedRecipe, node_id: str, importer: Node, validatio
 
 def validate_node(build: str, target_name: str, target: dict, validation, importer: Node, compiler: Node,
                   reference: str, *, qdq: str | None = None) -> Node:
-    runs_here = runs_on_host(target)
+    device = device_of(target)
+    runs_here = runs_on_host(target) or device is not None
     timing = validation.timing
     params = {
         "timing": timing.model_dump(exclude={"threads"}),
@@ -167,8 +168,10 @@ def validate_node(build: str, target_name: str, target: dict, validation, import
         "runs_here": runs_here,
         "reason": "" if runs_here else _why_not_here(target),
         # timings belong to the machine that measured them: a shared cache must not mix machines
-        "machine": host_machine(),
+        "machine": {"device": device["key"], "tracker": device["tracker"], "via": "rpc"} if device else host_machine(),
     }
+    if device:  # only then: the validate keys of recipes without devices stay as they were
+        params["device"] = device
     variant = variant_of(build)
     library = compiler.params["library"]
     deps = {"library": (compiler.id, library), "golden": (reference, GOLDEN),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from dataclasses import dataclass, field
@@ -14,7 +15,8 @@ from modelbuild.recipe.locate import dotted, locate, locate_in_files
 
 if TYPE_CHECKING:  # for annotations only: importing the schema loads pydantic
     from modelbuild.recipe.schema import Recipe
-from modelbuild.recipe.targets import HOST, known_cpus, MODELBUILD_KEYS, target_arch, TARGET_OPTIONS
+from modelbuild.recipe.targets import (HOST, known_cpus, MODELBUILD_KEYS, RPC_TRACKER_ENV, target_arch,
+                                      TARGET_OPTIONS)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -255,10 +257,33 @@ def _check_targets(loaded: LoadedRecipe) -> None:
                 raise _fail(loaded, ("targets", name, key), f"unknown {kind} target option {key!r}",
                             _spelling_fix(key, allowed))
         _check_mcpu(loaded, name, table)
+        _check_rpc(loaded, name, table.get("rpc"))
         cores = table.get("num-cores")
         if cores is not None and (not isinstance(cores, int) or cores < 1):
             raise _fail(loaded, ("targets", name, "num-cores"), f"expected a positive integer, found {cores!r}",
                         "set num-cores to the number of cores the library may use")
+
+
+def _check_rpc(loaded: LoadedRecipe, name: str, rpc) -> None:
+    """rpc = { tracker = "host:port", key = "rpi4", timeout = 60 }: the device validate runs on."""
+    if rpc is None:
+        return
+    fix = 'rpc = { tracker = "127.0.0.1:9190", key = "rpi4" } (the tracker may come from MODELBUILD_RPC_TRACKER)'
+    if not isinstance(rpc, dict) or not isinstance(rpc.get("key"), str) or not rpc["key"]:
+        raise _fail(loaded, ("targets", name, "rpc"), "expected a table with the device's key", fix)
+    unknown = set(rpc) - {"tracker", "key", "timeout"}
+    if unknown:
+        raise _fail(loaded, ("targets", name, "rpc", sorted(unknown)[0]),
+                    f"unknown rpc option {sorted(unknown)[0]!r}", "rpc takes tracker, key and timeout")
+    tracker = rpc.get("tracker", os.environ.get(RPC_TRACKER_ENV))
+    host, _, port = str(tracker or "").rpartition(":")
+    if not host or not port.isdigit():
+        raise _fail(loaded, ("targets", name, "rpc", "tracker"),
+                    f"expected the tracker as host:port, found {tracker!r}", fix)
+    timeout = rpc.get("timeout", 60)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+        raise _fail(loaded, ("targets", name, "rpc", "timeout"), f"expected seconds > 0, found {timeout!r}",
+                    "timeout = 60: how long validate waits for a free device")
 
 
 def _check_mcpu(loaded: LoadedRecipe, name: str, table: dict) -> None:

@@ -60,6 +60,7 @@ class ValidateParams(Strict):
     runs_here: bool
     reason: str  # why not, where runs_here is false
     machine: dict[str, Any]  # the host the timings belong to: a shared cache must not mix machines
+    device: dict[str, Any] | None = None  # {tracker, key, timeout}: validated through TVM's RPC tracker
 
 
 Params = TypeVar("Params", bound=Strict)

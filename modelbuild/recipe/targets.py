@@ -32,7 +32,9 @@ TARGET_OPTIONS: dict[str, tuple[str, ...]] = {
 }
 
 # Keys modelbuild reads itself; they are stripped before the table becomes TVM's target JSON.
-MODELBUILD_KEYS = ("cross-compiler",)
+MODELBUILD_KEYS = ("cross-compiler", "rpc")
+RPC_TRACKER_ENV = "MODELBUILD_RPC_TRACKER"
+RPC_TIMEOUT_SECONDS = 60
 
 HOST = "host"
 
@@ -66,6 +68,16 @@ def runs_on_host(target: dict) -> bool:
         return False
     triple = target.get("mtriple")
     return not triple or triple.split("-")[0] == host_arch()
+
+
+def device_of(target: dict) -> dict | None:
+    """The device a target is validated on through TVM's RPC tracker: {tracker, key, timeout}; None for this
+    machine. MODELBUILD_RPC_TRACKER gives the tracker where the recipe names only the key (CI sets it)."""
+    rpc = target.get("rpc")
+    if rpc is None:
+        return None
+    tracker = os.environ.get(RPC_TRACKER_ENV) or rpc.get("tracker")
+    return {"tracker": tracker, "key": rpc["key"], "timeout": rpc.get("timeout", RPC_TIMEOUT_SECONDS)}
 
 
 def tvm_target(target: dict) -> dict:

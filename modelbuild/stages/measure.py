@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import resource
+import sys
 import time
 from pathlib import Path
 
@@ -16,13 +17,14 @@ import numpy as np
 from modelbuild import signature
 from modelbuild.compiler import analysis
 from modelbuild.recipe.targets import host_machine
+from modelbuild.stages import device as remote
 from modelbuild.validation import metrics
 from modelbuild.validation.golden import feedback as fed_back_inputs
 
 
 
 def main(library: str, golden_path: str, signature_path: str, timing_json: str, out_path: str,
-         analysis_path: str = "", qdq_path: str = "") -> None:
+         analysis_path: str = "", qdq_path: str = "", device_json: str = "") -> None:
     timing = json.loads(timing_json)
     tensors = signature.read(Path(signature_path))
     golden = dict(np.load(golden_path))
@@ -31,8 +33,9 @@ def main(library: str, golden_path: str, signature_path: str, timing_json: str, 
 
     import tvm  # noqa: F401  (importing the Python package is not part of loading the library)
 
+    device = json.loads(device_json) if device_json else None
     started = time.perf_counter()
-    run = _load(library)
+    run, timer = remote.load(library, device) if device else (_load(library), None)
     first = run(inputs_of(golden, input_names, 0))
     cold_ms = (time.perf_counter() - started) * 1000
 
@@ -42,7 +45,8 @@ def main(library: str, golden_path: str, signature_path: str, timing_json: str, 
         qdq = dict(np.load(qdq_path))
         accuracy_vs_qdq = {name: _accuracy(np.stack(actual[name]), qdq[f"out.{name}"]) for name in output_names}
 
-    latencies = _time(run, inputs_of(golden, input_names, 0), **timing)
+    latencies = (timer(inputs_of(golden, input_names, 0), **timing) if timer
+                 else _time(run, inputs_of(golden, input_names, 0), **timing))
     kernels = json.loads(Path(analysis_path).read_text()).get("kernels") if analysis_path else None
     result = {
         "roofline": _roofline(library, kernels) if kernels else None,
@@ -51,7 +55,7 @@ def main(library: str, golden_path: str, signature_path: str, timing_json: str, 
         "cold_ms": cold_ms,
         "latency_ms": metrics.timing_summary(latencies),
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-        "machine": host_machine(),
+        "machine": {"device": device["key"], "tracker": device["tracker"], "via": "rpc"} if device else host_machine(),
         "samples": count,
     }
     Path(out_path).write_text(json.dumps(result))
@@ -168,5 +172,11 @@ if __name__ == "__main__":
         parser.add_argument(name)
     parser.add_argument("--analysis", default="")
     parser.add_argument("--qdq", default="")
+    parser.add_argument("--device", default="")
     a = parser.parse_args()
-    main(a.library, a.golden, a.signature, a.timing, a.out, a.analysis, a.qdq)
+    try:
+        main(a.library, a.golden, a.signature, a.timing, a.out, a.analysis, a.qdq, a.device)
+    except remote.DeviceUnavailable as err:
+        # the last line of stderr is what the validate stage reports (this process is its subprocess)
+        sys.stderr.write(f"{err}\n")
+        sys.exit(remote.DEVICE_UNAVAILABLE)

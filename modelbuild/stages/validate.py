@@ -12,7 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from modelbuild.errors import last_line, StageError
+from modelbuild.errors import last_line, StageEnvironmentError, StageError
+from modelbuild.stages.device import DEVICE_UNAVAILABLE
 from modelbuild.recipe.params import ValidateParams, parse
 from modelbuild.validation import metrics
 
@@ -26,9 +27,11 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
         _write(out, {"ran": False, "reason": p.reason})
         return
     timing = p.timing.model_dump(exclude={"threads", "scaling", "roofline"})  # what measure.py times by
-    metrics = _measure(inputs, timing, p.threads, out, roofline=p.timing.roofline)
+    # a device's threads and peaks are its own: the scaling curve and the roofline are measured here only
+    metrics = _measure(inputs, timing, p.threads, out, roofline=p.timing.roofline and not p.device,
+                       device=p.device)
     metrics.update(ran=True, artifact_bytes=inputs["library"].stat().st_size, threads=p.threads)
-    if p.timing.scaling and p.threads > 1:
+    if p.timing.scaling and p.threads > 1 and not p.device:
         metrics["scaling"] = _scaling(inputs, p.timing.max_seconds, p.threads, out)
     _write(out, metrics)
 
@@ -45,18 +48,23 @@ def _scaling(inputs: dict[str, Path], max_seconds: float, threads: int, out: Pat
     return metrics.scaling_summary(counts, [r["median"] for r in runs], [r["cv"] for r in runs])
 
 
-def _measure(inputs: dict[str, Path], timing: dict, threads: int, out: Path, roofline: bool = False) -> dict:
-    """Run measure.py in a fresh process with `threads` runtime threads; its JSON result."""
+def _measure(inputs: dict[str, Path], timing: dict, threads: int, out: Path, roofline: bool = False,
+             device: dict | None = None) -> dict:
+    """Run measure.py in a fresh process with `threads` runtime threads (on `device` over RPC where given);
+    its JSON result."""
     result = out / "measured.json"
     env = {**os.environ, "TVM_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
     proc = subprocess.run(
         [sys.executable, "-m", "modelbuild.stages.measure", str(inputs["library"]), str(inputs["golden"]),
          str(inputs["signature"]), json.dumps(timing), str(result),
          *(["--analysis", str(inputs["analysis"])] if roofline and "analysis" in inputs else []),
-         *(["--qdq", str(inputs["golden_qdq"])] if "golden_qdq" in inputs and not timing.get("latency_only") else [])],
+         *(["--qdq", str(inputs["golden_qdq"])] if "golden_qdq" in inputs and not timing.get("latency_only") else []),
+         *(["--device", json.dumps(device)] if device else [])],
         env=env, capture_output=True, text=True,
     )
     sys.stdout.write(proc.stdout), sys.stderr.write(proc.stderr)
+    if proc.returncode == DEVICE_UNAVAILABLE:  # measure.py's own one-line reason: the environment's, not ours
+        raise StageEnvironmentError(last_line(proc.stderr or "the device could not be reached"))
     if proc.returncode != 0:
         raise StageError(f"running the library failed (exit {proc.returncode}): {last_line(proc.stderr or 'no output')}")
     measured = json.loads(result.read_text())

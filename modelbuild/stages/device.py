@@ -1,0 +1,106 @@
+"""Running a library on a device through TVM's RPC tracker, for measure.py: a session from the tracker, the
+library uploaded and loaded there, its outputs brought back, its latency timed on the device itself.
+
+Every way of not getting a device is a DeviceUnavailable with one line saying which and what to check, and
+ends within the recipe's timeout: a tracker that does not answer, a key no device registered, every device
+of the key busy, a device that drops mid-run.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+
+DEVICE_UNAVAILABLE = 75  # measure.py's exit code for these (EX_TEMPFAIL): the validate stage reports exit 4
+CONNECT_SECONDS = 5
+
+
+class DeviceUnavailable(Exception):
+    pass
+
+
+def load(library: str, device: dict):
+    """(run, timer) for the library on a device of `device["key"]`: run(arrays) -> outputs as numpy arrays;
+    timer(arrays, warmup, min_runs, ...) -> seconds of each run, measured on the device."""
+    import tvm
+    from tvm import relax
+
+    session = _session(device)
+    try:
+        session.upload(library)
+        vm = relax.VirtualMachine(session.load_module(os.path.basename(library)), session.cpu())
+    except Exception as err:  # TVM raises its own errors for a device that drops or cannot load the file
+        raise DeviceUnavailable(f"the {device['key']} device failed while loading the library: "
+                                f"{str(err).splitlines()[-1] if str(err) else type(err).__name__}") from None
+    dev = session.cpu()
+
+    def run(arrays):
+        result = _guarded(device, lambda: vm["main"](*[tvm.runtime.tensor(a, dev) for a in arrays]))
+        values = [result] if hasattr(result, "numpy") else list(result)
+        return [v.numpy() for v in values]
+
+    def timer(arrays, *, warmup: int, min_runs: int, min_seconds: float, max_seconds: float = float("inf"),
+              **_) -> list[float]:
+        # timed on the device (time_evaluator): a host clock would count the network's round trips too
+        args = [tvm.runtime.tensor(a, dev) for a in arrays]
+        for _ in range(warmup):
+            _guarded(device, lambda: vm["main"](*args))
+        once = _guarded(device, lambda: vm.time_evaluator("main", dev, number=1, repeat=1)(*args).results[0])
+        wanted = max(min_runs, int(min_seconds / once) + 1 if once > 0 else min_runs)
+        runs = max(1, min(wanted, int(max_seconds / once) if once > 0 else wanted))
+        return list(_guarded(device, lambda: vm.time_evaluator("main", dev, number=1, repeat=runs)(*args).results))
+
+    return run, timer
+
+
+def _session(device: dict):
+    from tvm import rpc
+
+    host, _, port = device["tracker"].rpartition(":")
+    try:  # TVM's own connect retries for a minute: ask the socket first, briefly
+        socket.create_connection((host, int(port)), timeout=CONNECT_SECONDS).close()
+    except OSError as err:
+        raise DeviceUnavailable(f"cannot reach the RPC tracker at {device['tracker']} ({err.strerror or err}): "
+                                "is it running? (fix: python -m tvm.exec.rpc_tracker --port PORT --port-end "
+                                "PORT+1, or set MODELBUILD_RPC_TRACKER)") from None
+    tracker = rpc.connect_tracker(host, int(port))
+    keys = _keys(tracker)
+    if device["key"] not in keys:
+        raise DeviceUnavailable(f"no device with key {device['key']!r} at the RPC tracker {device['tracker']} "
+                                f"(its keys: {', '.join(sorted(keys)) or 'none'}): start an RPC server with "
+                                f"--key {device['key']}, or fix the recipe's rpc.key")
+    return _within(device["timeout"], lambda: tracker.request(device["key"], priority=1, session_timeout=0),
+                   f"no {device['key']} device came free within {device['timeout']:g} s at the RPC tracker "
+                   f"{device['tracker']} (raise rpc.timeout, or add devices)")
+
+
+def _keys(tracker) -> set[str]:
+    """The keys devices registered under, busy or free, from the tracker's summary."""
+    summary = tracker.summary()
+    servers = {str(s.get("key", "")).removeprefix("server:") for s in summary.get("server_info", [])}
+    return set(summary.get("queue_info", {})) | servers
+
+
+def _within(seconds: float, call, message: str):
+    """`call()`, or DeviceUnavailable(message) once `seconds` have passed (SIGALRM: measure.py's main thread)."""
+    def expired(signum, frame):
+        raise DeviceUnavailable(message)
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        return call()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _guarded(device: dict, call):
+    try:
+        return call()
+    except DeviceUnavailable:
+        raise
+    except Exception as err:  # the connection dropped: TVM says so in its own words
+        raise DeviceUnavailable(f"the {device['key']} device dropped mid-run: "
+                                f"{str(err).splitlines()[-1] if str(err) else type(err).__name__}") from None

@@ -1,0 +1,133 @@
+"""Validating on a device through TVM's RPC tracker: a real tracker and a real RPC server on 127.0.0.1 (this
+machine is the device), and each way reaching a device can fail, none past its timeout."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from modelbuild.cli import main
+from tests.onnx_models import two_convs
+
+pytestmark = pytest.mark.tvm
+
+KEY = "host-board"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port: int, process: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            assert time.monotonic() < deadline and process.poll() is None, "the RPC process did not start"
+            time.sleep(0.1)
+
+
+@pytest.fixture(scope="module")
+def tracker():
+    """TVM's tracker and one RPC server registered under KEY, both on 127.0.0.1; yields 'host:port'."""
+    port, server_port = free_port(), free_port()
+    processes = [subprocess.Popen([sys.executable, "-m", "tvm.exec.rpc_tracker", "--host", "127.0.0.1",
+                                   "--port", str(port), "--port-end", str(port + 1)],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    wait_for_port(port, processes[0])
+    processes.append(subprocess.Popen([sys.executable, "-m", "tvm.exec.rpc_server", "--host", "127.0.0.1",
+                                       "--port", str(server_port), "--port-end", str(server_port + 1),
+                                       "--tracker", f"127.0.0.1:{port}", "--key", KEY],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    from tvm import rpc
+
+    deadline = time.monotonic() + 30
+    while KEY not in rpc.connect_tracker("127.0.0.1", port).text_summary():
+        assert time.monotonic() < deadline, "the RPC server never registered with the tracker"
+        time.sleep(0.2)
+    yield f"127.0.0.1:{port}"
+    for process in processes:
+        process.kill()
+        process.wait()
+
+
+def recipe(root, rpc: str) -> None:
+    two_convs(root / "net.onnx")
+    (root / "deploy.toml").write_text(textwrap.dedent(f"""\
+        [models.net]
+        path = "net.onnx"
+        inputs.x = {{ shape = [1, 3, 8, 8], dtype = "float32" }}
+
+        [targets.board]
+        kind = "llvm"
+        mcpu = "host"
+        rpc = {rpc}
+
+        [validation]
+        golden = {{ count = 2 }}
+        timing = {{ warmup = 2, min_runs = 10, min_seconds = 0.0 }}
+
+        [validation.gates]
+        min_cosine = 0.9999
+
+        [[builds]]
+        model = "net"
+        targets = ["board"]
+        """))
+
+
+def test_a_library_is_validated_on_the_device_the_tracker_gives_and_the_report_says_which(tracker, tmp_path, capsys):
+    recipe(tmp_path, f'{{ tracker = "{tracker}", key = "{KEY}" }}')
+    code = main(["build", "-f", str(tmp_path / "deploy.toml")])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    build = json.loads((tmp_path / "build/report.json").read_text())["builds"][0]
+    assert build["validation"]["ran"] and build["accuracy"]["y"]["cosine"] > 0.9999
+    assert build["latency_ms"]["runs"] >= 10 and build["latency_ms"]["median"] > 0
+    assert build["provenance"]["machine"] == {"device": KEY, "tracker": tracker, "via": "rpc"}
+
+
+def test_an_unreachable_tracker_is_one_line_with_exit_4_within_its_timeout(tmp_path, capsys):
+    recipe(tmp_path, f'{{ tracker = "127.0.0.1:{free_port()}", key = "{KEY}" }}')
+    started = time.monotonic()
+    code = main(["build", "-f", str(tmp_path / "deploy.toml")])
+    out = capsys.readouterr().out
+    assert code == 4 and time.monotonic() - started < 60
+    assert "cannot reach the RPC tracker at 127.0.0.1:" in out
+    assert not list((tmp_path / ".cache").glob("actions/*/*.json")) or all(
+        "validate" not in p.read_text() for p in (tmp_path / ".cache").glob("actions/*/*.json"))
+
+
+def test_a_key_no_device_has_registered_says_which_keys_there_are(tracker, tmp_path, capsys):
+    recipe(tmp_path, f'{{ tracker = "{tracker}", key = "rpi5", timeout = 5 }}')
+    started = time.monotonic()
+    code = main(["build", "-f", str(tmp_path / "deploy.toml")])
+    out = capsys.readouterr().out
+    assert code == 4 and time.monotonic() - started < 60
+    assert f"no device with key 'rpi5' at the RPC tracker {tracker} (its keys: {KEY})" in out
+
+
+def test_a_busy_device_is_waited_for_until_the_timeout_then_one_line(tracker, tmp_path, capsys):
+    from tvm import rpc
+
+    host, port = tracker.split(":")
+    held = rpc.connect_tracker(host, int(port)).request(KEY, session_timeout=120)  # the only board, taken
+    try:
+        recipe(tmp_path, f'{{ tracker = "{tracker}", key = "{KEY}", timeout = 3 }}')
+        started = time.monotonic()
+        code = main(["build", "-f", str(tmp_path / "deploy.toml")])
+        out = capsys.readouterr().out
+        assert code == 4 and time.monotonic() - started < 60
+        assert f"no {KEY} device came free within 3 s" in out
+    finally:
+        del held
