@@ -18,7 +18,8 @@ from modelbuild.build.scheduler import Options
 from modelbuild.errors import environment_failure, EnvironmentFailure, ModelbuildError
 from modelbuild.pipeline.names import select
 
-COMMANDS = ("build", "init", "status", "explain", "graph", "clean", "cache", "schema", "report", "tune")
+COMMANDS = ("build", "init", "status", "explain", "graph", "clean", "cache", "schema", "report", "tune",
+            "doctor")
 
 EXIT_OK, EXIT_GATE_FAILED, EXIT_USAGE, EXIT_STAGE_FAILED, EXIT_ENVIRONMENT = 0, 1, 2, 3, 4
 EXIT_STALE = 1
@@ -171,6 +172,11 @@ def _parser() -> argparse.ArgumentParser:
     tune.add_argument("action", choices=("export", "import"))
     tune.add_argument("path", type=Path, help="the records file")
     tune.set_defaults(handler=cmd_tune)
+
+    doctor = sub.add_parser("doctor", parents=[common],
+                            help="what this machine can build and validate for each target, and what to install")
+    doctor.add_argument("--json", action="store_true")
+    doctor.set_defaults(handler=cmd_doctor)
 
     schema = sub.add_parser("schema", help="print the JSON Schema of deploy.toml")
     schema.set_defaults(handler=cmd_schema)
@@ -503,6 +509,35 @@ def cmd_tune(args, console) -> int:
     total = tuning_db.import_all(project.tuning_root, exported)
     console.print(f"imported {args.path}: {total} records known", markup=False)
     return EXIT_OK
+
+
+def cmd_doctor(args, console) -> int:
+    from dataclasses import asdict
+
+    from modelbuild.pipeline import doctor
+
+    project = _project(args)
+    caps = doctor.probe_capabilities()
+    tools = doctor.toolchains()
+    checks = [doctor.assess(name, table, caps, shutil.which, doctor.tracker_answers)
+              for name, table in project.recipe.spec.targets.items()]
+    if args.json:
+        print(json.dumps({"tvm": caps, "toolchains": tools, "targets": [asdict(c) | {"ready": c.ready}
+                                                                         for c in checks]}, indent=2))
+    else:
+        if caps.get("tvm") is None:
+            console.print(f"tvm: cannot be imported here: {caps.get('error')} (fix: pip install -e .)", markup=False)
+        else:
+            console.print(f"tvm {caps['tvm']}: llvm {caps['llvm_version'] or 'missing'}, cuda code generation "
+                          f"{'yes' if caps['cuda_codegen'] else 'no'}, a cuda device here "
+                          f"{'yes' if caps['cuda_device'] else 'no'}", markup=False)
+        console.print("toolchains: " + ", ".join(f"{name} {path or 'not found'}" for name, path in tools.items()),
+                      markup=False)
+        for c in checks:
+            validates = c.validates or f"no: {c.validate_note}"
+            console.print(f"{c.target}: build {'yes' if c.builds_here else 'NO'} ({c.build_note}); validate "
+                          f"{validates}", markup=False)
+    return EXIT_OK if all(c.ready for c in checks) else EXIT_STALE
 
 
 def cmd_schema(args, console) -> int:

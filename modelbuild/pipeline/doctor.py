@@ -1,0 +1,109 @@
+"""`modelbuild doctor`: for each target of a recipe, whether it can be built here and where it can be
+validated, with the command that installs what is missing.
+
+The assessment is pure (targets, this TVM's capabilities, the tools on the path, which trackers answer);
+the probes that gather those facts are small functions beside it, so the tests give facts and read verdicts.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import Callable
+
+from modelbuild.recipe.targets import device_of, runs_on_host
+
+# cross toolchains by target triple prefix: (compiler, the Debian package that brings it)
+CROSS = {"aarch64": ("aarch64-linux-gnu-gcc", "gcc-aarch64-linux-gnu"),
+         "arm": ("arm-linux-gnueabihf-gcc", "gcc-arm-linux-gnueabihf"),
+         "riscv64": ("riscv64-linux-gnu-gcc", "gcc-riscv64-linux-gnu")}
+
+
+@dataclass(frozen=True)
+class TargetCheck:
+    target: str
+    builds_here: bool
+    build_note: str
+    validates: str | None  # "here", "on DEVICE via TRACKER", or None
+    validate_note: str
+
+    @property
+    def ready(self) -> bool:
+        return self.builds_here and self.validates is not None
+
+
+def assess(name: str, target: dict, caps: dict, which: Callable[[str], str | None],
+           answers: Callable[[str], bool]) -> TargetCheck:
+    """One target's verdict from the facts: this TVM's capabilities, tools found on the path, trackers
+    that answer."""
+    kind = target.get("kind")
+    builds, build_note = _builds(kind, target, caps, which)
+    device = device_of(target)
+    if device:
+        ok = bool(device["tracker"]) and answers(device["tracker"])
+        return TargetCheck(name, builds, build_note, f"on {device['key']} via {device['tracker']}" if ok else None,
+                           "" if ok else f"the RPC tracker {device['tracker']} does not answer (fix: start it, "
+                                         "or set MODELBUILD_RPC_TRACKER)")
+    if kind == "cuda":
+        here = caps.get("cuda_device", False)
+        return TargetCheck(name, builds, build_note, "here" if here else None,
+                           "" if here else "no CUDA device or driver here (fix: a GPU machine, or a device over RPC: "
+                                           "rpc = { tracker, key } in the target)")
+    if runs_on_host(target):
+        return TargetCheck(name, builds, build_note, "here", "")
+    return TargetCheck(name, builds, build_note, None,
+                       f"built for {target.get('mtriple') or kind}, not this machine (fix: a device over RPC: "
+                       "rpc = { tracker = \"host:port\", key = \"...\" } in the target)")
+
+
+def _builds(kind, target: dict, caps: dict, which) -> tuple[bool, str]:
+    if kind == "llvm":
+        if not caps.get("llvm"):
+            return False, "this TVM has no LLVM (fix: pip install apache-tvm, the wheel has it)"
+        if runs_on_host(target):
+            return True, "a .so for this machine"
+        arch = str(target.get("mtriple", "")).split("-")[0]
+        compiler = target.get("cross-compiler") or CROSS.get(_family(arch), (None, None))[0]
+        package = CROSS.get(_family(arch), (None, "a cross gcc"))[1]
+        if target.get("cross-compiler") and which(target["cross-compiler"]):
+            return True, f"a .so linked by {which(target['cross-compiler'])}"
+        hint = f"cross-compiler = \"{compiler}\" after apt-get install {package}" if compiler else "a cross gcc"
+        return True, f"object files only (model.tar); a loadable .so needs {hint}"
+    if kind == "cuda":
+        if not caps.get("cuda_codegen"):
+            return False, "this TVM was built without CUDA"
+        nvcc = which("nvcc")
+        return True, f"CUDA code by TVM; nvcc {'at ' + nvcc if nvcc else 'not found (pip install nvidia-cuda-nvcc-cu12)'}"
+    return True, f"{kind} code by TVM"
+
+
+def _family(arch: str) -> str:
+    return "arm" if arch.startswith("arm") or arch.startswith("thumb") else arch
+
+
+def probe_capabilities() -> dict:
+    """This TVM's abilities, from a subprocess (the command line never imports TVM)."""
+    done = subprocess.run([sys.executable, "-m", "modelbuild.compiler.capabilities"], capture_output=True,
+                          text=True)
+    if done.returncode != 0:
+        return {"tvm": None, "error": (done.stderr.strip().splitlines() or ["no output"])[-1]}
+    return json.loads(done.stdout)
+
+
+def tracker_answers(address: str, timeout: float = 3.0) -> bool:
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+def toolchains(which: Callable[[str], str | None] = shutil.which) -> dict[str, str | None]:
+    """The compilers modelbuild can use, and where each is (None: not on the path)."""
+    names = ["gcc", *(compiler for compiler, _ in CROSS.values()), "nvcc"]
+    return {name: which(name) for name in names}

@@ -1,0 +1,65 @@
+"""`modelbuild doctor`: each target's verdict from the facts (this TVM, the tools on the path, trackers that
+answer), and the command on a real recipe with the real TVM."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+
+from modelbuild.cli import main
+from modelbuild.pipeline.doctor import assess, tracker_answers
+from tests.conftest import REPO
+
+CAPS = {"tvm": "0.27.0", "llvm": True, "llvm_version": 22, "cuda_codegen": True, "cuda_device": False}
+NOTHING = {}.get  # no tool on the path
+
+
+def test_a_host_target_builds_and_validates_here():
+    check = assess("x86", {"kind": "llvm", "mcpu": "host"}, CAPS, NOTHING, lambda _: False)
+    assert check.ready and check.validates == "here" and check.build_note == "a .so for this machine"
+
+
+def test_a_cross_target_says_which_package_brings_its_linker_and_where_it_could_be_validated():
+    pi = {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a72"}
+    check = assess("rpi4", pi, CAPS, NOTHING, lambda _: False)
+    assert check.builds_here and not check.ready
+    assert 'cross-compiler = "aarch64-linux-gnu-gcc" after apt-get install gcc-aarch64-linux-gnu' in check.build_note
+    assert "a device over RPC" in check.validate_note
+    linked = assess("rpi4", pi | {"cross-compiler": "aarch64-linux-gnu-gcc"}, CAPS,
+                    {"aarch64-linux-gnu-gcc": "/usr/bin/aarch64-linux-gnu-gcc"}.get, lambda _: False)
+    assert linked.build_note == "a .so linked by /usr/bin/aarch64-linux-gnu-gcc"
+
+
+def test_a_target_with_a_device_is_ready_when_its_tracker_answers():
+    board = {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "rpc": {"tracker": "farm:9190", "key": "rpi4"}}
+    assert assess("rpi4", board, CAPS, NOTHING, lambda address: address == "farm:9190").validates == \
+        "on rpi4 via farm:9190"
+    down = assess("rpi4", board, CAPS, NOTHING, lambda _: False)
+    assert down.validates is None and "farm:9190 does not answer" in down.validate_note
+
+
+def test_a_gpu_target_builds_on_a_machine_without_a_gpu_and_says_where_it_can_run():
+    check = assess("gpu", {"kind": "cuda", "arch": "sm_80"}, CAPS, {"nvcc": "/usr/bin/nvcc"}.get, lambda _: False)
+    assert check.builds_here and "nvcc at /usr/bin/nvcc" in check.build_note
+    assert not check.ready and "no CUDA device or driver here" in check.validate_note
+    assert not assess("gpu", {"kind": "cuda"}, CAPS | {"cuda_codegen": False}, NOTHING, lambda _: False).builds_here
+
+
+def test_a_tracker_answers_only_when_something_listens():
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        address = f"127.0.0.1:{listening.getsockname()[1]}"
+        assert tracker_answers(address)
+    assert not tracker_answers(address, timeout=1)
+
+
+@pytest.mark.tvm
+def test_doctor_on_the_shipped_two_target_recipe(capsys):
+    code = main(["doctor", "--json", "-f", str(REPO / "recipes/examples/x86-and-rpi4.toml")])
+    report = json.loads(capsys.readouterr().out)
+    assert report["tvm"]["tvm"].startswith("0.27") and report["tvm"]["llvm"]
+    ready = {t["target"]: t["ready"] for t in report["targets"]}
+    assert ready["x86"] and code == (0 if all(ready.values()) else 1)
