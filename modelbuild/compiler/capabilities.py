@@ -4,6 +4,7 @@ so the command line itself never imports TVM. Prints one JSON object."""
 from __future__ import annotations
 
 import json
+import sys
 
 
 def capabilities() -> dict:
@@ -23,4 +24,4 @@ def capabilities() -> dict:
 
 
 if __name__ == "__main__":
-    print(json.dumps(capabilities()))
+    sys.stdout.write(json.dumps(capabilities()) + "\n")  # to the parent process (pipeline/doctor.py), not a person
