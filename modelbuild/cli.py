@@ -9,14 +9,16 @@ import os
 import shutil
 import signal
 import sys
+import threading
 import traceback
+from dataclasses import asdict
 from pathlib import Path
 
 from modelbuild import __version__
 from modelbuild.build.events import Status
 from modelbuild.build.scheduler import Options
 from modelbuild.errors import environment_failure, EnvironmentFailure, ModelbuildError
-from modelbuild.pipeline.names import select
+from modelbuild.pipeline.names import model_of, quantization_of, select, target_of
 
 COMMANDS = ("build", "init", "status", "explain", "graph", "clean", "cache", "schema", "report", "tune",
             "doctor")
@@ -87,8 +89,6 @@ def _interrupt_once(signum, frame) -> None:
 
 
 def _main_thread() -> bool:
-    import threading
-
     return threading.current_thread() is threading.main_thread()
 
 
@@ -257,7 +257,6 @@ def _print_outcome(console, project, report) -> None:
 def _to_github(project, report, stream) -> None:
     """In a GitHub Actions job: the report as the job summary, failed gates as annotations on the recipe (on
     stderr under --json, whose stdout is the summary alone; the runner reads workflow commands from both)."""
-    from modelbuild.pipeline.names import model_of, quantization_of, target_of
     from modelbuild.reports import github, markdown
 
     if os.environ.get("GITHUB_STEP_SUMMARY"):
@@ -512,8 +511,6 @@ def cmd_tune(args, console) -> int:
 
 
 def cmd_doctor(args, console) -> int:
-    from dataclasses import asdict
-
     from modelbuild.pipeline import doctor
 
     project = _project(args)

@@ -3,6 +3,7 @@ left behind. Each runs under the store's exclusive lock, so never under a runnin
 
 from __future__ import annotations
 
+import re
 import shutil
 import time
 from dataclasses import dataclass
@@ -120,8 +121,6 @@ _UNITS = {"": 1, "B": 1, "K": 10**3, "KB": 10**3, "M": 10**6, "MB": 10**6, "G": 
 
 def parse_size(text: str) -> int:
     """'20G', '500MB', '1.5GiB' or a number of bytes."""
-    import re
-
     match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*", text)
     unit = match.group(2).upper() if match else None
     if match is None or unit not in _UNITS:

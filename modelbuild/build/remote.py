@@ -14,6 +14,7 @@ says so once.
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -123,8 +124,6 @@ class Remote:
 
 def redact(text: str) -> str:
     """Text without anything that looks like a credential in a URL (user:secret@host)."""
-    import re
-
     return re.sub(r"//[^/@\s]+@", "//***@", text)
 
 
@@ -144,7 +143,7 @@ def configured(url: str | None, recipe_mode: str = "readwrite", chosen_mode: str
 def _check_protocol(url: str) -> None:
     """Fail before building when the remote cannot work here at all: a broken set-up is not a slow network."""
     try:
-        import fsspec
+        import fsspec  # as in _filesystem: the [remote] extra, paid for only by builds that use a remote
     except ModuleNotFoundError:
         raise EnvironmentFailure(f"the remote cache {redact(url)} needs fsspec (fix: pip install "
                                  "'modelbuild[remote]')") from None

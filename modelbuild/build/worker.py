@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import os
 import signal
@@ -48,8 +49,6 @@ def die_with_parent(parent: int) -> None:
     """A worker's initializer: end this process when the build that started it dies, however it dies (an OOM
     killer's SIGKILL runs no handler in the parent), instead of finishing a stage nobody will record."""
     try:
-        import ctypes
-
         PR_SET_PDEATHSIG = 1
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     except (OSError, AttributeError):  # not Linux: a worker then ends when its task's pipe closes

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 import sys
 
+import tvm
+
 
 def capabilities() -> dict:
-    import tvm
-
     info = tvm.support.libinfo()
     cuda_codegen = info.get("USE_CUDA") == "ON"
     cuda_runtime = tvm.runtime.enabled("cuda")
