@@ -67,3 +67,27 @@ def test_a_baseline_without_samples_is_compared_by_its_point_estimates_and_says_
     old = {"latency_ms": {"median": 1.0, "p99": 1.5, "throughput": 900.0}}
     gate = evaluate(spec, Measured(ran=True, latency_ms=metrics.timing_summary(latencies(0))), old)[0]
     assert not gate.passed and "point estimates (no samples to bootstrap)" in gate.detail
+
+
+def processes(seed: int, count: int, shift: float = 1.0) -> dict:
+    """`count` timing runs as separate processes give them: each process at its own speed (lognormal, 8%), its
+    runs with the noise of latencies(), merged as the validate stage merges timing.processes > 1."""
+    speeds = np.random.default_rng(10_000 + seed).lognormal(0, 0.08, count)
+    blocks = [metrics.timing_summary([x * speed for x in latencies(seed * 100 + i, shift)])
+              for i, speed in enumerate(speeds)]
+    return metrics.merge_blocks(blocks) if count > 1 else blocks[0]
+
+
+def flagged_latency(gate: dict, now: dict, base: dict) -> bool:
+    spec = ValidationSpec.model_validate({"baseline": {"report": "b.json", **gate}})
+    return not evaluate(spec, Measured(ran=True, latency_ms=now), {"latency_ms": base})[0].passed
+
+
+@pytest.mark.slow
+def test_timing_in_several_processes_lets_the_interval_hold_the_variation_between_processes():
+    gate, seeds = {"max_p50_increase": 0.10}, range(30)
+    one = np.mean([flagged_latency(gate, processes(2 * s + 1, 1), processes(2 * s, 1)) for s in seeds])
+    five = np.mean([flagged_latency(gate, processes(2 * s + 1, 5), processes(2 * s, 5)) for s in seeds])
+    caught = np.mean([flagged_latency(gate, processes(2 * s + 1, 5, 1.4), processes(2 * s, 5)) for s in seeds])
+    assert one > 0.05, f"one process a side: the runs alone understate the noise, flagging {one:.0%}"
+    assert five <= 0.05 and caught >= 0.95, (five, caught)

@@ -108,6 +108,10 @@ class TimingSpec(Strict):
         default=60.0, gt=0, description="Stop timing after this long even if min_runs is not reached: a slow "
                                         "library still validates in bounded time (the report gives the runs).")
     threads: int | None = Field(default=None, ge=1, description="Default: the target's num-cores.")
+    processes: int = Field(
+        default=1, ge=1, description="Time the library in this many fresh processes, one after another: two "
+                                     "processes of one library differ by more than the runs within one, so a "
+                                     "baseline gate needs 3 or more to tell a regression from that variation.")
     scaling: bool = Field(default=False, description="Also time 1..threads threads and fit Amdahl's law "
                                                      "(opt-in: one more timing run per thread count).")
     roofline: bool = Field(default=False, description="Time the heaviest kernels against the machine's peaks "

@@ -122,7 +122,8 @@ def _baseline_gates(spec: ValidationSpec, metrics: Measured, baseline: dict | No
             continue
         from modelbuild.validation.regression import change  # numpy: only builds with a baseline pay for it
 
-        c = change(now_samples, base_samples, stat)
+        c = change(now_samples, base_samples, stat, now_blocks=metrics.latency_ms.get("blocks"),
+                   base_blocks=base.get("blocks"))
         low, high = form(c.low), form(c.high)
         best, worst = (low, high) if regressed is operator.gt else (high, low)
         failed = regressed(best, limit)  # even the most favourable end of the interval is past the limit

@@ -40,6 +40,17 @@ def timing_summary(seconds: list[float]) -> dict:
     }
 
 
+def merge_blocks(blocks: list[dict]) -> dict:
+    """One timing summary over several processes' runs (timing_summary() of each): the statistics over all
+    their kept samples, and `blocks`, how many of `samples_ms` each process gave, for the bootstrap."""
+    samples = [ms for block in blocks for ms in block["samples_ms"]]
+    merged = timing_summary([ms / 1000 for ms in samples])
+    merged["runs"] = sum(block["runs"] for block in blocks)
+    merged["samples_ms"] = samples
+    merged["blocks"] = [len(block["samples_ms"]) for block in blocks]
+    return merged
+
+
 def amdahl_fraction(threads: list[int], seconds: list[float]) -> float | None:
     """The parallel fraction f that best fits S_p = 1 / ((1 - f) + f / p) to measured latencies.
 

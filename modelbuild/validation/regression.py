@@ -35,13 +35,28 @@ def statistic(samples: np.ndarray, name: str) -> np.ndarray:
     return np.percentile(samples, q, axis=-1, method="inverted_cdf")
 
 
-def change(now_ms: list[float], base_ms: list[float], name: str, *, seed: int = 0) -> Change:
+def change(now_ms: list[float], base_ms: list[float], name: str, *, now_blocks: list[int] | None = None,
+           base_blocks: list[int] | None = None, seed: int = 0) -> Change:
     """The ratio of `name` between two sample sets, with its bootstrap interval (seeded: one report, one
-    verdict)."""
+    verdict). Where a side was timed in several processes (`blocks`: how many samples each gave), its
+    resamples draw processes first, then runs within them, so the interval also holds the variation between
+    processes, which on a shared machine is larger than the variation between runs."""
     rng = np.random.default_rng(seed)
     now, base = np.asarray(now_ms, dtype=np.float64), np.asarray(base_ms, dtype=np.float64)
-    ratios = (statistic(now[rng.integers(0, len(now), (RESAMPLES, len(now)))], name)
-              / statistic(base[rng.integers(0, len(base), (RESAMPLES, len(base)))], name))
+    ratios = (statistic(_resamples(now, now_blocks, rng), name) / statistic(_resamples(base, base_blocks, rng), name))
     tail = (1 - CONFIDENCE) / 2 * 100
     low, high = np.percentile(ratios, [tail, 100 - tail])
     return Change(float(statistic(now, name) / statistic(base, name)), float(low), float(high))
+
+
+def _resamples(samples: np.ndarray, blocks: list[int] | None, rng) -> np.ndarray:
+    """RESAMPLES rows of len(samples) values drawn with replacement: flat, or by process then by run (each
+    row: as many processes as were timed, drawn with replacement, each giving its share of runs)."""
+    n = len(samples)
+    if not blocks or len(blocks) < 2:
+        return samples[rng.integers(0, n, (RESAMPLES, n))]
+    sizes = np.asarray(blocks)
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    processes = rng.integers(0, len(sizes), (RESAMPLES, len(sizes)))[:, np.repeat(np.arange(len(sizes)), sizes)]
+    within = (rng.random((RESAMPLES, n)) * sizes[processes]).astype(np.int64)
+    return samples[starts[processes] + within]
