@@ -187,3 +187,13 @@ def test_outputs_and_inputs_are_paired_by_name_in_graph_order(tmp_path, capsys):
     assert code == 0, built["gates"]
     assert list(built["accuracy"]) == ["z_out", "a_out"]
     assert all(out["max_abs"] < 1e-6 for out in built["accuracy"].values())
+
+
+def test_timing_in_several_processes_merges_their_runs_and_keeps_which_came_from_which(project, capsys):
+    root, _ = project
+    recipe = root / "deploy.toml"
+    recipe.write_text(recipe.read_text().replace("min_seconds = 0.0, roofline = true", "min_seconds = 0.0, processes = 3"))
+    code, _ = build(root, capsys)
+    latency = report(root)["builds"][0]["latency_ms"]
+    assert code == 0 and len(latency["blocks"]) == 3 and sum(latency["blocks"]) == len(latency["samples_ms"])
+    assert latency["runs"] >= 15
