@@ -3,8 +3,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -74,6 +76,25 @@ def fake_project(tmp_path, fake_stages):
 
     write()
     return tmp_path, write
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now, on 127.0.0.1."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port: int, process: subprocess.Popen, timeout: float = 30) -> None:
+    """Until a server started as `process` accepts connections on 127.0.0.1:port; fails if it exits first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            assert time.monotonic() < deadline and process.poll() is None, f"nothing came to listen on {port}"
+            time.sleep(0.1)
 
 
 def run_on_read_only(folder: Path, command: list[str], **kwargs) -> subprocess.CompletedProcess:

@@ -4,7 +4,6 @@ machine is the device), and each way reaching a device can fail, none past its t
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import textwrap
@@ -13,28 +12,12 @@ import time
 import pytest
 
 from modelbuild.cli import main
+from tests.conftest import free_port, wait_for_port
 from tests.onnx_models import two_convs
 
 pytestmark = pytest.mark.tvm
 
 KEY = "host-board"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for_port(port: int, process: subprocess.Popen) -> None:
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            assert time.monotonic() < deadline and process.poll() is None, "the RPC process did not start"
-            time.sleep(0.1)
 
 
 @pytest.fixture(scope="module")

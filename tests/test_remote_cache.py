@@ -4,23 +4,16 @@ shared folder, with the fake stages: what a second machine takes, what it refuse
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import sys
-import time
 import uuid
 
 import fsspec  # the [remote] extra; the test extra installs it, so a missing one fails here, not skips
 import pytest
 
 from modelbuild.build.remote import redact
+from tests.conftest import free_port, wait_for_port
 from tests.test_cli import run_cli
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -29,14 +22,7 @@ def s3_server():
     port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            assert time.monotonic() < deadline and server.poll() is None, "moto's server did not start"
-            time.sleep(0.1)
+    wait_for_port(port, server)
     yield f"http://127.0.0.1:{port}"
     server.terminate()
     server.wait(10)

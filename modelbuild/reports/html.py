@@ -8,7 +8,7 @@ from __future__ import annotations
 from html import escape
 
 from modelbuild.reports import svg
-from modelbuild.reports.markdown import stage_time, status
+from modelbuild.reports.markdown import gates_in_brief, stage_time, status
 from modelbuild.reports.model import BuildReport, Report
 
 STYLE = """
@@ -149,13 +149,8 @@ def _timeline(b: BuildReport) -> list[str]:
 
 
 def _gate_cell(b: BuildReport) -> str:
-    failed = [g for g in b.gates if not g.passed]
-    if not b.gates:
-        return "none"
-    if not failed:
-        return f"{len(b.gates)} passed"
-    return "; ".join(f'<span class="fail">{escape(g.name)}</span> {_fmt(g.value)} (limit {_fmt(g.limit)})'
-                     for g in failed)
+    return gates_in_brief(b, lambda g: f'<span class="fail">{escape(g.name)}</span> {_fmt(g.value)} '
+                                       f'(limit {_fmt(g.limit)})')
 
 
 def _ms(b: BuildReport, stat: str) -> str:

@@ -31,12 +31,17 @@ def status(b: BuildReport) -> str:
 
 
 def _gates(b: BuildReport) -> str:
+    return gates_in_brief(b, lambda g: f"**{g.name}** {_fmt(g.value)} (limit {_fmt(g.limit)})")
+
+
+def gates_in_brief(b: BuildReport, failure) -> str:
+    """A summary table's gates cell: 'none', '6 passed', or each failed gate as `failure(gate)` renders it."""
     failed = [g for g in b.gates if not g.passed]
     if not b.gates:
         return "none"
     if not failed:
         return f"{len(b.gates)} passed"
-    return "; ".join(f"**{g.name}** {_fmt(g.value)} (limit {_fmt(g.limit)})" for g in failed)
+    return "; ".join(failure(g) for g in failed)
 
 
 def _details(b: BuildReport) -> list[str]:
