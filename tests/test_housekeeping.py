@@ -103,3 +103,11 @@ def test_cache_verify_and_gc_from_the_command_line(fake_project, capsys):
     assert json.loads(out)["entries_removed"] == 4 and json.loads(out)["bytes_left"] == 0
     code, _, err = run_cli(capsys, root, "cache", "gc")
     assert code == 2 and "cache gc needs a limit (fix: modelbuild cache gc --max-size 20G" in err
+
+
+def test_a_lookup_marks_its_entry_used_so_gc_evicts_the_entry_nobody_asked_for(tmp_path):
+    store = store_with(tmp_path, {"asked": {"a": b"x" * 100}, "idle": {"a": b"y" * 100}},
+                       ages_days={"asked": 3, "idle": 2})
+    assert store.lookup("asked") is not None  # used now: the newest of the two, whatever its age
+    collect_garbage(store, max_bytes=150)
+    assert store.lookup("asked") is not None and store.lookup("idle") is None
