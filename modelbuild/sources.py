@@ -21,7 +21,9 @@ PACKAGE = "modelbuild"
 NOT_OUTPUT_SHAPING = frozenset({"modelbuild.errors", "modelbuild.hashing", "modelbuild.fsutil", "modelbuild.progress"})
 
 
-_IMPORT = re.compile(r"^\s*(?:from\s+(modelbuild[\w.]*)\s+import\s+\(?([^)#\n]*)|import\s+(modelbuild[\w.]*))", re.M)
+# `from modelbuild.x import (a,\n b)` spans lines: the names in parentheses are read to the closing one
+_IMPORT = re.compile(r"^\s*(?:from\s+(modelbuild[\w.]*)\s+import\s+(?:\(([^)]*)\)|([^#\n]*))|import\s+(modelbuild[\w.]*))",
+                     re.M)
 
 
 @cache
@@ -43,12 +45,12 @@ def direct_imports(module: str) -> list[str]:
     """The output-shaping modelbuild modules one module imports, at any depth of its code (function-level
     imports too): packages and NOT_OUTPUT_SHAPING left out."""
     found = []
-    for package, names, plain in _IMPORT.findall(_source(module).read_text()):
+    for package, parenthesised, names, plain in _IMPORT.findall(_source(module).read_text()):
         if plain:
             found.append(plain)
             continue
         found.append(package)
-        for name in names.split(","):
+        for name in re.sub(r"#[^\n]*", "", parenthesised or names).split(","):
             candidate = f"{package}.{name.strip().split(' as ')[0].strip()}"
             if name.strip() and _source(candidate) is not None:
                 found.append(candidate)  # `from modelbuild.compiler import lowering` names a module

@@ -16,12 +16,14 @@ def test_a_fused_chain_of_n_elementwise_ops_cuts_traffic_n_fold():
         assert (figures["operators"], figures["kernels"]) == (n, 1)
 
 
-def test_groups_list_only_kernels_that_merged_ops_and_count_their_calls():
-    after = [KernelCall("fused_conv_add_relu", ("conv2d", "add", "relu"), 3 * S, S),
-             KernelCall("fused_conv_add_relu", ("conv2d", "add", "relu"), 3 * S, S),
-             KernelCall("softmax", ("softmax",), S, S)]
+def test_groups_list_only_kernels_that_merged_ops_count_their_calls_and_name_every_layer_they_compute():
+    ops = ("conv2d", "add", "relu")
+    after = [KernelCall("fused_conv_add_relu", ops, 3 * S, S, ("stage1_conv", "stage1_relu")),
+             KernelCall("fused_conv_add_relu", ops, 3 * S, S, ("stage2_conv", "stage2_relu")),
+             KernelCall("softmax", ("softmax",), S, S, ("head_softmax",))]
     groups = fusion_summary(after, after)["groups"]
-    assert groups == [{"kernel": "fused_conv_add_relu", "ops": ["conv2d", "add", "relu"], "calls": 2}]
+    assert groups == [{"kernel": "fused_conv_add_relu", "ops": list(ops), "calls": 2,
+                       "layers": ["stage1_conv", "stage1_relu", "stage2_conv", "stage2_relu"]}]
 
 
 def diamond_steps():

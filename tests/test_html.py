@@ -32,8 +32,10 @@ def int8_build() -> BuildReport:
         scaling={"threads": [1, 2, 4], "median_ms": [4.0, 2.3, 1.6], "speedup": [1.0, 1.74, 2.5],
                  "parallel_fraction": 0.8},
         roofline={"peak_flops_per_s": 2e11, "peak_bytes_per_s": 1e10,
-                  "kernels": [{"kernel": "fused_conv2d_add", "intensity": 12.0, "flops_per_s": 9e10},
-                              {"kernel": "fused_add_relu", "intensity": 0.2, "flops_per_s": 1e9}]},
+                  "kernels": [{"kernel": "fused_conv2d_add", "intensity": 12.0, "flops_per_s": 9e10, "calls": 1,
+                               "roof_fraction": 0.45, "layers": ["stem_conv_Conv", "stem_add_Add"]},
+                              {"kernel": "fused_add_relu", "intensity": 0.2, "flops_per_s": 1e9, "calls": 2,
+                               "roof_fraction": 0.5, "layers": ["b1_Add", "b1_Relu", "b2_Add", "b2_Relu"]}]},
         fusion={"operators": 40, "kernels": 12}, memory={"intermediates": 30, "naive_bytes": 5_000_000,
                                                           "planned_bytes": 500_000, "lower_bound_bytes": 300_000,
                                                           "measured_peak_rss_bytes": 400_000_000},
@@ -58,6 +60,15 @@ def test_the_page_has_every_chart_the_figures_call_for_and_failures_first():
     jump = re.search(r'conv_3</text><rect [^>]*fill="([^"]+)"', page).group(1)
     others = set(re.findall(r'conv_[0-24-5]</text><rect [^>]*fill="([^"]+)"', page))
     assert jump == "#d64545" and others == {"#2f6fde"}  # the layer where the error first jumps, in red
+
+
+def test_the_page_names_the_onnx_layers_behind_each_kernel():
+    kernels = re.findall(r"<tr><td><code>(\w+)</code></td><td>([^<]*)</td>", html.render(report()))
+    assert kernels == [("fused_conv2d_add", "stem_conv_Conv, stem_add_Add"), ("fused_add_relu", "b1_Add, b1_Relu, b2_Add +1")]
+    fused_only = BuildReport("cls@x86", fusion={"operators": 3, "kernels": 1, "groups": [
+        {"kernel": "fused_conv2d_relu", "ops": ["conv2d", "relu"], "calls": 1, "layers": ["conv0", "relu0"]}]})
+    page = html.render(Report(passed=True, recipe="deploy.toml", builds=[fused_only], cache={}))
+    assert "<td><code>fused_conv2d_relu</code></td><td>conv2d + relu</td><td>conv0, relu0</td>" in page
 
 
 def test_the_page_is_self_contained():

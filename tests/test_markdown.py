@@ -1,4 +1,5 @@
-"""The Markdown report's int8 section: what it suggests leaving in float when an accuracy gate fails."""
+"""The Markdown report: what it suggests leaving in float when an accuracy gate fails, the outcome line, and the
+fusion and layout figures."""
 
 from __future__ import annotations
 
@@ -71,3 +72,14 @@ def test_a_layout_conversion_tvm_refused_is_said_with_its_reason_and_a_converted
         _fusion_and_memory(refused)
     converted = BuildReport("det@x86", schedule={"refused_steps": 0, "kernels": {}, "layout": "channels-last"})
     assert not any("Layout" in line for line in _fusion_and_memory(converted))
+
+
+def test_the_fused_kernels_table_names_their_onnx_layers_and_an_older_report_says_it_has_none():
+    groups = [{"kernel": "fused_conv2d_add_relu", "ops": ["conv2d", "add", "relu"], "calls": 2,
+               "layers": ["s1_conv", "s1_relu", "s2_conv", "s2_relu"]},
+              {"kernel": "fused_add_sigmoid", "ops": ["add", "sigmoid"], "calls": 1}]  # written before layers
+    fusion = {"operators": 5, "kernels": 2, "traffic_bytes_before": 10, "traffic_bytes_after": 5, "traffic_ratio": 2.0,
+              "groups": groups}
+    text = "\n".join(_fusion_and_memory(BuildReport("cls@x86", fusion=fusion)))
+    assert "| fused_conv2d_add_relu | conv2d + add + relu | s1_conv, s1_relu, s2_conv +1 | 2 |" in text
+    assert "| fused_add_sigmoid | add + sigmoid | - | 1 |" in text

@@ -13,12 +13,14 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class KernelCall:
-    """One call of a compiled kernel: its name, the primitive ops it merges, bytes read and written."""
+    """One call of a compiled kernel: its name, the primitive ops it merges, bytes read and written, and the
+    ONNX layers it computes (empty where the IR kept no names)."""
 
     kernel: str
     ops: tuple[str, ...]
     read_bytes: int
     write_bytes: int
+    layers: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -44,8 +46,9 @@ def fusion_summary(before: list[KernelCall], after: list[KernelCall]) -> dict:
     groups: dict[str, dict] = {}
     for call in after:
         if len(call.ops) > 1:
-            group = groups.setdefault(call.kernel, {"kernel": call.kernel, "ops": list(call.ops), "calls": 0})
-            group["calls"] += 1
+            group = groups.setdefault(call.kernel, {"kernel": call.kernel, "ops": list(call.ops), "calls": 0,
+                                                    "layers": []})
+            _count(group, call)
     return {
         "operators": len(before),
         "kernels": len(after),
@@ -54,6 +57,12 @@ def fusion_summary(before: list[KernelCall], after: list[KernelCall]) -> dict:
         "traffic_bytes_after": bytes_after,
         "traffic_ratio": bytes_before / bytes_after if bytes_after else 1.0,
     }
+
+
+def _count(entry: dict, call: KernelCall) -> None:
+    """One more call of the entry's kernel; a kernel TVM shares between several layers lists them all."""
+    entry["calls"] += 1
+    entry["layers"] += [layer for layer in call.layers if layer not in entry["layers"]]
 
 
 def _root(name: str, alias: dict[str, str]) -> str:
@@ -108,10 +117,10 @@ def heaviest_kernels(calls: list[KernelCall], flops: dict[str, int], args: dict[
     totals: dict[str, dict] = {}
     for call in calls:
         entry = totals.setdefault(call.kernel, {"kernel": call.kernel, "ops": list(call.ops), "calls": 0,
-                                                "flops": flops.get(call.kernel, 0),
+                                                "layers": [], "flops": flops.get(call.kernel, 0),
                                                 "bytes": call.read_bytes + call.write_bytes,
                                                 "args": args.get(call.kernel, [])})
-        entry["calls"] += 1
+        _count(entry, call)
     ranked = sorted(totals.values(), key=lambda k: (-k["flops"] * k["calls"], k["kernel"]))
     return [k for k in ranked if k["flops"] > 0 and k["args"]][:top]
 
@@ -130,7 +139,8 @@ def roofline(kernels: list[dict], seconds: dict[str, float], peak_flops: float, 
         intensity = k["flops"] / k["bytes"] if k["bytes"] else float("inf")
         roof = min(peak_flops, intensity * peak_bytes)
         achieved = k["flops"] / t
-        rows.append({"kernel": k["kernel"], "ops": k["ops"], "calls": k["calls"], "flops": k["flops"],
+        rows.append({"kernel": k["kernel"], "ops": k["ops"], "layers": k.get("layers", []), "calls": k["calls"],
+                     "flops": k["flops"],
                      "bytes": k["bytes"], "seconds": t, "flops_per_s": achieved, "bytes_per_s": k["bytes"] / t,
                      "intensity": intensity, "bound": "memory" if intensity < ridge else "compute",
                      "roof_fraction": achieved / roof})

@@ -25,7 +25,8 @@ import math
 import re
 from dataclasses import dataclass
 
-from modelbuild.compiler import channel_padding, channels_last, conv_transpose, default_schedule, fast_math
+from modelbuild.compiler import (channel_padding, channels_last, conv_transpose, default_schedule, fast_math,
+                                 layer_names)
 from modelbuild.compiler.analysis import KernelCall, Step
 from modelbuild.compiler.kernels.integer_kernels import legalize_conv2d, legalize_quantize
 
@@ -103,19 +104,26 @@ def _tensor_args(call) -> list:
     return list(args.fields) if hasattr(args, "fields") else [args]
 
 
-def kernel_calls(module, grouped=None) -> list[KernelCall]:
-    """Every call_tir in main, with bytes read and written; op names of fused kernels come from `grouped`."""
+def kernel_calls(module, grouped=None, legalized=None) -> list[KernelCall]:
+    """Every call_tir in main, with bytes read and written; op names of fused kernels come from `grouped`,
+    and with `legalized` too, the ONNX layers each call computes."""
     ops_of = _group_ops(grouped) if grouped is not None else {}
+    sites = [b for b in _bindings(module["main"]) if _is_call_tir(b.value)]
+    layers = _layers_per_call(grouped, legalized) if legalized is not None else [_layers([b.var.name]) for b in sites]
+    if len(layers) != len(sites):  # calls that do not line up: no layers rather than wrong ones
+        layers = [()] * len(sites)
     calls = []
-    for binding in _bindings(module["main"]):
+    for binding, named in zip(sites, layers):
         call = binding.value
-        if getattr(getattr(call, "op", None), "name", None) != "relax.call_tir":
-            continue
         kernel = call.args[0].name_hint
         read = sum(tensor_bytes(arg.ty) for arg in _tensor_args(call))
         write = sum(tensor_bytes(t) for t in _out_types(binding.var.ty))
-        calls.append(KernelCall(kernel, tuple(ops_of.get(kernel, [op_name(kernel)])), read, write))
+        calls.append(KernelCall(kernel, tuple(ops_of.get(kernel, [op_name(kernel)])), read, write, named))
     return calls
+
+
+def _is_call_tir(value) -> bool:
+    return getattr(getattr(value, "op", None), "name", None) == "relax.call_tir"
 
 
 def _out_types(ty) -> list:
@@ -124,14 +132,48 @@ def _out_types(ty) -> list:
 
 def _group_ops(grouped) -> dict[str, list[str]]:
     """Fused function name -> the primitive ops it merged, in order (FuseTIR keeps the name)."""
+    return {name: [op_name(k) for k in kernels] for name, kernels in _primitive_functions(grouped).items()}
+
+
+def _primitive_functions(grouped) -> dict[str, list[str]]:
+    """Fused function name -> the primitive kernels it calls, in order."""
     from tvm import relax
 
-    groups = {}
-    for gv, func in grouped.functions.items():
-        if isinstance(func, relax.Function) and func.attrs and "Primitive" in func.attrs:
-            groups[gv.name_hint] = [op_name(b.value.args[0].name_hint) for b in _bindings(func)
-                                    if getattr(getattr(b.value, "op", None), "name", None) == "relax.call_tir"]
-    return groups
+    return {gv.name_hint: [b.value.args[0].name_hint for b in _bindings(func) if _is_call_tir(b.value)]
+            for gv, func in grouped.functions.items()
+            if isinstance(func, relax.Function) and func.attrs and "Primitive" in func.attrs}
+
+
+def _layers_per_call(grouped, legalized) -> list[tuple[str, ...]]:
+    """The ONNX layers of each kernel call of the fused module, in order.
+
+    Before fusion every primitive call is bound to a variable named after its layer (the import stage's
+    names, kept through legalisation). FuseOps then names the bindings it groups anew, but keeps their
+    order: walking the grouped main, each fused call takes the next primitive calls of the legalised main.
+    A walk that does not line up returns nothing."""
+    import tvm
+
+    primitive = [(b.value.args[0].name_hint, b.var.name) for b in _bindings(legalized["main"]) if _is_call_tir(b.value)]
+    fused = _primitive_functions(grouped)
+    out, at = [], 0
+    for binding in _bindings(grouped["main"]):
+        op = getattr(binding.value, "op", None)
+        if _is_call_tir(binding.value):
+            kernels = [binding.value.args[0].name_hint]
+        elif isinstance(op, tvm.ir.GlobalVar) and op.name_hint in fused:
+            kernels = fused[op.name_hint]
+        else:
+            continue
+        segment = primitive[at:at + len(kernels)]
+        if [kernel for kernel, _ in segment] != kernels:
+            return []
+        out.append(_layers([name for _, name in segment]))
+        at += len(kernels)
+    return out
+
+
+def _layers(names: list[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(n for n in names if layer_names.is_layer(n)))
 
 
 def op_name(kernel: str) -> str:

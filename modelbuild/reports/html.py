@@ -8,7 +8,7 @@ from __future__ import annotations
 from html import escape
 
 from modelbuild.reports import svg
-from modelbuild.reports.markdown import gates_in_brief, stage_time, status
+from modelbuild.reports.markdown import gates_in_brief, layers_in_brief, of_roof, stage_time, status
 from modelbuild.reports.model import BuildReport, Report
 
 STYLE = """
@@ -48,7 +48,7 @@ def _build(b: BuildReport) -> str:
              f'<p>artifact <code>{escape(b.artifact or "-")}</code>'
              + ("" if b.validation.ran else f' <span class="muted">not validated: {escape(b.validation.reason or "")}'
                                             "</span>") + "</p>",
-             _gates(b), _accuracy(b)]
+             _gates(b), _accuracy(b), _kernels(b)]
     charts = [_latency(b), _memory(b), _int8(b), _scaling(b), _roofline(b), _timeline(b)]
     parts.append('<div class="charts">' + "".join(c for chart in charts for c in chart) + "</div></section>")
     return "\n".join(parts)
@@ -73,6 +73,26 @@ def _accuracy(b: BuildReport) -> str:
                    for name, a in b.accuracy.items())
     return ('<table class="accuracy"><tr><th>output</th><th>max abs</th><th>cosine</th><th>SQNR dB</th>'
             f"<th>top-1</th></tr>{rows}</table>")
+
+
+def _kernels(b: BuildReport) -> str:
+    """The model's layers behind its kernels: the measured heaviest ones where the roofline ran, otherwise
+    the largest fused groups."""
+    measured = (b.roofline or {}).get("kernels")
+    if measured:
+        rows = "".join(f"<tr><td><code>{escape(k['kernel'])}</code></td><td>{escape(layers_in_brief(k.get('layers')))}"
+                       f"</td><td>{k['calls']}</td><td>{k['flops_per_s'] / 1e9:.2f}</td>"
+                       f"<td>{escape(of_roof(k['roof_fraction']))}</td></tr>" for k in measured)
+        return ('<table class="kernels"><tr><th>heaviest kernels</th><th>ONNX layers</th><th>calls</th>'
+                f"<th>GFLOP/s</th><th>of roof</th></tr>{rows}</table>")
+    groups = (b.fusion or {}).get("groups") or []
+    if not groups:
+        return ""
+    rows = "".join(f"<tr><td><code>{escape(g['kernel'])}</code></td><td>{escape(' + '.join(g['ops']))}</td>"
+                   f"<td>{escape(layers_in_brief(g.get('layers')))}</td><td>{g['calls']}</td></tr>" for g in groups[:10])
+    more = f'<p class="muted">and {len(groups) - 10} more fused kernels.</p>' if len(groups) > 10 else ""
+    return ('<table class="kernels"><tr><th>fused kernel</th><th>operators</th><th>ONNX layers</th><th>calls</th></tr>'
+            f"{rows}</table>{more}")
 
 
 def _latency(b: BuildReport) -> list[str]:

@@ -164,14 +164,23 @@ def _roofline(r: dict | None) -> list[str]:
         return []
     out = ["", f"Roofline (machine peaks: {r['peak_flops_per_s'] / 1e9:.1f} GFLOP/s, "
            f"{r['peak_bytes_per_s'] / 1e9:.1f} GB/s; ridge {r['ridge_flops_per_byte']:.1f} FLOP/byte):", "",
-           "| kernel | calls | GFLOP/s | GB/s | FLOP/byte | bound | of roof |", "| --- | --- | --- | --- | --- | --- | --- |"]
-    out += [f"| {k['kernel']} | {k['calls']} | {k['flops_per_s'] / 1e9:.2f} | {k['bytes_per_s'] / 1e9:.2f} | "
-            f"{k['intensity']:.1f} | {k['bound']} | {_of_roof(k['roof_fraction'])} |" for k in r["kernels"]]
+           "| kernel | layers | calls | GFLOP/s | GB/s | FLOP/byte | bound | of roof |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    out += [f"| {k['kernel']} | {layers_in_brief(k.get('layers'))} | {k['calls']} | {k['flops_per_s'] / 1e9:.2f} | {k['bytes_per_s'] / 1e9:.2f} | "
+            f"{k['intensity']:.1f} | {k['bound']} | {of_roof(k['roof_fraction'])} |" for k in r["kernels"]]
     out += ["", "The bandwidth peak is a 64 MB copy, i.e. main memory: a kernel whose data stays in cache can pass it."]
     return out
 
 
-def _of_roof(fraction: float) -> str:
+def layers_in_brief(layers: list[str] | None, shown: int = 3) -> str:
+    """The ONNX layers a kernel computes, the first few named; reports older than the names say '-'."""
+    if not layers:
+        return "-"
+    more = f" +{len(layers) - shown}" if len(layers) > shown else ""
+    return ", ".join(layers[:shown]) + more
+
+
+def of_roof(fraction: float) -> str:
     """A kernel above the roof is not 150% efficient: its data stayed in cache, past the DRAM bandwidth peak."""
     return f"{fraction:.0%}" if fraction <= 1 else "above (data in cache)"
 
@@ -183,10 +192,11 @@ def _fusion_and_memory(b: BuildReport) -> list[str]:
         out += ["", f"Fusion: {f['operators']} operators -> {f['kernels']} kernels; estimated memory traffic "
                 f"{mb(f['traffic_bytes_before'])} -> {mb(f['traffic_bytes_after'])} (/{f['traffic_ratio']:.2f})."]
         if f["groups"]:
-            out += ["", "| fused kernel | operators | calls |", "| --- | --- | --- |"]
-            out += [f"| {g['kernel']} | {' + '.join(g['ops'])} | {g['calls']} |" for g in f["groups"][:10]]
+            out += ["", "| fused kernel | operators | ONNX layers | calls |", "| --- | --- | --- | --- |"]
+            out += [f"| {g['kernel']} | {' + '.join(g['ops'])} | {layers_in_brief(g.get('layers'))} | {g['calls']} |"
+                    for g in f["groups"][:10]]
             if len(f["groups"]) > 10:
-                out.append(f"| ... {len(f['groups']) - 10} more | | |")
+                out.append(f"| ... {len(f['groups']) - 10} more | | | |")
     if m:
         rss = f", measured peak RSS {mb(m['measured_peak_rss_bytes'])}" if m.get("measured_peak_rss_bytes") else ""
         out += ["", f"Memory for {m['intermediates']} intermediates: naive {mb(m['naive_bytes'])}, planned "

@@ -81,7 +81,7 @@ def _figures(phases) -> dict:
         return {"fusion": None, "memory": None}
 
     before = lowering.kernel_calls(phases.legalized)
-    after = lowering.kernel_calls(phases.fused, phases.grouped)
+    after = lowering.kernel_calls(phases.fused, phases.grouped, phases.legalized)
     steps, returned = lowering.steps(phases.lowered)
     flops, args = lowering.kernel_flops_and_args(phases.fused)
     return {

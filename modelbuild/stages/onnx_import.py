@@ -18,7 +18,7 @@ from onnx import numpy_helper
 
 from modelbuild import signature
 from modelbuild.errors import InputError, last_line, StageError
-from modelbuild.compiler import integer_ops
+from modelbuild.compiler import integer_ops, layer_names
 from modelbuild.frontend import batchnorm, qoperator, recurrent
 from modelbuild.recipe.params import ImportParams, parse
 from modelbuild.recipe.schema import InputSpec
@@ -141,7 +141,6 @@ def _simplify(model):
 
 def to_relax(model, declared: dict):
     """The ONNX model as a Relax module with the declared input shapes and dtypes."""
-    from tvm.relax.frontend import onnx as relax_onnx
     from tvm.relax.frontend.onnx import onnx_frontend
 
     model = qoperator.to_qdq(recurrent.decompose(model))  # TVM has no LSTM, GRU or QLinearConv converter
@@ -150,7 +149,7 @@ def to_relax(model, declared: dict):
     shapes = {name: spec["shape"] for name, spec in declared.items()}
     dtypes = {name: spec["dtype"] for name, spec in declared.items()}
     try:
-        return relax_onnx.from_onnx(model, shape_dict=shapes, dtype_dict=dtypes, keep_params_in_input=False)
+        return layer_names.from_onnx(model, shapes, dtypes)
     except Exception as err:
         raise StageError(f"TVM could not import the model: {last_line(err)}") from err
 
