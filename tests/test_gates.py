@@ -59,6 +59,30 @@ def test_a_baseline_without_this_build_fails_the_gate_and_says_why():
     assert not gates[0].passed and "no timing" in gates[0].detail
 
 
+def test_accuracy_against_the_baseline_is_bounded_per_output_and_names_the_worst():
+    baseline = {"accuracy": {"y": {"max_abs": 0.01, "cosine": 0.9995, "sqnr_db": 41.0},
+                             "scores": {"max_abs": 0.001, "cosine": 0.9999, "sqnr_db": 50.0},
+                             "gone": {"cosine": 0.2}}}  # an output the build no longer has is not compared
+    gates = by_name(evaluate(spec(baseline={"report": "b.json", "max_cosine_drop": 0.0004, "max_sqnr_drop_db": 0.5}),
+                             METRICS, baseline))
+    cosine, sqnr = gates["max_cosine_drop"], gates["max_sqnr_drop_db"]
+    assert abs(cosine.value - 0.0005) < 1e-12 and not cosine.passed
+    assert cosine.detail == "worst output 'y': 0.9995 in the baseline, 0.999 now"
+    assert (sqnr.value, sqnr.passed) == (1.0, False)
+    loose = by_name(evaluate(spec(baseline={"report": "b.json", "max_cosine_drop": 0.001, "max_sqnr_drop_db": 2}),
+                             METRICS, baseline))
+    assert loose["max_cosine_drop"].passed and loose["max_sqnr_drop_db"].passed
+
+
+def test_an_exact_output_on_both_sides_has_not_dropped_and_a_baseline_without_accuracy_fails_the_gate():
+    exact = replace(METRICS, accuracy={"y": {"max_abs": 0.0, "cosine": 1.0, "sqnr_db": float("inf")}})
+    gate = evaluate(spec(baseline={"report": "b.json", "max_sqnr_drop_db": 0.1}), exact,
+                    {"accuracy": {"y": {"max_abs": 0.0, "cosine": 1.0, "sqnr_db": float("inf")}}})[0]
+    assert (gate.value, gate.passed) == (0.0, True)
+    missing = evaluate(spec(baseline={"report": "b.json", "max_cosine_drop": 0.1}), METRICS, {"latency_ms": {}})[0]
+    assert not missing.passed and "no cosine" in missing.detail
+
+
 def test_per_build_overrides_replace_only_what_they_set():
     base = spec(gates={"max_p99_ms": 5, "min_cosine": 0.99}, timing={"min_runs": 7})
     override = ValidationSpec.model_validate({"gates": {"max_p99_ms": 1}})

@@ -39,7 +39,9 @@ def int8_build() -> BuildReport:
         fusion={"operators": 40, "kernels": 12}, memory={"intermediates": 30, "naive_bytes": 5_000_000,
                                                           "planned_bytes": 500_000, "lower_bound_bytes": 300_000,
                                                           "measured_peak_rss_bytes": 400_000_000},
-        vs_float=VsFloat("cls@x86", 2.0, 0.5), passed=False)
+        vs_float=VsFloat("cls@x86", 2.0, 0.5), passed=False,
+        vs_baseline={"report": "main/report.json", "latency_ms": {"median": [0.9, 1.0]},
+                     "accuracy": {"y": {"cosine": [0.9995, 0.998]}}})
 
 
 def report() -> Report:
@@ -69,6 +71,13 @@ def test_the_page_names_the_onnx_layers_behind_each_kernel():
         {"kernel": "fused_conv2d_relu", "ops": ["conv2d", "relu"], "calls": 1, "layers": ["conv0", "relu0"]}]})
     page = html.render(Report(passed=True, recipe="deploy.toml", builds=[fused_only], cache={}))
     assert "<td><code>fused_conv2d_relu</code></td><td>conv2d + relu</td><td>conv0, relu0</td>" in page
+
+
+def test_the_page_sets_the_build_beside_its_baseline():
+    page = html.render(report())
+    assert "<th>against <code>main/report.json</code></th>" in page
+    assert "<tr><td>latency p50 (ms)</td><td>0.9</td><td>1</td><td>+11.1%</td></tr>" in page
+    assert "<tr><td>y: cosine</td><td>0.9995</td><td>0.998</td><td>-0.0015</td></tr>" in page
 
 
 def test_the_page_is_self_contained():

@@ -3,7 +3,7 @@ fusion and layout figures."""
 
 from __future__ import annotations
 
-from modelbuild.reports.markdown import _fusion_and_memory, _quantization, outcome_line
+from modelbuild.reports.markdown import _details, _fusion_and_memory, _quantization, outcome_line
 from modelbuild.reports.model import BuildReport, Validation
 from modelbuild.validation.gates import GateResult
 
@@ -83,3 +83,12 @@ def test_the_fused_kernels_table_names_their_onnx_layers_and_an_older_report_say
     text = "\n".join(_fusion_and_memory(BuildReport("cls@x86", fusion=fusion)))
     assert "| fused_conv2d_add_relu | conv2d + add + relu | s1_conv, s1_relu, s2_conv +1 | 2 |" in text
     assert "| fused_add_sigmoid | add + sigmoid | - | 1 |" in text
+
+
+def test_against_a_baseline_the_report_sets_latency_and_each_outputs_accuracy_beside_it():
+    vs = {"report": "main/report.json", "latency_ms": {"median": [1.0, 1.2], "p99": [2.0, 2.0]},
+          "accuracy": {"boxes": {"cosine": [0.9999, 0.998], "sqnr_db": [40.0, 31.5], "max_abs": [0.5, 2.0]}}}
+    text = "\n".join(_details(BuildReport("det@x86", vs_baseline=vs)))
+    assert "Against the baseline `main/report.json`:" in text
+    assert "| latency p50 (ms) | 1 | 1.2 | +20.0% |" in text and "| latency p99 (ms) | 2 | 2 | +0.0% |" in text
+    assert "| boxes: cosine | 0.9999 | 0.998 | -0.0019 |" in text and "| boxes: SQNR dB | 40 | 31.5 | -8.5 |" in text

@@ -116,6 +116,26 @@ def test_editing_a_latency_gate_reruns_nothing_but_the_gate_check(project, capsy
     assert build(root, capsys)[0] == 0
 
 
+def test_against_a_baseline_report_each_outputs_accuracy_is_compared_and_gated_with_nothing_rerun(project, capsys):
+    root, write = project
+    build(root, capsys)
+    baseline = report(root)
+    (root / "base.json").write_text(json.dumps(baseline))
+    write(extra='\n[validation.baseline]\nreport = "base.json"\nmax_cosine_drop = 0.0\n')
+    code, stages = build(root, capsys)
+    ours = report(root)["builds"][0]
+    cosine = baseline["builds"][0]["accuracy"]["y"]["cosine"]
+    assert code == 0 and set(stages.values()) == {"cached"}
+    assert ours["vs_baseline"]["accuracy"]["y"]["cosine"] == [cosine, cosine]
+    assert "Against the baseline `base.json`:" in (root / "build/report.md").read_text()
+    baseline["builds"][0]["accuracy"]["y"]["cosine"] = 1.0  # the baseline was exact: this build is worse
+    (root / "base.json").write_text(json.dumps(baseline))
+    code, stages = build(root, capsys)
+    gate = next(g for g in report(root)["builds"][0]["gates"] if g["name"] == "max_cosine_drop")
+    assert code == 1 and set(stages.values()) == {"cached"} and not gate["passed"]
+    assert gate["value"] == pytest.approx(1.0 - cosine) and "worst output 'y'" in gate["detail"]
+
+
 def test_editing_the_golden_seed_reruns_reference_and_validation_not_compile(project, capsys):
     root, write = project
     build(root, capsys)

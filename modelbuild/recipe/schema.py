@@ -125,6 +125,9 @@ class BaselineSpec(Strict):
     max_p50_increase: float | None = Field(default=None, description="0.10 = at most 10% above the baseline")
     max_p99_increase: float | None = None
     min_throughput_ratio: float | None = Field(default=None, description="0.9 = at least 90% of the baseline")
+    max_cosine_drop: float | None = Field(default=None, ge=0, description="0.001 = no output's cosine against the "
+                                                                          "float reference 0.001 below the baseline's")
+    max_sqnr_drop_db: float | None = Field(default=None, ge=0, description="3 = no output's SQNR 3 dB below the baseline's")
 
 
 class GatesSpec(Strict):

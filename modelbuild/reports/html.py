@@ -8,7 +8,8 @@ from __future__ import annotations
 from html import escape
 
 from modelbuild.reports import svg
-from modelbuild.reports.markdown import gates_in_brief, layers_in_brief, of_roof, stage_time, status
+from modelbuild.reports.markdown import (gates_in_brief, layers_in_brief, of_roof, stage_time, status,
+                                         vs_baseline_rows)
 from modelbuild.reports.model import BuildReport, Report
 
 STYLE = """
@@ -48,7 +49,7 @@ def _build(b: BuildReport) -> str:
              f'<p>artifact <code>{escape(b.artifact or "-")}</code>'
              + ("" if b.validation.ran else f' <span class="muted">not validated: {escape(b.validation.reason or "")}'
                                             "</span>") + "</p>",
-             _gates(b), _accuracy(b), _kernels(b)]
+             _gates(b), _accuracy(b), _vs_baseline(b), _kernels(b)]
     charts = [_latency(b), _memory(b), _int8(b), _scaling(b), _roofline(b), _timeline(b)]
     parts.append('<div class="charts">' + "".join(c for chart in charts for c in chart) + "</div></section>")
     return "\n".join(parts)
@@ -73,6 +74,16 @@ def _accuracy(b: BuildReport) -> str:
                    for name, a in b.accuracy.items())
     return ('<table class="accuracy"><tr><th>output</th><th>max abs</th><th>cosine</th><th>SQNR dB</th>'
             f"<th>top-1</th></tr>{rows}</table>")
+
+
+def _vs_baseline(b: BuildReport) -> str:
+    rows = vs_baseline_rows(b)
+    if not rows:
+        return ""
+    body = "".join(f"<tr><td>{escape(what)}</td><td>{base}</td><td>{now}</td><td>{change}</td></tr>"
+                   for what, base, now, change in rows)
+    return (f'<table class="baseline"><tr><th>against <code>{escape(b.vs_baseline["report"])}</code></th>'
+            f"<th>baseline</th><th>now</th><th>change</th></tr>{body}</table>")
 
 
 def _kernels(b: BuildReport) -> str:

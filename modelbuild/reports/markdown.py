@@ -60,6 +60,8 @@ def _details(b: BuildReport) -> list[str]:
         out += ["", "| output | max abs | max rel | cosine | SQNR dB | top-1 |", "| --- | --- | --- | --- | --- | --- |"]
         out += [f"| {name} | {_fmt(a['max_abs'])} | {_fmt(a['max_rel'])} | {_fmt(a['cosine'])} | "
                 f"{_fmt(a['sqnr_db'])} | {_fmt(a.get('top1_agreement'))} |" for name, a in b.accuracy.items()]
+    if b.vs_baseline:
+        out += _vs_baseline(b)
     out += _quantization(b)
     out += _tuning(b.tuning)
     out += _fusion_and_memory(b)
@@ -84,6 +86,31 @@ def _details(b: BuildReport) -> list[str]:
         if t["cv"] > 0.05:
             out.append(f"\n> Warning: the coefficient of variation is {t['cv']:.0%}: the machine was noisy.")
     return out
+
+
+def vs_baseline_rows(b: BuildReport) -> list[tuple[str, str, str, str]]:
+    """(what, baseline, now, change) for p50, p99 and each output's cosine, SQNR and max abs: the rows a
+    reviewer reads to see whether the change made the model slower or less accurate, and where."""
+    v = b.vs_baseline
+    if not v:
+        return []
+    rows = [(f"latency {'p50' if stat == 'median' else stat} (ms)", _fmt(base), _fmt(now), f"{now / base - 1:+.1%}")
+            for stat, (base, now) in v["latency_ms"].items() if base]
+    for output, figures in v["accuracy"].items():
+        rows += [(f"{output}: {label}", _fmt(base), _fmt(now), _change(base, now))
+                 for key, label in (("cosine", "cosine"), ("sqnr_db", "SQNR dB"), ("max_abs", "max abs"))
+                 if key in figures for base, now in [figures[key]]]
+    return rows
+
+
+def _change(base: float, now: float) -> str:
+    return "same" if base == now else f"{now - base:+.3g}"
+
+
+def _vs_baseline(b: BuildReport) -> list[str]:
+    out = ["", f"Against the baseline `{b.vs_baseline['report']}`:", "", "| | baseline | now | change |",
+           "| --- | --- | --- | --- |"]
+    return out + [f"| {what} | {base} | {now} | {change} |" for what, base, now, change in vs_baseline_rows(b)]
 
 
 def _tuning(t: dict | None) -> list[str]:

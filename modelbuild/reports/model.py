@@ -83,6 +83,7 @@ class BuildReport:
     passed: bool = False
     provenance: dict | None = None
     vs_float: VsFloat | None = None
+    vs_baseline: dict | None = None  # report; accuracy: output -> figure -> [baseline, now]; latency_ms likewise
 
     @property
     def stage_failed(self) -> bool:
@@ -90,7 +91,7 @@ class BuildReport:
 
     @property
     def accuracy_gate_failed(self) -> bool:
-        return any(g.name in ACCURACY_GATES and not g.passed for g in self.gates)
+        return any(g.name in (*gates.ACCURACY_GATES, *gates.ACCURACY_DROPS) and not g.passed for g in self.gates)
 
     def to_json(self) -> dict:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -99,9 +100,6 @@ class BuildReport:
         out["gates"] = [g.as_dict() for g in self.gates]
         out["vs_float"] = asdict(self.vs_float) if self.vs_float else None
         return out
-
-
-ACCURACY_GATES = ("max_abs_error", "max_rel_error", "min_cosine", "min_sqnr_db", "min_top1_agreement")
 
 
 @dataclass
@@ -148,7 +146,8 @@ def _build(project, run: RunResult, name: str) -> BuildReport:
     figures = _output_json(project, nodes.get("compile"), ANALYSIS) or {}
     quantization = _output_json(project, nodes.get("quantize"), QUANTIZE_SUMMARY)
     spec = project.recipe.validation_for(project.recipe.build_spec(model, target, quantization_of(name)))
-    results = gates.evaluate(spec, metrics, _baseline(project, spec, name))
+    baseline = _baseline(project, spec, name)
+    results = gates.evaluate(spec, metrics, baseline)
     stages_ok = all(r.status in (Status.BUILT, Status.CACHED) for r in nodes.values())
     measured = metrics or NOT_MEASURED
     return BuildReport(
@@ -173,6 +172,7 @@ def _build(project, run: RunResult, name: str) -> BuildReport:
         memory=_memory(figures.get("memory"), measured),
         gates=results,
         passed=stages_ok and all(g.passed for g in results),
+        vs_baseline=_vs_baseline(spec, baseline, measured),
         provenance=_provenance(project, nodes, spec, measured),
     )
 
@@ -246,6 +246,17 @@ def _baseline(project, spec, name: str) -> dict | None:
         return None
     data = json.loads((project.recipe.root / spec.baseline.report).read_text())
     return next((b for b in data.get("builds", []) if b.get("name") == name), None)
+
+
+def _vs_baseline(spec, baseline: dict | None, measured: Measured) -> dict | None:
+    """This build's figures beside its baseline's, whether or not a baseline gate bounds them: where a change
+    made the model slower or less accurate."""
+    if baseline is None:
+        return None
+    now, base = measured.latency_ms or {}, baseline.get("latency_ms") or {}
+    return {"report": spec.baseline.report,
+            "accuracy": gates.accuracy_changes(measured.accuracy, baseline.get("accuracy")),
+            "latency_ms": {stat: [base[stat], now[stat]] for stat in ("median", "p99") if stat in base and stat in now}}
 
 
 def _provenance(project, nodes: dict[str, NodeResult], spec, measured: Measured) -> dict:

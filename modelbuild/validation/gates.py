@@ -79,6 +79,11 @@ BASELINE_GATES = {
 }
 
 
+# baseline accuracy gate -> the per-output figure whose drop from the baseline it bounds
+ACCURACY_DROPS = {"max_cosine_drop": "cosine", "max_sqnr_drop_db": "sqnr_db"}
+COMPARED = ("cosine", "sqnr_db", "max_abs")  # the per-output figures set side by side with the baseline's
+
+
 def evaluate(spec: ValidationSpec, metrics: Measured | None, baseline: dict | None = None) -> list[GateResult]:
     """Every configured gate's value, limit and verdict for one build's metrics."""
     if metrics is None:
@@ -110,6 +115,9 @@ def _baseline_gates(spec: ValidationSpec, metrics: Measured, baseline: dict | No
     for name, limit in spec.baseline.model_dump(exclude={"report"}).items():
         if limit is None:
             continue
+        if name in ACCURACY_DROPS:
+            results.append(_accuracy_drop(name, limit, accuracy_changes(metrics.accuracy, (baseline or {}).get("accuracy"))))
+            continue
         stat, form, regressed = BASELINE_GATES[name]
         if stat not in base:
             results.append(GateResult(name, None, limit, False, "the baseline report has no timing for this build"))
@@ -132,6 +140,30 @@ def _baseline_gates(spec: ValidationSpec, metrics: Measured, baseline: dict | No
                                   f"baseline {stat} {base[stat]:.4g}; 95% interval {_signed(low, stat)} .. "
                                   f"{_signed(high, stat)}: {verdict}"))
     return results
+
+
+def accuracy_changes(now: dict | None, base: dict | None) -> dict[str, dict[str, list[float]]]:
+    """For each output both builds have: each compared figure as [baseline, now]."""
+    if not now or not base:
+        return {}
+    return {output: {k: [base[output][k], figures[k]] for k in COMPARED
+                     if figures.get(k) is not None and base[output].get(k) is not None}
+            for output, figures in now.items() if output in base}
+
+
+def _accuracy_drop(name: str, limit: float, changes: dict[str, dict[str, list[float]]]) -> GateResult:
+    figure = ACCURACY_DROPS[name]
+    drops = {output: _drop(*c[figure]) for output, c in changes.items() if figure in c}
+    if not drops:
+        return GateResult(name, None, limit, False, f"the baseline report has no {figure} for this build's outputs")
+    worst = max(drops, key=drops.get)
+    before, after = changes[worst][figure]
+    return GateResult(name, drops[worst], limit, drops[worst] <= limit,
+                      f"worst output {worst!r}: {before:.6g} in the baseline, {after:.6g} now")
+
+
+def _drop(before: float, after: float) -> float:
+    return 0.0 if before == after else before - after  # inf == inf (an exact SQNR on both sides) is no drop
 
 
 def _signed(value: float, stat: str) -> str:
