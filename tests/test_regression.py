@@ -91,3 +91,40 @@ def test_timing_in_several_processes_lets_the_interval_hold_the_variation_betwee
     caught = np.mean([flagged_latency(gate, processes(2 * s + 1, 5, 1.4), processes(2 * s, 5)) for s in seeds])
     assert one > 0.05, f"one process a side: the runs alone understate the noise, flagging {one:.0%}"
     assert five <= 0.05 and caught >= 0.95, (five, caught)
+
+
+def together(seed: int, count: int, shift: float = 1.0, runs: int = 100) -> tuple[dict, dict]:
+    """(this build, its baseline) timed in turns in `count` processes: each process at its own speed (8%), each
+    round's two runs under the same passing load of the machine (5%), and each run with latencies()'s own noise
+    and stalls. Merged as the validate stage merges them."""
+    rng = np.random.default_rng(20_000 + seed)
+    ours, theirs = [], []
+    for i, speed in enumerate(rng.lognormal(0, 0.08, count)):
+        load = speed * rng.lognormal(0, 0.05, runs)
+        ours.append(metrics.timing_summary(list(np.asarray(latencies(seed * 100 + i, shift, runs)) * load)))
+        theirs.append(metrics.timing_summary(list(np.asarray(latencies(seed * 100 + 50 + i, 1.0, runs)) * load)))
+    return metrics.merge_blocks(ours), metrics.merge_blocks(theirs)
+
+
+def flagged_together(gate: dict, now: dict, base: dict) -> bool:
+    spec = ValidationSpec.model_validate({"baseline": {"report": "b.json", "timed_together": True, **gate}})
+    return not evaluate(spec, Measured(ran=True, latency_ms=now, baseline_latency_ms=base), {})[0].passed
+
+
+def test_timed_together_a_15_percent_slowdown_is_caught_past_a_10_percent_limit_and_noise_is_not():
+    gate, seeds = {"max_p50_increase": 0.10}, range(20)
+    same = [together(s, 5) for s in seeds]
+    slower = [together(s, 5, 1.15) for s in seeds]
+    flagged = sum(flagged_together(gate, now, base) for now, base in same)
+    caught = sum(flagged_together(gate, now, base) for now, base in slower)
+    assert flagged == 0 and caught >= 19, (flagged, caught)
+    # the same runs judged as separate timings lose the shift in the processes' own speeds
+    apart = sum(flagged_latency(gate, now, base) for now, base in slower)
+    assert apart < caught, apart
+
+
+def test_paired_samples_must_line_up_run_for_run():
+    now, base = together(0, 2)
+    with pytest.raises(ValueError, match="same runs per process"):
+        change(now["samples_ms"], base["samples_ms"][:-1], "median", now_blocks=now["blocks"],
+               base_blocks=base["blocks"], paired=True)

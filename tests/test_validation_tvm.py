@@ -136,6 +136,29 @@ def test_against_a_baseline_report_each_outputs_accuracy_is_compared_and_gated_w
     assert gate["value"] == pytest.approx(1.0 - cosine) and "worst output 'y'" in gate["detail"]
 
 
+def test_timed_together_the_baseline_library_runs_in_turns_with_the_build_and_the_gate_reads_those_runs(project, capsys):
+    import shutil
+
+    root, write = project
+    build(root, capsys)
+    shutil.copytree(root / "build", root / "base")  # as CI downloads the main branch's build folder
+    write(extra='\n[validation.baseline]\nreport = "base/report.json"\ntimed_together = true\n'
+                'max_p50_increase = 0.5\n')
+    code, stages = build(root, capsys)
+    assert code == 0 and stages["validate"] == "built" and stages["compile"] == "cached"
+    metrics = json.loads((root / "build/net/cpu/validation.json").read_text())
+    assert len(metrics["baseline_latency_ms"]["samples_ms"]) == len(metrics["latency_ms"]["samples_ms"])
+    gate = next(g for g in report(root)["builds"][0]["gates"] if g["name"] == "max_p50_increase")
+    assert gate["passed"] and "its library timed in turns with this one" in gate["detail"]
+    assert report(root)["builds"][0]["vs_baseline"]["timed_together"] is True
+
+    (root / "base/net/cpu/model.so").unlink()
+    assert main(["build", "-f", str(root / "deploy.toml")]) == 2
+    err = capsys.readouterr().err.strip()
+    line = (root / "deploy.toml").read_text().splitlines().index("timed_together = true") + 1
+    assert err.count("\n") == 0 and f"deploy.toml:{line}" in err and "base/net/cpu/model.so is not there" in err
+
+
 def test_editing_the_golden_seed_reruns_reference_and_validation_not_compile(project, capsys):
     root, write = project
     build(root, capsys)

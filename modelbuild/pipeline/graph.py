@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Callable
 
 from modelbuild.build.plan import Node, Plan
+from modelbuild.errors import RecipeError
 from modelbuild.compiler.tuning_db import folder_for
 from modelbuild.pipeline import registry
 from modelbuild.pipeline.names import build_name, variant_of
@@ -59,7 +60,8 @@ def build_plan(recipe: LoadedRecipe, resolve: TargetResolver, *, tuning_root: Pa
                                                      qdq=quantizer))
                     nodes[references[1].id] = references[1]
                 validator = validate_node(name, target, resolved[target], validation, importer, compiler,
-                                          reference.id, qdq=references[1].id if quantizer else None)
+                                          reference.id, qdq=references[1].id if quantizer else None,
+                                          baseline_library=baseline_library(recipe, build, name, target, resolved[target]))
                 nodes[validator.id] = validator
                 builds[name] += [*(r.id for r in references), validator.id]
     return Plan(nodes=nodes, builds=builds, stages=dict(registry.STAGES))
@@ -158,7 +160,7 @@ def reference_node(recipe: LoadedRecipe, node_id: str, importer: Node, validatio
 
 
 def validate_node(build: str, target_name: str, target: dict, validation, importer: Node, compiler: Node,
-                  reference: str, *, qdq: str | None = None) -> Node:
+                  reference: str, *, qdq: str | None = None, baseline_library: Path | None = None) -> Node:
     device = device_of(target)
     runs_here = runs_on_host(target) or device is not None
     timing = validation.timing
@@ -178,8 +180,26 @@ def validate_node(build: str, target_name: str, target: dict, validation, import
             "signature": (importer.id, SIGNATURE), "analysis": (compiler.id, ANALYSIS)}
     if qdq:
         deps["golden_qdq"] = (qdq, GOLDEN)
-    return Node(id=f"validate:{build}", stage="validate", build=build, params=params, deps=deps,
+    files = {"baseline_library": baseline_library} if baseline_library else {}
+    return Node(id=f"validate:{build}", stage="validate", build=build, params=params, deps=deps, files=files,
                 publish={METRICS: f"{variant}/{target_name}/validation.json"})
+
+
+def baseline_library(recipe: LoadedRecipe, build, name: str, target_name: str, target: dict) -> Path | None:
+    """The baseline's own library of this build, to be timed in turns with it (baseline.timed_together): in
+    the baseline's build folder, beside its report.json, where this build publishes its own. Builds validated
+    on a device time alone."""
+    spec = recipe.validation_for(build).baseline
+    if not (spec and spec.timed_together) or not runs_on_host(target) or device_of(target):
+        return None
+    relative = Path(spec.report).parent / variant_of(name) / target_name / library_name(target)
+    if not (recipe.root / relative).is_file():
+        file, line = recipe.validation_location(build, ("baseline", "timed_together"))
+        raise RecipeError(f"the baseline's library {relative} is not there", file=str(file), line=line,
+                          field="validation.baseline.timed_together",
+                          fix="copy the baseline's whole build folder (its libraries beside report.json), or set "
+                              "timed_together = false")
+    return recipe.root / relative
 
 
 def _why_not_here(target: dict) -> str:

@@ -54,10 +54,16 @@ class LoadedRecipe:
     def gate_location(self, build, gate: str) -> tuple[Path, int | None]:
         """The file and line where a build's gate limit is written: its own [builds.validation.gates] when it
         sets that gate, else the recipe's (or an included preset's) [validation.gates]."""
-        own = (build.validation is not None and "gates" in build.validation.model_fields_set
-               and gate in build.validation.gates.model_fields_set)
-        path = ("builds", self.spec.builds.index(build), "validation", "gates", gate) if own else \
-            ("validation", "gates", gate)
+        return self.validation_location(build, ("gates", gate))
+
+    def validation_location(self, build, setting: tuple[str, ...]) -> tuple[Path, int | None]:
+        """The file and line where a build's validation setting (a path under [validation]) is written: its
+        own [builds.validation] when it sets it, else the recipe's (or an included preset's)."""
+        table, own = build.validation, build.validation is not None
+        for key in setting:
+            own = own and key in table.model_fields_set
+            table = getattr(table, key, None) if own else None
+        path = ("builds", self.spec.builds.index(build), "validation", *setting) if own else ("validation", *setting)
         return locate_in_files(self.files or [self.path], path)
 
     def build_spec(self, model: str, target: str, quantization: str | None = None):

@@ -122,6 +122,11 @@ class BaselineSpec(Strict):
     """Gates relative to an earlier report.json (for example the main branch's)."""
 
     report: str
+    timed_together: bool = Field(
+        default=False, description="Time the baseline's own library (the baseline's build folder, its report.json "
+                                   "and libraries, copied whole) in turns with this build's, in the same "
+                                   "processes: the machine's noise falls on both, so the latency gates see a "
+                                   "15% slowdown that separate timings lose in noise. Builds validated here.")
     max_p50_increase: float | None = Field(default=None, description="0.10 = at most 10% above the baseline")
     max_p99_increase: float | None = None
     min_throughput_ratio: float | None = Field(default=None, description="0.9 = at least 90% of the baseline")

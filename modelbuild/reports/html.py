@@ -82,7 +82,9 @@ def _vs_baseline(b: BuildReport) -> str:
         return ""
     body = "".join(f"<tr><td>{escape(what)}</td><td>{base}</td><td>{now}</td><td>{change}</td></tr>"
                    for what, base, now, change in rows)
-    return (f'<table class="baseline"><tr><th>against <code>{escape(b.vs_baseline["report"])}</code></th>'
+    together = (' <span class="muted">(latency: its library timed in turns with this one)</span>'
+                if b.vs_baseline.get("timed_together") else "")
+    return (f'<table class="baseline"><tr><th>against <code>{escape(b.vs_baseline["report"])}</code>{together}</th>'
             f"<th>baseline</th><th>now</th><th>change</th></tr>{body}</table>")
 
 

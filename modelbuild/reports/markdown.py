@@ -108,7 +108,8 @@ def _change(base: float, now: float) -> str:
 
 
 def _vs_baseline(b: BuildReport) -> list[str]:
-    out = ["", f"Against the baseline `{b.vs_baseline['report']}`:", "", "| | baseline | now | change |",
+    together = " (latency: its library timed in turns with this one)" if b.vs_baseline.get("timed_together") else ""
+    out = ["", f"Against the baseline `{b.vs_baseline['report']}`{together}:", "", "| | baseline | now | change |",
            "| --- | --- | --- | --- |"]
     return out + [f"| {what} | {base} | {now} | {change} |" for what, base, now, change in vs_baseline_rows(b)]
 

@@ -83,7 +83,8 @@ class BuildReport:
     passed: bool = False
     provenance: dict | None = None
     vs_float: VsFloat | None = None
-    vs_baseline: dict | None = None  # report; accuracy: output -> figure -> [baseline, now]; latency_ms likewise
+    # report, timed_together; accuracy: output -> figure -> [baseline, now]; latency_ms: median, p99 likewise
+    vs_baseline: dict | None = None
 
     @property
     def stage_failed(self) -> bool:
@@ -253,8 +254,9 @@ def _vs_baseline(spec, baseline: dict | None, measured: Measured) -> dict | None
     made the model slower or less accurate."""
     if baseline is None:
         return None
-    now, base = measured.latency_ms or {}, baseline.get("latency_ms") or {}
-    return {"report": spec.baseline.report,
+    together = measured.baseline_latency_ms is not None  # then its latency is the one timed beside this build
+    now, base = measured.latency_ms or {}, (measured.baseline_latency_ms if together else baseline.get("latency_ms")) or {}
+    return {"report": spec.baseline.report, "timed_together": together,
             "accuracy": gates.accuracy_changes(measured.accuracy, baseline.get("accuracy")),
             "latency_ms": {stat: [base[stat], now[stat]] for stat in ("median", "p99") if stat in base and stat in now}}
 

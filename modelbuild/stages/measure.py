@@ -2,6 +2,7 @@
 
 usage: python -m modelbuild.stages.measure LIBRARY GOLDEN.npz SIGNATURE.json TIMING_JSON OUT.json
                                          [--analysis ANALYSIS.json] [--qdq GOLDEN_QDQ.npz]
+                                         [--device DEVICE_JSON] [--baseline BASELINE_LIBRARY]
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from modelbuild.validation.golden import feedback as fed_back_inputs
 
 
 def main(library: str, golden_path: str, signature_path: str, timing_json: str, out_path: str,
-         analysis_path: str = "", qdq_path: str = "", device_json: str = "") -> None:
+         analysis_path: str = "", qdq_path: str = "", device_json: str = "", baseline: str = "") -> None:
     timing = json.loads(timing_json)
     tensors = signature.read(Path(signature_path))
     golden = dict(np.load(golden_path))
@@ -45,8 +46,12 @@ def main(library: str, golden_path: str, signature_path: str, timing_json: str, 
         qdq = dict(np.load(qdq_path))
         accuracy_vs_qdq = {name: _accuracy(np.stack(actual[name]), qdq[f"out.{name}"]) for name in output_names}
 
-    latencies = (timer(inputs_of(golden, input_names, 0), **timing) if timer
-                 else _time(run, inputs_of(golden, input_names, 0), **timing))
+    arrays = inputs_of(golden, input_names, 0)
+    together = None
+    if baseline:
+        latencies, together = _time_together(run, _load(baseline), arrays, **timing)
+    else:
+        latencies = timer(arrays, **timing) if timer else _time(run, arrays, **timing)
     kernels = json.loads(Path(analysis_path).read_text()).get("kernels") if analysis_path else None
     result = {
         "roofline": _roofline(library, kernels) if kernels else None,
@@ -54,6 +59,7 @@ def main(library: str, golden_path: str, signature_path: str, timing_json: str, 
         **({"accuracy_vs_qdq": accuracy_vs_qdq} if qdq_path else {}),
         "cold_ms": cold_ms,
         "latency_ms": metrics.timing_summary(latencies),
+        **({"baseline_latency_ms": metrics.timing_summary(together)} if together else {}),
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "machine": {"device": device["key"], "tracker": device["tracker"], "via": "rpc"} if device else host_machine(),
         "samples": count,
@@ -164,6 +170,25 @@ def _time(run, arrays, *, warmup: int, min_runs: int, min_seconds: float, max_se
     return latencies
 
 
+def _time_together(run, baseline, arrays, *, warmup: int, min_runs: int, min_seconds: float,
+                   max_seconds: float = float("inf"), **_) -> tuple[list[float], list[float]]:
+    """Time this library and the baseline's in turns, one run each, the order swapped every round, until this
+    one has min_runs and min_seconds, or both together max_seconds: the same moments of the machine fall on
+    both, so their ratio keeps what their own medians lose to it."""
+    for _ in range(warmup):
+        run(arrays), baseline(arrays)
+    ours: list[float] = []
+    theirs: list[float] = []
+    total = 0.0
+    while (len(ours) < min_runs or sum(ours) < min_seconds) and total < max_seconds:
+        for fn, times in ((run, ours), (baseline, theirs))[::1 if len(ours) % 2 == 0 else -1]:
+            started = time.perf_counter()
+            fn(arrays)
+            times.append(time.perf_counter() - started)
+            total += times[-1]
+    return ours, theirs
+
+
 if __name__ == "__main__":
     import argparse
 
@@ -173,9 +198,10 @@ if __name__ == "__main__":
     parser.add_argument("--analysis", default="")
     parser.add_argument("--qdq", default="")
     parser.add_argument("--device", default="")
+    parser.add_argument("--baseline", default="")
     a = parser.parse_args()
     try:
-        main(a.library, a.golden, a.signature, a.timing, a.out, a.analysis, a.qdq, a.device)
+        main(a.library, a.golden, a.signature, a.timing, a.out, a.analysis, a.qdq, a.device, a.baseline)
     except remote.DeviceUnavailable as err:
         # the last line of stderr is what the validate stage reports (this process is its subprocess)
         sys.stderr.write(f"{err}\n")

@@ -31,14 +31,19 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
     measured = _measure(inputs, timing, p.threads, out, roofline=p.timing.roofline and not p.device,
                        device=p.device)
     if p.timing.processes > 1:  # more processes, timing only: the variation between them is part of the noise
-        again = [_measure(inputs, {**timing, "latency_only": True}, p.threads, out, device=p.device)["latency_ms"]
+        again = [_measure(inputs, {**timing, "latency_only": True}, p.threads, out, device=p.device)
                  for _ in range(p.timing.processes - 1)]
-        measured["latency_ms"] = metrics.merge_blocks([measured["latency_ms"], *again])
+        for timed in TIMED:
+            if timed in measured:
+                measured[timed] = metrics.merge_blocks([measured[timed], *(a[timed] for a in again)])
     measured.update(ran=True, artifact_bytes=inputs["library"].stat().st_size, threads=p.threads)
     if p.timing.scaling and p.threads > 1 and not p.device:
         measured["scaling"] = _scaling(inputs, p.timing.max_seconds, p.threads, out)
     _write(out, measured)
 
+
+# this library's runs, and the baseline's library's where they were timed together (baseline.timed_together)
+TIMED = ("latency_ms", "baseline_latency_ms")
 
 # Each thread count of the scaling curve gets a short run: it shows the shape, not a gate-grade figure.
 SCALING_TIMING = {"warmup": 3, "min_runs": 20, "min_seconds": 0.2, "latency_only": True}
@@ -48,12 +53,12 @@ def _scaling(inputs: dict[str, Path], max_seconds: float, threads: int, out: Pat
     counts = list(range(1, threads + 1))
     # the whole curve shares the recipe's time bound
     bounded = {**SCALING_TIMING, "max_seconds": max_seconds / len(counts)}
-    runs = [_measure(inputs, bounded, p, out)["latency_ms"] for p in counts]
+    runs = [_measure(inputs, bounded, p, out, scaling=True)["latency_ms"] for p in counts]
     return metrics.scaling_summary(counts, [r["median"] for r in runs], [r["cv"] for r in runs])
 
 
 def _measure(inputs: dict[str, Path], timing: dict, threads: int, out: Path, roofline: bool = False,
-             device: dict | None = None) -> dict:
+             device: dict | None = None, scaling: bool = False) -> dict:
     """Run measure.py in a fresh process with `threads` runtime threads (on `device` over RPC where given);
     its JSON result."""
     result = out / "measured.json"
@@ -63,7 +68,8 @@ def _measure(inputs: dict[str, Path], timing: dict, threads: int, out: Path, roo
          str(inputs["signature"]), json.dumps(timing), str(result),
          *(["--analysis", str(inputs["analysis"])] if roofline and "analysis" in inputs else []),
          *(["--qdq", str(inputs["golden_qdq"])] if "golden_qdq" in inputs and not timing.get("latency_only") else []),
-         *(["--device", json.dumps(device)] if device else [])],
+         *(["--device", json.dumps(device)] if device else []),
+         *(["--baseline", str(inputs["baseline_library"])] if "baseline_library" in inputs and not scaling else [])],
         env=env, capture_output=True, text=True,
     )
     sys.stdout.write(proc.stdout), sys.stderr.write(proc.stderr)

@@ -105,14 +105,16 @@ def evaluate(spec: ValidationSpec, metrics: Measured | None, baseline: dict | No
 
 
 def _baseline_gates(spec: ValidationSpec, metrics: Measured, baseline: dict | None) -> list[GateResult]:
-    """Latency against an earlier report. With raw samples on both sides, a gate fails only when the
-    bootstrap interval of the change lies wholly past its limit (validation/regression.py); a baseline
-    written before samples were kept is compared by its point estimates."""
+    """Against an earlier report. Latency: with raw samples on both sides, a gate fails only when the
+    bootstrap interval of the change lies wholly past its limit (validation/regression.py); where the
+    baseline's library was timed together with this one, against those paired runs; a baseline written
+    before samples were kept is compared by its point estimates. Accuracy: output by output."""
     if spec.baseline is None:
         return []
     results = []
-    base = (baseline or {}).get("latency_ms") or {}
-    for name, limit in spec.baseline.model_dump(exclude={"report"}).items():
+    paired = metrics.baseline_latency_ms is not None
+    base = metrics.baseline_latency_ms if paired else (baseline or {}).get("latency_ms") or {}
+    for name, limit in spec.baseline.model_dump(exclude={"report", "timed_together"}).items():
         if limit is None:
             continue
         if name in ACCURACY_DROPS:
@@ -131,13 +133,14 @@ def _baseline_gates(spec: ValidationSpec, metrics: Measured, baseline: dict | No
         from modelbuild.validation.regression import change  # numpy: only builds with a baseline pay for it
 
         c = change(now_samples, base_samples, stat, now_blocks=metrics.latency_ms.get("blocks"),
-                   base_blocks=base.get("blocks"))
+                   base_blocks=base.get("blocks"), paired=paired)
         low, high = form(c.low), form(c.high)
         best, worst = (low, high) if regressed is operator.gt else (high, low)
         failed = regressed(best, limit)  # even the most favourable end of the interval is past the limit
         verdict = "a regression" if failed else "within noise" if regressed(worst, limit) else "within the limit"
+        where = "its library timed in turns with this one" if paired else "from its report"
         results.append(GateResult(name, form(c.ratio), limit, not failed,
-                                  f"baseline {stat} {base[stat]:.4g}; 95% interval {_signed(low, stat)} .. "
+                                  f"baseline {stat} {base[stat]:.4g} ({where}); 95% interval {_signed(low, stat)} .. "
                                   f"{_signed(high, stat)}: {verdict}"))
     return results
 
