@@ -21,7 +21,7 @@ from modelbuild.errors import environment_failure, EnvironmentFailure, Modelbuil
 from modelbuild.pipeline.names import model_of, quantization_of, select, target_of
 
 COMMANDS = ("build", "init", "status", "explain", "graph", "clean", "cache", "schema", "report", "tune",
-            "doctor")
+            "doctor", "ci-workflow")
 
 EXIT_OK, EXIT_GATE_FAILED, EXIT_USAGE, EXIT_STAGE_FAILED, EXIT_ENVIRONMENT = 0, 1, 2, 3, 4
 EXIT_STALE = 1
@@ -115,6 +115,8 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("--build-dir", type=Path, help="where artifacts land (default: build beside the recipe)")
     common.add_argument("--cache-mode", choices=("read", "readwrite", "off"),
                         help="the remote cache: read (pull requests), readwrite (trusted CI) or off")
+    common.add_argument("--baseline", type=Path, metavar="REPORT",
+                        help="compare with this earlier report.json (replaces [validation.baseline] report)")
     sub = parser.add_subparsers(dest="command")
 
     build = sub.add_parser("build", parents=[common], help="build everything, or the builds selected")
@@ -178,6 +180,11 @@ def _parser() -> argparse.ArgumentParser:
     doctor.add_argument("--json", action="store_true")
     doctor.set_defaults(handler=cmd_doctor)
 
+    workflow = sub.add_parser("ci-workflow", help="write a GitHub Actions workflow that builds, gates and reports")
+    workflow.add_argument("-o", "--output", type=Path, default=Path(".github/workflows/models.yml"))
+    workflow.add_argument("--force", action="store_true", help="overwrite an existing workflow")
+    workflow.set_defaults(handler=cmd_ci_workflow)
+
     schema = sub.add_parser("schema", help="print the JSON Schema of deploy.toml")
     schema.set_defaults(handler=cmd_schema)
     return parser
@@ -186,7 +193,8 @@ def _parser() -> argparse.ArgumentParser:
 def _project(args):
     from modelbuild.pipeline.project import open_project
 
-    return open_project(args.file, cache_dir=args.cache_dir, build_dir=args.build_dir, cache_mode=args.cache_mode)
+    return open_project(args.file, cache_dir=args.cache_dir, build_dir=args.build_dir, cache_mode=args.cache_mode,
+                        baseline=args.baseline)
 
 
 def cmd_build(args, console) -> int:
@@ -535,6 +543,18 @@ def cmd_doctor(args, console) -> int:
             console.print(f"{c.target}: build {'yes' if c.builds_here else 'NO'} ({c.build_note}); validate "
                           f"{validates}", markup=False)
     return EXIT_OK if all(c.ready for c in checks) else EXIT_STALE
+
+
+def cmd_ci_workflow(args, console) -> int:
+    from importlib import resources
+
+    if args.output.exists() and not args.force:
+        raise ModelbuildError(f"{args.output} exists (fix: pass --force to overwrite it, or -o to write another file)")
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(resources.files("modelbuild.reports").joinpath("github-actions.yml").read_text())
+    console.print(f"wrote {_relative(args.output)}: restores .cache, builds against the base branch's last build, "
+                  "publishes report.md and junit.xml, uploads build/; replace OWNER in its pip line", markup=False)
+    return EXIT_OK
 
 
 def cmd_schema(args, console) -> int:

@@ -55,8 +55,12 @@ def test_baseline_gates_compare_with_an_earlier_report():
 
 
 def test_a_baseline_without_this_build_fails_the_gate_and_says_why():
-    gates = evaluate(spec(baseline={"report": "b.json", "max_p50_increase": 0.1}), METRICS, None)
+    gates = evaluate(spec(baseline={"report": "b.json", "max_p50_increase": 0.1}), METRICS, {})
     assert not gates[0].passed and "no timing" in gates[0].detail
+
+
+def test_with_no_baseline_report_this_time_the_baseline_gates_are_not_checked():
+    assert evaluate(spec(baseline={"max_p50_increase": 0.1, "max_cosine_drop": 0.0}), METRICS, None) == []
 
 
 def test_accuracy_against_the_baseline_is_bounded_per_output_and_names_the_worst():

@@ -68,3 +68,23 @@ def test_a_gate_is_located_where_it_is_written_the_builds_own_override_first(tmp
     assert recipe.gate_location(float_build, "min_cosine") == (tmp_path / "preset.toml", 2)
     assert recipe.gate_location(int8_build, "min_cosine") == (tmp_path / "deploy.toml", 19)
     assert recipe.gate_location(int8_build, "max_p99_ms") == (tmp_path / "preset.toml", 3)
+
+
+def test_ci_workflow_writes_a_workflow_that_builds_against_the_base_branch_and_refuses_to_overwrite(tmp_path, capsys):
+    import yaml
+
+    from modelbuild.cli import main
+
+    out = tmp_path / ".github/workflows/models.yml"
+    assert main(["ci-workflow", "-o", str(out)]) == 0
+    steps = yaml.safe_load(out.read_text())["jobs"]["build"]["steps"]
+    uses = [s.get("uses", "").split("@")[0] for s in steps]
+    assert {"actions/checkout", "actions/cache", "actions/upload-artifact"} <= set(uses)
+    run = next(s for s in steps if s.get("name") == "modelbuild")["run"]
+    assert "--baseline baseline/report.json" in run
+    assert next(s for s in steps if s.get("uses", "").startswith("actions/cache"))["with"]["path"] == ".cache"
+    capsys.readouterr()
+    out.write_text("mine")
+    assert main(["ci-workflow", "-o", str(out)]) == 2 and out.read_text() == "mine"
+    assert "exists (fix: pass --force" in capsys.readouterr().err
+    assert main(["ci-workflow", "-o", str(out), "--force"]) == 0 and out.read_text() != "mine"

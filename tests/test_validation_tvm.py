@@ -121,8 +121,11 @@ def test_against_a_baseline_report_each_outputs_accuracy_is_compared_and_gated_w
     build(root, capsys)
     baseline = report(root)
     (root / "base.json").write_text(json.dumps(baseline))
-    write(extra='\n[validation.baseline]\nreport = "base.json"\nmax_cosine_drop = 0.0\n')
-    code, stages = build(root, capsys)
+    write(extra="\n[validation.baseline]\nmax_cosine_drop = 0.0\n")  # gates only: CI passes the report
+    code, _ = build(root, capsys)
+    assert code == 0 and "max_cosine_drop" not in {g["name"] for g in report(root)["builds"][0]["gates"]}
+
+    code, stages = build(root, capsys, "--baseline", str(root / "base.json"))
     ours = report(root)["builds"][0]
     cosine = baseline["builds"][0]["accuracy"]["y"]["cosine"]
     assert code == 0 and set(stages.values()) == {"cached"}
@@ -130,10 +133,13 @@ def test_against_a_baseline_report_each_outputs_accuracy_is_compared_and_gated_w
     assert "Against the baseline `base.json`:" in (root / "build/report.md").read_text()
     baseline["builds"][0]["accuracy"]["y"]["cosine"] = 1.0  # the baseline was exact: this build is worse
     (root / "base.json").write_text(json.dumps(baseline))
-    code, stages = build(root, capsys)
+    code, stages = build(root, capsys, "--baseline", str(root / "base.json"))
     gate = next(g for g in report(root)["builds"][0]["gates"] if g["name"] == "max_cosine_drop")
     assert code == 1 and set(stages.values()) == {"cached"} and not gate["passed"]
     assert gate["value"] == pytest.approx(1.0 - cosine) and "worst output 'y'" in gate["detail"]
+
+    assert main(["build", "-f", str(root / "deploy.toml"), "--baseline", str(root / "gone.json")]) == 2
+    assert "no such report" in capsys.readouterr().err
 
 
 def test_timed_together_the_baseline_library_runs_in_turns_with_the_build_and_the_gate_reads_those_runs(project, capsys):

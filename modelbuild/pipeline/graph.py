@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Callable
 
 from modelbuild.build.plan import Node, Plan
-from modelbuild.errors import RecipeError
 from modelbuild.compiler.tuning_db import folder_for
 from modelbuild.pipeline import registry
 from modelbuild.pipeline.names import build_name, variant_of
@@ -189,17 +188,17 @@ def baseline_library(recipe: LoadedRecipe, build, name: str, target_name: str, t
     """The baseline's own library of this build, to be timed in turns with it (baseline.timed_together): in
     the baseline's build folder, beside its report.json, where this build publishes its own. Builds validated
     on a device time alone."""
-    spec = recipe.validation_for(build).baseline
-    if not (spec and spec.timed_together) or not runs_on_host(target) or device_of(target):
+    validation = recipe.validation_for(build)
+    report = recipe.baseline_report(validation)
+    if not (report and validation.baseline.timed_together) or not runs_on_host(target) or device_of(target):
         return None
-    relative = Path(spec.report).parent / variant_of(name) / target_name / library_name(target)
-    if not (recipe.root / relative).is_file():
-        file, line = recipe.validation_location(build, ("baseline", "timed_together"))
-        raise RecipeError(f"the baseline's library {relative} is not there", file=str(file), line=line,
-                          field="validation.baseline.timed_together",
-                          fix="copy the baseline's whole build folder (its libraries beside report.json), or set "
-                              "timed_together = false")
-    return recipe.root / relative
+    library = report.parent / variant_of(name) / target_name / library_name(target)
+    if not library.is_file():
+        raise recipe.validation_error(build, ("baseline", "timed_together"),
+                                      f"the baseline's library {recipe.shown(library)} is not there",
+                                      "copy the baseline's whole build folder (its libraries beside report.json), or "
+                                      "set timed_together = false")
+    return library
 
 
 def _why_not_here(target: dict) -> str:

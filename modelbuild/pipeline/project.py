@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 
@@ -11,6 +11,7 @@ from modelbuild.build.plan import Plan
 from modelbuild.build.scheduler import Options, RunResult, Scheduler
 from modelbuild.build.remote import configured
 from modelbuild.build.store import Store
+from modelbuild.errors import ModelbuildError
 from modelbuild.pipeline.graph import build_plan
 from modelbuild.pipeline.names import select
 from modelbuild.recipe import load_recipe, LoadedRecipe
@@ -37,11 +38,16 @@ class Project:
 
 
 def open_project(recipe_path: Path, *, cache_dir: Path | None = None, build_dir: Path | None = None,
-                 cache_mode: str | None = None) -> Project:
+                 cache_mode: str | None = None, baseline: Path | None = None) -> Project:
     """Load the recipe; the store and build folder default to .cache/ and build/ beside it, the remote cache
-    to the recipe's [cache] section unless the environment or `cache_mode` says otherwise."""
+    to the recipe's [cache] section unless the environment or `cache_mode` says otherwise, and the baseline
+    report to the recipe's unless `baseline` is given."""
     recipe_path = Path(recipe_path).resolve()
     cache = Path(cache_dir) if cache_dir else recipe_path.parent / ".cache"
     recipe = load_recipe(recipe_path, snapshots=cache / "recipes")
+    if baseline is not None:
+        if not Path(baseline).is_file():
+            raise ModelbuildError(f"--baseline {baseline}: no such report; pass the report.json of an earlier build")
+        recipe = replace(recipe, baseline=Path(baseline).resolve())
     remote = configured(recipe.spec.cache.remote, recipe.spec.cache.mode, cache_mode)
     return Project(recipe=recipe, store=Store(cache, remote=remote), build_dir=build_dir or recipe.root / "build")

@@ -36,6 +36,7 @@ class LoadedRecipe:
     spec: Recipe | snapshot.Table
     path: Path
     files: list[Path] = field(default_factory=list)
+    baseline: Path | None = None  # `--baseline REPORT`: replaces every [validation.baseline] report
 
     @property
     def root(self) -> Path:
@@ -50,6 +51,23 @@ class LoadedRecipe:
         It takes the entry, not a model and target: a float and an int8 build of one model and target are
         two entries, each with its own overrides."""
         return overridden(self.spec.validation, build.validation)
+
+    def baseline_report(self, validation) -> Path | None:
+        """The report a build with these validation settings is compared with: --baseline, else its
+        [validation.baseline] report; None when there is neither."""
+        if self.baseline is not None:
+            return self.baseline
+        report = validation.baseline.report if validation.baseline is not None else None
+        return self.root / report if report else None
+
+    def validation_error(self, build, setting: tuple[str, ...], message: str, fix: str) -> RecipeError:
+        """A RecipeError at the line of a build's validation setting (see validation_location)."""
+        file, line = self.validation_location(build, setting)
+        return RecipeError(message, file=_shown(file), line=line, field=dotted(("validation", *setting)), fix=fix)
+
+    def shown(self, path: Path) -> str:
+        """A path as the user would write it: relative to the recipe's folder where it is inside it."""
+        return str(path.relative_to(self.root)) if path.is_relative_to(self.root) else str(path)
 
     def gate_location(self, build, gate: str) -> tuple[Path, int | None]:
         """The file and line where a build's gate limit is written: its own [builds.validation.gates] when it
@@ -354,7 +372,7 @@ def _check_golden_files(loaded: LoadedRecipe) -> None:
             if not (path.is_file() if golden.source == "npz" else path.is_dir()):
                 raise _fail(loaded, (*loc, "golden", "path"), f"golden {golden.source} {golden.path!r} not found",
                             "paths are relative to the recipe's folder")
-        if spec.baseline and not (loaded.root / spec.baseline.report).is_file():
+        if spec.baseline and spec.baseline.report and not (loaded.root / spec.baseline.report).is_file():
             raise _fail(loaded, (*loc, "baseline", "report"), f"baseline report {spec.baseline.report!r} not found",
                         "point it at a report.json from an earlier build")
 

@@ -121,7 +121,10 @@ class TimingSpec(Strict):
 class BaselineSpec(Strict):
     """Gates relative to an earlier report.json (for example the main branch's)."""
 
-    report: str
+    report: str | None = Field(
+        default=None, description="The baseline's report.json, relative to the recipe; or `modelbuild --baseline "
+                                  "REPORT`, which replaces it. With neither (a push to main has no baseline), "
+                                  "the baseline gates are not checked.")
     timed_together: bool = Field(
         default=False, description="Time the baseline's own library (the baseline's build folder, its report.json "
                                    "and libraries, copied whole) in turns with this build's, in the same "

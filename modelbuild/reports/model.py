@@ -173,7 +173,7 @@ def _build(project, run: RunResult, name: str) -> BuildReport:
         memory=_memory(figures.get("memory"), measured),
         gates=results,
         passed=stages_ok and all(g.passed for g in results),
-        vs_baseline=_vs_baseline(spec, baseline, measured),
+        vs_baseline=_vs_baseline(project, spec, baseline, measured),
         provenance=_provenance(project, nodes, spec, measured),
     )
 
@@ -243,20 +243,22 @@ def _artifact(project, run: RunResult, name: str) -> str | None:
 
 
 def _baseline(project, spec, name: str) -> dict | None:
-    if spec.baseline is None:
+    """This build in its baseline report: None where there is no report, {} where the report lacks it."""
+    report = project.recipe.baseline_report(spec)
+    if report is None:
         return None
-    data = json.loads((project.recipe.root / spec.baseline.report).read_text())
-    return next((b for b in data.get("builds", []) if b.get("name") == name), None)
+    data = json.loads(report.read_text())
+    return next((b for b in data.get("builds", []) if b.get("name") == name), {})
 
 
-def _vs_baseline(spec, baseline: dict | None, measured: Measured) -> dict | None:
+def _vs_baseline(project, spec, baseline: dict | None, measured: Measured) -> dict | None:
     """This build's figures beside its baseline's, whether or not a baseline gate bounds them: where a change
     made the model slower or less accurate."""
     if baseline is None:
         return None
     together = measured.baseline_latency_ms is not None  # then its latency is the one timed beside this build
     now, base = measured.latency_ms or {}, (measured.baseline_latency_ms if together else baseline.get("latency_ms")) or {}
-    return {"report": spec.baseline.report, "timed_together": together,
+    return {"report": project.recipe.shown(project.recipe.baseline_report(spec)), "timed_together": together,
             "accuracy": gates.accuracy_changes(measured.accuracy, baseline.get("accuracy")),
             "latency_ms": {stat: [base[stat], now[stat]] for stat in ("median", "p99") if stat in base and stat in now}}
 

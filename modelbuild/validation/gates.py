@@ -109,16 +109,16 @@ def _baseline_gates(spec: ValidationSpec, metrics: Measured, baseline: dict | No
     bootstrap interval of the change lies wholly past its limit (validation/regression.py); where the
     baseline's library was timed together with this one, against those paired runs; a baseline written
     before samples were kept is compared by its point estimates. Accuracy: output by output."""
-    if spec.baseline is None:
+    if spec.baseline is None or baseline is None:  # no baseline report this time: nothing to compare with
         return []
     results = []
     paired = metrics.baseline_latency_ms is not None
-    base = metrics.baseline_latency_ms if paired else (baseline or {}).get("latency_ms") or {}
+    base = metrics.baseline_latency_ms if paired else baseline.get("latency_ms") or {}
     for name, limit in spec.baseline.model_dump(exclude={"report", "timed_together"}).items():
         if limit is None:
             continue
         if name in ACCURACY_DROPS:
-            results.append(_accuracy_drop(name, limit, accuracy_changes(metrics.accuracy, (baseline or {}).get("accuracy"))))
+            results.append(_accuracy_drop(name, limit, accuracy_changes(metrics.accuracy, baseline.get("accuracy"))))
             continue
         stat, form, regressed = BASELINE_GATES[name]
         if stat not in base:
