@@ -121,6 +121,8 @@ def test_against_a_baseline_report_each_outputs_accuracy_is_compared_and_gated_w
     build(root, capsys)
     baseline = report(root)
     (root / "base.json").write_text(json.dumps(baseline))
+    code, _ = build(root, capsys, "--baseline", str(root / "base.json"))  # no baseline section: compared, not gated
+    assert code == 0 and report(root)["builds"][0]["vs_baseline"]["report"] == "base.json"
     write(extra="\n[validation.baseline]\nmax_cosine_drop = 0.0\n")  # gates only: CI passes the report
     code, _ = build(root, capsys)
     assert code == 0 and "max_cosine_drop" not in {g["name"] for g in report(root)["builds"][0]["gates"]}

@@ -190,7 +190,8 @@ def baseline_library(recipe: LoadedRecipe, build, name: str, target_name: str, t
     on a device time alone."""
     validation = recipe.validation_for(build)
     report = recipe.baseline_report(validation)
-    if not (report and validation.baseline.timed_together) or not runs_on_host(target) or device_of(target):
+    together = validation.baseline is not None and validation.baseline.timed_together
+    if report is None or not together or not runs_on_host(target) or device_of(target):
         return None
     library = report.parent / variant_of(name) / target_name / library_name(target)
     if not library.is_file():

@@ -49,9 +49,10 @@ def _build(b: BuildReport) -> str:
              f'<p>artifact <code>{escape(b.artifact or "-")}</code>'
              + ("" if b.validation.ran else f' <span class="muted">not validated: {escape(b.validation.reason or "")}'
                                             "</span>") + "</p>",
-             _gates(b), _accuracy(b), _vs_baseline(b), _kernels(b)]
+             _gates(b), _accuracy(b), _vs_baseline(b)]
     charts = [_latency(b), _memory(b), _int8(b), _scaling(b), _roofline(b), _timeline(b)]
-    parts.append('<div class="charts">' + "".join(c for chart in charts for c in chart) + "</div></section>")
+    parts.append('<div class="charts">' + "".join(c for chart in charts for c in chart) + "</div>")
+    parts.append(_kernels(b) + "</section>")
     return "\n".join(parts)
 
 
