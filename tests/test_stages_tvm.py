@@ -181,6 +181,19 @@ def test_fuse_false_builds_the_unfused_library(tiny):
     assert figures["kernels"] == figures["operators"] and figures["traffic_ratio"] == 1
 
 
+def test_a_cuda_target_builds_on_a_machine_without_a_gpu_and_says_why_it_is_not_validated(tiny, capsys):
+    from modelbuild.cli import main
+
+    text = (tiny / "deploy.toml").read_text().replace('targets = ["cpu"]', 'targets = ["gpu"]').replace(
+        "enabled = false", "enabled = true") + '\n[targets.gpu]\nkind = "cuda"\narch = "sm_90"\n'
+    (tiny / "deploy.toml").write_text(text)
+    assert main(["build", "-f", str(tiny / "deploy.toml")]) == 0  # not validated here passes by default
+    report = json.loads((tiny / "build/report.json").read_text())["builds"][0]
+    assert (tiny / "build/tiny/gpu/model.so").stat().st_size > 0 and report["fusion"] is None  # TVM's GPU pipeline
+    assert report["validation"] == {"ran": False, "reason": "a cuda library needs that device; this machine runs "
+                                                            "llvm (CPU) libraries only"}
+
+
 def test_a_fully_cached_build_imports_neither_tvm_nor_onnxruntime(tiny):
     build(tiny)
     code = ("import sys; from modelbuild.cli import main; rc = main(['-f', 'deploy.toml']); "

@@ -39,7 +39,7 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
         raise StageError(f"tvm.compile failed for {p.target}: {last_line(err)}") from err
     _export(executable, out / p.library, p.cross_compiler)
     (out / ANALYSIS_FILE).write_text(json.dumps(_figures(phases), indent=1, sort_keys=True))
-    for name, phase in IR_FILES.items():
+    for name, phase in IR_FILES.items() if phases is not None else ():  # a GPU target's pipeline is TVM's own
         (out / name).write_text(getattr(phases, phase).script(show_meta=False))
 
 
