@@ -194,6 +194,28 @@ def test_a_cuda_target_builds_on_a_machine_without_a_gpu_and_says_why_it_is_not_
                                                             "llvm (CPU) libraries only"}
 
 
+def test_every_shipped_target_preset_builds_here_the_arm_ones_as_aarch64_objects(tiny):
+    from modelbuild.cli import main
+
+    presets = sorted((REPO / "recipes/targets").glob("*.toml"))
+    names = [re.search(r"^\[targets\.([\w-]+)\]", p.read_text(), re.M).group(1) for p in presets]
+    text = (f"include = {json.dumps([str(p) for p in presets])}\n" + (tiny / "deploy.toml").read_text()
+            .replace("[targets.cpu]", "[targets.unused]").replace('targets = ["cpu"]', f"targets = {json.dumps(names)}"))
+    (tiny / "deploy.toml").write_text(text)
+    assert main(["build", "-f", str(tiny / "deploy.toml"), "-j", "2"]) == 0
+    assert {"x86-avx2", "x86-avx512", "rpi4", "arm64-dotprod", "arm64-i8mm", "cuda-sm80", "cuda-sm90"} <= set(names)
+    for name in names:
+        folder = tiny / "build/tiny" / name
+        library = next(folder.glob("model.*"))
+        assert library.stat().st_size > 1000, name
+        if "arm" in name or name == "rpi4":  # no cross linker here: object files, each an AArch64 ELF
+            import tarfile
+
+            with tarfile.open(library) as tar:
+                objects = [tar.extractfile(m).read() for m in tar.getmembers() if m.name.endswith(".o")]
+            assert objects and all(o[:4] == b"\x7fELF" and o[18:20] == b"\xb7\x00" for o in objects), name
+
+
 def test_a_fully_cached_build_imports_neither_tvm_nor_onnxruntime(tiny):
     build(tiny)
     code = ("import sys; from modelbuild.cli import main; rc = main(['-f', 'deploy.toml']); "

@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass
 from typing import Callable
 
-from modelbuild.recipe.targets import device_of, runs_on_host
+from modelbuild.recipe.targets import device_of, runs_on_host, why_not_run_here
 
 # cross toolchains by target triple prefix: (compiler, the Debian package that brings it)
 CROSS = {"aarch64": ("aarch64-linux-gnu-gcc", "gcc-aarch64-linux-gnu"),
@@ -53,11 +53,12 @@ def assess(name: str, target: dict, caps: dict, which: Callable[[str], str | Non
         return TargetCheck(name, builds, build_note, "here" if here else None,
                            "" if here else "no CUDA device or driver here (fix: a GPU machine, or a device over RPC: "
                                            "rpc = { tracker, key } in the target)")
-    if runs_on_host(target):
+    not_here = why_not_run_here(target)
+    if not_here is None:
         return TargetCheck(name, builds, build_note, "here", "")
     return TargetCheck(name, builds, build_note, None,
-                       f"built for {target.get('mtriple') or kind}, not this machine (fix: a device over RPC: "
-                       "rpc = { tracker = \"host:port\", key = \"...\" } in the target)")
+                       f"{not_here} (fix: a device over RPC: rpc = {{ tracker = \"host:port\", key = \"...\" }} "
+                       "in the target)")
 
 
 def _builds(kind, target: dict, caps: dict, which) -> tuple[bool, str]:

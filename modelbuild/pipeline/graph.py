@@ -17,7 +17,7 @@ from modelbuild.pipeline.names import build_name, variant_of
 from modelbuild.pipeline.registry import ANALYSIS, FROZEN_ONNX, GOLDEN, IR, METRICS, QDQ_ONNX, SIGNATURE, TUNED_RECORDS
 from modelbuild.pipeline.sample_files import sample_files
 from modelbuild.recipe import LoadedRecipe
-from modelbuild.recipe.targets import device_of, host_machine, runs_on_host, tvm_target
+from modelbuild.recipe.targets import device_of, host_machine, runs_on_host, tvm_target, why_not_run_here
 
 TargetResolver = Callable[[dict], dict]
 
@@ -161,13 +161,14 @@ def reference_node(recipe: LoadedRecipe, node_id: str, importer: Node, validatio
 def validate_node(build: str, target_name: str, target: dict, validation, importer: Node, compiler: Node,
                   reference: str, *, qdq: str | None = None, baseline_library: Path | None = None) -> Node:
     device = device_of(target)
-    runs_here = runs_on_host(target) or device is not None
+    not_here = why_not_run_here(target)
+    runs_here = not_here is None or device is not None
     timing = validation.timing
     params = {
         "timing": timing.model_dump(exclude={"threads"}),
         "threads": timing.threads or target.get("num-cores") or 1,
         "runs_here": runs_here,
-        "reason": "" if runs_here else _why_not_here(target),
+        "reason": "" if runs_here else not_here,
         # timings belong to the machine that measured them: a shared cache must not mix machines
         "machine": {"device": device["key"], "tracker": device["tracker"], "via": "rpc"} if device else host_machine(),
     }
@@ -191,7 +192,7 @@ def baseline_library(recipe: LoadedRecipe, build, name: str, target_name: str, t
     validation = recipe.validation_for(build)
     report = recipe.baseline_report(validation)
     together = validation.baseline is not None and validation.baseline.timed_together
-    if report is None or not together or not runs_on_host(target) or device_of(target):
+    if report is None or not together or why_not_run_here(target) or device_of(target):
         return None
     library = report.parent / variant_of(name) / target_name / library_name(target)
     if not library.is_file():
@@ -201,8 +202,3 @@ def baseline_library(recipe: LoadedRecipe, build, name: str, target_name: str, t
                                       "set timed_together = false")
     return library
 
-
-def _why_not_here(target: dict) -> str:
-    if target.get("kind") != "llvm":
-        return f"a {target.get('kind')} library needs that device; this machine runs llvm (CPU) libraries only"
-    return f"built for {target.get('mtriple')}; this machine is not that architecture"

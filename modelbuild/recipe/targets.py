@@ -70,6 +70,59 @@ def runs_on_host(target: dict) -> bool:
     return not triple or triple.split("-")[0] == host_arch()
 
 
+# The x86 CPUs whose code may use AVX-512 (VNNI too where listed) or AVX2: a library built for one dies of an
+# illegal instruction on a CPU without them, so it is not validated there. Names as LLVM spells them.
+_AVX512_VNNI = {"cascadelake", "cooperlake", "icelake-client", "icelake_client", "icelake-server",
+                "icelake_server", "tigerlake", "rocketlake", "sapphirerapids", "emeraldrapids", "graniterapids",
+                "graniterapids-d", "graniterapids_d", "diamondrapids", "znver4", "znver5"}
+_AVX512 = _AVX512_VNNI | {"skylake-avx512", "skylake_avx512", "skx", "cannonlake", "knl", "knm", "mic_avx512",
+                          "x86-64-v4"}
+_AVX2 = _AVX512 | {"haswell", "broadwell", "skylake", "alderlake", "raptorlake", "meteorlake", "arrowlake",
+                   "arrowlake-s", "arrowlake_s", "lunarlake", "pantherlake", "gracemont", "sierraforest",
+                   "grandridge", "clearwaterforest", "core-avx2", "core_4th_gen_avx", "core_4th_gen_avx_tsx",
+                   "core_5th_gen_avx", "core_5th_gen_avx_tsx", "znver1", "znver2", "znver3", "bdver4", "x86-64-v3"}
+
+
+def needed_features(target: dict) -> list[str]:
+    """The x86 vector extensions an llvm target's code may use, by its mcpu and its +mattr (as /proc/cpuinfo
+    names them, less underscores: avx2, avx512f, avx512vnni); [] for other architectures."""
+    if target.get("kind") != "llvm" or target_arch(target) != "x86_64":
+        return []
+    mcpu = str(target.get("mcpu", ""))
+    needed = [name for name, cpus in (("avx2", _AVX2), ("avx512f", _AVX512), ("avx512vnni", _AVX512_VNNI))
+              if mcpu in cpus]
+    mattr = target.get("mattr") or []
+    for attr in mattr if isinstance(mattr, list) else [mattr]:
+        name = str(attr).lstrip("+").replace("_", "").replace("-", "")
+        if str(attr).startswith("+") and name.startswith("avx") and name not in needed:
+            needed.append(name)
+    return needed
+
+
+def host_features() -> set[str]:
+    """This CPU's feature flags, less underscores (avx512_vnni -> avx512vnni)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                return {flag.replace("_", "") for flag in line.split(":", 1)[1].split()}
+    except OSError:
+        pass
+    return set()
+
+
+def why_not_run_here(target: dict, features: set[str] | None = None) -> str | None:
+    """Why a library for this target cannot run on this machine; None when it can."""
+    if target.get("kind") != "llvm":
+        return f"a {target.get('kind')} library needs that device; this machine runs llvm (CPU) libraries only"
+    if not runs_on_host(target):
+        return f"built for {target.get('mtriple')}; this machine is not that architecture"
+    missing = [f for f in needed_features(target) if f not in (host_features() if features is None else features)]
+    if missing:
+        return (f"built for mcpu {target.get('mcpu')} ({', '.join(needed_features(target))}); this CPU lacks "
+                f"{', '.join(missing)}")
+    return None
+
+
 def device_of(target: dict) -> dict | None:
     """The device a target is validated on through TVM's RPC tracker: {tracker, key, timeout}; None for this
     machine. MODELBUILD_RPC_TRACKER gives the tracker where the recipe names only the key (CI sets it)."""
