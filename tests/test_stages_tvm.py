@@ -216,6 +216,25 @@ def test_every_shipped_target_preset_builds_here_the_arm_ones_as_aarch64_objects
             assert objects and all(o[:4] == b"\x7fELF" and o[18:20] == b"\xb7\x00" for o in objects), name
 
 
+def test_a_linker_that_fails_is_quoted_in_one_line_and_its_version_is_part_of_the_compile_key(tiny, capsys):
+    from modelbuild.cli import main
+    from tests.test_targets import fake_compiler
+
+    cc = fake_compiler(tiny / "cross-gcc", "cross-gcc 1.0", fails="cross-gcc: error: cannot find crt1.o")
+    text = (tiny / "deploy.toml").read_text().replace(
+        'mcpu = "host"', f'mtriple = "aarch64-linux-gnu"\nmcpu = "cortex-a72"\ncross-compiler = "{cc}"')
+    (tiny / "deploy.toml").write_text(text)
+    assert main(["build", "-f", str(tiny / "deploy.toml")]) == 3
+    assert f"linking model.so with {cc} failed: cross-gcc: error: cannot find crt1.o" in capsys.readouterr().out
+    keys = []
+    for version in ("cross-gcc 1.0", "cross-gcc 2.0"):
+        fake_compiler(cc, version)
+        plan = open_project(tiny / "deploy.toml").plan
+        keys.append({n.id: n.params.get("linker") for n in plan.nodes.values()})
+    assert keys[0]["compile:tiny@cpu"]["version"] == "cross-gcc 1.0" and keys[1]["compile:tiny@cpu"]["version"] == "cross-gcc 2.0"
+    assert keys[0]["import:tiny"] is None
+
+
 def test_a_fully_cached_build_imports_neither_tvm_nor_onnxruntime(tiny):
     build(tiny)
     code = ("import sys; from modelbuild.cli import main; rc = main(['-f', 'deploy.toml']); "

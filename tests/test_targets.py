@@ -30,3 +30,38 @@ def test_a_library_runs_here_only_where_the_cpu_has_what_its_code_may_use(target
 
 def test_arm_targets_need_no_x86_extension():
     assert needed_features({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "neoverse-n1"}) == []
+
+
+def fake_compiler(path, version: str, *, fails: str = ""):
+    """An executable that answers --version and logs each call; with `fails`, it fails every link with that."""
+    path.write_text(f"#!/bin/sh\necho \"$@\" >> {path}.calls\n"
+                    + (f"echo '{fails}' >&2; exit 1\n" if fails else f"echo '{version}'\necho 'Copyright'\n"))
+    path.chmod(0o755)
+    return path
+
+
+def test_the_linker_and_its_version_enter_the_resolved_target_and_are_asked_once(tmp_path):
+    from modelbuild.recipe.targets import resolve_target, tvm_target
+
+    cc = fake_compiler(tmp_path / "aarch64-linux-gnu-gcc", "aarch64-linux-gnu-gcc (Debian 12.2.0-14) 12.2.0")
+    table = {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a72", "cross-compiler": str(cc)}
+    first = resolve_target(table, tmp_path / "host-cpu.json")
+    assert first["linker"] == {"command": str(cc), "version": "aarch64-linux-gnu-gcc (Debian 12.2.0-14) 12.2.0"}
+    assert resolve_target(table, tmp_path / "host-cpu.json") == first
+    assert (tmp_path / "aarch64-linux-gnu-gcc.calls").read_text().count("--version") == 1  # memoised
+    assert "linker" not in tvm_target(first)
+    fake_compiler(cc, "aarch64-linux-gnu-gcc (Debian 13.1.0-1) 13.1.0")  # an upgraded compiler
+    assert resolve_target(table, tmp_path / "host-cpu.json")["linker"]["version"].endswith("13.1.0")
+
+
+def test_a_target_that_writes_object_files_has_no_linker_and_a_missing_one_is_the_environments_fault(tmp_path,
+                                                                                                      monkeypatch):
+    from modelbuild.errors import EnvironmentFailure
+    from modelbuild.recipe.targets import resolve_target
+
+    monkeypatch.setenv("PATH", str(tmp_path / "nothing-here"))
+    objects = {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a72"}
+    assert "linker" not in resolve_target(objects, tmp_path / "host-cpu.json")
+    with pytest.raises(EnvironmentFailure, match=r"'aarch64-linux-gnu-gcc' is not on the path: install it "
+                                                 r"\(apt-get install gcc-aarch64-linux-gnu\)"):
+        resolve_target({**objects, "cross-compiler": "aarch64-linux-gnu-gcc"}, tmp_path / "host-cpu.json")

@@ -17,7 +17,8 @@ from modelbuild.pipeline.names import build_name, variant_of
 from modelbuild.pipeline.registry import ANALYSIS, FROZEN_ONNX, GOLDEN, IR, METRICS, QDQ_ONNX, SIGNATURE, TUNED_RECORDS
 from modelbuild.pipeline.sample_files import sample_files
 from modelbuild.recipe import LoadedRecipe
-from modelbuild.recipe.targets import device_of, host_machine, runs_on_host, tvm_target, why_not_run_here
+from modelbuild.recipe.targets import (device_of, host_machine, LINKER, runs_on_host, tvm_target,
+                                      why_not_run_here)
 
 TargetResolver = Callable[[dict], dict]
 
@@ -132,7 +133,7 @@ def tune_node(recipe: LoadedRecipe, build: str, ir: tuple[str, str], target: dic
 def compile_node(build: str, ir: tuple[str, str], target_name: str, target: dict, spec, tuner: Node | None = None) -> Node:
     library = library_name(target)
     params = {"target": tvm_target(target), "library": library, "cross_compiler": target.get("cross-compiler"),
-              "options": compile_options(spec)}
+              "linker": target.get(LINKER), "options": compile_options(spec)}
     variant = variant_of(build)
     deps = {"ir": ir}
     if tuner:

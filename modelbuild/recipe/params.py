@@ -37,6 +37,7 @@ class CompileParams(Strict):
     target: dict[str, Any]  # TVM target JSON, mcpu resolved
     library: str  # model.so, or model.tar of objects when no cross linker is at hand
     cross_compiler: str | None
+    linker: dict[str, str] | None = None  # {command, version}: only enters the key, the stage links with cross_compiler
     options: CompileOptions
 
 

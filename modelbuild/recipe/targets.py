@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
-from modelbuild.errors import last_line, ModelbuildError
+from modelbuild.errors import EnvironmentFailure, last_line, ModelbuildError
 from modelbuild.fsutil import write_atomic
 from modelbuild.hashing import digest_of
 from modelbuild.versions import tool_version
@@ -33,6 +34,7 @@ TARGET_OPTIONS: dict[str, tuple[str, ...]] = {
 
 # Keys modelbuild reads itself; they are stripped before the table becomes TVM's target JSON.
 MODELBUILD_KEYS = ("cross-compiler", "rpc")
+LINKER = "linker"  # added by resolve_target, never written in a recipe: what links the .so, and its version
 RPC_TRACKER_ENV = "MODELBUILD_RPC_TRACKER"
 RPC_TIMEOUT_SECONDS = 60
 
@@ -135,7 +137,7 @@ def device_of(target: dict) -> dict | None:
 
 def tvm_target(target: dict) -> dict:
     """The part of a recipe target table that TVM reads."""
-    return {k: v for k, v in target.items() if k not in MODELBUILD_KEYS}
+    return {k: v for k, v in target.items() if k not in MODELBUILD_KEYS and k != LINKER}
 
 
 def host_machine() -> dict:
@@ -199,7 +201,60 @@ def resolve_host_cpu(memo_path: Path) -> str:
 
 
 def resolve_target(target: dict, memo_path: Path) -> dict:
-    """The target table with `mcpu = "host"` replaced by the real CPU name that enters cache keys."""
-    if target.get("mcpu") != HOST:
-        return dict(target)
-    return {**target, "mcpu": resolve_host_cpu(memo_path)}
+    """The target table as it enters cache keys: `mcpu = "host"` replaced by the real CPU name, and the
+    linker of its library with that linker's version (a new compiler links different bytes)."""
+    resolved = dict(target)
+    if target.get("mcpu") == HOST:
+        resolved["mcpu"] = resolve_host_cpu(memo_path)
+    command = linker_command(target)
+    if command:
+        resolved[LINKER] = linker_identity(command, memo_path.parent / "linkers.json")
+    return resolved
+
+
+def linker_command(target: dict) -> str | None:
+    """What links the target's .so: its cross-compiler, else this machine's C++ compiler where the library
+    is for this machine or a GPU (as TVM picks it: $CXX, $CC, then the first of g++, gcc, clang++, clang,
+    c++, cc on the path); None where only object files are written."""
+    if target.get("cross-compiler"):
+        return target["cross-compiler"]
+    if target.get("kind") != "llvm" or runs_on_host(target):
+        return os.environ.get("CXX") or os.environ.get("CC") or next(
+            (name for name in ("g++", "gcc", "clang++", "clang", "c++", "cc") if shutil.which(name)), "g++")
+    return None
+
+
+def linker_identity(command: str, memo_path: Path) -> dict:
+    """{command, version}: the first line of `command --version`, memoised per executable (path, size, mtime)
+    so that a no-op build runs no compiler. A linker not on the path is the environment's fault."""
+    path = shutil.which(command)
+    if path is None:
+        package = f" (apt-get install gcc-{command.removesuffix('-gcc')})" if command.endswith("-linux-gnu-gcc") else ""
+        raise EnvironmentFailure(f"the linker {command!r} is not on the path: install it{package}, or remove "
+                                 "cross-compiler from the target to build object files (model.tar); "
+                                 "`modelbuild doctor` lists the toolchains")
+    real = os.path.realpath(path)
+    stat = os.stat(real)
+    fingerprint = digest_of({"path": real, "size": stat.st_size, "mtime": stat.st_mtime_ns})
+    try:
+        memo = json.loads(memo_path.read_text())
+    except (OSError, ValueError):
+        memo = {}
+    if fingerprint not in memo:
+        memo[fingerprint] = _version_line(path)
+        try:
+            write_atomic(memo_path, json.dumps(memo).encode())
+        except OSError:
+            pass  # a read-only cache: the next run asks the compiler again
+    return {"command": command, "version": memo[fingerprint]}
+
+
+def _version_line(path: str) -> str:
+    import subprocess  # here: only the first build with a new compiler asks it
+
+    try:
+        proc = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return f"unknown ({type(err).__name__})"
+    lines = (proc.stdout or proc.stderr).strip().splitlines()
+    return lines[0] if lines else "unknown"

@@ -93,9 +93,22 @@ def _figures(phases) -> dict:
 
 
 def _export(executable, path: Path, cross_compiler: str | None) -> None:
-    if cross_compiler:
-        from tvm.support import cc
+    from tvm.support import cc
 
-        executable.export_library(str(path), fcompile=cc.cross_compiler(cross_compiler))
-    else:
-        executable.export_library(str(path))
+    try:
+        if cross_compiler:
+            executable.export_library(str(path), fcompile=cc.cross_compiler(cross_compiler))
+        else:
+            executable.export_library(str(path))
+    except RuntimeError as err:
+        if "Command line:" not in str(err):
+            raise
+        raise StageError(f"linking {path.name} with {cross_compiler or cc.get_cc()} failed: {linker_says(err)}") from err
+
+
+def linker_says(err: BaseException) -> str:
+    """The linker's own complaint from TVM's "Compilation error:\n<its output>\nCommand line: ..." message:
+    its first line that says error, else its last line."""
+    output = str(err).split("Command line:")[0].replace("Compilation error:", "").strip().splitlines()
+    errors = [line.strip() for line in output if "error" in line.lower()]
+    return (errors or [line.strip() for line in output if line.strip()] or ["no output"])[0][:500]
