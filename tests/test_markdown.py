@@ -87,8 +87,10 @@ def test_the_fused_kernels_table_names_their_onnx_layers_and_an_older_report_say
 
 def test_against_a_baseline_the_report_sets_latency_and_each_outputs_accuracy_beside_it():
     vs = {"report": "main/report.json", "latency_ms": {"median": [1.0, 1.2], "p99": [2.0, 2.0]},
-          "accuracy": {"boxes": {"cosine": [0.9999, 0.998], "sqnr_db": [40.0, 31.5], "max_abs": [0.5, 2.0]}}}
+          "accuracy": {"boxes": {"cosine": [0.9999, 0.998], "sqnr_db": [40.0, 31.5], "max_abs": [0.5, 2.0]}},
+          "kernels": [{"kernel": "fused_conv2d7_add3", "layers": ["head_conv", "head_add"], "us": [100.0, 130.0]}]}
     text = "\n".join(_details(BuildReport("det@x86", vs_baseline=vs)))
+    assert "| kernel of head_conv, head_add (us per call) | 100 | 130 | +30.0% |" in text
     assert "Against the baseline `main/report.json`:" in text
     assert "| latency p50 (ms) | 1 | 1.2 | +20.0% |" in text and "| latency p99 (ms) | 2 | 2 | +0.0% |" in text
     assert "| boxes: cosine | 0.9999 | 0.998 | -0.0019 |" in text and "| boxes: SQNR dB | 40 | 31.5 | -8.5 |" in text

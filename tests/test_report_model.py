@@ -4,6 +4,7 @@ import json
 from importlib import resources
 
 import jsonschema
+import pytest
 
 from modelbuild.reports import junit, markdown
 from modelbuild.reports.model import BuildReport, Report, StageRun, Validation, VsFloat, compare_with_float
@@ -54,3 +55,15 @@ def test_the_json_form_meets_the_published_schema_and_leaves_out_what_a_stage_di
     # the same model renders as Markdown and JUnit: one failed gate, shown in both
     assert "**max_p99_ms** 1.2 (limit 1)" in markdown.render(report)
     assert 'failures="1"' in junit.render(report) and "cached; built in 2.50 s" in markdown.render(report)
+
+
+def test_kernels_are_compared_with_the_baselines_by_the_first_layer_they_compute_not_their_name():
+    from modelbuild.reports.model import kernel_changes
+
+    base = [{"kernel": "fused_conv2d3_add1", "layers": ["stem_conv", "stem_add"], "seconds": 1e-4},
+            {"kernel": "fused_matmul", "layers": ["fc"], "seconds": 2e-5}]
+    now = [{"kernel": "fused_conv2d4_add1_relu", "layers": ["stem_conv", "stem_add", "stem_relu"], "seconds": 1.5e-4},
+           {"kernel": "softmax", "layers": ["prob"], "seconds": 1e-6}]  # a kernel the baseline did not time
+    assert kernel_changes(now, base) == [{"kernel": "fused_conv2d4_add1_relu", "layers": ["stem_conv", "stem_add", "stem_relu"],
+                                          "us": [pytest.approx(100.0), pytest.approx(150.0)]}]
+    assert kernel_changes(now, None) == [] and kernel_changes(None, base) == []

@@ -100,6 +100,8 @@ def vs_baseline_rows(b: BuildReport) -> list[tuple[str, str, str, str]]:
         rows += [(f"{output}: {label}", _fmt(base), _fmt(now), _change(base, now))
                  for key, label in (("cosine", "cosine"), ("sqnr_db", "SQNR dB"), ("max_abs", "max abs"))
                  if key in figures for base, now in [figures[key]]]
+    rows += [(f"kernel of {layers_in_brief(k['layers'], 2)} (us per call)", _fmt(base), _fmt(now), f"{now / base - 1:+.1%}")
+             for k in v.get("kernels", []) for base, now in [k["us"]] if base]
     return rows
 
 

@@ -260,7 +260,19 @@ def _vs_baseline(project, spec, baseline: dict | None, measured: Measured) -> di
     now, base = measured.latency_ms or {}, (measured.baseline_latency_ms if together else baseline.get("latency_ms")) or {}
     return {"report": project.recipe.shown(project.recipe.baseline_report(spec)), "timed_together": together,
             "accuracy": gates.accuracy_changes(measured.accuracy, baseline.get("accuracy")),
-            "latency_ms": {stat: [base[stat], now[stat]] for stat in ("median", "p99") if stat in base and stat in now}}
+            "latency_ms": {stat: [base[stat], now[stat]] for stat in ("median", "p99") if stat in base and stat in now},
+            "kernels": kernel_changes((measured.roofline or {}).get("kernels"), (baseline.get("roofline") or {}).get("kernels"))}
+
+
+def kernel_changes(now: list[dict] | None, base: list[dict] | None) -> list[dict]:
+    """The heaviest kernels both roofline runs timed, one call each as [baseline, now] microseconds. Kernel
+    names change with the IR, so kernels are matched by the first ONNX layer they compute where both know it."""
+    def key(k: dict) -> str:
+        return k["layers"][0] if k.get("layers") else k["kernel"]
+
+    theirs = {key(k): k for k in base or []}
+    return [{"kernel": k["kernel"], "layers": k.get("layers", []),
+             "us": [theirs[key(k)]["seconds"] * 1e6, k["seconds"] * 1e6]} for k in now or [] if key(k) in theirs]
 
 
 def _provenance(project, nodes: dict[str, NodeResult], spec, measured: Measured) -> dict:
