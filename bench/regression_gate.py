@@ -14,6 +14,7 @@ with `max_p50_increase` and `max_p99_increase` set to the limits below. Goals (i
 flagged in fewer than 1 in 20, the slowdown caught in more than 19 in 20.
 
 Usage: python bench/regression_gate.py [--pairs 20] [--processes 5] [--p50-limit 0.10] [--p99-limit 0.25]
+                                      [--modes apart,together]
 """
 
 from __future__ import annotations
@@ -75,7 +76,9 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=5)
     parser.add_argument("--p50-limit", type=float, default=0.10)
     parser.add_argument("--p99-limit", type=float, default=0.25)
+    parser.add_argument("--modes", default="apart,together")
     args = parser.parse_args()
+    modes = args.modes.split(",")
     spec = ValidationSpec.model_validate({"baseline": {"report": "unused", "max_p50_increase": args.p50_limit,
                                                        "max_p99_increase": args.p99_limit}})
     folder = build()
@@ -90,20 +93,24 @@ def main() -> None:
         sig.write_bytes(signature.read_bytes())
         library, copy = folder / "model.so", tmp / "baseline.so"
         shutil.copyfile(library, copy)  # a second file: loaded as a library of its own, as a baseline's is
-        counts = {"apart": [0, 0], "together": [0, 0]}
+        counts = {mode: [0, 0] for mode in modes}
         one_thread = []
         for i in range(args.pairs):
-            base, again = (merged([timed(library, golden, sig, 2, tmp)["latency_ms"] for _ in range(args.processes)])
-                           for _ in range(2))
-            runs = [timed(library, golden, sig, 2, tmp, baseline=copy) for _ in range(args.processes)]
-            now, beside = merged([r["latency_ms"] for r in runs]), merged([r["baseline_latency_ms"] for r in runs])
-            for mode, (ours, theirs) in {"apart": (again, base), "together": (now, beside)}.items():
+            sides = {}
+            if "apart" in modes:
+                base, again = (merged([timed(library, golden, sig, 2, tmp)["latency_ms"] for _ in range(args.processes)])
+                               for _ in range(2))
+                sides["apart"] = (again, base)
+            if "together" in modes:
+                runs = [timed(library, golden, sig, 2, tmp, baseline=copy) for _ in range(args.processes)]
+                sides["together"] = (merged([r["latency_ms"] for r in runs]), merged([r["baseline_latency_ms"] for r in runs]))
+            for mode, (ours, theirs) in sides.items():
                 counts[mode][0] += flagged(spec, ours, theirs, mode == "together")
                 counts[mode][1] += flagged(spec, slower(ours), theirs, mode == "together")
             if i < 3:
-                one_thread.append(timed(library, golden, sig, 1, tmp)["latency_ms"]["median"] / base["median"])
-            print(f"pair {i + 1}: apart p50 {base['median']:.3f} -> {again['median']:.3f} ms; together "
-                  f"{beside['median']:.3f} -> {now['median']:.3f} ms", flush=True)
+                one_thread.append(timed(library, golden, sig, 1, tmp)["latency_ms"]["median"] / next(iter(sides.values()))[1]["median"])
+            print(f"pair {i + 1}: " + "; ".join(f"{mode} p50 {theirs['median']:.3f} -> {ours['median']:.3f} ms"
+                                                for mode, (ours, theirs) in sides.items()), flush=True)
     print(f"{args.processes} processes a side; limits: p50 +{args.p50_limit:.0%}, p99 +{args.p99_limit:.0%}; 1 thread "
           "against 2: " + ", ".join(f"{r:.2f}x" for r in one_thread))
     for mode, (same, caught) in counts.items():
