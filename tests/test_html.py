@@ -71,6 +71,13 @@ def test_the_page_names_the_onnx_layers_behind_each_kernel():
         {"kernel": "fused_conv2d_relu", "ops": ["conv2d", "relu"], "calls": 1, "layers": ["conv0", "relu0"]}]})
     page = html.render(Report(passed=True, recipe="deploy.toml", builds=[fused_only], cache={}))
     assert "<td><code>fused_conv2d_relu</code></td><td>conv2d + relu</td><td>conv0, relu0</td>" in page
+    by_flops = BuildReport("cls@x86", fusion=fused_only.fusion, kernels=[
+        {"kernel": "fused_conv2d_relu", "ops": ["conv2d", "relu"], "layers": ["conv0", "relu0"], "calls": 2,
+         "flops": 3_000_000, "bytes": 1000},
+        {"kernel": "matmul", "ops": ["matmul"], "layers": ["fc"], "calls": 1, "flops": 2_000_000, "bytes": 1000}])
+    page = html.render(Report(passed=True, recipe="deploy.toml", builds=[by_flops], cache={}))
+    assert "heaviest kernels by FLOPs" in page and "fused kernel" not in page  # the costliest, not the largest
+    assert "<td><code>fused_conv2d_relu</code></td><td>conv0, relu0</td><td>2</td><td>6.0</td><td>75%</td>" in page
 
 
 def test_the_page_sets_the_build_beside_its_baseline():

@@ -90,8 +90,8 @@ def _vs_baseline(b: BuildReport) -> str:
 
 
 def _kernels(b: BuildReport) -> str:
-    """The model's layers behind its kernels: the measured heaviest ones where the roofline ran, otherwise
-    the largest fused groups."""
+    """The model's layers behind its kernels: the measured heaviest ones where the roofline ran, else the
+    heaviest by FLOPs, else the largest fused groups."""
     measured = (b.roofline or {}).get("kernels")
     if measured:
         rows = "".join(f"<tr><td><code>{escape(k['kernel'])}</code></td><td>{escape(layers_in_brief(k.get('layers')))}"
@@ -99,6 +99,13 @@ def _kernels(b: BuildReport) -> str:
                        f"<td>{escape(of_roof(k['roof_fraction']))}</td></tr>" for k in measured)
         return ('<table class="kernels"><tr><th>heaviest kernels</th><th>ONNX layers</th><th>calls</th>'
                 f"<th>GFLOP/s</th><th>of roof</th></tr>{rows}</table>")
+    if b.kernels:
+        total = sum(k["flops"] * k["calls"] for k in b.kernels)
+        rows = "".join(f"<tr><td><code>{escape(k['kernel'])}</code></td><td>{escape(layers_in_brief(k.get('layers')))}"
+                       f"</td><td>{k['calls']}</td><td>{k['flops'] * k['calls'] / 1e6:.1f}</td>"
+                       f"<td>{k['flops'] * k['calls'] / total:.0%}</td></tr>" for k in b.kernels)
+        return ('<table class="kernels"><tr><th>heaviest kernels by FLOPs</th><th>ONNX layers</th><th>calls</th>'
+                f"<th>MFLOP in all</th><th>share of these</th></tr>{rows}</table>")
     groups = (b.fusion or {}).get("groups") or []
     if not groups:
         return ""

@@ -78,6 +78,7 @@ class BuildReport:
     peak_rss_bytes: int | None = None
     fusion: dict | None = None
     schedule: dict | None = None
+    kernels: list[dict] | None = None  # the heaviest kernels by FLOPs, with the ONNX layers each computes
     memory: dict | None = None
     gates: list[GateResult] = field(default_factory=list)
     passed: bool = False
@@ -170,6 +171,7 @@ def _build(project, run: RunResult, name: str) -> BuildReport:
         peak_rss_bytes=measured.peak_rss_bytes,
         fusion=figures.get("fusion"),
         schedule=figures.get("schedule"),
+        kernels=[{k: v for k, v in kernel.items() if k != "args"} for kernel in figures.get("kernels") or []] or None,
         memory=_memory(figures.get("memory"), measured),
         gates=results,
         passed=stages_ok and all(g.passed for g in results),
