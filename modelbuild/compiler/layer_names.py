@@ -15,6 +15,7 @@ import re
 
 _UNNAMED = re.compile(r"^(lv|gv)\d*$")  # what TVM, or a rewrite of ours, names a binding
 
+
 def from_onnx(model, shapes: dict, dtypes: dict):
     """The model as a Relax module (as tvm.relax.frontend.onnx.from_onnx builds it), bindings named by layer."""
     from tvm.relax.frontend.onnx import onnx_frontend
@@ -73,10 +74,10 @@ def _renamed(function, owners: dict):
     @relax.expr_functor.mutator
     class Rename(relax.PyExprMutator):
         def visit_var_binding_(self, binding):
-            value = self.visit_expr(binding.value)
             old = binding.var
             if old not in names:
                 return super().visit_var_binding_(binding)
+            value = self.visit_expr(binding.value)
             kind = relax.DataflowVar if isinstance(old, relax.DataflowVar) else relax.Var
             new = kind(names[old], old.ty)
             self.builder_.emit_normalized(relax.VarBinding(new, value))

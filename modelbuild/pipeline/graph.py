@@ -202,4 +202,3 @@ def baseline_library(recipe: LoadedRecipe, build, name: str, target_name: str, t
                                       "copy the baseline's whole build folder (its libraries beside report.json), or "
                                       "set timed_together = false")
     return library
-

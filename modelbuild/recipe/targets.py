@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import sys
+from functools import cache
 from pathlib import Path
 
 from modelbuild.errors import EnvironmentFailure, last_line, ModelbuildError
@@ -103,13 +104,8 @@ def needed_features(target: dict) -> list[str]:
 
 def host_features() -> set[str]:
     """This CPU's feature flags, less underscores (avx512_vnni -> avx512vnni)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("flags", "Features")):
-                return {flag.replace("_", "") for flag in line.split(":", 1)[1].split()}
-    except OSError:
-        pass
-    return set()
+    info = _cpuinfo()
+    return {flag.replace("_", "") for flag in (info.get("flags") or info.get("Features", "")).split()}
 
 
 def why_not_run_here(target: dict, features: set[str] | None = None) -> str | None:
@@ -142,28 +138,27 @@ def tvm_target(target: dict) -> dict:
 
 def host_machine() -> dict:
     """The CPU model and core count of this machine, as reports show them."""
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cpu": cpu, "cores": os.cpu_count()}
+    return {"cpu": _cpuinfo().get("model name", "unknown"), "cores": os.cpu_count()}
 
 
 def _cpu_fingerprint() -> dict:
     """What identifies this CPU for LLVM: model name and feature flags, read from /proc/cpuinfo."""
-    info = {"machine": os.uname().machine, "tvm": tool_version("tvm")}
+    identity = ("model name", "flags", "Features", "CPU part")
+    return {"machine": os.uname().machine, "tvm": tool_version("tvm"),
+            **{key: value for key, value in _cpuinfo().items() if key in identity}}
+
+
+@cache
+def _cpuinfo() -> dict[str, str]:
+    """/proc/cpuinfo's fields, the first core's value of each, read once per process (every plan asks)."""
+    info: dict[str, str] = {}
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
         return info
     for line in text.splitlines():
         key, _, value = line.partition(":")
-        if key.strip() in ("model name", "flags", "Features", "CPU part") and key.strip() not in info:
-            info[key.strip()] = value.strip()
+        info.setdefault(key.strip(), value.strip())
     return info
 
 
