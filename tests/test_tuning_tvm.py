@@ -134,3 +134,21 @@ def test_exported_records_let_a_fresh_clone_build_with_zero_trials(root, tmp_pat
     assert json.loads((clone / "build/report.json").read_text())["builds"][0]["tuning"]["trials_measured_now"] == 0
     tuned = (root / "build/a/cpu/model.so").read_bytes()
     assert (clone / "build/a/cpu/model.so").read_bytes() == tuned  # the same records give the same library
+
+
+def test_tensor_intrinsics_import_registers_them_and_restores_inspect():
+    """In a fresh process (the import happens once per process): MetaSchedule's intrinsics are registered,
+    and inspect.getmodule is TVM's and Python's own again afterwards."""
+    import subprocess
+    import sys
+
+    code = ("import inspect; original = inspect.getmodule\n"
+            "from modelbuild.stages.tune import import_tensor_intrinsics\n"
+            "import_tensor_intrinsics()\n"
+            "from tvm.s_tir import TensorIntrin\n"
+            "assert TensorIntrin.get('dot_16x4_vnni') is not None\n"
+            "assert inspect.getmodule is original\n"
+            "import os; assert inspect.getmodule(os.path) is os.path\n"
+            "print('ok')\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
