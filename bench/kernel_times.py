@@ -1,24 +1,31 @@
 """Where a built library spends its time, kernel by kernel: to compare an int8 build with its fp32 build.
 
-Relax's VirtualMachine has no profiler in TVM 0.27; its instrument hook is called before and after every
-call the VM makes, so each kernel's wall time is read around it (the hook's own Python cost is included,
-a microsecond or two per call: compare builds, not absolute numbers). Kernels are grouped by kind (VNNI
-conv, other conv, matmul, the rest by their first fused op) and summed per inference, medians over runs.
+Libraries are compiled with the VM's instructions as native code (EXEC_MODE "compiled"), which has no hook
+to time a kernel from inside a run (a bytecode build with the VM's instrument hook is no substitute: waking
+the thread pool after every Python callback made the detector's kernels sum to 2.5x its real latency). So
+every kernel of the library is timed alone, as the roofline times the heaviest ones: its argument shapes and
+call counts come from lowering the stage's input IR (the import or quantize stage's ir.json, found in the
+cache by node name) with modelbuild's own pipeline, which names the kernels as the compile stage did.
+Kernels are grouped by kind (VNNI conv, other conv, matmul, the rest by their first fused op) and summed per
+inference; a kernel alone runs with warm caches, so the sum is a little under the library's latency.
 
-Usage: python bench/kernel_times.py LIBRARY.so [LIBRARY2.so ...] --shape N,C,H,W [--runs N] [--top K] [--threads T]
-  e.g. python bench/kernel_times.py build/text_cls/x86/model.so build/text_cls+int8/x86/model.so \
-       --shape 1,3,48,192
+Usage: python bench/kernel_times.py --build LIBRARY NODE [--build LIBRARY NODE ...] [--cache .cache]
+                                    [--top K] [--threads T]
+  e.g. python bench/kernel_times.py --build build/text_det/cpu/model.so import:text_det \
+       --build build/text_det+int8/cpu/model.so quantize:text_det+int8@cpu
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import json
 import os
 import re
-import time
+import sys
+from pathlib import Path
 
-import numpy as np
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # modelbuild, when run from a checkout
 
 
 def kind(name: str) -> str:
@@ -36,58 +43,78 @@ def kind(name: str) -> str:
     return re.sub(r"\d+$", "", ops[0])
 
 
-def kernel_times(path: str, shape: list[int], runs: int) -> dict[str, list[float]]:
-    """Per kernel name, its total seconds in each run."""
+def stage_ir(cache: Path, node: str) -> Path:
+    """The ir.json that the cached run of an import or quantize node wrote."""
+    for entry in (cache / "actions").glob("*/*.json"):
+        action = json.loads(entry.read_text())
+        if action.get("node") == node and "ir.json" in action.get("outputs", {}):
+            digest = action["outputs"]["ir.json"]
+            return next((cache / "objects").glob(f"{digest[:2]}/{digest}*"))
+    raise SystemExit(f"{cache}: no cached ir.json for node {node!r}; build it first (names as in `modelbuild status`)")
+
+
+def kernels_of(ir: Path) -> tuple[collections.Counter, dict[str, list]]:
+    """Calls per inference and argument shapes of every kernel, lowered as the compile stage lowers it for
+    this machine (fused, channels-last where it helps, the default schedule)."""
     import tvm
-    from tvm import relax
+    from tvm.target import codegen
 
-    vm = relax.VirtualMachine(tvm.runtime.load_module(path), tvm.cpu())
-    x = tvm.runtime.tensor(np.random.default_rng(0).standard_normal(shape).astype("float32"))
-    for _ in range(5):
-        vm["main"](x)
-    per_run: list[collections.Counter] = []
-    started: list[float] = []
+    from modelbuild.compiler import lowering
 
-    def instrument(func, name, before, ret, *args):
-        if before:
-            started.append(time.perf_counter())
-        else:
-            per_run[-1][name] += time.perf_counter() - started.pop()
-        return 0
-
-    vm.set_instrument(instrument)
-    for _ in range(runs):
-        per_run.append(collections.Counter())
-        vm["main"](x)
-    names = set().union(*per_run)
-    return {name: [run[name] for run in per_run] for name in names}
+    module = tvm.ir.load_json(ir.read_text())
+    target = tvm.target.Target({"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu()})
+    with target, tvm.transform.PassContext(opt_level=3):
+        phases = lowering.lower(module, target, fuse=True, layout="auto", schedule=True)
+    calls = collections.Counter(call.kernel for call in lowering.kernel_calls(phases.fused))
+    # every PrimFunc's parameters carry their shape and dtype (lowering's own table leaves out the kernels
+    # TVM cannot estimate FLOPs for, which are the int8 ones)
+    args = {gv.name_hint: [[[int(d) for d in p.shape], str(p.dtype)] for p in func.params]
+            for gv, func in phases.fused.functions.items() if isinstance(func, tvm.tirx.PrimFunc)}
+    return calls, args
 
 
-def report(path: str, times: dict[str, list[float]], top: int) -> None:
+def kernel_times(library: str, ir: Path) -> dict[str, float]:
+    """Per kernel name, its seconds per inference (one call's median time the calls it gets)."""
+    import tvm
+
+    from modelbuild.stages.measure import time_kernel
+
+    calls, args = kernels_of(ir)
+    module = tvm.runtime.load_module(library).imports[0]
+    times = {}
+    for name, count in calls.items():
+        seconds = time_kernel(module, {"kernel": name, "args": args[name]}) if name in args else None
+        if seconds is None:
+            print(f"  (not timed: {name})")
+            continue
+        times[name] = seconds * count
+    return times
+
+
+def report(library: str, times: dict[str, float], top: int) -> None:
     groups: dict[str, float] = collections.defaultdict(float)
     counts: collections.Counter = collections.Counter()
     for name, seconds in times.items():
-        groups[kind(name)] += float(np.median(seconds))
+        groups[kind(name)] += seconds
         counts[kind(name)] += 1
-    print(f"\n{path}: {sum(groups.values()) * 1e6:.0f} us per inference in kernels and runtime calls")
+    print(f"\n{library}: {sum(groups.values()) * 1e6:.0f} us per inference in its kernels, each timed alone")
     for group, seconds in sorted(groups.items(), key=lambda kv: -kv[1]):
         print(f"  {group:<34} {counts[group]:4d} functions {seconds * 1e6:9.1f} us")
-    for name, seconds in sorted(times.items(), key=lambda kv: -np.median(kv[1]))[:top]:
-        print(f"    {np.median(seconds) * 1e6:8.1f} us  {name[:110]}")
+    for name, seconds in sorted(times.items(), key=lambda kv: -kv[1])[:top]:
+        print(f"    {seconds * 1e6:8.1f} us  {name[:110]}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("libraries", nargs="+")
-    parser.add_argument("--shape", required=True, help="the input's shape, e.g. 1,3,48,192")
-    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--build", nargs=2, action="append", required=True, metavar=("LIBRARY", "NODE"),
+                        help="a library and the import or quantize node it was compiled from")
+    parser.add_argument("--cache", type=Path, default=Path(".cache"))
     parser.add_argument("--top", type=int, default=8, help="the slowest kernels to list by name")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     os.environ["TVM_NUM_THREADS"] = str(args.threads)
-    shape = [int(v) for v in args.shape.split(",")]
-    for path in args.libraries:
-        report(path, kernel_times(path, shape, args.runs), args.top)
+    for library, node in args.build:
+        report(library, kernel_times(library, stage_ir(args.cache, node)), args.top)
 
 
 if __name__ == "__main__":
