@@ -125,4 +125,6 @@ def test_epilogue_is_vectorised_one_register_wide():
     assert re.search(r"T.unroll\(T.int64\(6\)\):\s+for \w+ in T.vectorized\(T.int64\(16\)\):\s+"
                      r'with T.sblock\("vnni_depthwise_unpack"\)', script)
     assembly = "".join(m.inspect_source("asm") for m in executable.mod.imports)
-    assert "vinsert" not in assembly
+    # the only inserts assemble one 64-byte vector from 16-byte parts: the clamped, lane-by-lane load of
+    # the input's first and last vectors (vnni_conv.shifted_or_padding)
+    assert len(re.findall(r"\tvinsert", assembly)) <= 3

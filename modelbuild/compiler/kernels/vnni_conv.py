@@ -107,6 +107,34 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def shifted_or_padding(load, row, column, *, left: int, height: int, width: int, shift: int, flat_row,
+                       rows: int, channel_inside=True, vector: int = PAD_VECTOR):
+    """One byte of a padded row: the input at (row, column - left) shifted to uint8, or the shifted zero
+    outside the input. `column` counts from the padded row's start, which the pad's vectors are aligned to;
+    `flat_row` is the row's index among the input's `rows` rows of `width` bytes (batch, channel and row).
+
+    A padded row is written `vector` columns at a time, each vector one contiguous load masked by a select,
+    and those loads must never leave the input's memory. A clamped index does not keep them in: TVM's
+    simplifier drops the clamp inside the select's true branch (it knows the condition holds there), and a
+    vector select loads every lane. On real images the detector's first depthwise conv read the row above
+    its input's first row, before the buffer, and crashed. Reading a neighbouring row of the same input is
+    harmless (the select drops those lanes), so a vector is loaded contiguously when its bytes lie within
+    the input as a whole: a condition on the vector, not the lane (an if_then_else, which branches). Only
+    the first and last vectors of the whole input can fail it; they load lane by lane at clamped indices,
+    masked arithmetically, where no condition lets the simplifier drop the clamp."""
+    from tvm import tirx
+
+    start = flat_row * width + tirx.floordiv(column, vector) * vector - left  # the vector's first byte in x
+    within = tirx.all(start >= 0, start + vector <= rows * width)
+    column = column - left
+    inside = tirx.all(channel_inside, row >= 0, row < height, column >= 0, column < width)
+    direct = tirx.Select(inside, (load(row, column).astype("int32") + shift).astype("uint8"),
+                         tirx.const(shift, "uint8"))
+    clamped = load(tirx.max(tirx.min(row, height - 1), 0), tirx.max(tirx.min(column, width - 1), 0))
+    edge = (inside.astype("int32") * clamped.astype("int32") + shift).astype("uint8")
+    return tirx.if_then_else(within, direct, edge)
+
+
 def _compute(x, w, correction, *, strides, padding, dilation, kernel, channels):
     """The packed conv as TE: pad (and shift) rows of all channels, pack (group channels by 4, split columns by
     stride phase), reduce, unpack with the correction."""
@@ -121,11 +149,10 @@ def _compute(x, w, correction, *, strides, padding, dilation, kernel, channels):
     shift = 128 if str(x.dtype) == "int8" else 0
 
     def pad(b, row, c, column):
-        row, column = row - top, column - left
-        inside = tirx.all(c < in_ch, row >= 0, row < height, column >= 0, column < width)
-        value = x[b, tirx.min(c, in_ch - 1), tirx.max(tirx.min(row, height - 1), 0),
-                  tirx.max(tirx.min(column, width - 1), 0)]
-        return tirx.Select(inside, (value.astype("int32") + shift).astype("uint8"), tirx.const(shift, "uint8"))
+        channel = tirx.min(c, in_ch - 1)
+        return shifted_or_padding(lambda r, q: x[b, channel, r, q], row - top, column, left=left, height=height,
+                                  width=width, shift=shift, flat_row=(b * in_ch + channel) * height + row - top,
+                                  rows=n * in_ch * height, channel_inside=c < in_ch)
 
     def tap(b, rc, h, col, rh, rw, ri):
         """The packed data that weight tap (rh, rw) meets at output (h, col): column col * sw + rw * dw."""

@@ -27,7 +27,7 @@ import numpy as np
 
 from modelbuild.compiler.integer_ops import constant_value
 from modelbuild.compiler.kernels.vnni_conv import (
-    ceil_div, epilogue_at, extent, largest_divisor, static_shape, tensorize_reduction,
+    ceil_div, epilogue_at, extent, largest_divisor, shifted_or_padding, static_shape, tensorize_reduction,
 )
 
 BLOCK = "vnni_depthwise"
@@ -103,7 +103,7 @@ def legalize(bb, call):
 
 def _compute(x, w, correction, *, strides, padding, dilation, kernel):
     """Pad (and shift) the input rows, reduce over rows and 4-tap groups, subtract the correction."""
-    from tvm import te, tirx
+    from tvm import te
 
     n, channels, height, width = (int(d) for d in x.shape)
     (kh, kw), (sh, sw), (dh, dw) = kernel, strides, dilation
@@ -117,10 +117,9 @@ def _compute(x, w, correction, *, strides, padding, dilation, kernel):
     shift = 128 if str(x.dtype) == "int8" else 0
 
     def pad(b, c, row, column):
-        row, column = row - top, column - left
-        inside = tirx.all(row >= 0, row < height, column >= 0, column < width)
-        value = x[b, c, tirx.max(tirx.min(row, height - 1), 0), tirx.max(tirx.min(column, width - 1), 0)]
-        return tirx.Select(inside, (value.astype("int32") + shift).astype("uint8"), tirx.const(shift, "uint8"))
+        return shifted_or_padding(lambda r, q: x[b, c, r, q], row - top, column, left=left, height=height,
+                                  width=width, shift=shift, flat_row=(b * channels + c) * height + row - top,
+                                  rows=n * channels * height, vector=PAD_VECTOR)
 
     padded = te.compute((n, channels, height + top + bottom, padded_w), pad, name=PAD_BLOCK)
     rh, rg, ri = (te.reduce_axis((0, e), name) for e, name in ((kh, "rh"), (groups, "rg"), (GROUP, "ri")))
