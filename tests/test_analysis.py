@@ -82,3 +82,11 @@ def test_roofline_classifies_by_arithmetic_intensity_against_the_ridge():
     assert dense["bound"] == "compute" and dense["flops_per_s"] == 8e9 and dense["roof_fraction"] == 0.8
     assert add["bound"] == "memory" and add["bytes_per_s"] == 1.2e9
     assert add["roof_fraction"] == (100 / 1e-6) / (100 / 1200 * 1e9)
+
+
+def test_an_alias_cycle_ends_the_walk_instead_of_hanging():
+    """Names repeat in an imported model (a binding renamed after its ONNX node, as its input was); the
+    lowering names variables uniquely, and the walk itself stops on a cycle rather than loop forever."""
+    steps = [Step(allocates={"a": 8}), Step(uses=("a",), alias={"a": "a"}), Step(uses=("a",), alias={"b": "c"}),
+             Step(uses=("b",), alias={"c": "b"}), Step(allocates={"d": 4}), Step(uses=("a", "b", "d"))]
+    assert lifetimes(steps, outputs=set()) == {"a": (0, 5, 8), "d": (4, 5, 4)}

@@ -66,8 +66,10 @@ def _count(entry: dict, call: KernelCall) -> None:
 
 
 def _root(name: str, alias: dict[str, str]) -> str:
-    while name in alias:
+    seen = {name}
+    while name in alias and alias[name] not in seen:  # a cycle would be a bug upstream: stop, never hang
         name = alias[name]
+        seen.add(name)
     return name
 
 

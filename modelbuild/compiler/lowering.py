@@ -182,13 +182,15 @@ def op_name(kernel: str) -> str:
 
 
 def steps(module) -> tuple[list[Step], set[str]]:
-    """The lowered main as allocation, use and alias steps, and the names it returns."""
+    """The lowered main as allocation, use and alias steps, and the variables it returns, each variable named
+    uniquely: names repeat (the import names every binding of an ONNX node after the node, so a Softmax's
+    reshape of its own result carries the result's name), and an alias of a name to itself never ends."""
     from tvm import relax
 
     out = []
     for binding in _bindings(module["main"]):
-        name, value = binding.var.name, binding.value
-        uses = tuple(v.name for v in relax.analysis.free_vars(value))
+        name, value = _unique_name(binding.var), binding.value
+        uses = tuple(_unique_name(v) for v in relax.analysis.free_vars(value))
         op = getattr(getattr(value, "op", None), "name", None)
         if op == "relax.builtin.alloc_tensor":
             out.append(Step(allocates={name: tensor_bytes(binding.var.ty)}, uses=uses))
@@ -196,8 +198,12 @@ def steps(module) -> tuple[list[Step], set[str]]:
             out.append(Step(uses=uses, alias={name: uses[0]} if uses else {}))
         else:
             out.append(Step(uses=uses))
-    returned = {v.name for v in relax.analysis.free_vars(module["main"].body.body)}
+    returned = {_unique_name(v) for v in relax.analysis.free_vars(module["main"].body.body)}
     return out, returned
+
+
+def _unique_name(var) -> str:
+    return f"{var.name}#{hash(var)}"  # a TVM object's hash is its identity
 
 
 def planned_storage_bytes(module) -> int:
