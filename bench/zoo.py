@@ -440,9 +440,13 @@ def int8_table(models: list[ZooModel], threads: int, seconds: float) -> None:
             print(f"| {m.name} | {gates} | {int8.values.get('min_cosine', float('nan')):.6f} | "
                   f"{medians['fp32'] * 1e3:.2f} | {medians['int8'] * 1e3:.2f} | {ratio:.2f}x |", flush=True)
         if ratios:
-            geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
-            print(f"\nint8 / fp32 over {len(ratios)} models: geometric mean {geomean:.2f}x, worst {max(ratios):.2f}x "
+            print(f"\nint8 / fp32 over {len(ratios)} models: geometric mean {geometric_mean(ratios):.2f}x, "
+                  f"worst {max(ratios):.2f}x "
                   f"(goal <= 0.5x on every conv model)")
+
+
+def geometric_mean(ratios: list[float]) -> float:
+    return math.exp(sum(math.log(r) for r in ratios) / len(ratios))
 
 
 def _time_pair(model: ZooModel, fp32: Path, int8: Path, seconds: float) -> dict[str, float]:
@@ -504,8 +508,7 @@ def main() -> None:
             print(f"| {m.name} | {m.family} | ok | {gates} | {row['cosine']:.6f} | {row['ort_ms']:.2f} | {row['mb_ms']:.2f} | "
                   f"{ratio:.2f}x | {kernels} |", flush=True)
         if ratios:
-            geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
-            print(f"\ngeometric mean over {len(ratios)} models that built: {geomean:.2f}x onnxruntime "
+            print(f"\ngeometric mean over {len(ratios)} models that built: {geometric_mean(ratios):.2f}x onnxruntime "
                   f"(goal <= 1.5x, none above 2.5x); worst {max(ratios):.2f}x")
 
 
