@@ -21,7 +21,7 @@ from modelbuild.errors import environment_failure, EnvironmentFailure, Modelbuil
 from modelbuild.pipeline.names import model_of, quantization_of, select, target_of
 
 COMMANDS = ("build", "init", "status", "explain", "graph", "clean", "cache", "schema", "report", "tune",
-            "doctor", "ci-workflow")
+            "doctor", "ci-workflow", "search")
 
 EXIT_OK, EXIT_GATE_FAILED, EXIT_USAGE, EXIT_STAGE_FAILED, EXIT_ENVIRONMENT = 0, 1, 2, 3, 4
 EXIT_STALE = 1
@@ -179,6 +179,12 @@ def _parser() -> argparse.ArgumentParser:
                             help="what this machine can build and validate for each target, and what to install")
     doctor.add_argument("--json", action="store_true")
     doctor.set_defaults(handler=cmd_doctor)
+
+    search = sub.add_parser("search", parents=[common],
+                            help="find the fastest quantization of a build that passes its accuracy gates")
+    search.add_argument("build", help="the build, model+quantization@target; its [[builds]] entry names a search")
+    search.add_argument("--json", action="store_true", help="print search.json instead of the table")
+    search.set_defaults(handler=cmd_search)
 
     workflow = sub.add_parser("ci-workflow", help="write a GitHub Actions workflow that builds, gates and reports")
     workflow.add_argument("-o", "--output", type=Path, default=Path(".github/workflows/models.yml"))
@@ -543,6 +549,26 @@ def cmd_doctor(args, console) -> int:
             console.print(f"{c.target}: build {'yes' if c.builds_here else 'NO'} ({c.build_note}); validate "
                           f"{validates}", markup=False)
     return EXIT_OK if all(c.ready for c in checks) else EXIT_STALE
+
+
+def cmd_search(args, console) -> int:
+    from modelbuild.search import outputs
+    from modelbuild.search.runner import run_search
+
+    project = _project(args)
+    say = (lambda line: None) if args.json else (lambda line: console.print(line, markup=False))
+    result = run_search(project, args.build, say)
+    base = project.recipe.spec.quantization[quantization_of(result.build)]
+    paths = outputs.write(result, base)
+    if args.json:
+        print(json.dumps(outputs.to_json(result), indent=2))
+    else:
+        console.print(outputs.markdown(result), markup=False)
+        if result.best is not None:
+            console.print(f"snippet: {_relative(paths[0])} (commit it, include it, and build with quantization = "
+                          f'"{outputs.snippet_name(result)}")', markup=False)
+        console.print(f"report: {_relative(result.folder / 'search.md')}", markup=False)
+    return EXIT_OK if result.best is not None else EXIT_GATE_FAILED
 
 
 def cmd_ci_workflow(args, console) -> int:

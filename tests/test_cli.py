@@ -61,6 +61,15 @@ def test_unknown_selector_is_a_usage_error(fake_project, capsys):
     assert code == 2 and "no build matches 'nope@cpu'" in err and "a@cpu" in err
 
 
+def test_search_needs_one_build_that_names_a_search(fake_project, capsys):
+    root, _ = fake_project
+    code, out, err = run_cli(capsys, root, "search", "a@cpu")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "'a@cpu' selects no build with a search" in err and 'search = "NAME"' in err
+    code, _, err = run_cli(capsys, root, "search", "nope")
+    assert code == 2 and "no build matches 'nope'" in err
+
+
 def test_dry_run_says_what_would_run(fake_project, capsys):
     root, _ = fake_project
     code, out, _ = run_cli(capsys, root, "build", "--dry-run")

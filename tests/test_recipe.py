@@ -185,6 +185,20 @@ def test_int16_activations_need_the_symmetric_scheme(tmp_path):
     assert 'scheme = "symmetric"' in err.fix
 
 
+def test_a_build_searches_a_declared_section_from_its_quantization(tmp_path):
+    err = error_of(tmp_path, GOOD + 'search = "fast"\n')
+    assert (err.field, err.line) == ("builds[0].search", 14) and "no search section named 'fast'" in err.message
+    assert "declare [search.fast]" in err.fix
+    err = error_of(tmp_path, GOOD + 'search = "fast"\n[search.fast]\nobjective = "p99"\n')
+    assert err.field == "builds[0].search" and 'add quantization = "NAME"' in err.fix
+    err = error_of(tmp_path, GOOD + 'quantization = "q"\nsearch = "fast"\n[quantization.q]\n[search.fast]\n'
+                                    'precisions = ["int4"]\n')
+    assert err.field == "search.fast.precisions[0]" and err.line == 18
+    recipe = load_recipe(write(tmp_path, GOOD + 'quantization = "q"\nsearch = "fast"\n[quantization.q]\n'
+                                                '[search.fast]\nmax_candidates = 12\n'))
+    assert recipe.spec.search["fast"].max_candidates == 12 and recipe.spec.builds[0].search == "fast"
+
+
 def test_a_node_cannot_be_both_int16_and_float(tmp_path):
     err = error_of(tmp_path, GOOD + '\n[quantization.q]\nexclude_nodes = ["a"]\nint16_nodes = ["b", "a"]\n')
     assert err.field == "quantization.q.int16_nodes[1]" and "'a'" in err.message

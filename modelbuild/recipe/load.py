@@ -344,6 +344,12 @@ def _check_builds(loaded: LoadedRecipe) -> None:
             raise _fail(loaded, ("builds", index, "quantization"), f"no quantization section named {build.quantization!r}",
                         f"declare [quantization.{build.quantization}] or use one of: "
                         f"{', '.join(spec.quantization) or 'none yet'}")
+        if build.search and build.search not in spec.search:
+            raise _fail(loaded, ("builds", index, "search"), f"no search section named {build.search!r}",
+                        f"declare [search.{build.search}] or use one of: {', '.join(spec.search) or 'none yet'}")
+        if build.search and not build.quantization:
+            raise _fail(loaded, ("builds", index, "search"), "a search starts from the build's quantization",
+                        'add quantization = "NAME" (a [quantization.NAME] section) to this build')
         if build.tuning and build.tuning not in spec.tuning:
             raise _fail(loaded, ("builds", index, "tuning"), f"no tuning section named {build.tuning!r}",
                         f"declare [tuning.{build.tuning}] or use one of: {', '.join(spec.tuning) or 'none yet'}")

@@ -240,6 +240,29 @@ class QuantizationSpec(Strict):
                                        "(int16), not with int8 activations (README, int8)")
 
 
+class SearchSpec(Strict):
+    """`modelbuild search BUILD`: the fastest configuration of a quantized build that passes the build's own
+    accuracy gates on its held-out golden inputs. It starts from the build's quantization section, raises the
+    layers its sensitivity ranking puts first to a higher precision, a few more at a time, and tries the
+    settings below; every candidate is a cached build."""
+
+    precisions: list[Literal["int16", "float"]] = Field(
+        default_factory=lambda: ["int16", "float"], min_length=1,
+        description="what the most sensitive layers may be raised to, each tried: int16 inputs (int8 weights, "
+                    "about twice an int8 layer's cost) or float")
+    weight_rounding: list[Literal["nearest", "gptq"]] | None = Field(
+        default=None, min_length=1, description="weight roundings to try; default: the quantization section's")
+    calibration_methods: list[Literal["minmax", "percentile", "entropy"]] | None = Field(
+        default=None, min_length=1, description="calibration methods to try; default: the quantization section's")
+    calibration_samples: list[Annotated[int, Field(ge=1)]] | None = Field(
+        default=None, min_length=1, description="calibration sample counts to try; default: the section's")
+    objective: Literal["p50", "p99", "size"] = Field(
+        default="p50", description="what the chosen configuration is lowest in: median or p99 latency, or "
+                                   "library bytes (the same on every machine)")
+    max_candidates: int = Field(default=30, ge=1, description="stop after this many candidate builds")
+    max_minutes: float | None = Field(default=None, gt=0, description="stop starting candidates after this long")
+
+
 class BuildSpec(Strict):
     """Which model goes to which targets, how they are compiled, and how validation differs from the defaults."""
 
@@ -256,6 +279,9 @@ class BuildSpec(Strict):
         default="default", description="Kernels without a tuning record get modelbuild's parallel, vectorised "
                                        "default schedule; none leaves them as stock TVM does (serial loops).")
     validation: ValidationSpec | None = None
+    search: Name | None = Field(
+        default=None, description="A [search.NAME] section that `modelbuild search` runs for this build; a "
+                                  "build never searches: it builds its quantization section as written.")
 
 
 class CacheSpec(Strict):
@@ -283,6 +309,7 @@ class Recipe(Strict):
     validation: ValidationSpec = ValidationSpec()
     tuning: dict[Name, TuningSpec] = Field(default_factory=dict)
     quantization: dict[Name, QuantizationSpec] = Field(default_factory=dict)
+    search: dict[Name, SearchSpec] = Field(default_factory=dict)
     cache: CacheSpec = CacheSpec()
 
 

@@ -92,6 +92,18 @@ def roofline(points: list[tuple[str, float, float]], peak_flops: float, peak_byt
     return _chart("roofline", title, body + axis + _y_label("FLOP/s (log)"))
 
 
+def scatter(points: list[tuple[str, float, float, bool]], *, title: str, x_label: str, y_label: str) -> str:
+    """Points (label, x, y, highlighted): the highlighted ones in the accent colour, the others in the
+    warning colour; each point's label in its <title>."""
+    xs, ys = [p[1] for p in points], [p[2] for p in points]
+    x, y = _scale(min(xs), max(xs), min(ys), max(ys))
+    body = "".join(f'<circle cx="{x(a):.1f}" cy="{y(b):.1f}" r="4" fill="{ACCENT if good else WARN}">'
+                   f'<title>{escape(label)}: {_num(a)}, {_num(b)}</title></circle>' for label, a, b, good in points)
+    low, high = (f'<text x="{PAD + 4}" y="{y(v) - 4:.1f}" font-size="11" fill="{MUTED}">'
+                 f'{v:.6g}</text>' for v in (min(ys), max(ys)))
+    return _chart("scatter", title, body + low + high + _x_axis(min(xs), max(xs), x_label, x) + _y_label(y_label))
+
+
 def timeline(stages: list[tuple[str, float, str]], *, title: str) -> str:
     """Stages one after another as (name, seconds, status): built ones solid, cached ones pale."""
     total = sum(s for _, s, _ in stages) or 1.0

@@ -1,0 +1,136 @@
+"""`modelbuild search BUILD`: each candidate the walk asks for is built as a build of its own (a quantization
+section and a [[builds]] entry added to the recipe), in the same store as every build, so a candidate built
+once is never built again, by a later search or by the build its snippet describes. Candidates publish under
+build/search/<build>/, with the search's own report beside them."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable
+
+from modelbuild.build.scheduler import Options
+from modelbuild.errors import ModelbuildError, SelectionError, StageError
+from modelbuild.pipeline.names import build_name, model_of, quantization_of, select, target_of
+from modelbuild.pipeline.project import Project
+from modelbuild.reports import collect
+from modelbuild.reports.model import BuildReport, Report
+from modelbuild.search import candidates
+from modelbuild.search.strategy import Candidate, chosen, Outcome, walk
+
+Say = Callable[[str], None]
+
+
+@dataclass
+class SearchResult:
+    build: str  # the build searched, model+quantization@target
+    section: str  # its [search.NAME]
+    objective: str  # p50, p99 or size
+    folder: Path  # build/search/<build>/
+    trials: dict[Candidate, Outcome] = field(default_factory=dict)  # in the order built
+    names: dict[Candidate, str] = field(default_factory=dict)  # each candidate's quantization section
+    float_build: BuildReport | None = None  # the same model and target in float, for the ratio
+    report: Report | None = None  # every candidate's build, as `modelbuild build` reports them
+    seconds: float = 0.0
+
+    @property
+    def best(self) -> tuple[Candidate, Outcome] | None:
+        return chosen(self.trials)
+
+    @property
+    def float_objective(self) -> float | None:
+        return candidates.OBJECTIVES[self.objective](self.float_build) if self.float_build else None
+
+
+def run_search(project: Project, selector: str, say: Say = lambda line: None,
+               clock: Callable[[], float] = time.monotonic) -> SearchResult:
+    """Search the one build `selector` names; `say` hears a line per candidate."""
+    name = _searched_build(project, selector)
+    recipe = project.recipe
+    entry = recipe.build_spec(model_of(name), target_of(name), quantization_of(name))
+    section = recipe.spec.search[entry.search]
+    base = recipe.spec.quantization[entry.quantization]
+    result = SearchResult(name, entry.search, section.objective, project.build_dir / "search" / name)
+    started = clock()
+
+    def evaluate(candidate: Candidate) -> Outcome:
+        result.names[candidate] = candidates.section_name(entry.quantization, candidate)
+        say(f"candidate {len(result.trials) + 1}: {candidate.describe()}")
+        build = _built(project, entry, result, {candidate: candidates.quantization_of(base, candidate)},
+                       must_build=not result.trials)[0]
+        outcome = candidates.outcome_of(build, section.objective)
+        result.trials[candidate] = outcome
+        say(f"  {_verdict(outcome, section.objective)}")
+        return outcome
+
+    def may_continue(built: int) -> bool:
+        minutes = (clock() - started) / 60
+        return built < section.max_candidates and (section.max_minutes is None or minutes < section.max_minutes)
+
+    walk(candidates.space_of(section, base), evaluate, may_continue)
+    say("the float build, for comparison")
+    result.float_build = _built(project, entry, result, {None: None})[0]
+    sections = {c: candidates.quantization_of(base, c) for c in result.trials}
+    result.report = _report(project, entry, result, {**sections, None: None})
+    result.seconds = clock() - started
+    return result
+
+
+def _searched_build(project: Project, selector: str) -> str:
+    """The one build the selector names that has a search section."""
+    names = [b for b in select(project.plan, [selector]).builds
+             if project.recipe.build_spec(model_of(b), target_of(b), quantization_of(b)).search]
+    if not names:
+        raise SelectionError(f"{selector!r} selects no build with a search (fix: add search = \"NAME\" to its "
+                             f"[[builds]] entry and declare [search.NAME])")
+    if len(names) > 1:
+        raise SelectionError(f"{selector!r} selects {len(names)} builds with a search: {', '.join(names)} (fix: "
+                             f"name one, as model+quantization@target)")
+    return names[0]
+
+
+def _candidate_project(project: Project, entry, result: SearchResult, sections: dict) -> Project:
+    """The recipe with one [[builds]] entry per candidate (None: the float build) and their quantization
+    sections, publishing under the search's folder."""
+    spec = project.recipe.spec
+    quantization = dict(spec.quantization)
+    builds = []
+    target = target_of(result.build)
+    for candidate, section in sections.items():
+        name = result.names[candidate] if candidate is not None else None
+        if name is not None:
+            quantization[name] = section
+        builds.append(entry.model_copy(update={"targets": [target], "quantization": name, "search": None}))
+    recipe = replace(project.recipe, spec=spec.model_copy(update={"quantization": quantization, "builds": builds}))
+    return Project(recipe=recipe, store=project.store, build_dir=result.folder)
+
+
+def _built(project: Project, entry, result: SearchResult, sections: dict, *,
+           must_build: bool = True) -> list[BuildReport]:
+    """Build the candidates (cached ones are read back) and report each as `modelbuild build` would. With
+    `must_build` (the first candidate, the quantization section as written, and the float build), a failed
+    stage ends the search with its error and exit code: there is nothing to search from or compare with."""
+    report = _report(project, entry, result, sections, must_build=must_build)
+    order = [build_name(model_of(result.build), target_of(result.build), result.names.get(c)) for c in sections]
+    by_name = {b.name: b for b in report.builds}
+    return [by_name[n] for n in order]
+
+
+def _report(project: Project, entry, result: SearchResult, sections: dict, *, must_build: bool = False) -> Report:
+    candidates_project = _candidate_project(project, entry, result, sections)
+    run = candidates_project.run([], Options(keep_going=True))
+    if must_build and run.failed:
+        failed = run.failed[0]
+        error = ModelbuildError(f"{result.build}: the search cannot start: {failed.node} failed: {failed.error}")
+        error.exit_code = failed.exit_code or StageError.exit_code
+        raise error
+    return collect(candidates_project, run)
+
+
+def _verdict(outcome: Outcome, objective: str) -> str:
+    value = f"{outcome.objective:.4g} {candidates.UNITS[objective]}" if outcome.objective is not None else "-"
+    worst = f", worst cosine {outcome.accuracy:.6f}" if outcome.accuracy is not None else ""
+    if outcome.passed:
+        return f"passed: {objective} {value}{worst}"
+    return f"rejected: {outcome.why or 'no accuracy gate applies'} ({objective} {value}{worst})"
