@@ -72,6 +72,10 @@ def test_search_raises_only_the_sensitive_layer_as_a_sweep_of_every_subset_would
     rejected = result["candidates"][0]
     assert rejected["raised"] == [] and "min_cosine" in rejected["rejected_because"]
     searched = len(result["candidates"])
+    assert all(c["stages_run"] > 0 for c in result["candidates"])
+    assert main(["search", "net+int8@cpu", "-f", str(tmp_path / "deploy.toml"), "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)  # a finished search costs nothing the second time
+    assert again["chosen"] == result["chosen"] and [c["stages_run"] for c in again["candidates"]] == [0] * searched
 
     # the sweep: every subset of the two layers in int16, built as a user would write them
     subsets = [list(s) for k in range(3) for s in itertools.combinations(["depthwise", "pointwise"], k)]

@@ -99,7 +99,8 @@ def to_json(result: SearchResult) -> dict:
                         "raised": list(c.raised), "settings": c.settings.__dict__, "passed": o.passed,
                         "objective": o.objective, "vs_float": _ratio(result, o.objective),
                         "worst_cosine": o.accuracy, "margin": o.margin if o.margin != float("-inf") else None,
-                        "rejected_because": None if o.passed else o.why, "on_frontier": c in front}
+                        "rejected_because": None if o.passed else o.why, "on_frontier": c in front,
+                        "stages_run": result.stages_run.get(c)}
                        for c, o in result.trials.items()],
     }
 

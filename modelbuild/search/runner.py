@@ -30,6 +30,7 @@ class SearchResult:
     folder: Path  # build/search/<build>/
     trials: dict[Candidate, Outcome] = field(default_factory=dict)  # in the order built
     names: dict[Candidate, str] = field(default_factory=dict)  # each candidate's quantization section
+    stages_run: dict[Candidate, int] = field(default_factory=dict)  # stages this search ran (not cached)
     float_build: BuildReport | None = None  # the same model and target in float, for the ratio
     report: Report | None = None  # every candidate's build, as `modelbuild build` reports them
     seconds: float = 0.0
@@ -61,7 +62,9 @@ def run_search(project: Project, selector: str, say: Say = lambda line: None,
                        must_build=not result.trials)[0]
         outcome = candidates.outcome_of(build, section.objective)
         result.trials[candidate] = outcome
-        say(f"  {_verdict(outcome, section.objective)}")
+        result.stages_run[candidate] = sum(stage.status != "cached" for stage in build.stages.values())
+        say(f"  {_verdict(outcome, section.objective)}"
+            + ("" if result.stages_run[candidate] else " (cached)"))
         return outcome
 
     def may_continue(built: int) -> bool:
@@ -129,7 +132,8 @@ def _report(project: Project, entry, result: SearchResult, sections: dict, *, mu
 
 
 def _verdict(outcome: Outcome, objective: str) -> str:
-    value = f"{outcome.objective:.4g} {candidates.UNITS[objective]}" if outcome.objective is not None else "-"
+    value = "-" if outcome.objective is None else (
+        f"{outcome.objective:.0f} bytes" if objective == "size" else f"{outcome.objective:.3f} ms")
     worst = f", worst cosine {outcome.accuracy:.6f}" if outcome.accuracy is not None else ""
     if outcome.passed:
         return f"passed: {objective} {value}{worst}"
