@@ -105,3 +105,14 @@ def test_search_raises_only_the_sensitive_layer_as_a_sweep_of_every_subset_would
     library = tmp_path / f"build/search/net+int8@cpu/net+{result['chosen']}/cpu/model.so"
     assert (fresh / "build/net+int8-searched/cpu/model.so").read_bytes() == library.read_bytes()
     assert "int16_nodes = [\"pointwise\"]" in snippet.read_text()
+
+
+def test_a_search_whose_quantization_does_not_build_stops_with_that_error(tmp_path, capsys):
+    write(tmp_path)
+    recipe = tmp_path / "deploy.toml"
+    recipe.write_text(recipe.read_text().replace("bias_correction = false\n", 'bias_correction = false\nexclude_nodes = ["nope"]\n', 1))
+    code = main(["search", "net+int8@cpu", "-f", str(recipe)])
+    out, err = capsys.readouterr()
+    assert code == 3 and len(err.strip().splitlines()) == 1
+    assert "the search cannot go on: quantize:net+int8-" in err and "exclude_nodes: no node named 'nope'" in err
+    assert not (tmp_path / "build/search/net+int8@cpu/search.json").exists()

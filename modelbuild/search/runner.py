@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Callable
 
 from modelbuild.build.scheduler import Options
-from modelbuild.errors import ModelbuildError, SelectionError, StageError
+from modelbuild.errors import EnvironmentFailure, ModelbuildError, SelectionError, StageError
 from modelbuild.pipeline.names import build_name, model_of, quantization_of, select, target_of
 from modelbuild.pipeline.project import Project
 from modelbuild.reports import collect
@@ -123,10 +123,11 @@ def _built(project: Project, entry, result: SearchResult, sections: dict, *,
 def _report(project: Project, entry, result: SearchResult, sections: dict, *, must_build: bool = False) -> Report:
     candidates_project = _candidate_project(project, entry, result, sections)
     run = candidates_project.run([], Options(keep_going=True))
-    if must_build and run.failed:
-        failed = run.failed[0]
-        error = ModelbuildError(f"{result.build}: the search cannot start: {failed.node} failed: {failed.error}")
-        error.exit_code = failed.exit_code or StageError.exit_code
+    # a candidate that fails is rejected; the machine failing (a full disk) is no verdict on any candidate
+    fatal = [r for r in run.failed if must_build or r.exit_code == EnvironmentFailure.exit_code]
+    if fatal:
+        error = ModelbuildError(f"{result.build}: the search cannot go on: {fatal[0].node} failed: {fatal[0].error}")
+        error.exit_code = fatal[0].exit_code or StageError.exit_code
         raise error
     return collect(candidates_project, run)
 
