@@ -72,6 +72,9 @@ def test_search_raises_only_the_sensitive_layer_as_a_sweep_of_every_subset_would
     rejected = result["candidates"][0]
     assert rejected["raised"] == [] and "min_cosine" in rejected["rejected_because"]
     searched = len(result["candidates"])
+    reports = {b["name"]: b for b in json.loads((tmp_path / "build/search/net+int8@cpu/report.json").read_text())["builds"]}
+    ranked = ["sensitivity" in reports[f"net+{c['section']}@cpu"]["quantization"] for c in result["candidates"]]
+    assert ranked == [True] + [False] * (searched - 1)  # only the first candidate's ranking is read
     assert all(c["stages_run"] > 0 for c in result["candidates"])
     assert main(["search", "net+int8@cpu", "-f", str(tmp_path / "deploy.toml"), "--json"]) == 0
     again = json.loads(capsys.readouterr().out)  # a finished search costs nothing the second time

@@ -234,6 +234,10 @@ class QuantizationSpec(Strict):
     int16_most_sensitive: int = Field(
         default=0, ge=0, description="also give int16 inputs to this many layers, those whose int8 data alone "
                                      "costs the most output error on the calibration samples")
+    sensitivity: bool = Field(
+        default=True, description="rank the quantized layers by their share of the output error, for the report "
+                                  "and the search (two model runs per layer and calibration sample: 8 s on the "
+                                  "bundled classifier, 40 s on the detector)")
     weight_rounding: Literal["nearest", "gptq"] = Field(
         default="nearest", description="gptq rounds each conv's weights so that the rounding errors compensate "
                                        "on the calibration inputs (GPTQ); it pays where activations are precise "

@@ -19,12 +19,14 @@ def space_of(search, base) -> Space:
                     search.calibration_samples or [calibration.samples])
 
 
-def quantization_of(base, candidate: Candidate):
+def quantization_of(base, candidate: Candidate, *, ranked: bool | None = None):
     """The quantization section that builds `candidate`: `base` with the candidate's settings, and its raised
     layers added to int16_nodes or exclude_nodes. int16_most_sensitive is replaced by the candidate's own
-    choice of layers, from the same kind of ranking."""
+    choice of layers, from the same kind of ranking. `ranked` overrides the section's `sensitivity`: the
+    library is the same either way."""
     settings = candidate.settings
     update = {"weight_rounding": settings.weight_rounding, "int16_most_sensitive": 0,
+              "sensitivity": base.sensitivity if ranked is None else ranked,
               "calibration": base.calibration.model_copy(update={"method": settings.calibration_method,
                                                                  "samples": settings.calibration_samples})}
     raised = list(candidate.raised)

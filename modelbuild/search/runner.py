@@ -29,7 +29,8 @@ class SearchResult:
     objective: str  # p50, p99 or size
     folder: Path  # build/search/<build>/
     trials: dict[Candidate, Outcome] = field(default_factory=dict)  # in the order built
-    names: dict[Candidate, str] = field(default_factory=dict)  # each candidate's quantization section
+    names: dict[Candidate, str] = field(default_factory=dict)  # each candidate's quantization section's name
+    sections: dict[Candidate, object] = field(default_factory=dict)  # and the section it was built with
     stages_run: dict[Candidate, int] = field(default_factory=dict)  # stages this search ran (not cached)
     float_build: BuildReport | None = None  # the same model and target in float, for the ratio
     report: Report | None = None  # every candidate's build, as `modelbuild build` reports them
@@ -58,8 +59,10 @@ def run_search(project: Project, selector: str, say: Say = lambda line: None,
     def evaluate(candidate: Candidate) -> Outcome:
         result.names[candidate] = candidates.section_name(entry.quantization, candidate)
         say(f"candidate {len(result.trials) + 1}: {candidate.describe()}")
-        build = _built(project, entry, result, {candidate: candidates.quantization_of(base, candidate)},
-                       must_build=not result.trials)[0]
+        # only the first candidate's layer ranking is read: the others skip computing theirs
+        built_with = candidates.quantization_of(base, candidate, ranked=not result.trials)
+        result.sections[candidate] = built_with
+        build = _built(project, entry, result, {candidate: built_with}, must_build=not result.trials)[0]
         outcome = candidates.outcome_of(build, section.objective)
         result.trials[candidate] = outcome
         result.stages_run[candidate] = sum(stage.status != "cached" for stage in build.stages.values())
@@ -74,8 +77,7 @@ def run_search(project: Project, selector: str, say: Say = lambda line: None,
     walk(candidates.space_of(section, base), evaluate, may_continue)
     say("the float build, for comparison")
     result.float_build = _built(project, entry, result, {None: None})[0]
-    sections = {c: candidates.quantization_of(base, c) for c in result.trials}
-    result.report = _report(project, entry, result, {**sections, None: None})
+    result.report = _report(project, entry, result, {**result.sections, None: None})
     result.seconds = clock() - started
     return result
 

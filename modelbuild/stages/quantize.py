@@ -53,9 +53,10 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
     summary["smoothed_convs"], summary["bias_corrected_convs"] = result.smoothed, result.corrected
     summary["int16_nodes"], summary["gptq_convs"] = result.int16_nodes, result.gptq_convs
     summary["layers"], summary["first_jump"] = layer_sqnr(model, result.qdq, samples[0])
-    summary["sensitivity"] = sensitivity.layer_shares(result.qdq, result.prepared, samples,
-                                                      corrected=spec.bias_correction)
-    summary["float_candidates"] = [row["node"] for row in sensitivity.largest(summary["sensitivity"]["layers"])]
+    if spec.sensitivity:
+        summary["sensitivity"] = sensitivity.layer_shares(result.qdq, result.prepared, samples,
+                                                          corrected=spec.bias_correction)
+        summary["float_candidates"] = [row["node"] for row in sensitivity.largest(summary["sensitivity"]["layers"])]
     (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=1, sort_keys=True))
 
 
