@@ -18,6 +18,7 @@ from modelbuild.reports import collect
 from modelbuild.reports.model import BuildReport, Report
 from modelbuild.search import candidates
 from modelbuild.search.strategy import Candidate, chosen, Outcome, walk
+from modelbuild.validation.gates import ACCURACY_GATES
 
 Say = Callable[[str], None]
 
@@ -51,6 +52,7 @@ def run_search(project: Project, selector: str, say: Say = lambda line: None,
     name = _searched_build(project, selector)
     recipe = project.recipe
     entry = recipe.build_spec(model_of(name), target_of(name), quantization_of(name))
+    _check_searchable(project, entry, target_of(name))
     section = recipe.spec.search[entry.search]
     base = recipe.spec.quantization[entry.quantization]
     result = SearchResult(name, entry.search, section.objective, project.build_dir / "search" / name)
@@ -93,6 +95,21 @@ def _searched_build(project: Project, selector: str) -> str:
         raise SelectionError(f"{selector!r} selects {len(names)} builds with a search: {', '.join(names)} (fix: "
                              f"name one, as model+quantization@target)")
     return names[0]
+
+
+def _check_searchable(project: Project, entry, target: str) -> None:
+    """A search judges candidates by the build's accuracy gates, on a library that runs here or on a device."""
+    recipe = project.recipe
+    validation = recipe.validation_for(entry)
+    if not validation.enabled or not any(getattr(validation.gates, gate) is not None for gate in ACCURACY_GATES):
+        raise recipe.validation_error(entry, ("gates",), "a search needs an accuracy gate to pass, and this build "
+                                      "has none" + ("" if validation.enabled else " (validation is off)"),
+                                      "set min_cosine = 0.99, or another accuracy gate, and enabled = true")
+    validate = project.plan.nodes[f"validate:{build_name(entry.model, target, entry.quantization)}"].params
+    if not validate["runs_here"]:
+        raise SelectionError(f"the candidates of a search are validated, and target {target!r} cannot run here: "
+                             f"{validate['reason']} (fix: give the target an rpc device, or search a build for "
+                             f"this machine)")
 
 
 def _candidate_project(project: Project, entry, result: SearchResult, sections: dict) -> Project:
