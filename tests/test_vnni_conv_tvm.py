@@ -166,34 +166,37 @@ from tvm import relax
 sys.path.insert(0, {root!r})
 from tests.test_vnni_conv_tvm import build, conv_module, reference
 
-groups, mcpu = {groups}, {mcpu!r}
+groups, mcpu, shape, strides = {groups}, {mcpu!r}, {shape}, {strides}
 page = mmap.PAGESIZE
-shape = (1, 16, 16, page // 256)  # one page of int8 data
-memory = mmap.mmap(-1, 3 * page)
+pages = int(np.prod(shape)) // page  # whole pages of int8 data
+memory = mmap.mmap(-1, (pages + 2) * page)
 libc = ctypes.CDLL(None)
 start = ctypes.addressof(ctypes.c_char.from_buffer(memory))
-for guard in (start, start + 2 * page):  # no access to the page before the data, nor the one after
+for guard in (start, start + (pages + 1) * page):  # no access to the page before the data, nor the one after
     assert libc.mprotect(ctypes.c_void_p(guard), page, 0) == 0
-x = np.frombuffer(memory, np.int8, count=page, offset=page).reshape(shape)
+x = np.frombuffer(memory, np.int8, count=pages * page, offset=page).reshape(shape)
 x[...] = np.random.default_rng(0).integers(-128, 128, shape)
-weight = np.random.default_rng(1).integers(-128, 128, (16, 16 // groups, 3, 3)).astype(np.int8)
-module = conv_module(shape, weight, "int8", strides=(1, 1), padding=(1, 1, 1, 1), dilation=(1, 1), groups=groups)
+weight = np.random.default_rng(1).integers(-128, 128, (16, shape[1] // groups, 3, 3)).astype(np.int8)
+module = conv_module(shape, weight, "int8", strides=strides, padding=(1, 1, 1, 1), dilation=(1, 1), groups=groups)
 executable, phases = build(module, {{"kind": "llvm", "mcpu": mcpu, "num-cores": 2}})
 assert any("vnni" in gv.name_hint for gv in phases.fused.functions)
 got = relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.from_dlpack(x)).numpy()
-want = reference(x, weight, strides=(1, 1), padding=(1, 1, 1, 1), dilation=(1, 1))
+want = reference(x, weight, strides=strides, padding=(1, 1, 1, 1), dilation=(1, 1))
 assert np.array_equal(got, want)
 print("ok")
 """
 
 
-@pytest.mark.parametrize("groups, mcpu, features", [(1, "cascadelake", ("avx512vnni",)),
-                                                    (16, "icelake-server", ("avx512vnni", "avx512vbmi"))],
-                         ids=["conv", "depthwise"])
-def test_a_padded_conv_reads_nothing_outside_its_input(groups, mcpu, features):
-    """The input lies in one page between two pages that may not be read: the padding of its first row and
-    the vectors past its last must not load from them (a vector select of a clamped load did, and crashed
-    the detector on real images). In a fresh process, so a fault fails this test rather than the run."""
+@pytest.mark.parametrize("groups, shape, strides, mcpu, features", [
+    (1, "(1, 16, 16, mmap.PAGESIZE // 256)", (1, 1), "cascadelake", ("avx512vnni",)),
+    (16, "(1, 16, 16, mmap.PAGESIZE // 256)", (1, 1), "icelake-server", ("avx512vnni", "avx512vbmi")),
+    # an image model's first conv: 3 channels, packed in groups of 4 (the fourth read a plane past the input)
+    (1, "(1, 3, 64, 64)", (2, 2), "cascadelake", ("avx512vnni",))], ids=["conv", "depthwise", "3-channel-stem"])
+def test_a_padded_conv_reads_nothing_outside_its_input(groups, shape, strides, mcpu, features):
+    """The input lies in whole pages between two pages that may not be read: the padding of its first row,
+    the vectors past its last and the channels that fill its last group must not load from them (a vector
+    select of a clamped load did, and crashed the detector on real images). In a fresh process, so a fault
+    fails this test rather than the run."""
     import subprocess
     import sys
     from pathlib import Path
@@ -205,6 +208,6 @@ def test_a_padded_conv_reads_nothing_outside_its_input(groups, mcpu, features):
     if not all(codegen.target_has_features(f, host) for f in features):
         pytest.skip(f"this CPU lacks {', '.join(features)}: the kernel cannot run here")
     root = str(Path(__file__).resolve().parents[1])
-    code = GUARDED_RUN.format(root=root, groups=groups, mcpu=mcpu)
+    code = GUARDED_RUN.format(root=root, groups=groups, mcpu=mcpu, shape=shape, strides=strides)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=root)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", (proc.returncode, proc.stderr[-1500:])

@@ -120,7 +120,7 @@ def ceil_div(a: int, b: int) -> int:
 
 
 def shifted_or_padding(load, row, column, *, left: int, height: int, width: int, shift: int, flat_row,
-                       rows: int, channel_inside=True, vector: int = PAD_VECTOR):
+                       rows: int, vector: int = PAD_VECTOR):
     """One byte of a padded row: the input at (row, column - left) shifted to uint8, or the shifted zero
     outside the input. `column` counts from the padded row's start, which the pad's vectors are aligned to;
     `flat_row` is the row's index among the input's `rows` rows of `width` bytes (batch, channel and row).
@@ -139,7 +139,7 @@ def shifted_or_padding(load, row, column, *, left: int, height: int, width: int,
     start = flat_row * width + tirx.floordiv(column, vector) * vector - left  # the vector's first byte in x
     within = tirx.all(start >= 0, start + vector <= rows * width)
     column = column - left
-    inside = tirx.all(channel_inside, row >= 0, row < height, column >= 0, column < width)
+    inside = tirx.all(row >= 0, row < height, column >= 0, column < width)
     direct = tirx.Select(inside, (load(row, column).astype("int32") + shift).astype("uint8"),
                          tirx.const(shift, "uint8"))
     clamped = load(tirx.max(tirx.min(row, height - 1), 0), tirx.max(tirx.min(column, width - 1), 0))
@@ -161,10 +161,15 @@ def _compute(x, w, correction, *, strides, padding, dilation, kernel, channels):
     shift = 128 if str(x.dtype) == "int8" else 0
 
     def pad(b, row, c, column):
-        channel = tirx.min(c, in_ch - 1)
-        return shifted_or_padding(lambda r, q: x[b, channel, r, q], row - top, column, left=left, height=height,
-                                  width=width, shift=shift, flat_row=(b * in_ch + channel) * height + row - top,
-                                  rows=n * in_ch * height, channel_inside=c < in_ch)
+        value = shifted_or_padding(lambda r, q: x[b, c, r, q], row - top, column, left=left, height=height,
+                                   width=width, shift=shift, flat_row=(b * in_ch + c) * height + row - top,
+                                   rows=n * in_ch * height)
+        if in_ch % GROUP == 0:
+            return value
+        # the channels that fill the last group of 4 are the shifted zero, loading nothing: a load at a
+        # clamped channel under a select of c < in_ch lost its clamp to the simplifier, as in
+        # shifted_or_padding, and the stem conv of 3 channels read a whole plane past its input
+        return tirx.if_then_else(c < in_ch, value, tirx.const(shift, "uint8"))
 
     def tap(b, rc, h, col, rh, rw, ri):
         """The packed data that weight tap (rh, rw) meets at output (h, col): column col * sw + rw * dw."""
