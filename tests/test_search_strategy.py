@@ -122,3 +122,11 @@ def test_the_space_has_every_combination_of_settings_the_sections_first():
     space = Space.of(["float"], ["nearest", "gptq"], ["minmax"], [32, 64])
     assert space.settings[0] == NEAREST and len(space.settings) == 4
     assert Settings("gptq", "minmax", 64) in space.settings
+
+
+def test_candidates_within_the_timing_noise_are_equal_and_fewer_raised_layers_win():
+    a, b, c = (Candidate(NEAREST, LAYERS[:k], "int16") for k in (1, 3, 4))
+    trials = {a: Outcome(True, 10.5, 0.1), b: Outcome(True, 10.0, 0.1), c: Outcome(True, 8.0, 0.1)}
+    assert chosen(trials)[0] == c and chosen(trials, noise=0.1)[0] == c  # 8.0 is faster beyond the noise
+    trials[c] = Outcome(True, 9.8, 0.1)
+    assert chosen(trials)[0] == c and chosen(trials, noise=0.1)[0] == a
