@@ -30,6 +30,8 @@ ALLOWED = {
     "stages": {"compiler", "quantization", "validation", "recipe.targets", "recipe.params", "recipe.schema",
                "frontend"},
     "reports": {"build", "pipeline", "recipe", "validation"},
+    # a search builds candidates as a build does and reads their reports
+    "search": {"build", "pipeline", "recipe", "reports", "validation"},
 }
 # third-party packages a layer must never import
 FORBIDDEN = {
@@ -41,6 +43,7 @@ FORBIDDEN = {
     "frontend": {"tvm", "onnxruntime"},
     "validation": {"tvm", "onnxruntime"},
     "reports": {"tvm", "onnx", "onnxruntime"},
+    "search": {"tvm", "onnx", "onnxruntime", "numpy"},
 }
 
 
