@@ -98,7 +98,7 @@ def scatter(points: list[tuple[str, float, float, bool]], *, title: str, x_label
     xs, ys = [p[1] for p in points], [p[2] for p in points]
     x, y = _scale(min(xs), max(xs), min(ys), max(ys))
     body = "".join(f'<circle cx="{x(a):.1f}" cy="{y(b):.1f}" r="4" fill="{ACCENT if good else WARN}">'
-                   f'<title>{escape(label)}: {_num(a)}, {_num(b)}</title></circle>' for label, a, b, good in points)
+                   f'<title>{escape(label)}: {_num(a)}, {b:.6g}</title></circle>' for label, a, b, good in points)
     low, high = (f'<text x="{PAD + 4}" y="{y(v) - 4:.1f}" font-size="11" fill="{MUTED}">'
                  f'{v:.6g}</text>' for v in (min(ys), max(ys)))
     return _chart("scatter", title, body + low + high + _x_axis(min(xs), max(xs), x_label, x) + _y_label(y_label))
