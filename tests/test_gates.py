@@ -113,3 +113,26 @@ def test_metrics_with_a_field_the_readers_do_not_know_fail_loudly():
     assert Measured.from_json({"ran": False, "reason": "no device"}).reason == "no device"
     with pytest.raises(TypeError):
         Measured.from_json({"ran": True, "latency": {}})  # a renamed field is not silently None
+
+
+EMULATED = replace(METRICS, machine={"device": "rpi4", "tracker": "127.0.0.1:9190", "via": "rpc",
+                                     "machine": "aarch64", "emulated": "qemu-aarch64 7.2 -cpu max"})
+
+
+def test_on_an_emulated_device_accuracy_is_gated_and_latency_is_not_applicable():
+    gates = by_name(evaluate(spec(gates={"min_cosine": 0.9999, "max_p99_ms": 1, "min_throughput": 10}), EMULATED))
+    assert not gates["min_cosine"].passed and gates["min_cosine"].applicable  # accuracy there is real
+    for name in ("max_p99_ms", "min_throughput"):  # 3.0 ms > 1 would fail on hardware
+        assert gates[name].passed and not gates[name].applicable and gates[name].verdict == "n/a"
+        assert gates[name].describe() == f"{name}: not applicable (timed on an emulated device (qemu-aarch64 7.2 -cpu max))"
+    on_a_board = by_name(evaluate(spec(gates={"max_p99_ms": 1}), replace(EMULATED, machine={"via": "rpc"})))
+    assert on_a_board["max_p99_ms"].verdict == "FAIL"
+
+
+def test_against_a_baseline_an_emulated_device_compares_accuracy_not_latency():
+    baseline = {"latency_ms": {"median": 0.5, "p99": 0.6, "throughput": 2000.0},
+                "accuracy": {"y": {"cosine": 0.9999}}}
+    gates = by_name(evaluate(spec(baseline={"report": "b.json", "max_p99_increase": 0.1, "max_cosine_drop": 1e-5}),
+                             EMULATED, baseline))
+    assert not gates["max_p99_increase"].applicable and gates["max_p99_increase"].passed
+    assert gates["max_cosine_drop"].applicable and not gates["max_cosine_drop"].passed

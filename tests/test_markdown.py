@@ -3,6 +3,8 @@ fusion and layout figures."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from modelbuild.reports.markdown import _details, _fusion_and_memory, _quantization, outcome_line
 from modelbuild.reports.model import BuildReport, Validation
 from modelbuild.validation.gates import GateResult
@@ -46,7 +48,8 @@ def test_the_suggestion_offers_int16_inputs_too_and_the_preparation_names_them()
 def finished_build(gates: list[GateResult]) -> BuildReport:
     return BuildReport("cls@x86", artifact="build/cls/x86/model.so", validation=Validation(ran=True),
                        latency_ms={"median": 0.8312, "p99": 1.2049, "throughput": 1203.1},
-                       accuracy={"y": {"cosine": 0.99991, "max_abs": 3e-5}}, gates=gates)
+                       accuracy={"y": {"cosine": 0.99991, "max_abs": 3e-5, "max_rel": 1e-4, "sqnr_db": 80.0}},
+                       gates=gates)
 
 
 def test_the_outcome_line_gives_speed_the_cosine_against_its_gate_and_the_artifact():
@@ -94,3 +97,21 @@ def test_against_a_baseline_the_report_sets_latency_and_each_outputs_accuracy_be
     assert "Against the baseline `main/report.json`:" in text
     assert "| latency p50 (ms) | 1 | 1.2 | +20.0% |" in text and "| latency p99 (ms) | 2 | 2 | +0.0% |" in text
     assert "| boxes: cosine | 0.9999 | 0.998 | -0.0019 |" in text and "| boxes: SQNR dB | 40 | 31.5 | -8.5 |" in text
+
+
+FULL_LATENCY = {"runs": 50, "min": 0.8, "mean": 0.84, "median": 0.8312, "p90": 1.0, "p99": 1.2049, "p99.9": 1.3,
+                "max": 1.3, "cv": 0.04, "throughput": 1203.1, "percentile_method": "linear"}
+
+
+def test_a_build_on_an_emulated_device_says_where_it_ran_and_that_its_latency_is_not_a_hardware_figure():
+    machine = {"device": "rpi4", "tracker": "127.0.0.1:9190", "via": "rpc", "machine": "aarch64",
+               "os": "Debian bookworm userland", "emulated": "qemu-aarch64 7.2 -cpu max"}
+    na = GateResult("max_p99_ms", None, 20, True, "timed on an emulated device (qemu)", applicable=False)
+    b = replace(finished_build([na]), provenance={"machine": machine}, latency_ms=FULL_LATENCY)
+    assert "1203/s  (emulated device)  cosine" in outcome_line(b)
+    details = "\n".join(_details(b))
+    assert ("- ran on: device 'rpi4' from the RPC tracker at 127.0.0.1:9190 (aarch64, Debian bookworm userland), "
+            "emulated by qemu-aarch64 7.2 -cpu max: its latency is not a hardware figure") in details
+    assert "| max_p99_ms | - | 20 | n/a |" in details
+    host = replace(finished_build([]), provenance={"machine": {"cpu": "Xeon", "cores": 2}}, latency_ms=FULL_LATENCY)
+    assert "(emulated" not in outcome_line(host) and "- ran on: this machine (Xeon, 2 cores)" in "\n".join(_details(host))

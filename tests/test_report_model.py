@@ -67,3 +67,12 @@ def test_kernels_are_compared_with_the_baselines_by_the_first_layer_they_compute
     assert kernel_changes(now, base) == [{"kernel": "fused_conv2d4_add1_relu", "layers": ["stem_conv", "stem_add", "stem_relu"],
                                           "us": [pytest.approx(100.0), pytest.approx(150.0)]}]
     assert kernel_changes(now, None) == [] and kernel_changes(None, base) == []
+
+
+def test_junit_shows_a_gate_that_does_not_apply_as_skipped_with_why_not_as_passed_or_failed():
+    gates = [GateResult("min_cosine", 0.99999, 0.999, True),
+             GateResult("max_p99_ms", None, 20, True, "timed on an emulated device (qemu)", applicable=False)]
+    xml = junit.render(Report(passed=True, recipe="deploy.toml", cache={}, builds=[
+        BuildReport("cls@rpi4", validation=Validation(ran=True), gates=gates, passed=True)]))
+    assert 'failures="0"' in xml and xml.count("<skipped") == 1
+    assert '<skipped message="timed on an emulated device (qemu)" />' in xml

@@ -8,7 +8,7 @@ from __future__ import annotations
 from html import escape
 
 from modelbuild.reports import svg
-from modelbuild.reports.markdown import (gates_in_brief, layers_in_brief, of_roof, stage_time, status,
+from modelbuild.reports.markdown import (gates_in_brief, layers_in_brief, of_roof, ran_on, stage_time, status,
                                          vs_baseline_rows)
 from modelbuild.reports.model import BuildReport, Report
 
@@ -49,6 +49,7 @@ def _build(b: BuildReport) -> str:
              f'<p>artifact <code>{escape(b.artifact or "-")}</code>'
              + ("" if b.validation.ran else f' <span class="muted">not validated: {escape(b.validation.reason or "")}'
                                             "</span>") + "</p>",
+             f'<p class="muted">ran on {escape(ran_on(b))}</p>' if b.validation.ran and ran_on(b) else "",
              _gates(b), _accuracy(b), _vs_baseline(b)]
     charts = [_latency(b), _memory(b), _int8(b), _scaling(b), _roofline(b), _timeline(b)]
     parts.append('<div class="charts">' + "".join(c for chart in charts for c in chart) + "</div>")
@@ -60,7 +61,7 @@ def _gates(b: BuildReport) -> str:
     if not b.gates:
         return '<p class="muted">No gates.</p>'
     rows = "".join(f'<tr class="gate"><td>{escape(g.name)}</td><td>{_fmt(g.value)}</td><td>{_fmt(g.limit)}</td>'
-                   f'<td class="{"pass" if g.passed else "fail"}">{"pass" if g.passed else "FAIL"}</td>'
+                   f'<td class="{"pass" if g.passed else "fail"}">{g.verdict}</td>'
                    f'<td class="muted">{escape(g.detail)}</td></tr>'
                    for g in sorted(b.gates, key=lambda g: g.passed))  # failures first
     return ('<table class="gates"><tr><th>gate</th><th>value</th><th>limit</th><th>result</th><th></th></tr>'

@@ -50,11 +50,13 @@ def _details(b: BuildReport) -> list[str]:
         out.append("- bound inputs (constants in the library, not its arguments): "
                    + ", ".join(f"{name} = {value}" for name, value in b.bound_inputs.items()))
     out += [f"- {stage}: {stage_time(s)}" + (f": {s.error}" if s.error else "") for stage, s in b.stages.items()]
+    if b.validation.ran and ran_on(b):
+        out.append(f"- ran on: {ran_on(b)}")
     if not b.validation.ran:
         out.append(f"- not validated: {b.validation.reason}")
     if b.gates:
         out += ["", "| gate | value | limit | result |", "| --- | --- | --- | --- |"]
-        out += [f"| {g.name} | {_fmt(g.value)} | {_fmt(g.limit)} | {'pass' if g.passed else '**FAIL**'} |"
+        out += [f"| {g.name} | {_fmt(g.value)} | {_fmt(g.limit)} | {g.verdict.replace('FAIL', '**FAIL**')} |"
                 for g in b.gates]
     if b.accuracy:
         out += ["", "| output | max abs | max rel | cosine | SQNR dB | top-1 |", "| --- | --- | --- | --- | --- | --- |"]
@@ -266,12 +268,26 @@ def summary_line(b: BuildReport) -> str | None:
             f"memory {mb(m['naive_bytes'])} -> {mb(m['planned_bytes'])} (bound {mb(m['lower_bound_bytes'])})")
 
 
+def ran_on(b: BuildReport) -> str | None:
+    """Where the library was measured: this machine's CPU, or a device over RPC as it describes itself."""
+    machine = (b.provenance or {}).get("machine") or {}
+    if machine.get("via") != "rpc":
+        return f"this machine ({machine['cpu']}, {machine['cores']} cores)" if "cpu" in machine else None
+    described = ", ".join(machine[k] for k in ("machine", "os") if machine.get(k))
+    where = f"device {machine['device']!r} from the RPC tracker at {machine['tracker']}"
+    where += f" ({described})" if described else ""
+    if machine.get("emulated"):
+        where += f", emulated by {machine['emulated']}: its latency is not a hardware figure and no latency gate applies"
+    return where
+
+
 def outcome_line(b: BuildReport) -> str:
     """What a person wants at the end of a build: speed, the accuracy figure closest to failing, the artifact."""
     parts = [b.name]
     latency = b.latency_ms
     if latency:
-        parts.append(f"p50 {latency['median']:.3g} ms  p99 {latency['p99']:.3g} ms  {latency['throughput']:.4g}/s")
+        parts.append(f"p50 {latency['median']:.3g} ms  p99 {latency['p99']:.3g} ms  {latency['throughput']:.4g}/s"
+                     + ("  (emulated device)" if ((b.provenance or {}).get("machine") or {}).get("emulated") else ""))
     elif not b.validation.ran:
         parts.append(f"not validated: {b.validation.reason}")
     worst = worst_accuracy(b)

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 # TVM is imported in the functions that use it: validate.py imports this module for its exit code alone
 
+import json
 import os
 import signal
 import socket
 
 DEVICE_UNAVAILABLE = 75  # measure.py's exit code for these (EX_TEMPFAIL): the validate stage reports exit 4
 CONNECT_SECONDS = 5
+DESCRIBE = "modelbuild.device_info"  # a device server's function returning JSON: machine, os, emulated
 
 
 class DeviceUnavailable(Exception):
@@ -23,12 +25,14 @@ class DeviceUnavailable(Exception):
 
 
 def load(library: str, device: dict):
-    """(run, timer) for the library on a device of `device["key"]`: run(arrays) -> outputs as numpy arrays;
-    timer(arrays, warmup, min_runs, ...) -> seconds of each run, measured on the device."""
+    """(run, timer, described) for the library on a device of `device["key"]`: run(arrays) -> outputs as
+    numpy arrays; timer(arrays, warmup, min_runs, ...) -> seconds of each run, measured on the device;
+    described: what the device says of itself (machine, os, emulated), {} where its server says nothing."""
     import tvm
     from tvm import relax
 
     session = _session(device)
+    described = _described(session)
     try:
         session.upload(library)
         vm = relax.VirtualMachine(session.load_module(os.path.basename(library)), session.cpu())
@@ -53,7 +57,16 @@ def load(library: str, device: dict):
         runs = max(1, min(wanted, int(max_seconds / once) if once > 0 else wanted))
         return list(_guarded(device, lambda: vm.time_evaluator("main", dev, number=1, repeat=runs)(*args).results))
 
-    return run, timer
+    return run, timer, described
+
+
+def _described(session) -> dict:
+    """The device's own description, from the function scripts/emulated_arm64.py's server registers. TVM's
+    stock RPC server has none, and nothing else tells a board from an emulator, so its absence is {}."""
+    try:
+        return json.loads(session.get_function(DESCRIBE)())
+    except Exception:  # noqa: BLE001  (TVM raises its own error type for a function the server lacks)
+        return {}
 
 
 def _session(device: dict):

@@ -36,7 +36,7 @@ def main(library: str, golden_path: str, signature_path: str, timing_json: str, 
 
     device = json.loads(device_json) if device_json else None
     started = time.perf_counter()
-    run, timer = remote.load(library, device) if device else (_load(library), None)
+    run, timer, described = remote.load(library, device) if device else (_load(library), None, {})
     first = run(inputs_of(golden, input_names, 0))
     cold_ms = (time.perf_counter() - started) * 1000
 
@@ -61,7 +61,8 @@ def main(library: str, golden_path: str, signature_path: str, timing_json: str, 
         "latency_ms": metrics.timing_summary(latencies),
         **({"baseline_latency_ms": metrics.timing_summary(together)} if together else {}),
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-        "machine": {"device": device["key"], "tracker": device["tracker"], "via": "rpc"} if device else host_machine(),
+        "machine": ({"device": device["key"], "tracker": device["tracker"], "via": "rpc", **described} if device
+                    else host_machine()),
         "samples": count,
     }
     Path(out_path).write_text(json.dumps(result))

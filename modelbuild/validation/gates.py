@@ -27,6 +27,11 @@ class GateResult:
     def as_dict(self) -> dict:
         return asdict(self)
 
+    @property
+    def verdict(self) -> str:
+        """'pass', 'FAIL', or 'n/a' where the gate does not apply, as report tables show it."""
+        return "n/a" if not self.applicable else "pass" if self.passed else "FAIL"
+
     def describe(self) -> str:
         """'max_p99_ms: 4.45 > 0.001' for a person reading a failure."""
         if not self.applicable:
@@ -57,6 +62,8 @@ NOT_APPLICABLE = {
     "top5_agreement": "no output is [batch, classes] with at least 5 classes",
 }
 ACCURACY_GATES = ("max_abs_error", "max_rel_error", "min_cosine", "min_sqnr_db", "min_top1_agreement")
+LATENCY_GATES = ("max_p50_ms", "max_p99_ms", "min_throughput", "max_p50_increase", "max_p99_increase",
+                 "min_throughput_ratio")
 
 # gate name -> (how to read its value from metrics, how a value passes against the limit)
 Reader = Callable[[Measured], tuple[float | None, str]]
@@ -95,6 +102,9 @@ def evaluate(spec: ValidationSpec, metrics: Measured | None, baseline: dict | No
     for name, limit in spec.gates.model_dump().items():
         if limit is None:
             continue
+        if name in LATENCY_GATES and emulated(metrics):
+            results.append(_not_timed_on_hardware(name, limit, metrics))
+            continue
         read, ok = GATES[name]
         value, detail = read(metrics)
         if value is None and name in ACCURACY_GATES and metrics.accuracy:
@@ -102,6 +112,17 @@ def evaluate(spec: ValidationSpec, metrics: Measured | None, baseline: dict | No
             continue
         results.append(GateResult(name, value, limit, value is not None and ok(value, limit), detail))
     return results + _baseline_gates(spec, metrics, baseline)
+
+
+def emulated(metrics: Measured) -> str | None:
+    """The emulator where the device that ran the library is one (its own word, stages/device.py)."""
+    return (metrics.machine or {}).get("emulated")
+
+
+def _not_timed_on_hardware(name: str, limit: float, metrics: Measured) -> GateResult:
+    # an emulator's speed says nothing about the board's: such a gate would pass or fail at random
+    return GateResult(name, None, limit, True, f"timed on an emulated device ({emulated(metrics)})",
+                      applicable=False)
 
 
 def _baseline_gates(spec: ValidationSpec, metrics: Measured, baseline: dict | None) -> list[GateResult]:
@@ -119,6 +140,9 @@ def _baseline_gates(spec: ValidationSpec, metrics: Measured, baseline: dict | No
             continue
         if name in ACCURACY_DROPS:
             results.append(_accuracy_drop(name, limit, accuracy_changes(metrics.accuracy, baseline.get("accuracy"))))
+            continue
+        if emulated(metrics):
+            results.append(_not_timed_on_hardware(name, limit, metrics))
             continue
         stat, form, regressed = BASELINE_GATES[name]
         if stat not in base:
