@@ -38,6 +38,9 @@ def test_a_target_with_a_device_is_ready_when_its_tracker_answers():
         "on rpi4 via farm:9190"
     down = assess("rpi4", board, CAPS, NOTHING, lambda _: False)
     assert down.validates is None and "farm:9190 does not answer" in down.validate_note
+    assert "no board? `python scripts/emulated_arm64.py serve --key rpi4`" in down.validate_note
+    gpu = {"kind": "cuda", "rpc": {"tracker": "farm:9190", "key": "a100"}}
+    assert "emulated" not in assess("gpu", gpu, CAPS, NOTHING, lambda _: False).validate_note
 
 
 def test_a_gpu_target_builds_on_a_machine_without_a_gpu_and_says_where_it_can_run():

@@ -47,7 +47,7 @@ def assess(name: str, target: dict, caps: dict, which: Callable[[str], str | Non
         ok = bool(device["tracker"]) and answers(device["tracker"])
         return TargetCheck(name, builds, build_note, f"on {device['key']} via {device['tracker']}" if ok else None,
                            "" if ok else f"the RPC tracker {device['tracker']} does not answer (fix: start it, "
-                                         "or set MODELBUILD_RPC_TRACKER)")
+                                         f"or set MODELBUILD_RPC_TRACKER){_emulator_hint(target, device['key'])}")
     if kind == "cuda":
         here = caps.get("cuda_device", False)
         return TargetCheck(name, builds, build_note, "here" if here else None,
@@ -58,7 +58,15 @@ def assess(name: str, target: dict, caps: dict, which: Callable[[str], str | Non
         return TargetCheck(name, builds, build_note, "here", "")
     return TargetCheck(name, builds, build_note, None,
                        f"{not_here} (fix: a device over RPC: rpc = {{ tracker = \"host:port\", key = \"...\" }} "
-                       "in the target)")
+                       f"in the target){_emulator_hint(target, name)}")
+
+
+def _emulator_hint(target: dict, key: str) -> str:
+    """For an Arm64 target with no board at hand: the emulated device that modelbuild's repository ships."""
+    if not str(target.get("mtriple", "")).startswith("aarch64"):
+        return ""
+    return (f"; no board? `python scripts/emulated_arm64.py serve --key {key}` in modelbuild's repository "
+            "runs an emulated one (accuracy real, latency not gated)")
 
 
 def _builds(kind, target: dict, caps: dict, which) -> tuple[bool, str]:

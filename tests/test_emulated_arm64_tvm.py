@@ -1,0 +1,133 @@
+"""A cross-built library validated without a board: scripts/emulated_arm64.py's device (Debian's arm64
+userland and the aarch64 TVM wheel under qemu-user) registered with a real tracker on 127.0.0.1, the bundled
+classifier built for this machine and for a Raspberry Pi 4, in fp32 and int8, in one build."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+from modelbuild.cli import main
+from tests.conftest import REPO, free_port, wait_for_port
+
+pytestmark = pytest.mark.tvm
+
+KEY = "rpi4"
+NEEDED = ("qemu-aarch64-static", "aarch64-linux-gnu-gcc", "apt-get", "dpkg")
+ELF_MACHINE_AARCH64 = 183  # e_machine in the ELF header
+
+
+@pytest.fixture(scope="module")
+def tracker():
+    """An emulated rpi4 and a tracker (the script starts one where none listens); yields 'host:port'."""
+    missing = [tool for tool in NEEDED if shutil.which(tool) is None]
+    if missing:  # .ci/run installs them
+        pytest.skip(f"needs {', '.join(missing)} (Debian: apt-get install qemu-user-static gcc-aarch64-linux-gnu)")
+    address = f"127.0.0.1:{free_port()}"
+    server = subprocess.Popen([sys.executable, str(REPO / "scripts/emulated_arm64.py"), "serve", "--key", KEY,
+                               "--tracker", address, "--port", str(free_port())],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    from tvm import rpc
+
+    port = int(address.rpartition(":")[2])
+    # the first run downloads the environment (about 120 MB) before it starts the tracker
+    wait_for_port(port, server, timeout=600)
+    deadline = time.monotonic() + 120
+    while KEY not in rpc.connect_tracker("127.0.0.1", port).text_summary():
+        assert server.poll() is None, f"the emulated device stopped: {server.stderr.read()[-2000:]}"
+        assert time.monotonic() < deadline, "the emulated device never registered with the tracker"
+        time.sleep(1)
+    yield address
+    server.terminate()
+    server.wait(timeout=30)
+
+
+def recipe(root, tracker: str) -> None:
+    lines = REPO / "recipes/examples/text-lines"
+    preprocess = "preprocess = { mean = [0.5, 0.5, 0.5], std = [0.5, 0.5, 0.5] }"
+    (root / "deploy.toml").write_text(textwrap.dedent(f"""\
+        include = ["{REPO}/recipes/targets/x86-server.toml", "{REPO}/recipes/targets/rpi4.toml"]
+
+        [targets.rpi4]
+        cross-compiler = "aarch64-linux-gnu-gcc"
+        rpc = {{ tracker = "{tracker}", key = "{KEY}", timeout = 120 }}
+
+        [models.text_cls]
+        path = "{REPO}/models/text_direction_cls.onnx"
+        inputs.x = {{ shape = [1, 3, 48, 192] }}
+
+        [quantization.int8]
+        calibration = {{ method = "minmax", samples = 8, source = "images", path = "{lines}/calibration", {preprocess} }}
+
+        [validation]
+        golden = {{ source = "images", path = "{lines}/golden", count = 4, {preprocess} }}
+        timing = {{ warmup = 1, min_runs = 3, min_seconds = 0.0 }}
+
+        [validation.gates]
+        min_cosine = 0.99
+        max_p99_ms = 50  # on this machine; under emulation a run takes hundreds of ms, and no latency gate applies
+
+        [[builds]]
+        model = "text_cls"
+        targets = ["x86", "rpi4"]
+
+        [[builds]]
+        model = "text_cls"
+        targets = ["x86", "rpi4"]
+        quantization = "int8"
+        """))
+
+
+def test_the_classifier_in_fp32_and_int8_is_validated_on_the_emulated_pi_and_agrees_with_the_x86_build(
+        tracker, tmp_path, capsys):
+    recipe(tmp_path, tracker)
+    code = main(["build", "-f", str(tmp_path / "deploy.toml")])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    builds = {b["name"]: b for b in json.loads((tmp_path / "build/report.json").read_text())["builds"]}
+    for name in ("text_cls@rpi4", "text_cls+int8@rpi4"):
+        pi = builds[name]
+        library = tmp_path / pi["artifact"]
+        assert library.suffix == ".so" and library.read_bytes()[18] == ELF_MACHINE_AARCH64
+        assert pi["validation"]["ran"] and pi["latency_ms"]["runs"] >= 3
+        machine = pi["provenance"]["machine"]
+        assert (machine["device"], machine["via"], machine["machine"]) == (KEY, "rpc", "aarch64")
+        assert machine["emulated"].startswith("qemu-aarch64")
+        gates = {g["name"]: g for g in pi["gates"]}
+        assert gates["min_cosine"]["applicable"] and gates["min_cosine"]["passed"]
+        assert not gates["max_p99_ms"]["applicable"]  # a p99 of hundreds of ms is not a failure here
+        assert f"{name}  p50" in out and "(emulated device)" in out
+
+    # int8: the Pi's library agrees with onnxruntime's own QDQ model as closely as this machine's does
+    for figure in ("cosine", "max_abs"):
+        (x86,) = (o[figure] for o in builds["text_cls+int8@x86"]["accuracy_vs_qdq"].values())
+        (pi,) = (o[figure] for o in builds["text_cls+int8@rpi4"]["accuracy_vs_qdq"].values())
+        assert pi == pytest.approx(x86, abs=1e-5)
+
+    # fp32: the two libraries' outputs side by side, within the float-ci preset's tolerances
+    from modelbuild.stages import device
+
+    inputs = np.random.default_rng(0).uniform(-1, 1, (4, 1, 3, 48, 192)).astype("float32")  # as preprocessed
+    run_pi, _, described = device.load(str(tmp_path / builds["text_cls@rpi4"]["artifact"]),
+                                       {"tracker": tracker, "key": KEY, "timeout": 120})
+    run_x86 = host_runner(tmp_path / builds["text_cls@x86"]["artifact"])
+    assert described["machine"] == "aarch64"
+    for x in inputs:
+        (on_pi,), (on_x86,) = run_pi([x]), run_x86([x])
+        assert np.abs(on_pi - on_x86).max() <= 1e-4
+        assert np.dot(on_pi.ravel(), on_x86.ravel()) / (np.linalg.norm(on_pi) * np.linalg.norm(on_x86)) >= 0.9999
+
+
+def host_runner(library):
+    import tvm
+    from tvm import relax
+
+    vm = relax.VirtualMachine(tvm.runtime.load_module(str(library)), tvm.cpu())
+    return lambda arrays: [vm["main"](*[tvm.runtime.tensor(a) for a in arrays]).numpy()]
