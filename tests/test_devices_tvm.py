@@ -44,8 +44,16 @@ def tracker():
         process.wait()
 
 
-def recipe(root, rpc: str) -> None:
+def recipe(root, rpc: str, trials: int | None = None) -> None:
+    root.mkdir(parents=True, exist_ok=True)
     two_convs(root / "net.onnx")
+    tuning = "" if trials is None else textwrap.dedent(f"""\
+        [tuning.quick]
+        trials_per_task = {trials}
+        cost_model = "random"
+        number = 1
+        min_repeat_ms = 0
+        """)
     (root / "deploy.toml").write_text(textwrap.dedent(f"""\
         [models.net]
         path = "net.onnx"
@@ -55,6 +63,7 @@ def recipe(root, rpc: str) -> None:
         kind = "llvm"
         mcpu = "host"
         rpc = {rpc}
+        {"num-cores = 2  # MetaSchedule tunes for a known core count" if tuning else ""}
 
         [validation]
         golden = {{ count = 2 }}
@@ -66,7 +75,7 @@ def recipe(root, rpc: str) -> None:
         [[builds]]
         model = "net"
         targets = ["board"]
-        """))
+        """) + (f'tuning = "quick"\n\n{tuning}' if tuning else ""))
 
 
 def test_a_library_is_validated_on_the_device_the_tracker_gives_and_the_report_says_which(tracker, tmp_path, capsys):
@@ -114,3 +123,15 @@ def test_a_busy_device_is_waited_for_until_the_timeout_then_one_line(tracker, tm
         assert f"no {KEY} device came free within 3 s" in out
     finally:
         del held
+
+
+def test_tuning_for_a_key_no_device_registered_stops_before_measuring_anything(tracker, tmp_path, capsys):
+    # measuring on a device for real: tests/test_emulated_arm64_tvm.py, where no candidate could run here
+    recipe(tmp_path, f'{{ tracker = "{tracker}", key = "rpi5", timeout = 5 }}', trials=2)
+    started = time.monotonic()
+    code = main(["build", "-f", str(tmp_path / "deploy.toml")])
+    out = capsys.readouterr().out
+    assert code == 4 and time.monotonic() - started < 60, out
+    assert f"FAILED tune:net@board: no device with key 'rpi5' at the RPC tracker {tracker}" in out
+    assert not list((tmp_path / ".cache/tuning").rglob("database_tuning_record.json")) or not any(
+        p.read_text() for p in (tmp_path / ".cache/tuning").rglob("database_tuning_record.json"))

@@ -131,3 +131,45 @@ def host_runner(library):
 
     vm = relax.VirtualMachine(tvm.runtime.load_module(str(library)), tvm.cpu())
     return lambda arrays: [vm["main"](*[tvm.runtime.tensor(a) for a in arrays]).numpy()]
+
+
+def test_tuning_the_pi_target_measures_every_candidate_on_the_emulated_device(tracker, tmp_path, capsys):
+    from tests.onnx_models import two_convs
+
+    two_convs(tmp_path / "net.onnx")
+    (tmp_path / "deploy.toml").write_text(textwrap.dedent(f"""\
+        include = ["{REPO}/recipes/targets/rpi4.toml"]
+
+        [targets.rpi4]
+        cross-compiler = "aarch64-linux-gnu-gcc"  # links each candidate: the device has no compiler
+        rpc = {{ tracker = "{tracker}", key = "{KEY}", timeout = 120 }}
+
+        [models.net]
+        path = "net.onnx"
+        inputs.x = {{ shape = [1, 3, 8, 8], dtype = "float32" }}
+
+        [tuning.quick]
+        trials_per_task = 2
+        cost_model = "random"
+        number = 1
+        min_repeat_ms = 0
+
+        [validation]
+        enabled = false
+
+        [[builds]]
+        model = "net"
+        targets = ["rpi4"]
+        tuning = "quick"
+        """))
+    code = main(["build", "-f", str(tmp_path / "deploy.toml")])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    tuning = json.loads((tmp_path / "build/report.json").read_text())["builds"][0]["tuning"]
+    assert tuning["trials_measured_now"] == 2 * tuning["tasks"]
+    database = next((tmp_path / ".cache/tuning").rglob("database_tuning_record.json"))
+    seconds = [json.loads(line)[1][1] for line in database.read_text().splitlines()]
+    # an aarch64 candidate runs nowhere on this machine: each time is the device's (a failure records 1e10)
+    assert seconds and all(s and s[0] < 1 for s in seconds)
+    defaults = json.loads(next((tmp_path / ".cache/tuning").rglob("defaults.json")).read_text())
+    assert all(entry["seconds"] for entry in defaults.values())  # the default schedule, timed there too

@@ -40,8 +40,12 @@ timing = { scaling = true }
 
 [[builds]]
 model = "cls"
-targets = ["host", "pi"]
+targets = ["host"]
 tuning = "quick"
+
+[[builds]]
+model = "cls"
+targets = ["pi"]
 
 [[builds]]
 model = "cls"

@@ -151,3 +151,30 @@ def test_a_device_enters_the_validate_key_and_not_the_compile_key(tmp_path):
     assert there.nodes["validate:cls@board"].params["device"] == {"tracker": "127.0.0.1:9190", "key": "rpi4",
                                                                   "timeout": 60}
     assert there.nodes["validate:cls@board"].params["machine"]["device"] == "rpi4"
+
+
+def test_a_device_enters_the_tune_key_with_the_linker_of_its_candidates_and_a_target_without_one_keeps_its_key(
+        tmp_path):
+    (tmp_path / "m.onnx").write_bytes(b"x")
+    base = textwrap.dedent("""\
+        [models.cls]
+        path = "m.onnx"
+        inputs.x = { shape = [1, 3, 8, 8] }
+
+        [tuning.quick]
+        trials_per_task = 4
+
+        [targets.pi]
+        kind = "llvm"
+        num-cores = 4
+        cross-compiler = "aarch64-linux-gnu-gcc"
+        """)
+    tail = '\n[[builds]]\nmodel = "cls"\ntargets = ["pi"]\ntuning = "quick"\n'
+    plans = []
+    for rpc in ("", 'mtriple = "aarch64-linux-gnu"\nrpc = { tracker = "127.0.0.1:9190", key = "rpi4" }\n'):
+        (tmp_path / "deploy.toml").write_text(base + rpc + tail)
+        plans.append(build_plan(load_recipe(tmp_path / "deploy.toml"), lambda t: t))
+    here, there = (p.nodes["tune:cls@pi"].params for p in plans)
+    assert set(here) == {"target", "options", "tuning"}  # as before devices: no tune key changed
+    assert there["device"] == {"tracker": "127.0.0.1:9190", "key": "rpi4", "timeout": 60}
+    assert there["cross_compiler"] == "aarch64-linux-gnu-gcc"

@@ -151,6 +151,24 @@ def test_a_build_naming_an_unknown_tuning_section(tmp_path):
     assert err.field == "builds[0].tuning" and "[tuning.fast]" in err.fix
 
 
+def test_tuning_a_target_that_runs_neither_here_nor_on_a_device_says_to_name_one(tmp_path):
+    pi = '[targets.pi]\nkind = "llvm"\nmtriple = "aarch64-linux-gnu"\nnum-cores = 4\n'
+    text = GOOD.replace('targets = ["host"]', 'targets = ["pi"]\ntuning = "fast"') + "\n[tuning.fast]\n" + pi
+    err = error_of(tmp_path, text)
+    assert err.field == "builds[0].tuning" and err.line == 14
+    assert "target 'pi' runs neither on this machine nor on a device" in err.message
+    assert "add rpc = { tracker" in err.fix and "[targets.pi]" in err.fix
+    write(tmp_path, text + 'rpc = { tracker = "127.0.0.1:9190", key = "rpi4" }\n')
+    assert load_recipe(tmp_path / "deploy.toml").spec.builds[0].tuning == "fast"
+
+
+def test_tuning_a_target_without_a_core_count_says_to_give_one(tmp_path):
+    text = GOOD.replace("num-cores = 2\n", "").replace('targets = ["host"]', 'targets = ["host"]\ntuning = "fast"')
+    err = error_of(tmp_path, text + "\n[tuning.fast]\n")
+    assert err.field == "builds[0].tuning" and "has no num-cores" in err.message
+    assert err.fix == "add num-cores = N (the device's physical cores) to [targets.host]"
+
+
 def test_tuning_records_must_exist(tmp_path):
     err = error_of(tmp_path, GOOD + '\n[tuning.fast]\nrecords = "tuning/records.json"\n')
     assert err.field == "tuning.fast.records" and err.line == 16

@@ -271,3 +271,21 @@ def test_editing_a_stage_helper_reruns_that_stage_only(fake_project, monkeypatch
     run, statuses = build(root, dry_run=True)
     assert {n for n, s in statuses.items() if s is Status.STALE} == {"compile:a@cpu", "compile:b@cpu"}
     assert [str(r) for r in run.results["compile:a@cpu"].reasons] == ["stage code changed"]
+
+
+def test_changing_only_the_arm_targets_mcpu_rebuilds_only_that_target(tmp_path, fake_stages):
+    write_fake_model(tmp_path / "a.json", ["conv", "relu"])
+
+    def write(mcpu: str) -> None:
+        (tmp_path / "deploy.toml").write_text(
+            '[models.a]\npath = "a.json"\ninputs.x = { shape = [1, 3, 8, 8], dtype = "float32" }\n\n'
+            '[targets.x86]\nkind = "llvm"\nmcpu = "skylake"\n\n'
+            f'[targets.pi]\nkind = "llvm"\nmtriple = "aarch64-linux-gnu"\nmcpu = "{mcpu}"\n'
+            'rpc = { tracker = "127.0.0.1:9190", key = "rpi4" }\n\n'
+            '[validation]\nenabled = false\n\n[[builds]]\nmodel = "a"\ntargets = ["x86", "pi"]\n')
+
+    write("cortex-a72")
+    assert ran(build(tmp_path)[1]) == {"import:a", "compile:a@x86", "compile:a@pi"}
+    write("cortex-a76")
+    _, statuses = build(tmp_path)
+    assert ran(statuses) == {"compile:a@pi"} and statuses["compile:a@x86"] is Status.CACHED

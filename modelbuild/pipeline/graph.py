@@ -125,6 +125,9 @@ def tune_node(recipe: LoadedRecipe, build: str, ir: tuple[str, str], target: dic
     # tasks come from the fused IR before any scheduling, so the schedule option does not enter this key
     options = {k: v for k, v in compile_options(spec).items() if k != "schedule"}
     params = {"target": tvm_target(target), "options": options, "tuning": tuning.model_dump(exclude={"records"})}
+    device = device_of(target)
+    if device:  # only then: the tune keys of recipes without devices stay as they were
+        params |= {"device": device, "cross_compiler": target.get("cross-compiler")}
     root = tuning_root or recipe.root / ".cache" / "tuning"
     return Node(id=f"tune:{build}", stage="tune", build=build, params=params, files=files, deps={"ir": ir},
                 memos={"database": folder_for(root, tvm_target(target))})

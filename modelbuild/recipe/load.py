@@ -15,8 +15,8 @@ from modelbuild.recipe.locate import dotted, locate, locate_in_files
 
 if TYPE_CHECKING:  # for annotations only: importing the schema loads pydantic
     from modelbuild.recipe.schema import Recipe
-from modelbuild.recipe.targets import (HOST, known_cpus, MODELBUILD_KEYS, RPC_TRACKER_ENV, target_arch,
-                                      TARGET_OPTIONS)
+from modelbuild.recipe.targets import (HOST, known_cpus, MODELBUILD_KEYS, RPC_TRACKER_ENV, runs_on_host,
+                                      target_arch, TARGET_OPTIONS)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -357,6 +357,21 @@ def _check_builds(loaded: LoadedRecipe) -> None:
             if target not in spec.targets:
                 raise _fail(loaded, ("builds", index, "targets", j), f"no target named {target!r}",
                             f"use one of {', '.join(spec.targets)} or declare [targets.{target}]")
+            if build.tuning and spec.targets[target].get("kind") == "llvm" and "num-cores" not in spec.targets[target]:
+                raise _fail(loaded, ("builds", index, "tuning"),
+                            f"MetaSchedule tunes for a known core count, and target {target!r} has no num-cores",
+                            f"add num-cores = N (the device's physical cores) to [targets.{target}]")
+            if build.tuning and not _measurable(spec.targets[target]):
+                raise _fail(loaded, ("builds", index, "tuning"),
+                            f"tuning measures every candidate, and target {target!r} runs neither on this machine "
+                            "nor on a device", f"add rpc = {{ tracker = \"host:port\", key = \"...\" }} to "
+                            f"[targets.{target}] (a board, or scripts/emulated_arm64.py for aarch64), or tune "
+                            "another target")
+
+
+def _measurable(target: dict) -> bool:
+    """Whether tuning can time this target's candidates: here (the same architecture), or over RPC."""
+    return bool(target.get("rpc")) or runs_on_host(target) or target.get("kind") != "llvm"
 
 
 def _validation_specs(loaded: LoadedRecipe):

@@ -45,6 +45,8 @@ class TuneParams(Strict):
     target: dict[str, Any]
     options: CompileOptions
     tuning: TuningSpec  # records travel as a declared file, not a param
+    device: dict[str, Any] | None = None  # where candidates are measured over RPC: {tracker, key, timeout}
+    cross_compiler: str | None = None  # links each candidate into a .so the device loads without a compiler
 
 
 class QuantizeParams(Strict):

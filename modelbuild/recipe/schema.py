@@ -177,7 +177,8 @@ class TuningSpec(Strict):
     repeat: int = Field(default=1, ge=1)
     min_repeat_ms: int = Field(default=100, ge=0)
     timeout_s: float = Field(default=30.0, gt=0)
-    runner: Literal["local"] = Field(default="local", description="Where candidates are measured.")
+    runner: Literal["local"] = Field(default="local", description="Where candidates are measured: this machine, or "
+                                     "the devices of the target's rpc key, one candidate at a time on each.")
     seed: int = 0
     records: str | None = Field(default=None, description="A `modelbuild tune export` file to start from.")
 

@@ -31,7 +31,7 @@ def load(library: str, device: dict):
     import tvm
     from tvm import relax
 
-    session = _session(device)
+    session = connect(device)
     described = _described(session)
     try:
         session.upload(library)
@@ -69,7 +69,23 @@ def _described(session) -> dict:
         return {}
 
 
-def _session(device: dict):
+def connect(device: dict):
+    """An RPC session with a free device of `device["key"]`, or DeviceUnavailable within its timeout."""
+    tracker, _ = _tracker(device)
+    return _within(device["timeout"], lambda: tracker.request(device["key"], priority=1, session_timeout=0),
+                   f"no {device['key']} device came free within {device['timeout']:g} s at the RPC tracker "
+                   f"{device['tracker']} (raise rpc.timeout, or add devices)")
+
+
+def count(device: dict) -> int:
+    """How many devices registered `device["key"]` at its tracker, busy or free (at least one, or
+    DeviceUnavailable): tuning measures on each."""
+    _, servers = _tracker(device)
+    return max(1, servers.count(device["key"]))
+
+
+def _tracker(device: dict):
+    """(the tracker, the key of each server registered there), or DeviceUnavailable saying why not."""
     from tvm import rpc
 
     host, _, port = device["tracker"].rpartition(":")
@@ -80,21 +96,27 @@ def _session(device: dict):
                                 "is it running? (fix: python -m tvm.exec.rpc_tracker --port PORT --port-end "
                                 "PORT+1, or set MODELBUILD_RPC_TRACKER)") from None
     tracker = rpc.connect_tracker(host, int(port))
-    keys = _keys(tracker)
+    summary = tracker.summary()
+    servers = [str(s.get("key", "")).removeprefix("server:") for s in summary.get("server_info", [])]
+    keys = set(summary.get("queue_info", {})) | set(servers)
     if device["key"] not in keys:
         raise DeviceUnavailable(f"no device with key {device['key']!r} at the RPC tracker {device['tracker']} "
                                 f"(its keys: {', '.join(sorted(keys)) or 'none'}): start an RPC server with "
                                 f"--key {device['key']}, or fix the recipe's rpc.key")
-    return _within(device["timeout"], lambda: tracker.request(device["key"], priority=1, session_timeout=0),
-                   f"no {device['key']} device came free within {device['timeout']:g} s at the RPC tracker "
-                   f"{device['tracker']} (raise rpc.timeout, or add devices)")
+    return tracker, servers
 
 
-def _keys(tracker) -> set[str]:
-    """The keys devices registered under, busy or free, from the tracker's summary."""
-    summary = tracker.summary()
-    servers = {str(s.get("key", "")).removeprefix("server:") for s in summary.get("server_info", [])}
-    return set(summary.get("queue_info", {})) | servers
+def time_library(path: str, device: dict, arrays, *, number: int, repeat: int, min_repeat_ms: int) -> list[float]:
+    """Seconds of each repeat of a kernel library's "main" on the device, as a tuning candidate is timed."""
+    import tvm
+
+    session = connect(device)
+    session.upload(path)
+    module = session.load_module(os.path.basename(path))
+    dev = session.cpu()
+    args = [tvm.runtime.tensor(a, dev) for a in arrays]
+    timer = module.time_evaluator("main", dev, number=number, repeat=repeat, min_repeat_ms=min_repeat_ms)
+    return list(_guarded(device, lambda: timer(*args).results))
 
 
 def _within(seconds: float, call, message: str):

@@ -4,6 +4,8 @@ Measurements go into the target's shared database (a memo under .cache/tuning/, 
 searching, each task's trial count in that database is checked: a workload another model or an earlier run
 already tuned to `trials_per_task` is not measured again, and raising `trials_per_task` measures only the
 difference. MetaSchedule commits each record as it is measured, so an interrupted run keeps what it measured.
+Candidates are measured on this machine, or, for a target with an rpc device, on every device of its key
+at the tracker, one candidate at a time on each (stages/device.py).
 
 Outputs: records.json (the best record of each of this build's tasks, which the compile stage applies) and
 tune.json (tasks, trials, and best latency per task).
@@ -11,19 +13,23 @@ tune.json (tasks, trials, and best latency per task).
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
+import os
 import statistics
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from modelbuild import progress
 from modelbuild.compiler import default_schedule, lowering, tuning_db
-from modelbuild.errors import last_line, StageError
+from modelbuild.errors import last_line, StageEnvironmentError, StageError
 from modelbuild.recipe.params import TuneParams, parse
 from modelbuild.recipe.schema import TuningSpec
 from modelbuild.sources import imported_closure, source_digest
+from modelbuild.stages import device as remote
 
 
 RECORDS_FILE = "records.json"
@@ -40,18 +46,19 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
     with target, tvm.transform.PassContext(opt_level=options.opt_level):
         fused = lowering.lower(module, target, fuse=options.fuse, layout=options.layout).fused
     tasks = ms.relax_integration.extract_tasks(fused, target)
+    measurer = Measurer.of(p)
     folder = Path(inputs["database"])
     with tuning_db.locked(folder):
         _seed_database(folder, p.target, inputs.get("records"))
         database = ms.database.JSONDatabase(work_dir=str(folder))
         hashes = [database.commit_workload(t.dispatched[0]).as_json()[0] for t in tasks]
-        baseline = _defaults(folder, tasks, hashes, target, tuning)
+        baseline = _defaults(folder, tasks, hashes, target, tuning, measurer)
         trials = tuning_db.read(folder)["trials"]
         todo = _deficits(hashes, trials, tuning, _heaviest(tasks, hashes, baseline, tuning.tasks))
         if todo:
             before = dict(trials)
             ledger = Ledger(folder, trials, [hashes[i] for i in todo], [int(tasks[i].weight) for i in todo])
-            _search([tasks[i] for i in todo], todo, tuning, database, ledger)
+            _search([tasks[i] for i in todo], todo, tuning, database, ledger, measurer)
             ledger.finished(list(todo.values()), before)
         data = tuning_db.read(folder)
     best = _best_records(data, hashes, baseline)
@@ -150,7 +157,56 @@ def _progress_callback(ledger: Ledger, planned: dict[int, int]):
     return ProgressCallback()
 
 
-def _search(tasks, owed: dict[int, int], tuning: TuningSpec, database, ledger: Ledger) -> None:
+@dataclass(frozen=True)
+class Measurer:
+    """Where candidates run: this machine, or the devices of one key at an RPC tracker, where each candidate
+    is linked into a .so by the target's cross-compiler (so the device needs no compiler of its own)."""
+
+    device: dict | None = None
+    cross_compiler: str | None = None
+    devices: int = 1  # of the key at the tracker: one candidate at a time on each, so N boards measure N-fold
+
+    @classmethod
+    def of(cls, p: TuneParams) -> Measurer:
+        if not p.device:
+            return cls()
+        try:  # before anything is measured: a device that cannot be had ends the stage at once
+            devices = remote.count(p.device)
+        except remote.DeviceUnavailable as err:  # the environment's, not the recipe's: exit 4, nothing cached
+            raise StageEnvironmentError(str(err)) from None
+        return cls(p.device, p.cross_compiler, devices)
+
+    def builder(self, tuning: TuningSpec):
+        from tvm.s_tir import meta_schedule as ms
+
+        export = functools.partial(export_shared, compiler=self.cross_compiler) if self.cross_compiler else None
+        return ms.builder.LocalBuilder(timeout_sec=tuning.timeout_s, initializer=import_tensor_intrinsics,
+                                       f_export=export)
+
+    def runner(self, tuning: TuningSpec):
+        from tvm.s_tir import meta_schedule as ms
+
+        config = ms.runner.EvaluatorConfig(number=tuning.number, repeat=tuning.repeat,
+                                           min_repeat_ms=tuning.min_repeat_ms)
+        if not self.device:
+            return ms.runner.LocalRunner(timeout_sec=tuning.timeout_s, evaluator_config=config)
+        host, _, port = self.device["tracker"].rpartition(":")
+        rpc = ms.runner.RPCConfig(tracker_host=host, tracker_port=int(port), tracker_key=self.device["key"],
+                                  session_timeout_sec=max(tuning.timeout_s, self.device["timeout"]))
+        return ms.runner.RPCRunner(rpc_config=rpc, evaluator_config=config, max_workers=self.devices)
+
+
+def export_shared(module, compiler: str) -> str:
+    """A candidate as a .so linked by `compiler` (MetaSchedule's own export writes a .tar, which the device
+    would have to link itself)."""
+    from tvm.support import cc
+
+    path = os.path.join(tempfile.mkdtemp(prefix="modelbuild-candidate-"), "candidate.so")
+    module.export_library(path, fcompile=cc.cross_compiler(compiler))
+    return path
+
+
+def _search(tasks, owed: dict[int, int], tuning: TuningSpec, database, ledger: Ledger, measurer: Measurer) -> None:
     import importlib.util
 
     from tvm.s_tir import meta_schedule as ms
@@ -164,18 +220,15 @@ def _search(tasks, owed: dict[int, int], tuning: TuningSpec, database, ledger: L
     with tempfile.TemporaryDirectory(prefix="modelbuild-tune-") as work_dir:
         contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
             tasks, work_dir=work_dir, strategy=tuning.strategy, seed=tuning.seed)
-        config = ms.runner.EvaluatorConfig(number=tuning.number, repeat=tuning.repeat,
-                                           min_repeat_ms=tuning.min_repeat_ms)
         planned = dict(enumerate(owed.values()))
+        builder, runner = measurer.builder(tuning), measurer.runner(tuning)
         callbacks = [*ms.measure_callback.MeasureCallback.create("default"), _progress_callback(ledger, planned)]
         try:
             ms.tune_tasks(tasks=contexts, task_weights=weights, work_dir=work_dir,
                           max_trials_global=sum(owed.values()), max_trials_per_task=per_task,
                           num_trials_per_iter=min(64, per_task), database=database,
                           cost_model=tuning.cost_model, measure_callbacks=callbacks,
-                          builder=ms.builder.LocalBuilder(timeout_sec=tuning.timeout_s,
-                                                          initializer=import_tensor_intrinsics),
-                          runner=ms.runner.LocalRunner(timeout_sec=tuning.timeout_s, evaluator_config=config))
+                          builder=builder, runner=runner)
         except Exception as err:
             raise StageError(f"MetaSchedule tuning failed: {last_line(err)}") from err
 
@@ -215,7 +268,8 @@ def _mean_seconds(record: list) -> float:
     return statistics.fmean(float(s) for s in run_secs)
 
 
-def _defaults(folder: Path, tasks, hashes: list[str], target, tuning: TuningSpec) -> dict[str, float | None]:
+def _defaults(folder: Path, tasks, hashes: list[str], target, tuning: TuningSpec,
+              measurer: Measurer) -> dict[str, float | None]:
     """Each task's time under the default schedule: measured once per workload and version of the compile code
     (its source digest: the default schedule changes without a version bump), then kept in the database (and
     its exports), so every later run and every clone compares against the same."""
@@ -227,16 +281,17 @@ def _defaults(folder: Path, tasks, hashes: list[str], target, tuning: TuningSpec
         entry = known.get(shash)
         if not entry or entry.get("modelbuild") != version:
             progress.report(message=f"timing the default schedule of task {done + 1}/{len(tasks)}")
-            known[shash] = {"modelbuild": version, "seconds": _default_seconds(task, target, tuning)}
+            known[shash] = {"modelbuild": version, "seconds": _default_seconds(task, target, tuning, measurer)}
             changed = True
     if changed:
         tuning_db.write(folder, {**data, "defaults": known})
     return {h: known[h]["seconds"] for h in hashes}
 
 
-def _default_seconds(task, target, tuning: TuningSpec) -> float | None:
-    """How fast the task's kernel runs with modelbuild's default schedule, timed like a tuning candidate, so
-    a tuned record is applied only where it beats it. None when the default schedule cannot be timed."""
+def _default_seconds(task, target, tuning: TuningSpec, measurer: Measurer) -> float | None:
+    """How fast the task's kernel runs with modelbuild's default schedule, timed like a tuning candidate (on
+    the candidates' device, where they have one), so a tuned record is applied only where it beats it. None
+    when the default schedule cannot be timed."""
     import numpy as np
     import tvm
 
@@ -245,15 +300,25 @@ def _default_seconds(task, target, tuning: TuningSpec) -> float | None:
     try:
         library = tvm.compile(tvm.IRModule({"main": scheduled}), target=target)
         rng = np.random.default_rng(0)
-        args = [tvm.runtime.tensor(rng.standard_normal([int(d) for d in p.shape]).astype(str(p.dtype))
-                                   if str(p.dtype).startswith("float") else
-                                   np.zeros([int(d) for d in p.shape], str(p.dtype))) for p in scheduled.params]
+        arrays = [rng.standard_normal([int(d) for d in p.shape]).astype(str(p.dtype))
+                  if str(p.dtype).startswith("float") else np.zeros([int(d) for d in p.shape], str(p.dtype))
+                  for p in scheduled.params]
         runtime_module = getattr(library, "mod", library)  # tvm.compile returns an Executable around it
-        timer = runtime_module.time_evaluator("main", tvm.cpu(), number=tuning.number, repeat=tuning.repeat,
-                                              min_repeat_ms=tuning.min_repeat_ms)
-        return float(np.median(timer(*args).results))
+        timing = {"number": tuning.number, "repeat": tuning.repeat, "min_repeat_ms": tuning.min_repeat_ms}
+        if measurer.device:
+            path = (export_shared(runtime_module, measurer.cross_compiler) if measurer.cross_compiler
+                    else _exported(runtime_module))
+            return float(np.median(remote.time_library(path, measurer.device, arrays, **timing)))
+        timer = runtime_module.time_evaluator("main", tvm.cpu(), **timing)
+        return float(np.median(timer(*[tvm.runtime.tensor(a) for a in arrays]).results))
     except Exception:  # an untimable default never blocks a tuned record
         return None
+
+
+def _exported(module) -> str:
+    path = os.path.join(tempfile.mkdtemp(prefix="modelbuild-default-"), "default.so")
+    module.export_library(path)
+    return path
 
 
 def _best_records(data: dict, hashes: list[str], baseline: dict[str, float | None]) -> dict:
