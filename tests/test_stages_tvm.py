@@ -133,7 +133,12 @@ def _cli(*args, cwd):
                           env={**os.environ, "NO_COLOR": "1"})
 
 
-@pytest.mark.parametrize("recipe", ["deploy.toml", *sorted(p.name for p in (REPO / "recipes/examples").glob("*.toml"))])
+# x86-and-rpi4.toml validates its Pi build on a device: tests/test_emulated_arm64_tvm.py builds it with one
+SHIPPED_HERE = ["deploy.toml", *sorted(p.name for p in (REPO / "recipes/examples").glob("*.toml")
+                                       if p.name != "x86-and-rpi4.toml")]
+
+
+@pytest.mark.parametrize("recipe", SHIPPED_HERE)
 def test_the_recipes_the_project_ships_build(tmp_path, recipe):
     path = REPO / recipe if recipe == "deploy.toml" else REPO / "recipes/examples" / recipe
     proc = _cli("-f", str(path), "--cache-dir", str(tmp_path / "cache"), "--build-dir", str(tmp_path / "build"),
