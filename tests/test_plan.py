@@ -129,6 +129,15 @@ def test_the_graph_draws_each_edge_once_and_reference_beside_compile(plan):
     assert "  reference:cls                <- import:cls" in as_tree(plan)
 
 
+def plans_of(root, base: str, tail: str, variants) -> list:
+    """The plan of `base + variant + tail` for each variant (the target's last lines), in order."""
+    plans = []
+    for variant in variants:
+        (root / "deploy.toml").write_text(base + variant + tail)
+        plans.append(build_plan(load_recipe(root / "deploy.toml"), lambda t: t))
+    return plans
+
+
 def test_a_device_enters_the_validate_key_and_not_the_compile_key(tmp_path):
     (tmp_path / "m.onnx").write_bytes(b"x")
     base = textwrap.dedent("""\
@@ -141,11 +150,7 @@ def test_a_device_enters_the_validate_key_and_not_the_compile_key(tmp_path):
         mcpu = "skylake"
         """)
     tail = '\n[[builds]]\nmodel = "cls"\ntargets = ["board"]\n'
-    plans = []
-    for rpc in ("", 'rpc = { tracker = "127.0.0.1:9190", key = "rpi4" }\n'):
-        (tmp_path / "deploy.toml").write_text(base + rpc + tail)
-        plans.append(build_plan(load_recipe(tmp_path / "deploy.toml"), lambda t: t))
-    here, there = plans
+    here, there = plans_of(tmp_path, base, tail, ("", 'rpc = { tracker = "127.0.0.1:9190", key = "rpi4" }\n'))
     assert here.nodes["compile:cls@board"].params == there.nodes["compile:cls@board"].params
     assert "device" not in here.nodes["validate:cls@board"].params
     assert there.nodes["validate:cls@board"].params["device"] == {"tracker": "127.0.0.1:9190", "key": "rpi4",
@@ -170,10 +175,8 @@ def test_a_device_enters_the_tune_key_with_the_linker_of_its_candidates_and_a_ta
         cross-compiler = "aarch64-linux-gnu-gcc"
         """)
     tail = '\n[[builds]]\nmodel = "cls"\ntargets = ["pi"]\ntuning = "quick"\n'
-    plans = []
-    for rpc in ("", 'mtriple = "aarch64-linux-gnu"\nrpc = { tracker = "127.0.0.1:9190", key = "rpi4" }\n'):
-        (tmp_path / "deploy.toml").write_text(base + rpc + tail)
-        plans.append(build_plan(load_recipe(tmp_path / "deploy.toml"), lambda t: t))
+    plans = plans_of(tmp_path, base, tail,
+                     ("", 'mtriple = "aarch64-linux-gnu"\nrpc = { tracker = "127.0.0.1:9190", key = "rpi4" }\n'))
     here, there = (p.nodes["tune:cls@pi"].params for p in plans)
     assert set(here) == {"target", "options", "tuning"}  # as before devices: no tune key changed
     assert there["device"] == {"tracker": "127.0.0.1:9190", "key": "rpi4", "timeout": 60}

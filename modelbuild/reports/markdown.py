@@ -268,9 +268,13 @@ def summary_line(b: BuildReport) -> str | None:
             f"memory {mb(m['naive_bytes'])} -> {mb(m['planned_bytes'])} (bound {mb(m['lower_bound_bytes'])})")
 
 
+def _machine(b: BuildReport) -> dict:
+    return (b.provenance or {}).get("machine") or {}
+
+
 def ran_on(b: BuildReport) -> str | None:
     """Where the library was measured: this machine's CPU, or a device over RPC as it describes itself."""
-    machine = (b.provenance or {}).get("machine") or {}
+    machine = _machine(b)
     if machine.get("via") != "rpc":
         return f"this machine ({machine['cpu']}, {machine['cores']} cores)" if "cpu" in machine else None
     described = ", ".join(machine[k] for k in ("machine", "os") if machine.get(k))
@@ -287,7 +291,7 @@ def outcome_line(b: BuildReport) -> str:
     latency = b.latency_ms
     if latency:
         parts.append(f"p50 {latency['median']:.3g} ms  p99 {latency['p99']:.3g} ms  {latency['throughput']:.4g}/s"
-                     + ("  (emulated device)" if ((b.provenance or {}).get("machine") or {}).get("emulated") else ""))
+                     + ("  (emulated device)" if _machine(b).get("emulated") else ""))
     elif not b.validation.ran:
         parts.append(f"not validated: {b.validation.reason}")
     worst = worst_accuracy(b)

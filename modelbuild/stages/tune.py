@@ -183,6 +183,12 @@ class Measurer:
         return ms.builder.LocalBuilder(timeout_sec=tuning.timeout_s, initializer=import_tensor_intrinsics,
                                        f_export=export)
 
+    def export(self, module) -> str:
+        """A library file the device loads, exported as the builder exports candidates."""
+        from tvm.s_tir.meta_schedule.builder.local_builder import default_export
+
+        return export_shared(module, self.cross_compiler) if self.cross_compiler else default_export(module)
+
     def runner(self, tuning: TuningSpec):
         from tvm.s_tir import meta_schedule as ms
 
@@ -306,19 +312,12 @@ def _default_seconds(task, target, tuning: TuningSpec, measurer: Measurer) -> fl
         runtime_module = getattr(library, "mod", library)  # tvm.compile returns an Executable around it
         timing = {"number": tuning.number, "repeat": tuning.repeat, "min_repeat_ms": tuning.min_repeat_ms}
         if measurer.device:
-            path = (export_shared(runtime_module, measurer.cross_compiler) if measurer.cross_compiler
-                    else _exported(runtime_module))
-            return float(np.median(remote.time_library(path, measurer.device, arrays, **timing)))
+            return float(np.median(remote.time_library(measurer.export(runtime_module), measurer.device, arrays,
+                                                        **timing)))
         timer = runtime_module.time_evaluator("main", tvm.cpu(), **timing)
         return float(np.median(timer(*[tvm.runtime.tensor(a) for a in arrays]).results))
     except Exception:  # an untimable default never blocks a tuned record
         return None
-
-
-def _exported(module) -> str:
-    path = os.path.join(tempfile.mkdtemp(prefix="modelbuild-default-"), "default.so")
-    module.export_library(path)
-    return path
 
 
 def _best_records(data: dict, hashes: list[str], baseline: dict[str, float | None]) -> dict:
