@@ -97,6 +97,39 @@ def wait_for_port(port: int, process: subprocess.Popen, timeout: float = 30) -> 
             time.sleep(0.1)
 
 
+EMULATED_ARM64_KEY = "rpi4"
+EMULATED_ARM64_NEEDS = ("qemu-aarch64-static", "aarch64-linux-gnu-gcc", "apt-get", "dpkg")
+
+
+@pytest.fixture(scope="session")
+def arm64_tracker():
+    """An emulated Arm device (scripts/emulated_arm64.py, key EMULATED_ARM64_KEY) and a tracker (the script
+    starts one where none listens); yields 'host:port'. One for the whole session: it takes about 30 s to
+    start, TVM importing under qemu."""
+    missing = [tool for tool in EMULATED_ARM64_NEEDS if shutil.which(tool) is None]
+    if missing:  # .ci/run installs them
+        pytest.skip(f"needs {', '.join(missing)} (Debian: apt-get install qemu-user-static gcc-aarch64-linux-gnu)")
+    import sys
+
+    address = f"127.0.0.1:{free_port()}"
+    server = subprocess.Popen([sys.executable, str(REPO / "scripts/emulated_arm64.py"), "serve",
+                               "--key", EMULATED_ARM64_KEY, "--tracker", address, "--port", str(free_port())],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    from tvm import rpc
+
+    port = int(address.rpartition(":")[2])
+    # the first run downloads the environment (about 120 MB) before it starts the tracker
+    wait_for_port(port, server, timeout=600)
+    deadline = time.monotonic() + 120
+    while EMULATED_ARM64_KEY not in rpc.connect_tracker("127.0.0.1", port).text_summary():
+        assert server.poll() is None, f"the emulated device stopped: {server.stderr.read()[-2000:]}"
+        assert time.monotonic() < deadline, "the emulated device never registered with the tracker"
+        time.sleep(1)
+    yield address
+    server.terminate()
+    server.wait(timeout=30)
+
+
 def run_on_read_only(folder: Path, command: list[str], **kwargs) -> subprocess.CompletedProcess:
     """Run `command` with `folder` read-only: by permissions for a normal user; for root, whom permissions do
     not stop, by a read-only bind mount in a private mount namespace (skipped where the machine refuses one)."""

@@ -5,58 +5,30 @@ classifier built for this machine and for a Raspberry Pi 4, in fp32 and int8, in
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
-import sys
 import textwrap
-import time
 
 import numpy as np
 import pytest
 
 from modelbuild.cli import main
-from tests.conftest import REPO, free_port, wait_for_port
+from tests.conftest import EMULATED_ARM64_KEY as KEY
+from tests.conftest import REPO
 
 pytestmark = pytest.mark.tvm
 
-KEY = "rpi4"
-NEEDED = ("qemu-aarch64-static", "aarch64-linux-gnu-gcc", "apt-get", "dpkg")
 ELF_MACHINE_AARCH64 = 183  # e_machine in the ELF header
-
-
-@pytest.fixture(scope="module")
-def tracker():
-    """An emulated rpi4 and a tracker (the script starts one where none listens); yields 'host:port'."""
-    missing = [tool for tool in NEEDED if shutil.which(tool) is None]
-    if missing:  # .ci/run installs them
-        pytest.skip(f"needs {', '.join(missing)} (Debian: apt-get install qemu-user-static gcc-aarch64-linux-gnu)")
-    address = f"127.0.0.1:{free_port()}"
-    server = subprocess.Popen([sys.executable, str(REPO / "scripts/emulated_arm64.py"), "serve", "--key", KEY,
-                               "--tracker", address, "--port", str(free_port())],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    from tvm import rpc
-
-    port = int(address.rpartition(":")[2])
-    # the first run downloads the environment (about 120 MB) before it starts the tracker
-    wait_for_port(port, server, timeout=600)
-    deadline = time.monotonic() + 120
-    while KEY not in rpc.connect_tracker("127.0.0.1", port).text_summary():
-        assert server.poll() is None, f"the emulated device stopped: {server.stderr.read()[-2000:]}"
-        assert time.monotonic() < deadline, "the emulated device never registered with the tracker"
-        time.sleep(1)
-    yield address
-    server.terminate()
-    server.wait(timeout=30)
 
 
 def int8_recipe(root, tracker: str) -> None:
     lines = REPO / "recipes/examples/text-lines"
     preprocess = "preprocess = { mean = [0.5, 0.5, 0.5], std = [0.5, 0.5, 0.5] }"
     (root / "deploy.toml").write_text(textwrap.dedent(f"""\
-        include = ["{REPO}/recipes/targets/x86-server.toml", "{REPO}/recipes/targets/rpi4.toml"]
+        include = ["{REPO}/recipes/targets/x86-server.toml", "{REPO}/recipes/targets/arm64-dotprod.toml"]
 
-        [targets.rpi4]
+        [targets.arm64-dotprod]
         cross-compiler = "aarch64-linux-gnu-gcc"
+        # the emulated device (qemu -cpu max) has the dot-product instructions, so it stands in for an N1
         rpc = {{ tracker = "{tracker}", key = "{KEY}", timeout = 120 }}
 
         [models.text_cls]
@@ -76,12 +48,12 @@ def int8_recipe(root, tracker: str) -> None:
 
         [[builds]]
         model = "text_cls"
-        targets = ["x86", "rpi4"]
+        targets = ["x86", "arm64-dotprod"]
         quantization = "int8"
         """))
 
 
-def assert_validated_on_the_emulated_pi(library, build: dict, out: str) -> None:
+def assert_validated_on_the_emulated_device(library, build: dict, out: str) -> None:
     assert library.suffix == ".so" and library.read_bytes()[18] == ELF_MACHINE_AARCH64
     assert build["validation"]["ran"] and build["latency_ms"]["runs"] >= 3
     machine = build["provenance"]["machine"]
@@ -94,8 +66,8 @@ def assert_validated_on_the_emulated_pi(library, build: dict, out: str) -> None:
 
 
 def test_the_shipped_x86_and_rpi4_recipe_validates_its_pi_build_on_the_emulated_device(
-        tracker, tmp_path, capsys, monkeypatch):
-    monkeypatch.setenv("MODELBUILD_RPC_TRACKER", tracker)  # as CI points a recipe at its device farm
+        arm64_tracker, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("MODELBUILD_RPC_TRACKER", arm64_tracker)  # as CI points a recipe at its device farm
     code = main(["build", "-f", str(REPO / "recipes/examples/x86-and-rpi4.toml"), "--cache-dir",
                  str(tmp_path / "cache"), "--build-dir", str(tmp_path / "build")])
     out = capsys.readouterr().out
@@ -103,7 +75,7 @@ def test_the_shipped_x86_and_rpi4_recipe_validates_its_pi_build_on_the_emulated_
     report = json.loads((tmp_path / "build/report.json").read_text())
     builds = {b["name"]: b for b in report["builds"]}
     assert report["passed"] and set(builds) == {"text_cls@x86", "text_cls@rpi4"}
-    assert_validated_on_the_emulated_pi(tmp_path / "build/text_cls/rpi4/model.so", builds["text_cls@rpi4"], out)
+    assert_validated_on_the_emulated_device(tmp_path / "build/text_cls/rpi4/model.so", builds["text_cls@rpi4"], out)
     assert builds["text_cls@x86"]["passed"] and builds["text_cls@x86"]["provenance"]["machine"].get("via") is None
 
     # the two libraries' outputs side by side, within the float-ci preset's tolerances
@@ -111,7 +83,7 @@ def test_the_shipped_x86_and_rpi4_recipe_validates_its_pi_build_on_the_emulated_
 
     inputs = np.random.default_rng(0).uniform(-1, 1, (4, 1, 3, 48, 192)).astype("float32")  # as preprocessed
     run_pi, _, described = device.load(str(tmp_path / "build/text_cls/rpi4/model.so"),
-                                       {"tracker": tracker, "key": KEY, "timeout": 120})
+                                       {"tracker": arm64_tracker, "key": KEY, "timeout": 120})
     run_x86 = host_runner(tmp_path / "build/text_cls/x86/model.so")
     assert described["machine"] == "aarch64"
     for x in inputs:
@@ -120,18 +92,27 @@ def test_the_shipped_x86_and_rpi4_recipe_validates_its_pi_build_on_the_emulated_
         assert np.dot(on_pi.ravel(), on_x86.ravel()) / (np.linalg.norm(on_pi) * np.linalg.norm(on_x86)) >= 0.9999
 
 
-def test_the_int8_pi_library_agrees_with_onnxruntimes_qdq_model_as_the_x86_one_does(tracker, tmp_path, capsys):
-    int8_recipe(tmp_path, tracker)
+def test_the_int8_arm_library_computes_with_sdot_and_agrees_with_onnxruntimes_qdq_model_as_the_x86_one_does(
+        arm64_tracker, tmp_path, capsys):
+    int8_recipe(tmp_path, arm64_tracker)
     code = main(["build", "-f", str(tmp_path / "deploy.toml")])
     out = capsys.readouterr().out
     assert code == 0, out
     builds = {b["name"]: b for b in json.loads((tmp_path / "build/report.json").read_text())["builds"]}
-    assert_validated_on_the_emulated_pi(tmp_path / builds["text_cls+int8@rpi4"]["artifact"],
-                                        builds["text_cls+int8@rpi4"], out)
+    arm = builds["text_cls+int8@arm64-dotprod"]
+    library = tmp_path / arm["artifact"]
+    assert_validated_on_the_emulated_device(library, arm, out)
+    assert sdot_instructions(library) > 100  # the convs' packed kernels (sdot_conv.py), not the generic loop
     for figure in ("cosine", "max_abs"):
         (x86,) = (o[figure] for o in builds["text_cls+int8@x86"]["accuracy_vs_qdq"].values())
-        (pi,) = (o[figure] for o in builds["text_cls+int8@rpi4"]["accuracy_vs_qdq"].values())
-        assert pi == pytest.approx(x86, abs=1e-5)
+        (on_arm,) = (o[figure] for o in arm["accuracy_vs_qdq"].values())
+        assert on_arm == pytest.approx(x86, abs=1e-5)
+
+
+def sdot_instructions(library) -> int:
+    listing = subprocess.run(["aarch64-linux-gnu-objdump", "-d", str(library)], capture_output=True, text=True,
+                             check=True).stdout
+    return sum(1 for line in listing.splitlines() if "\tsdot\t" in line)
 
 
 def host_runner(library):
@@ -142,7 +123,7 @@ def host_runner(library):
     return lambda arrays: [vm["main"](*[tvm.runtime.tensor(a) for a in arrays]).numpy()]
 
 
-def test_tuning_the_pi_target_measures_every_candidate_on_the_emulated_device(tracker, tmp_path, capsys):
+def test_tuning_the_pi_target_measures_every_candidate_on_the_emulated_device(arm64_tracker, tmp_path, capsys):
     from tests.onnx_models import two_convs
 
     two_convs(tmp_path / "net.onnx")
@@ -151,7 +132,7 @@ def test_tuning_the_pi_target_measures_every_candidate_on_the_emulated_device(tr
 
         [targets.rpi4]
         cross-compiler = "aarch64-linux-gnu-gcc"  # links each candidate: the device has no compiler
-        rpc = {{ tracker = "{tracker}", key = "{KEY}", timeout = 120 }}
+        rpc = {{ tracker = "{arm64_tracker}", key = "{KEY}", timeout = 120 }}
 
         [models.net]
         path = "net.onnx"

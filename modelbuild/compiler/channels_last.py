@@ -6,7 +6,7 @@ channels, which they do (a 96->96 3x3 conv at 26x26: 1.2 GFLOP/s in NCHW, 60 cha
 run at 55-70). TVM's ConvertLayout then keeps activations channels-last between convs through every operator
 it can infer a layout for, so the transposes sit at the model's edges and the weights' are folded away.
 
-- `layout = "auto"` (the default) converts float convs only: integer convs keep NCHW, the layout their VNNI
+- `layout = "auto"` (the default) converts float convs only: integer convs keep NCHW, the layout their VNNI and sdot
   kernels are written for. `"NHWC"` converts them too; `"NCHW"` (or None) keeps the model's layout.
 - Transposed convs keep NCHW, the only layout TVM legalises them in.
 - clip, which TVM 0.27 infers no layout for, is rewritten first as a maximum and a minimum, which it does:

@@ -19,7 +19,8 @@ element-wise chains, reductions):
   4-lane vectors with a bounds select compiled to masked gathers (the classifier's fp32 build: 0.82 ->
   0.75 ms);
 - the outermost spatial loops of a kernel with enough work are fused and run in parallel;
-- an int8 conv legalised for AVX-512 VNNI gets its own schedule (vnni_conv.py, vnni_depthwise.py).
+- an int8 conv legalised for a dot-product instruction gets its own schedule (AVX-512 VNNI: vnni_conv.py,
+  vnni_depthwise.py; Arm's sdot: sdot_conv.py).
 Each step runs on a copy of the schedule and is kept only if TVM accepts it, so an unusual kernel keeps a
 simpler schedule rather than failing the build.
 """
@@ -28,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from modelbuild.compiler.kernels import vnni_conv, vnni_depthwise
+from modelbuild.compiler.kernels import sdot_conv, vnni_conv, vnni_depthwise
 
 VECTOR_LANES = 16  # float32 lanes of AVX-512; narrower vector units run the loop in several instructions
 WHOLE_ROW_LANES = 8 * VECTOR_LANES  # rows up to this long are vectorised whole when 16 does not divide them
@@ -100,6 +101,8 @@ def schedule_function(func, on: Machine):
     sch = _inline_elementwise(sch, root, refused)
     if any(_has_block(sch, root, name) for name in vnni_conv.BLOCKS):
         sch = _attempt(sch, lambda s: vnni_conv.schedule(s, on.cores), refused)
+    elif any(_has_block(sch, root, name) for name in sdot_conv.BLOCKS):
+        sch = _attempt(sch, lambda s: sdot_conv.schedule(s, on.cores), refused)
     elif _has_block(sch, root, vnni_depthwise.BLOCK):
         sch = _attempt(sch, lambda s: vnni_depthwise.schedule(s, on.cores), refused)
     else:
@@ -152,8 +155,9 @@ def _is_nested(sch, block) -> bool:
 
 def _inline_elementwise(sch, root, refused: list[str]):
     """Inline blocks that are neither outputs, reductions, nor inputs of a reduction with more than
-    SHORT_REDUCTION steps, nor a VNNI conv's staging or padding of its input (their schedules expect them)."""
-    kept: set[str] = {*vnni_conv.STAGING_BLOCKS, vnni_depthwise.PAD_BLOCK}
+    SHORT_REDUCTION steps, nor a dot-product conv's staging or padding of its input (their schedules expect
+    them)."""
+    kept: set[str] = {*vnni_conv.STAGING_BLOCKS, *sdot_conv.STAGING_BLOCKS, vnni_depthwise.PAD_BLOCK}
     while True:
         outputs = {sch.get(b).name_hint for b in sch.get_output_blocks(root)}
         candidates = [b for b in sch.get_child_blocks(root)

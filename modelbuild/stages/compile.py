@@ -37,7 +37,7 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
         raise
     except Exception as err:
         raise StageError(f"tvm.compile failed for {p.target}: {last_line(err)}") from err
-    _export(executable, out / p.library, p.cross_compiler)
+    export(executable, out / p.library, p.cross_compiler)
     (out / ANALYSIS_FILE).write_text(json.dumps(_figures(phases), indent=1, sort_keys=True))
     for name, phase in IR_FILES.items() if phases is not None else ():  # a GPU target's pipeline is TVM's own
         (out / name).write_text(getattr(phases, phase).script(show_meta=False))
@@ -92,7 +92,9 @@ def _figures(phases) -> dict:
     }
 
 
-def _export(executable, path: Path, cross_compiler: str | None) -> None:
+def export(executable, path: Path, cross_compiler: str | None) -> None:
+    """The executable as a shared library at `path`, linked by `cross_compiler` when given, else this
+    machine's compiler; a linker failure is a StageError with the linker's own complaint."""
     from tvm.support import cc
 
     try:

@@ -6,7 +6,7 @@ every module; the quantize stage's graph rewrite that creates these operators is
 from __future__ import annotations
 
 from modelbuild.compiler.integer_ops import constant_value
-from modelbuild.compiler.kernels import vnni_conv, vnni_depthwise
+from modelbuild.compiler.kernels import packed_conv, sdot_conv, vnni_conv, vnni_depthwise
 
 
 def legalize_quantize(bb, call):
@@ -65,7 +65,7 @@ def legalize_conv2d(bb, call):
     """relax.nn.conv2d on 8-bit data and int8 weights, accumulating in int32, in the fastest exact form the
     target has:
     - AVX-512 VNNI (vpdpbusd) for ordinary convs (vnni_conv.py), and with VBMI for depthwise convs
-      (vnni_depthwise.py);
+      (vnni_depthwise.py); Arm's dot-product extension (sdot) for ordinary convs (sdot_conv.py);
     - else float32 multiply-adds of the int8 values when every partial sum stays below 2^24 and so is exact:
       grouped and depthwise convs (9 or 25 products) and small convs. x86 multiplies int32 vectors at a
       quarter of the float rate (vpmulld), so the plain integer loop ran the classifier's depthwise convs at
@@ -76,8 +76,10 @@ def legalize_conv2d(bb, call):
 
     if str(call.attrs.out_dtype) == "int32" and str(call.args[0].ty.dtype) in ("int8", "uint8"):
         target = tvm_target.Target.current()
-        if vnni_conv.supported(target) and vnni_conv.eligible(call):
+        if vnni_conv.supported(target) and packed_conv.eligible(call):
             return vnni_conv.legalize(bb, call)
+        if sdot_conv.supported(target) and packed_conv.eligible(call):
+            return sdot_conv.legalize(bb, call)
         if vnni_depthwise.supported(target) and vnni_depthwise.eligible(call):
             return vnni_depthwise.legalize(bb, call)
         if _reduction_length(call) <= EXACT_FLOAT_PRODUCTS // (2 if str(call.args[0].ty.dtype) == "uint8" else 1):

@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from modelbuild.compiler.integer_ops import constant_value
-from modelbuild.compiler.kernels.vnni_conv import (
+from modelbuild.compiler.kernels.packed_conv import (
     ceil_div, epilogue_at, extent, largest_divisor, shifted_or_padding, static_shape, tensorize_reduction,
 )
 
@@ -143,7 +143,7 @@ def schedule(sch, cores: int) -> None:
     vectors = extent(sch, col_outer)
     col_block, col_inner = sch.split(col_outer, factors=[None, largest_divisor(vectors, COLUMN_BLOCK)])
     sch.reorder(b, c, h, col_block, rh, rg, col_inner, lanes, ri)
-    epilogue_at(sch, block, col_block)
+    epilogue_at(sch, block, col_block, LANES)
     pad = sch.get_sblock(PAD_BLOCK)
     pad_b, pad_c, _, pad_col = sch.get_loops(pad)
     sch.vectorize(sch.split(pad_col, factors=[None, PAD_VECTOR])[1])

@@ -1,0 +1,296 @@
+"""int8 conv2d in the layouts a CPU's dot-product instruction wants: the part every such instruction shares.
+
+A dot-product instruction (x86's vpdpbusd, Arm's sdot) multiplies groups of 4 bytes by 4 bytes and adds each
+group's sum into one int32 lane of an accumulator vector. The conv is computed in packed layouts that put
+those groups next to each other:
+- data: [N, C/4, H, stride, W/stride, 4] (4 input channels side by side, padded, and for strided convs the
+  columns split by phase, so that the columns one weight meets are contiguous). Data that needs padding is
+  padded row by row first, then packed; other data in one pass;
+- weights: int8, [O/lanes, C/4, KH, KW, lanes, 4], packed once at compile time (they are constants);
+- accumulators: int32, in one of two forms, chosen per conv:
+  - column lanes, when rounding the output width up to whole vectors wastes at most 15% (29 -> 32, 57 -> 64
+    for 16 lanes; the extra columns are computed and dropped): a vector holds neighbouring output columns of
+    one channel; each instruction takes those columns x 4 channels of data and one channel's 4 weights
+    broadcast. The accumulators are NCHW already, so the epilogue reads them with plain vector loads;
+  - channel lanes, otherwise: a vector holds output channels of one column; each instruction takes one
+    column's 4 channels broadcast and the channels' weights. Any width fits without padding, but the
+    epilogue must transpose the accumulators back to NCHW (vector gathers), which cost as much as the
+    reduction on the classifier's 1x1 convs with VNNI: column lanes ran them 2.2-2.4x faster.
+
+Instructions differ in the sign of the data they multiply: vpdpbusd wants uint8 data, sdot int8. Data of the
+other sign is shifted by 128 while packing (int8 + 128 is uint8, uint8 - 128 is int8), and shift * sum(w) is
+subtracted per output channel afterwards, which is exact; padding is packed as the shifted zero. The result
+is bit-identical to the plain 8-bit x int8 -> int32 conv it replaces.
+
+Each instruction's module (vnni_conv.py, sdot_conv.py) says when it applies, registers its tensor
+intrinsics and schedules the blocks this module computes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from modelbuild.compiler.integer_ops import constant_value
+
+GROUP = 4  # 8-bit products summed into each int32 lane, for every instruction here
+PAD_VECTOR = 64  # padded bytes written per vector
+ROW_BLOCK = 16  # channel lanes: output columns whose accumulators stay in registers while the weights stream by
+# of a row's columns computed only to be dropped, in column lanes: the generated ResNet's widths 57 and 29
+# (12%, 10%) went from 2.09x the float library to 0.8x with VNNI; the detector's 40 -> 48 (20%) measured
+# 0.62x of float against 0.57x in channel lanes
+MAX_PADDED_SHARE = 0.15
+
+
+@dataclass(frozen=True)
+class Instruction:
+    """A dot-product instruction as the packed conv sees it: `lanes` int32 accumulators, each the sum of
+    GROUP products of `data_dtype` data and int8 weights; `name` prefixes the blocks, which the default
+    schedule recognises."""
+    name: str
+    lanes: int
+    data_dtype: str  # "uint8" or "int8"
+
+    def shift(self, dtype: str) -> int:
+        """What is added to data of `dtype` to give this instruction's data type."""
+        if dtype == self.data_dtype:
+            return 0
+        return 128 if self.data_dtype == "uint8" else -128
+
+    @property
+    def block(self) -> str:
+        """The reduction block in channel lanes."""
+        return f"{self.name}_conv"
+
+    @property
+    def column_block(self) -> str:
+        """The reduction block in column lanes."""
+        return f"{self.name}_conv_by_column"
+
+    @property
+    def pack_block(self) -> str:
+        return f"{self.name}_pack"
+
+    @property
+    def pad_block(self) -> str:
+        return f"{self.name}_pad"
+
+    @property
+    def blocks(self) -> tuple[str, str]:
+        return self.block, self.column_block
+
+    @property
+    def staging_blocks(self) -> tuple[str, str]:
+        """Scheduled by the instruction's module, so the default schedule must not inline them."""
+        return self.pad_block, self.pack_block
+
+
+def eligible(call) -> bool:
+    """An ungrouped NCHW conv of 8-bit data with constant int8 weights into int32, of static shape."""
+    from tvm.ir import Constant
+
+    attrs, data, weight = call.attrs, call.args[0], call.args[1]
+    return (str(attrs.out_dtype) == "int32" and int(attrs.groups) == 1
+            and (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout or attrs.data_layout))
+            == ("NCHW", "OIHW", "NCHW")
+            and str(data.ty.dtype) in ("int8", "uint8") and isinstance(weight, Constant)
+            and str(weight.ty.dtype) == "int8" and static_shape(data.ty.shape))
+
+
+def static_shape(shape) -> bool:
+    try:
+        [int(d) for d in shape.values]
+        return True
+    except (AttributeError, TypeError, ValueError):
+        return False
+
+
+def legalize(bb, call, instruction: Instruction):
+    """An eligible conv2d (see `eligible`) in the instruction's packed form."""
+    from tvm import relax
+
+    weight = constant_value(call.args[1])
+    packed, correction = pack_weights(weight, lanes=instruction.lanes,
+                                      shift=instruction.shift(str(call.args[0].ty.dtype)))
+    attrs = call.attrs
+    geometry = {"strides": [int(s) for s in attrs.strides], "padding": [int(p) for p in attrs.padding],
+                "dilation": [int(d) for d in attrs.dilation], "kernel": weight.shape[2:], "channels": weight.shape[0]}
+    return bb.call_te(lambda x, w, c: compute(x, w, c, instruction, **geometry), call.args[0],
+                      relax.const(packed, "int8"), relax.const(correction, "int32"),
+                      primfunc_name_hint=f"conv2d_{instruction.name}")
+
+
+def pack_weights(weight: np.ndarray, *, lanes: int, shift: int) -> tuple[np.ndarray, np.ndarray]:
+    """OIHW int8 weights as [O/lanes, C/4, KH, KW, lanes, 4] (zero-padded), and what to subtract per output
+    channel: shift * sum(w), for data shifted by `shift` into the instruction's type."""
+    out_ch, in_ch, kh, kw = weight.shape
+    padded = np.zeros((ceil_div(out_ch, lanes) * lanes, ceil_div(in_ch, GROUP) * GROUP, kh, kw), np.int8)
+    padded[:out_ch, :in_ch] = weight
+    packed = padded.reshape(-1, lanes, padded.shape[1] // GROUP, GROUP, kh, kw).transpose(0, 2, 4, 5, 1, 3)
+    correction = (shift * weight.astype(np.int64).reshape(out_ch, -1).sum(axis=1)).astype(np.int32)
+    return np.ascontiguousarray(packed), correction
+
+
+def column_lanes(out_width: int, lanes: int) -> bool:
+    """Whether a conv of this output width is computed with output columns in the vector lanes, the row
+    rounded up to whole vectors and the extra columns dropped, rather than output channels in the lanes
+    (any width, but the accumulators must be transposed back with gathers)."""
+    return lanes_width(out_width, lanes) <= out_width * (1 + MAX_PADDED_SHARE)
+
+
+def lanes_width(out_width: int, lanes: int) -> int:
+    return ceil_div(out_width, lanes) * lanes
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def shifted_or_padding(load, row, column, *, left: int, height: int, width: int, shift: int, flat_row,
+                       rows: int, vector: int = PAD_VECTOR, dtype: str = "uint8"):
+    """One byte of a padded row: the input at (row, column - left) shifted into `dtype`, or the shifted zero
+    outside the input. `column` counts from the padded row's start, which the pad's vectors are aligned to;
+    `flat_row` is the row's index among the input's `rows` rows of `width` bytes (batch, channel and row).
+
+    A padded row is written `vector` columns at a time, each vector one contiguous load masked by a select,
+    and those loads must never leave the input's memory. A clamped index does not keep them in: TVM's
+    simplifier drops the clamp inside the select's true branch (it knows the condition holds there), and a
+    vector select loads every lane. On real images the detector's first depthwise conv read the row above
+    its input's first row, before the buffer, and crashed. Reading a neighbouring row of the same input is
+    harmless (the select drops those lanes), so a vector is loaded contiguously when its bytes lie within
+    the input as a whole: a condition on the vector, not the lane (an if_then_else, which branches). Only
+    the first and last vectors of the whole input can fail it; they load lane by lane at clamped indices,
+    masked arithmetically, where no condition lets the simplifier drop the clamp."""
+    from tvm import tirx
+
+    start = flat_row * width + tirx.floordiv(column, vector) * vector - left  # the vector's first byte in x
+    within = tirx.all(start >= 0, start + vector <= rows * width)
+    column = column - left
+    inside = tirx.all(row >= 0, row < height, column >= 0, column < width)
+    direct = tirx.Select(inside, (load(row, column).astype("int32") + shift).astype(dtype),
+                         tirx.const(shift, dtype))
+    clamped = load(tirx.max(tirx.min(row, height - 1), 0), tirx.max(tirx.min(column, width - 1), 0))
+    edge = (inside.astype("int32") * clamped.astype("int32") + shift).astype(dtype)
+    return tirx.if_then_else(within, direct, edge)
+
+
+def compute(x, w, correction, instruction: Instruction, *, strides, padding, dilation, kernel, channels):
+    """The packed conv as TE: pad (and shift) rows of all channels, pack (group channels by 4, split columns by
+    stride phase), reduce, unpack with the correction."""
+    from tvm import te, tirx
+
+    n, in_ch, height, width = (int(d) for d in x.shape)
+    (kh, kw), (sh, sw), (dh, dw) = kernel, strides, dilation
+    top, left, bottom, right = padding if len(padding) == 4 else (*padding, *padding)
+    out_h = (height + top + bottom - dh * (kh - 1) - 1) // sh + 1
+    out_w = (width + left + right - dw * (kw - 1) - 1) // sw + 1
+    groups_in = ceil_div(in_ch, GROUP)
+    lanes, dtype = instruction.lanes, instruction.data_dtype
+    shift = instruction.shift(str(x.dtype))
+
+    def pad(b, row, c, column):
+        value = shifted_or_padding(lambda r, q: x[b, c, r, q], row - top, column, left=left, height=height,
+                                   width=width, shift=shift, flat_row=(b * in_ch + c) * height + row - top,
+                                   rows=n * in_ch * height, dtype=dtype)
+        if in_ch % GROUP == 0:
+            return value
+        # the channels that fill the last group of 4 are the shifted zero, loading nothing: a load at a
+        # clamped channel under a select of c < in_ch lost its clamp to the simplifier, as in
+        # shifted_or_padding, and the stem conv of 3 channels read a whole plane past its input
+        return tirx.if_then_else(c < in_ch, value, tirx.const(shift, dtype))
+
+    def tap(b, rc, h, col, rh, rw, ri):
+        """The packed data that weight tap (rh, rw) meets at output (h, col): column col * sw + rw * dw."""
+        return packed[b, rc, h * sh + rh * dh, tirx.floormod(rw * dw, sw), col + tirx.floordiv(rw * dw, sw), ri]
+
+    by_column = column_lanes(out_w, lanes)
+    computed_w = lanes_width(out_w, lanes) if by_column else out_w  # columns computed; the extra ones dropped
+    span = computed_w + (kw - 1) * dw // sw  # packed columns of one phase that the outputs reach
+    if sw == 1 and in_ch % GROUP == 0 and not any((top, left, bottom, right)) and computed_w == out_w:
+        # nothing to pad: one pass, which LLVM vectorises well enough (under 1 us for the classifier's 1x1s)
+        packed = te.compute((n, groups_in, height, 1, span, GROUP),
+                            lambda b, cg, row, phase, q, ci: (x[b, cg * GROUP + ci, row, q].astype("int32")
+                                                              + shift).astype(dtype), name=instruction.pack_block)
+    else:
+        # in whole vectors for packing intrinsics, whose loads of `lanes` * stride columns need rows that wide
+        span = ceil_div(span, lanes) * lanes
+        padded_w = ceil_div(max(width + left + right, (span + 1) * sw), PAD_VECTOR) * PAD_VECTOR
+        # [N, H, C, W]: the 4 channels a packed vector interleaves are neighbouring rows of one 2-D region
+        padded = te.compute((n, height + top + bottom, groups_in * GROUP, padded_w), pad,
+                            name=instruction.pad_block)
+        packed = te.compute((n, groups_in, height + top + bottom, sw, span, GROUP),
+                            lambda b, cg, row, phase, q, ci: padded[b, row, cg * GROUP + ci, q * sw + phase],
+                            name=instruction.pack_block, attrs={"stride": sw})  # packing intrinsics need it
+    rc, rh, rw, ri = (te.reduce_axis((0, e), name) for e, name in
+                      ((groups_in, "rc"), (kh, "rh"), (kw, "rw"), (GROUP, "ri")))
+
+    def product(b, o_block, o_lane, h, col):
+        return te.sum(tap(b, rc, h, col, rh, rw, ri).astype("int32")
+                      * w[o_block, rc, rh, rw, o_lane, ri].astype("int32"), axis=[rc, rh, rw, ri])
+
+    if by_column:
+        acc = te.compute((n, ceil_div(channels, lanes) * lanes, out_h, computed_w),
+                         lambda b, o, h, col: product(b, o // lanes, o % lanes, h, col),
+                         name=instruction.column_block)
+        unpacked = lambda b, o, h, col: acc[b, o, h, col]
+    else:
+        acc = te.compute((n, ceil_div(channels, lanes), out_h, out_w, lanes),
+                         lambda b, ob, h, col, oi: product(b, ob, oi, h, col), name=instruction.block)
+        unpacked = lambda b, o, h, col: acc[b, o // lanes, h, col, o % lanes]
+    return te.compute((n, channels, out_h, out_w),
+                      lambda b, o, h, col: unpacked(b, o, h, col) - correction[o], name=f"{instruction.name}_unpack")
+
+
+def block_names(sch) -> set[str]:
+    return {sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))}
+
+
+def epilogue_at(sch, block, loop, lanes: int) -> None:
+    """The unpack and every fused consumer computed under `loop`, reading the accumulators where they are;
+    their innermost loop (output columns, contiguous in NCHW) vectorised, `lanes` wide (one vector register
+    of int32): LLVM builds a broadcast to a wider vector (96 lanes for 6 vectors of columns) from inserts,
+    lane by lane, which took a quarter of the time of the classifier's largest depthwise conv with VNNI. The
+    loop above it (channels or vectors, up to 16) is unrolled: its loop and address arithmetic was a sixth of
+    the epilogue's samples."""
+    local = sch.cache_write(block, 0, "global")
+    sch.reverse_compute_at(local, loop)
+    consumers = sch.get_consumers(local)
+    for consumer in consumers:
+        sch.reverse_compute_at(consumer, loop)
+    sch.compute_inline(local)
+    for consumer in consumers:
+        innermost = sch.get_loops(consumer)[-1]
+        if extent(sch, innermost) > lanes and extent(sch, innermost) % lanes == 0:
+            innermost = sch.split(innermost, factors=[None, lanes])[1]
+        sch.vectorize(innermost)
+        loops = sch.get_loops(consumer)
+        if len(loops) >= 2 and extent(sch, loops[-2]) <= 16:
+            sch.unroll(loops[-2])
+
+
+# int32 outputs below which one thread is faster (2^14 vectors of 16, measured with VNNI on 2 cores)
+PARALLEL_MIN_OUTPUTS = 1 << 18
+
+
+def parallel(sch, instruction: Instruction, cores: int, outputs: int, *loops) -> None:
+    """The conv's outer loops, and the packing's, run in parallel when the conv has `outputs` enough."""
+    if cores > 1 and outputs >= PARALLEL_MIN_OUTPUTS:
+        sch.parallel(sch.fuse(*loops))
+        sch.parallel(sch.fuse(*sch.get_loops(sch.get_sblock(instruction.pack_block))[:3]))
+        if instruction.pad_block in block_names(sch):
+            sch.parallel(sch.fuse(*sch.get_loops(sch.get_sblock(instruction.pad_block))[:2]))
+
+
+def tensorize_reduction(sch, block, reduction_outer, lanes, intrinsic: str) -> None:
+    init = sch.decompose_reduction(block, reduction_outer)
+    sch.vectorize(sch.get_loops(init)[-1])
+    sch.tensorize(lanes, intrinsic)
+
+
+def extent(sch, loop) -> int:
+    return int(sch.get(loop).extent)
+
+
+def largest_divisor(n: int, limit: int) -> int:
+    return next(d for d in range(min(n, limit), 0, -1) if n % d == 0)
