@@ -67,7 +67,7 @@ def _schedule_column_lanes(sch, cores: int) -> None:
     vectors = largest_divisor(extent(sch, col) // LANES, COLUMN_VECTORS)
     col_outer, col_vector, col_inner = sch.split(col, factors=[None, vectors, LANES])
     sch.reorder(b, ob, h, col_outer, rc, rh, rw, oi, col_vector, col_inner, ri)
-    epilogue_at(sch, block, col_outer, LANES)
+    epilogue_at(sch, block, col_outer, LANES, row=h)
     outputs = extent(sch, b) * extent(sch, ob) * extent(sch, h) * extent(sch, col_outer) * LANES * vectors * LANES
     parallel(sch, SDOT, cores, outputs, b, ob, h)
     sch.unroll(oi)

@@ -84,7 +84,7 @@ def _schedule_column_lanes(sch, cores: int) -> None:
     ob, oi = sch.split(o, factors=[None, LANES])
     col_outer, col_inner = sch.split(col, factors=[None, LANES])
     sch.reorder(b, ob, h, col_outer, rc, rh, rw, oi, col_inner, ri)
-    epilogue_at(sch, block, col_outer, LANES)
+    epilogue_at(sch, block, col_outer, LANES, row=h)
     outputs = extent(sch, b) * extent(sch, ob) * extent(sch, h) * extent(sch, col_outer) * LANES * LANES
     parallel(sch, VNNI, cores, outputs, b, ob, h)
     sch.unroll(oi)

@@ -143,7 +143,7 @@ def schedule(sch, cores: int) -> None:
     vectors = extent(sch, col_outer)
     col_block, col_inner = sch.split(col_outer, factors=[None, largest_divisor(vectors, COLUMN_BLOCK)])
     sch.reorder(b, c, h, col_block, rh, rg, col_inner, lanes, ri)
-    epilogue_at(sch, block, col_block, LANES)
+    epilogue_at(sch, block, col_block, LANES, row=h)
     pad = sch.get_sblock(PAD_BLOCK)
     pad_b, pad_c, _, pad_col = sch.get_loops(pad)
     sch.vectorize(sch.split(pad_col, factors=[None, PAD_VECTOR])[1])
