@@ -165,3 +165,49 @@ def test_tuning_the_pi_target_measures_every_candidate_on_the_emulated_device(ar
     assert seconds and all(s and s[0] < 1 for s in seconds)
     defaults = json.loads(next((tmp_path / ".cache/tuning").rglob("defaults.json")).read_text())
     assert all(entry["seconds"] for entry in defaults.values())  # the default schedule, timed there too
+
+
+def test_timed_together_the_baseline_library_runs_in_turns_with_the_build_on_the_device(
+        arm64_tracker, tmp_path, capsys):
+    import shutil
+
+    from tests.onnx_models import two_convs
+
+    two_convs(tmp_path / "net.onnx")
+
+    def write(baseline: str = "") -> None:
+        (tmp_path / "deploy.toml").write_text(textwrap.dedent(f"""\
+            include = ["{REPO}/recipes/targets/rpi4.toml"]
+
+            [targets.rpi4]
+            cross-compiler = "aarch64-linux-gnu-gcc"
+            rpc = {{ tracker = "{arm64_tracker}", key = "{KEY}", timeout = 120 }}
+
+            [models.net]
+            path = "net.onnx"
+            inputs.x = {{ shape = [1, 3, 8, 8], dtype = "float32" }}
+
+            [validation]
+            golden = {{ source = "generate", count = 2 }}
+            timing = {{ warmup = 1, min_runs = 5, min_seconds = 0.0 }}
+
+            [[builds]]
+            model = "net"
+            targets = ["rpi4"]
+            """) + baseline)
+
+    write()
+    assert main(["build", "-f", str(tmp_path / "deploy.toml")]) == 0, capsys.readouterr().out
+    shutil.copytree(tmp_path / "build", tmp_path / "base")  # as CI downloads the main branch's build folder
+    write('\n[validation.baseline]\nreport = "base/report.json"\ntimed_together = true\nmax_p50_increase = 0.5\n')
+    code = main(["build", "-f", str(tmp_path / "deploy.toml")])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    metrics = json.loads((tmp_path / "build/net/rpi4/validation.json").read_text())
+    assert metrics["machine"]["via"] == "rpc"
+    runs = len(metrics["latency_ms"]["samples_ms"])
+    assert runs >= 5 and len(metrics["baseline_latency_ms"]["samples_ms"]) == runs  # in turns, on the device
+    (build,) = json.loads((tmp_path / "build/report.json").read_text())["builds"]
+    assert build["vs_baseline"]["timed_together"] is True
+    gate = next(g for g in build["gates"] if g["name"] == "max_p50_increase")
+    assert not gate["applicable"] and "emulated" in gate["detail"]  # timed there, but never gated

@@ -85,3 +85,21 @@ def test_the_report_keeps_every_run_up_to_its_cap_and_an_even_stride_beyond():
     assert len(few["samples_ms"]) == 300 and few["samples_ms"][:3] == [1.0, 2.0, 3.0]
     many = timing_summary([0.001 * (1 + i % 7) for i in range(10_001)])
     assert len(many["samples_ms"]) <= SAMPLES_KEPT and many["samples_ms"][:2] == [1.0, 7.0]  # runs 0, 6, 12, ...
+
+
+def test_in_turns_alternates_the_order_every_round_until_the_first_has_its_runs_and_seconds():
+    order: list[str] = []
+
+    def once(name: str, seconds: float):
+        return lambda: order.append(name) or seconds
+
+    ours, theirs = metrics.in_turns(once("ours", 0.1), once("theirs", 0.3), min_runs=3, min_seconds=0.0)
+    assert order == ["ours", "theirs", "theirs", "ours", "ours", "theirs"]
+    assert (ours, theirs) == ([0.1] * 3, [0.3] * 3)
+    ours, _ = metrics.in_turns(once("ours", 0.1), once("theirs", 0.3), min_runs=1, min_seconds=0.45)
+    assert len(ours) == 5  # 0.1 each: five runs before 0.45 s of this library's own time
+
+
+def test_in_turns_stops_at_the_bound_on_both_libraries_together():
+    ours, theirs = metrics.in_turns(lambda: 1.0, lambda: 2.0, min_runs=100, min_seconds=0.0, max_seconds=5.0)
+    assert (len(ours), len(theirs)) == (2, 2)  # 1 + 2 + 2 + 1 = 6 s: the round that crossed 5 s is the last

@@ -191,12 +191,12 @@ def validate_node(build: str, target_name: str, target: dict, validation, import
 
 def baseline_library(recipe: LoadedRecipe, build, name: str, target_name: str, target: dict) -> Path | None:
     """The baseline's own library of this build, to be timed in turns with it (baseline.timed_together): in
-    the baseline's build folder, beside its report.json, where this build publishes its own. Builds validated
-    on a device time alone."""
+    the baseline's build folder, beside its report.json, where this build publishes its own; a build validated
+    on a device has both uploaded there."""
     validation = recipe.validation_for(build)
     report = recipe.baseline_report(validation)
     together = validation.baseline is not None and validation.baseline.timed_together
-    if report is None or not together or why_not_run_here(target) or device_of(target):
+    if report is None or not together or (why_not_run_here(target) and not device_of(target)):
         return None
     library = report.parent / variant_of(name) / target_name / library_name(target)
     if not library.is_file():

@@ -15,6 +15,8 @@ import os
 import signal
 import socket
 
+from modelbuild.validation import metrics
+
 DEVICE_UNAVAILABLE = 75  # measure.py's exit code for these (EX_TEMPFAIL): the validate stage reports exit 4
 CONNECT_SECONDS = 5
 DESCRIBE = "modelbuild.device_info"  # a device server's function returning JSON: machine, os, emulated
@@ -24,21 +26,17 @@ class DeviceUnavailable(Exception):
     pass
 
 
-def load(library: str, device: dict):
+def load(library: str, device: dict, baseline: str | None = None):
     """(run, timer, described) for the library on a device of `device["key"]`: run(arrays) -> outputs as
-    numpy arrays; timer(arrays, warmup, min_runs, ...) -> seconds of each run, measured on the device;
-    described: what the device says of itself (machine, os, emulated), {} where its server says nothing."""
+    numpy arrays; timer(arrays, warmup, min_runs, ...) -> seconds of each run, measured on the device, or with
+    a `baseline` library (baseline.timed_together), uploaded to the same device, (this library's seconds, the
+    baseline's), the two run in turns; described: what the device says of itself (machine, os, emulated),
+    {} where its server says nothing."""
     import tvm
-    from tvm import relax
 
     session = connect(device)
     described = _described(session)
-    try:
-        session.upload(library)
-        vm = relax.VirtualMachine(session.load_module(os.path.basename(library)), session.cpu())
-    except Exception as err:  # TVM raises its own errors for a device that drops or cannot load the file
-        raise DeviceUnavailable(f"the {device['key']} device failed while loading the library: "
-                                f"{str(err).splitlines()[-1] if str(err) else type(err).__name__}") from None
+    vm = _loaded(session, library, device, "model")
     dev = session.cpu()
 
     def run(arrays):
@@ -57,7 +55,35 @@ def load(library: str, device: dict):
         runs = max(1, min(wanted, int(max_seconds / once) if once > 0 else wanted))
         return list(_guarded(device, lambda: vm.time_evaluator("main", dev, number=1, repeat=runs)(*args).results))
 
-    return run, timer, described
+    if baseline is None:
+        return run, timer, described
+    other = _loaded(session, baseline, device, "baseline")
+
+    def together(arrays, *, warmup: int, min_runs: int, min_seconds: float, max_seconds: float = float("inf"),
+                 **_) -> tuple[list[float], list[float]]:
+        args = [tvm.runtime.tensor(a, dev) for a in arrays]
+        for _ in range(warmup):
+            _guarded(device, lambda: (vm["main"](*args), other["main"](*args)))
+        ours, theirs = (m.time_evaluator("main", dev, number=1, repeat=1) for m in (vm, other))
+        return metrics.in_turns(lambda: _guarded(device, lambda: ours(*args).results[0]),
+                                lambda: _guarded(device, lambda: theirs(*args).results[0]),
+                                min_runs=min_runs, min_seconds=min_seconds, max_seconds=max_seconds)
+
+    return run, together, described
+
+
+def _loaded(session, library: str, device: dict, name: str):
+    """The library uploaded under its own name (a baseline's model.so must not overwrite the build's, which
+    the device has loaded) and loaded into a VM there."""
+    from tvm import relax
+
+    uploaded = f"{name}{os.path.splitext(library)[1]}"
+    try:
+        session.upload(library, target=uploaded)
+        return relax.VirtualMachine(session.load_module(uploaded), session.cpu())
+    except Exception as err:  # TVM raises its own errors for a device that drops or cannot load the file
+        raise DeviceUnavailable(f"the {device['key']} device failed while loading the library: "
+                                f"{str(err).splitlines()[-1] if str(err) else type(err).__name__}") from None
 
 
 def _described(session) -> dict:

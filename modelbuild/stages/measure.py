@@ -36,7 +36,7 @@ def main(library: str, golden_path: str, signature_path: str, timing_json: str, 
 
     device = json.loads(device_json) if device_json else None
     started = time.perf_counter()
-    run, timer, described = remote.load(library, device) if device else (_load(library), None, {})
+    run, timer, described = remote.load(library, device, baseline or None) if device else (_load(library), None, {})
     first = run(inputs_of(golden, input_names, 0))
     cold_ms = (time.perf_counter() - started) * 1000
 
@@ -48,8 +48,9 @@ def main(library: str, golden_path: str, signature_path: str, timing_json: str, 
 
     arrays = inputs_of(golden, input_names, 0)
     together = None
-    if baseline:
-        latencies, together = _time_together(run, _load(baseline), arrays, **timing)
+    if baseline:  # on a device, the timer runs the two in turns there
+        latencies, together = (timer(arrays, **timing) if timer
+                               else _time_together(run, _load(baseline), arrays, **timing))
     else:
         latencies = timer(arrays, **timing) if timer else _time(run, arrays, **timing)
     kernels = json.loads(Path(analysis_path).read_text()).get("kernels") if analysis_path else None
@@ -173,21 +174,11 @@ def _time(run, arrays, *, warmup: int, min_runs: int, min_seconds: float, max_se
 
 def _time_together(run, baseline, arrays, *, warmup: int, min_runs: int, min_seconds: float,
                    max_seconds: float = float("inf"), **_) -> tuple[list[float], list[float]]:
-    """Time this library and the baseline's in turns, one run each, the order swapped every round, until this
-    one has min_runs and min_seconds, or both together max_seconds: the same moments of the machine fall on
-    both, so their ratio keeps what their own medians lose to it."""
+    """This library and the baseline's timed in turns (metrics.in_turns) after warming up both."""
     for _ in range(warmup):
         run(arrays), baseline(arrays)
-    ours: list[float] = []
-    theirs: list[float] = []
-    total = 0.0
-    while (len(ours) < min_runs or sum(ours) < min_seconds) and total < max_seconds:
-        for fn, times in ((run, ours), (baseline, theirs))[::1 if len(ours) % 2 == 0 else -1]:
-            started = time.perf_counter()
-            fn(arrays)
-            times.append(time.perf_counter() - started)
-            total += times[-1]
-    return ours, theirs
+    return metrics.in_turns(lambda: _seconds(lambda: run(arrays)), lambda: _seconds(lambda: baseline(arrays)),
+                            min_runs=min_runs, min_seconds=min_seconds, max_seconds=max_seconds)
 
 
 if __name__ == "__main__":

@@ -51,6 +51,21 @@ def merge_blocks(blocks: list[dict]) -> dict:
     return merged
 
 
+def in_turns(ours, theirs, *, min_runs: int, min_seconds: float,
+             max_seconds: float = float("inf")) -> tuple[list[float], list[float]]:
+    """Seconds of runs of two libraries timed in turns, one run each, the order swapped every round, until
+    the first has min_runs and min_seconds, or both together max_seconds: the same moments of the machine
+    fall on both, so their ratio keeps what their own medians lose to it. `ours()` and `theirs()` run once
+    and return the seconds that run took (a host clock, or a device's own timer)."""
+    times: tuple[list[float], list[float]] = ([], [])
+    total = 0.0
+    while (len(times[0]) < min_runs or sum(times[0]) < min_seconds) and total < max_seconds:
+        for once, runs in ((ours, times[0]), (theirs, times[1]))[::1 if len(times[0]) % 2 == 0 else -1]:
+            runs.append(once())
+            total += runs[-1]
+    return times
+
+
 def amdahl_fraction(threads: list[int], seconds: list[float]) -> float | None:
     """The parallel fraction f that best fits S_p = 1 / ((1 - f) + f / p) to measured latencies.
 
