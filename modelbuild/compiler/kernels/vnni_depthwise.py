@@ -36,7 +36,7 @@ LANES = 16  # int32 accumulators of one vpdpbusd: 16 neighbouring output columns
 GROUP = 4  # taps of a kernel row summed into each lane
 WINDOW = 64  # bytes vpermb picks from
 PAD_VECTOR = 64  # padded bytes written per vector
-COLUMN_BLOCK = 8  # output vectors of a row accumulated together: independent vpdpbusd chains to hide latency
+COLUMN_BLOCK = 8  # output vectors accumulated together: independent vpdpbusd chains to hide latency
 PARALLEL_MIN_WORK = 1 << 14  # output vectors below which one thread is faster (as vnni_conv.py)
 
 
@@ -133,8 +133,9 @@ def _compute(x, w, correction, *, strides, padding, dilation, kernel):
 
 
 def schedule(sch, cores: int) -> None:
-    """Tensorise the reduction (vpermb + vpdpbusd per 16 columns and 4 taps), blocks of output vectors of a
-    row accumulating together; the epilogue computed per block while the accumulators are hot."""
+    """Tensorise the reduction (vpermb + vpdpbusd per 16 columns and 4 taps), blocks of output vectors (of a
+    row, or of neighbouring rows) accumulating together; the epilogue computed per block while the
+    accumulators are hot."""
     block = sch.get_sblock(BLOCK)
     b, c, h, col, rh, rg, ri = sch.get_loops(block)
     annotations = sch.get(block).annotations
@@ -142,14 +143,19 @@ def schedule(sch, cores: int) -> None:
     col_outer, lanes = sch.split(col, factors=[None, LANES])
     vectors = extent(sch, col_outer)
     col_block, col_inner = sch.split(col_outer, factors=[None, largest_divisor(vectors, COLUMN_BLOCK)])
-    sch.reorder(b, c, h, col_block, rh, rg, col_inner, lanes, ri)
-    epilogue_at(sch, block, col_block, LANES, row=h)
+    # a row of fewer vectors than COLUMN_BLOCK is accumulated together with the rows below it: one vector per
+    # row (14 columns) was one chain of dependent vpdpbusd, waiting on each one's latency
+    rows = largest_divisor(extent(sch, h), max(1, COLUMN_BLOCK // extent(sch, col_inner)))
+    h_outer, h_inner = sch.split(h, factors=[None, rows])
+    sch.reorder(b, c, h_outer, col_block, rh, rg, h_inner, col_inner, lanes, ri)
+    epilogue_at(sch, block, col_block, LANES, row=h_outer)
     pad = sch.get_sblock(PAD_BLOCK)
     pad_b, pad_c, _, pad_col = sch.get_loops(pad)
     sch.vectorize(sch.split(pad_col, factors=[None, PAD_VECTOR])[1])
-    if cores > 1 and extent(sch, b) * extent(sch, c) * extent(sch, h) * vectors >= PARALLEL_MIN_WORK:
-        sch.parallel(sch.fuse(b, c, h))
+    if cores > 1 and extent(sch, b) * extent(sch, c) * extent(sch, h_outer) * rows * vectors >= PARALLEL_MIN_WORK:
+        sch.parallel(sch.fuse(b, c, h_outer))
         sch.parallel(sch.fuse(pad_b, pad_c))
+    sch.unroll(h_inner)
     sch.unroll(col_inner)
     tensorize_reduction(sch, block, rh, lanes, _intrinsic(stride, dilation))
 
