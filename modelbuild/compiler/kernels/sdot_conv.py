@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from modelbuild.compiler.kernels import packed_conv
 from modelbuild.compiler.kernels.packed_conv import (
-    PAD_VECTOR, ROW_BLOCK, block_names, epilogue_at, extent, largest_divisor, parallel, tensorize_reduction,
+    PAD_VECTOR, block_names, extent, register_intrinsics, schedule_channel_lanes, schedule_column_lanes,
 )
 
 SDOT = packed_conv.Instruction("sdot", lanes=4, data_dtype="int8")
@@ -27,7 +27,6 @@ BLOCK, COLUMN_BLOCK = SDOT.blocks
 BLOCKS = SDOT.blocks  # default_schedule recognises the kernel by them
 STAGING_BLOCKS = SDOT.staging_blocks
 COLUMN_VECTORS = 4  # column lanes: vectors of columns accumulated together, for each of the 4 output channels
-INTRINSICS = {BLOCK: "modelbuild_sdot_4x4", COLUMN_BLOCK: "modelbuild_sdot_columns_4x4"}
 
 
 def supported(target) -> bool:
@@ -48,43 +47,16 @@ def legalize(bb, call):
 def schedule(sch, cores: int) -> None:
     """Tensorise the packed conv's reduction with sdot; the unpack and whatever FuseOps put behind it are
     computed per register tile while the accumulators are hot."""
-    _register_intrinsics()
+    intrinsics = register_intrinsics(SDOT, "llvm.aarch64.neon.sdot.v4i32.v16i8")
     names = block_names(sch)
     if COLUMN_BLOCK in names:
-        _schedule_column_lanes(sch, cores)
+        schedule_column_lanes(sch, SDOT, cores, intrinsics[COLUMN_BLOCK], vectors=COLUMN_VECTORS)
     else:
-        _schedule_channel_lanes(sch, cores)
+        schedule_channel_lanes(sch, SDOT, cores, intrinsics[BLOCK])
     if SDOT.pad_block in names:
         pad = sch.get_sblock(SDOT.pad_block)
         sch.vectorize(sch.split(sch.get_loops(pad)[-1], factors=[None, PAD_VECTOR])[1])
     _vectorize_packing(sch)
-
-
-def _schedule_column_lanes(sch, cores: int) -> None:
-    block = sch.get_sblock(COLUMN_BLOCK)
-    b, o, h, col, rc, rh, rw, ri = sch.get_loops(block)
-    ob, oi = sch.split(o, factors=[None, LANES])
-    vectors = largest_divisor(extent(sch, col) // LANES, COLUMN_VECTORS)
-    col_outer, col_vector, col_inner = sch.split(col, factors=[None, vectors, LANES])
-    sch.reorder(b, ob, h, col_outer, rc, rh, rw, oi, col_vector, col_inner, ri)
-    epilogue_at(sch, block, col_outer, LANES, row=h)
-    outputs = extent(sch, b) * extent(sch, ob) * extent(sch, h) * extent(sch, col_outer) * LANES * vectors * LANES
-    parallel(sch, SDOT, cores, outputs, b, ob, h)
-    sch.unroll(oi)
-    sch.unroll(col_vector)
-    tensorize_reduction(sch, block, rc, col_inner, INTRINSICS[COLUMN_BLOCK])
-
-
-def _schedule_channel_lanes(sch, cores: int) -> None:
-    block = sch.get_sblock(BLOCK)
-    b, ob, h, col, oi, rc, rh, rw, ri = sch.get_loops(block)
-    columns = extent(sch, col)
-    col_outer, col_inner = sch.split(col, factors=[None, largest_divisor(columns, ROW_BLOCK)])
-    sch.reorder(b, ob, h, col_outer, rc, rh, rw, col_inner, oi, ri)
-    epilogue_at(sch, block, col_outer, LANES)
-    parallel(sch, SDOT, cores, extent(sch, b) * extent(sch, ob) * extent(sch, h) * columns * LANES, b, ob, h)
-    sch.unroll(col_inner)
-    tensorize_reduction(sch, block, rc, oi, INTRINSICS[BLOCK])
 
 
 def _vectorize_packing(sch) -> None:
@@ -97,72 +69,3 @@ def _vectorize_packing(sch) -> None:
         sch.vectorize(sch.fuse(columns, ci))
     else:
         sch.vectorize(ci)
-
-
-_registered = False
-
-
-def _register_intrinsics() -> None:
-    global _registered
-    if _registered:
-        return
-    from tvm.s_tir import TensorIntrin
-    from tvm.script import tirx as T
-
-    sdot = T.llvm_lookup_intrinsic_id("llvm.aarch64.neon.sdot.v4i32.v16i8")
-
-    # channel lanes: c[channel] += sum_k data[k] * weight[channel, k], the data's 4 bytes broadcast
-    @T.prim_func(s_tir=True)
-    def channels_description(a: T.Buffer((4,), "int8", offset_factor=1),
-                             b: T.Buffer((4, 4), "int8", offset_factor=1),
-                             c: T.Buffer((4,), "int32", offset_factor=1)) -> None:
-        with T.sblock("root"):
-            T.reads(c[0:4], a[0:4], b[0:4, 0:4])
-            T.writes(c[0:4])
-            for i in T.serial(0, 4):
-                for k in T.serial(0, 4):
-                    with T.sblock("update"):
-                        vi, vk = T.axis.remap("SR", [i, k])
-                        c[vi] = c[vi] + T.cast(a[vk], "int32") * T.cast(b[vi, vk], "int32")
-
-    @T.prim_func(s_tir=True)
-    def channels_implementation(a: T.Buffer((4,), "int8", offset_factor=1),
-                                b: T.Buffer((4, 4), "int8", offset_factor=1),
-                                c: T.Buffer((4,), "int32", offset_factor=1)) -> None:
-        with T.sblock("root"):
-            T.reads(c[0:4], a[0:4], b[0:4, 0:4])
-            T.writes(c[0:4])
-            a_word = T.reinterpret(a.vload([0], "int8x4"), dtype="int32")
-            c[T.ramp(T.int32(0), 1, 4)] = T.call_llvm_pure_intrin(
-                sdot, c.vload([0], dtype="int32x4"), T.reinterpret(T.broadcast(a_word, 4), dtype="int8x16"),
-                b.vload([0, 0], dtype="int8x16"), dtype="int32x4")
-
-    # column lanes: c[column] += sum_k data[column, k] * weight[k], the weight's 4 bytes broadcast
-    @T.prim_func(s_tir=True)
-    def columns_description(a: T.Buffer((4, 4), "int8", offset_factor=1),
-                            b: T.Buffer((4,), "int8", offset_factor=1),
-                            c: T.Buffer((4,), "int32", offset_factor=1)) -> None:
-        with T.sblock("root"):
-            T.reads(c[0:4], a[0:4, 0:4], b[0:4])
-            T.writes(c[0:4])
-            for i in T.serial(0, 4):
-                for k in T.serial(0, 4):
-                    with T.sblock("update"):
-                        vi, vk = T.axis.remap("SR", [i, k])
-                        c[vi] = c[vi] + T.cast(a[vi, vk], "int32") * T.cast(b[vk], "int32")
-
-    @T.prim_func(s_tir=True)
-    def columns_implementation(a: T.Buffer((4, 4), "int8", offset_factor=1),
-                               b: T.Buffer((4,), "int8", offset_factor=1),
-                               c: T.Buffer((4,), "int32", offset_factor=1)) -> None:
-        with T.sblock("root"):
-            T.reads(c[0:4], a[0:4, 0:4], b[0:4])
-            T.writes(c[0:4])
-            b_word = T.reinterpret(b.vload([0], "int8x4"), dtype="int32")
-            c[T.ramp(T.int32(0), 1, 4)] = T.call_llvm_pure_intrin(
-                sdot, c.vload([0], dtype="int32x4"), a.vload([0, 0], dtype="int8x16"),
-                T.reinterpret(T.broadcast(b_word, 4), dtype="int8x16"), dtype="int32x4")
-
-    TensorIntrin.register(INTRINSICS[BLOCK], channels_description, channels_implementation, override=True)
-    TensorIntrin.register(INTRINSICS[COLUMN_BLOCK], columns_description, columns_implementation, override=True)
-    _registered = True

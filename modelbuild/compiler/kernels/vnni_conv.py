@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from modelbuild.compiler.kernels import packed_conv
 from modelbuild.compiler.kernels.packed_conv import (
-    GROUP, PAD_VECTOR, ROW_BLOCK, block_names, epilogue_at, extent, largest_divisor, parallel, tensorize_reduction,
+    GROUP, PAD_VECTOR, block_names, register_intrinsics, schedule_channel_lanes, schedule_column_lanes,
 )
 
 VNNI = packed_conv.Instruction("vnni", lanes=16, data_dtype="uint8")
@@ -24,7 +24,6 @@ BLOCK, COLUMN_BLOCK = VNNI.blocks  # the reduction block in channel lanes, and i
 BLOCKS = VNNI.blocks  # default_schedule recognises the kernel by them
 PACK_BLOCK, PAD_BLOCK = VNNI.pack_block, VNNI.pad_block
 STAGING_BLOCKS = VNNI.staging_blocks
-INTRINSICS = {BLOCK: "modelbuild_vnni_16x4", COLUMN_BLOCK: "modelbuild_vnni_columns_16x4"}
 
 
 def supported(target) -> bool:
@@ -43,12 +42,12 @@ def legalize(bb, call):
 def schedule(sch, cores: int) -> None:
     """Tensorise the packed conv's reduction with vpdpbusd; everything after it (the unpack, the rescale and
     whatever FuseOps put behind) is computed per register block while the accumulators are hot."""
-    _register_intrinsics()
+    intrinsics = register_intrinsics(VNNI, "llvm.x86.avx512.vpdpbusd.512")
     names = block_names(sch)
     if COLUMN_BLOCK in names:
-        _schedule_column_lanes(sch, cores)
+        schedule_column_lanes(sch, VNNI, cores, intrinsics[COLUMN_BLOCK])
     else:
-        _schedule_channel_lanes(sch, cores)
+        schedule_channel_lanes(sch, VNNI, cores, intrinsics[BLOCK])
     if PAD_BLOCK in names:
         _schedule_packing(sch)
 
@@ -65,101 +64,7 @@ def _schedule_packing(sch) -> None:
     sch.tensorize(lanes, _pack_intrinsic(int(sch.get(pack).annotations["stride"])))
 
 
-def _schedule_channel_lanes(sch, cores: int) -> None:
-    block = sch.get_sblock(BLOCK)
-    b, ob, h, col, oi, rc, rh, rw, ri = sch.get_loops(block)
-    columns = extent(sch, col)
-    col_outer, col_inner = sch.split(col, factors=[None, largest_divisor(columns, ROW_BLOCK)])
-    sch.reorder(b, ob, h, col_outer, rc, rh, rw, col_inner, oi, ri)
-    epilogue_at(sch, block, col_outer, LANES)
-    outputs = extent(sch, b) * extent(sch, ob) * extent(sch, h) * columns * LANES
-    parallel(sch, VNNI, cores, outputs, b, ob, h)
-    sch.unroll(col_inner)
-    tensorize_reduction(sch, block, rc, oi, INTRINSICS[BLOCK])
-
-
-def _schedule_column_lanes(sch, cores: int) -> None:
-    block = sch.get_sblock(COLUMN_BLOCK)
-    b, o, h, col, rc, rh, rw, ri = sch.get_loops(block)
-    ob, oi = sch.split(o, factors=[None, LANES])
-    col_outer, col_inner = sch.split(col, factors=[None, LANES])
-    sch.reorder(b, ob, h, col_outer, rc, rh, rw, oi, col_inner, ri)
-    epilogue_at(sch, block, col_outer, LANES, row=h)
-    outputs = extent(sch, b) * extent(sch, ob) * extent(sch, h) * extent(sch, col_outer) * LANES * LANES
-    parallel(sch, VNNI, cores, outputs, b, ob, h)
-    sch.unroll(oi)
-    tensorize_reduction(sch, block, rc, col_inner, INTRINSICS[COLUMN_BLOCK])
-
-
-_registered = False
 _registered_packing: set[str] = set()
-
-
-def _register_intrinsics() -> None:
-    global _registered
-    if _registered:
-        return
-    from tvm.s_tir import TensorIntrin
-    from tvm.script import tirx as T
-
-    vpdpbusd = T.llvm_lookup_intrinsic_id("llvm.x86.avx512.vpdpbusd.512")
-
-    # channel lanes: c[channel] += sum_k data[k] * weight[channel, k], the data's 4 bytes broadcast
-    @T.prim_func(s_tir=True)
-    def channels_description(a: T.Buffer((4,), "uint8", offset_factor=1),
-                             b: T.Buffer((16, 4), "int8", offset_factor=1),
-                             c: T.Buffer((16,), "int32", offset_factor=1)) -> None:
-        with T.sblock("root"):
-            T.reads(c[0:16], a[0:4], b[0:16, 0:4])
-            T.writes(c[0:16])
-            for i in T.serial(0, 16):
-                for k in T.serial(0, 4):
-                    with T.sblock("update"):
-                        vi, vk = T.axis.remap("SR", [i, k])
-                        c[vi] = c[vi] + T.cast(a[vk], "int32") * T.cast(b[vi, vk], "int32")
-
-    @T.prim_func(s_tir=True)
-    def channels_implementation(a: T.Buffer((4,), "uint8", offset_factor=1),
-                                b: T.Buffer((16, 4), "int8", offset_factor=1),
-                                c: T.Buffer((16,), "int32", offset_factor=1)) -> None:
-        with T.sblock("root"):
-            T.reads(c[0:16], a[0:4], b[0:16, 0:4])
-            T.writes(c[0:16])
-            a_word = T.reinterpret(a.vload([0], "uint8x4"), dtype="int32")
-            c[T.ramp(T.int32(0), 1, 16)] = T.call_llvm_pure_intrin(
-                vpdpbusd, c.vload([0], dtype="int32x16"),
-                T.reinterpret(T.broadcast(a_word, 16), dtype="uint8x64"), b.vload([0, 0], dtype="int8x64"),
-                dtype="int32x16")
-
-    # column lanes: c[column] += sum_k data[column, k] * weight[k], the weight's 4 bytes broadcast
-    @T.prim_func(s_tir=True)
-    def columns_description(a: T.Buffer((16, 4), "uint8", offset_factor=1),
-                            b: T.Buffer((4,), "int8", offset_factor=1),
-                            c: T.Buffer((16,), "int32", offset_factor=1)) -> None:
-        with T.sblock("root"):
-            T.reads(c[0:16], a[0:16, 0:4], b[0:4])
-            T.writes(c[0:16])
-            for i in T.serial(0, 16):
-                for k in T.serial(0, 4):
-                    with T.sblock("update"):
-                        vi, vk = T.axis.remap("SR", [i, k])
-                        c[vi] = c[vi] + T.cast(a[vi, vk], "int32") * T.cast(b[vk], "int32")
-
-    @T.prim_func(s_tir=True)
-    def columns_implementation(a: T.Buffer((16, 4), "uint8", offset_factor=1),
-                               b: T.Buffer((4,), "int8", offset_factor=1),
-                               c: T.Buffer((16,), "int32", offset_factor=1)) -> None:
-        with T.sblock("root"):
-            T.reads(c[0:16], a[0:16, 0:4], b[0:4])
-            T.writes(c[0:16])
-            b_word = T.reinterpret(b.vload([0], "int8x4"), dtype="int32")
-            c[T.ramp(T.int32(0), 1, 16)] = T.call_llvm_pure_intrin(
-                vpdpbusd, c.vload([0], dtype="int32x16"), a.vload([0, 0], dtype="uint8x64"),
-                T.reinterpret(T.broadcast(b_word, 16), dtype="int8x64"), dtype="int32x16")
-
-    TensorIntrin.register(INTRINSICS[BLOCK], channels_description, channels_implementation, override=True)
-    TensorIntrin.register(INTRINSICS[COLUMN_BLOCK], columns_description, columns_implementation, override=True)
-    _registered = True
 
 
 def _pack_intrinsic(stride: int) -> str:
