@@ -354,8 +354,9 @@ def predicated(sch, block) -> bool:
     return not (isinstance(realize.predicate, IntImm) and int(realize.predicate) == 1)
 
 
-# int32 outputs below which one thread is faster (2^14 vectors of 16, measured with VNNI on 2 cores)
-PARALLEL_MIN_OUTPUTS = 1 << 18
+# int32 outputs below which one thread is faster. 2^18 left a 512 -> 512 1x1 conv at 7x7 (25088 outputs, 98 us
+# alone) and a 64 -> 64 one at 56x56 on one core; with 2^14 they took 51 and 96 us (VNNI, 2 cores)
+PARALLEL_MIN_OUTPUTS = 1 << 14
 
 
 def parallel(sch, instruction: Instruction, cores: int, outputs: int, *loops) -> None:
