@@ -261,7 +261,7 @@ def schedule_column_lanes(sch, instruction: Instruction, cores: int, intrinsic: 
     sch.reorder(b, ob, h, col_outer, rc, rh, rw, oi, col_vector, col_inner, ri)
     epilogue_at(sch, block, col_outer, lanes, row=h)
     outputs = extent(sch, b) * extent(sch, ob) * extent(sch, h) * extent(sch, col_outer) * lanes * vectors * lanes
-    parallel(sch, instruction, cores, outputs, b, ob, h)
+    parallel(sch, instruction, cores, outputs * reduction_length(sch, rc, rh, rw), b, ob, h)
     sch.unroll(oi)
     sch.unroll(col_vector)
     tensorize_reduction(sch, block, rc, col_inner, intrinsic)
@@ -282,7 +282,7 @@ def schedule_channel_lanes(sch, instruction: Instruction, cores: int, intrinsic:
     ob_outer, ob_inner = sch.split(ob, factors=[None, channel_blocks])
     sch.reorder(b, ob_outer, h, col_outer, rc, rh, rw, ob_inner, col_inner, oi, ri)
     epilogue_at(sch, block, col_outer, instruction.lanes)
-    parallel(sch, instruction, cores, outputs, b, ob_outer, h)
+    parallel(sch, instruction, cores, outputs * reduction_length(sch, rc, rh, rw), b, ob_outer, h)
     sch.unroll(ob_inner)
     sch.unroll(col_inner)
     tensorize_reduction(sch, block, rc, oi, intrinsic)
@@ -354,14 +354,23 @@ def predicated(sch, block) -> bool:
     return not (isinstance(realize.predicate, IntImm) and int(realize.predicate) == 1)
 
 
-# int32 outputs below which one thread is faster. 2^18 left a 512 -> 512 1x1 conv at 7x7 (25088 outputs, 98 us
-# alone) and a 64 -> 64 one at 56x56 on one core; with 2^14 they took 51 and 96 us (VNNI, 2 cores)
-PARALLEL_MIN_OUTPUTS = 1 << 14
+# multiply-adds below which one thread is faster. Counted in outputs (2^18), it left a 512 -> 512 1x1 conv at 7x7
+# (12.8 M, 98 us alone) on one core, and 2^14 outputs sent 8 -> 16 1x1 convs (0.3 M) to two, which took the
+# bundled classifier from 0.32 to 0.36 ms; by multiply-adds, the classifier stays at 0.32 ms and that conv takes
+# 50 us (VNNI, 2 cores)
+PARALLEL_MIN_MACS = 1 << 21
 
 
-def parallel(sch, instruction: Instruction, cores: int, outputs: int, *loops) -> None:
-    """The conv's outer loops, and the packing's, run in parallel when the conv has `outputs` enough."""
-    if cores > 1 and outputs >= PARALLEL_MIN_OUTPUTS:
+def reduction_length(sch, *loops) -> int:
+    """Multiply-adds per output: the product of the reduction loops' extents, GROUP per step of the innermost
+    group loop (not among `loops`)."""
+    return GROUP * int(np.prod([extent(sch, loop) for loop in loops]))
+
+
+def parallel(sch, instruction: Instruction, cores: int, macs: int, *loops) -> None:
+    """The conv's outer loops, and the packing's, run in parallel when the conv has `macs` multiply-adds
+    enough."""
+    if cores > 1 and macs >= PARALLEL_MIN_MACS:
         sch.parallel(sch.fuse(*loops))
         sch.parallel(sch.fuse(*sch.get_loops(sch.get_sblock(instruction.pack_block))[:3]))
         if instruction.pad_block in block_names(sch):
