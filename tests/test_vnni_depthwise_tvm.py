@@ -128,3 +128,24 @@ def test_epilogue_is_vectorised_one_register_wide():
     # the only inserts assemble one 64-byte vector from 16-byte parts: the clamped, lane-by-lane load of
     # the input's first and last vectors (vnni_conv.shifted_or_padding)
     assert len(re.findall(r"\tvinsert", assembly)) <= 3
+
+
+def test_a_row_of_one_vector_accumulates_with_the_rows_below_it_and_a_large_conv_runs_on_every_core():
+    """One 16-column vector per row (14 columns) was one chain of dependent vpdpbusd: 7 rows now accumulate
+    together. And a MobileNet's 3x3 conv at 56x56 (64 channels, 14336 output vectors) ran on one core."""
+    import re
+
+    shape, wshape = (1, 256, 14, 14), (256, 1, 5, 5)
+    _, weight = random_case(shape, wshape, "int8")
+    module = depthwise_module(shape, weight, "int8", strides=(1, 1), padding=(2, 2, 2, 2), dilation=(1, 1))
+    _, phases = build(module, VBMI_CPU)
+    (script,) = [s for s in kernel_scripts(phases) if "vnni_depthwise" in s]
+    assert re.search(r"for \w+ in T.unroll\(T.int64\(7\)\):\s+for \w+ in T.unroll\(T.int64\(1\)\):\s+"
+                     r'with T.sblock\("vnni_depthwise_update_o"\)', script)
+
+    shape, wshape = (1, 64, 56, 56), (64, 1, 3, 3)
+    _, weight = random_case(shape, wshape, "int8")
+    module = depthwise_module(shape, weight, "int8", strides=(1, 1), padding=(1, 1, 1, 1), dilation=(1, 1))
+    _, phases = build(module, VBMI_CPU)
+    (script,) = [s for s in kernel_scripts(phases) if "vnni_depthwise" in s]
+    assert "T.parallel" in script
