@@ -83,3 +83,36 @@ def test_a_1d_conv_is_smoothed_with_a_divisor_of_its_own_rank():
     convs = smoothing.conv_inputs(model)
     result = smoothing.smooth(model, smoothing.channel_ranges(model, samples, sorted(convs)), convs)
     np.testing.assert_allclose(output(result, samples[0]), output(model, samples[0]), rtol=1e-4, atol=1e-2)
+
+
+def sparse_channel_input(seed: int) -> dict:
+    """[1, 4, 64, 64]: three channels of ordinary noise, and a fourth that is zero but at one pixel (as a
+    ReLU channel that almost never fires), where it is 4x the others' largest values."""
+    rng = np.random.default_rng(seed)
+    x = np.abs(rng.standard_normal((1, 4, 64, 64))).astype(np.float32)
+    x[0, 3] = 0.0
+    x[0, 3, rng.integers(64), rng.integers(64)] = 4 * x[0, :3].max()
+    return {"x": x}
+
+
+def test_a_channel_that_almost_never_fires_does_not_set_the_divided_tensors_range():
+    rng = np.random.default_rng(0)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], name="depthwise", pads=[1, 1, 1, 1], group=4)], "sparse",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4, 64, 64])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4, 64, 64])],
+        initializer=[onnx.numpy_helper.from_array(rng.standard_normal((4, 1, 3, 3)).astype(np.float32), "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    samples = [sparse_channel_input(seed) for seed in range(4)]
+    ranges = smoothing.channel_ranges(model, samples, ["x"])["x"]
+    # its 99.9th percentile is 0; its one value may exceed what it is divided by only OUTLIER_HEADROOM times
+    peak = max(float(s["x"][0, 3].max()) for s in samples)
+    assert ranges[3] == peak / smoothing.OUTLIER_HEADROOM
+    # so int8 keeps the ordinary channels: divided by a percentile near 0, the one pixel became the int8
+    # range, and every other value rounded to 0 (SQNR about 0 dB)
+    from modelbuild.recipe.schema import QuantizationSpec
+    from modelbuild.stages.quantize import quantized
+    qdq = quantized(model, samples, QuantizationSpec(bias_correction=False)).qdq
+    held_out = sparse_channel_input(99)
+    want, got = output(model, held_out)[0, :3], output(qdq, held_out)[0, :3]
+    assert sqnr_db(got.ravel(), want.ravel()) > 30
