@@ -134,13 +134,14 @@ def serve(root: Path, key: str, tracker: str, port: int, cpu: str) -> int:
         if host not in ("127.0.0.1", "localhost"):
             raise Unavailable(f"no RPC tracker answers at {tracker}; start it there, or serve with a local one")
         children.append(subprocess.Popen([sys.executable, "-m", "tvm.exec.rpc_tracker", "--host", host,
-                                          "--port", tracker_port, "--port-end", str(int(tracker_port) + 1)]))
+                                          "--port", tracker_port, "--port-end", str(int(tracker_port) + 1)],
+                                         start_new_session=True))
     emulator = subprocess.run([QEMU, "--version"], capture_output=True, text=True).stdout.splitlines()[0]
     environment = {**os.environ, "PYTHONPATH": str(root / "site"), "PYTHONNOUSERSITE": "1", "QEMU_CPU": cpu,
                    "MODELBUILD_EMULATOR": f"{emulator} -cpu {cpu}"}
     children.append(subprocess.Popen([QEMU, "-L", str(root), str(root / "usr/bin/python3.11"), __file__,
                                       "device", "--key", key, "--tracker", tracker, "--port", str(port)],
-                                     env=environment))
+                                     env=environment, start_new_session=True))
     print(f"emulated aarch64 device {key!r}: registering with the RPC tracker at {tracker} (TVM takes about "
           "20 s to import under emulation); Ctrl-C stops it", flush=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
@@ -151,9 +152,22 @@ def serve(root: Path, key: str, tracker: str, port: int, cpu: str) -> int:
     except KeyboardInterrupt:
         return 130
     finally:
+        # each child leads its own process group, and the whole group goes: the tracker serves from a TVM
+        # popen_worker and the device forks a process per session, and those outlived a terminated parent
         for child in children:
-            child.terminate()
-            child.wait()
+            _end_group(child)
+
+
+def _end_group(child: subprocess.Popen) -> None:
+    try:
+        os.killpg(child.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    try:
+        child.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
 
 
 def _listening(host: str, port: int) -> bool:

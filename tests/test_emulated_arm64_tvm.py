@@ -5,15 +5,17 @@ classifier built for this machine and for a Raspberry Pi 4, in fp32 and int8, in
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import textwrap
+import time
 
 import numpy as np
 import pytest
 
 from modelbuild.cli import main
 from tests.conftest import EMULATED_ARM64_KEY as KEY
-from tests.conftest import REPO
+from tests.conftest import free_port, REPO, serve_emulated_arm64
 
 pytestmark = pytest.mark.tvm
 
@@ -211,3 +213,25 @@ def test_timed_together_the_baseline_library_runs_in_turns_with_the_build_on_the
     assert build["vs_baseline"]["timed_together"] is True
     gate = next(g for g in build["gates"] if g["name"] == "max_p50_increase")
     assert not gate["applicable"] and "emulated" in gate["detail"]  # timed there, but never gated
+
+
+def descendants(pid: int) -> list[int]:
+    found = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        for child in open(f"/proc/{pid}/task/{task}/children").read().split():
+            found += [int(child), *descendants(int(child))]
+    return found
+
+
+def test_a_stopped_device_leaves_no_process_behind():
+    # the tracker serves from a TVM popen_worker that outlived a terminated `serve` (orphans under pid 1)
+    server = serve_emulated_arm64("leaves-nothing", f"127.0.0.1:{free_port()}")
+    time.sleep(2)
+    started = descendants(server.pid)
+    assert any(b"popen_worker" in open(f"/proc/{pid}/cmdline", "rb").read() for pid in started), started
+    server.terminate()
+    server.wait(timeout=30)
+    deadline = time.monotonic() + 10
+    while (alive := [pid for pid in started if os.path.exists(f"/proc/{pid}")]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert alive == []
