@@ -76,14 +76,16 @@ def test_a_tampered_remote_object_is_refused_and_its_stage_rebuilt(fake_project,
     run_cli(capsys, root, "build")
     library = (root / "build/a/cpu/model.so").read_bytes()
     objects = bucket.removeprefix("s3://") + "/objects"
-    for path in s3().glob(f"{objects}/*/*"):
-        if s3().cat_file(path) == library:
-            s3().pipe_file(path, b"a planted library")
+    planted = [path for path in s3().glob(f"{objects}/*/*") if s3().cat_file(path) == library]
+    for path in planted:
+        s3().pipe_file(path, library[::-1])  # as long as the library: only its digest tells
     other = clone(root, tmp_path_factory)
     code, out, err = run_cli(capsys, other, "build")
     assert code == 0 and statuses(out)["compile:a@cpu"] == "built" and statuses(out)["import:a"] == "cached"
     assert "does not match its digest; rebuilding instead" in err
     assert (other / "build/a/cpu/model.so").read_bytes() == library
+    # and the machine that rebuilt it put the true bytes back, so the next one takes it
+    assert planted and all(s3().cat_file(path) == library for path in planted)
 
 
 def test_a_reader_in_read_mode_never_writes(fake_project, bucket, monkeypatch, capsys):
@@ -125,6 +127,26 @@ def test_a_shared_folder_is_a_remote_by_the_same_code(fake_project, monkeypatch,
     run_cli(capsys, root, "build")
     code, out, err = run_cli(capsys, clone(root, tmp_path_factory), "build")
     assert code == 0 and set(statuses(out).values()) == {"cached"} and "4 results taken" in err
+
+
+def test_an_object_a_writer_left_half_written_is_replaced_by_the_next_writer(fake_project, monkeypatch, capsys,
+                                                                            tmp_path_factory):
+    root, _ = fake_project
+    shared = tmp_path_factory.mktemp("shared")
+    monkeypatch.setenv("MODELBUILD_REMOTE_CACHE", str(shared))
+    run_cli(capsys, root, "build")
+    library = (root / "build/a/cpu/model.so").read_bytes()
+    # a writer stopped after half the library's bytes, before its entry
+    (object_path,) = [path for path in shared.glob("objects/*/*") if path.read_bytes() == library]
+    object_path.write_bytes(library[: len(library) // 2])
+    for entry in shared.glob("actions/*/*.json"):
+        if '"compile:a@cpu"' in entry.read_text():
+            entry.unlink()
+    code, out, err = run_cli(capsys, clone(root, tmp_path_factory), "build")
+    assert code == 0 and statuses(out)["compile:a@cpu"] == "built"
+    assert object_path.read_bytes() == library
+    # written under another name and renamed: nothing half written is left beside it
+    assert [path.name for path in shared.rglob("*.tmp")] == []
 
 
 def test_a_bad_cache_mode_or_protocol_is_one_line_with_the_fix(fake_project, monkeypatch, capsys):

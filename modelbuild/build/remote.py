@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,7 +38,9 @@ class Remote:
     given: int = 0  # results this run gave it
     _fs: object = None
     _root: str = ""
+    _local: bool = False  # a shared folder, not an object store
     _broken: bool = False
+    _mismatched: set[str] = field(default_factory=set)  # digests whose remote bytes failed their check
 
     @property
     def writable(self) -> bool:
@@ -60,6 +63,7 @@ class Remote:
             try:
                 fs.get_file(self._object_path(digest), tmp)
                 if sha256_file(Path(tmp)) != digest:
+                    self._mismatched.add(digest)  # the next put replaces it
                     self.note(f"remote cache: object {digest[:12]} does not match its digest; rebuilding instead")
                     return False
                 with open(tmp, "rb+") as f:
@@ -72,13 +76,16 @@ class Remote:
         return bool(self._guard(download))
 
     def put(self, objects: dict[str, Path], key: str, entry: bytes) -> None:
-        """Upload objects not there yet, then the entry last: a reader sees a complete result or none."""
+        """Upload objects not there yet, then the entry last: a reader sees a complete result or none. An
+        object there whose size is not its file's (a writer stopped halfway), or whose bytes failed their
+        digest this run, is replaced: the team's cache heals instead of refusing that result forever."""
         def upload(fs) -> None:
             for digest, path in objects.items():
                 target = self._object_path(digest)
-                if not fs.exists(target):
-                    fs.put_file(str(path), target)
-            fs.pipe_file(self._entry_path(key), entry)
+                if digest in self._mismatched or _size(fs, target) != path.stat().st_size:
+                    self._write(fs, target, lambda name: fs.put_file(str(path), name))
+                    self._mismatched.discard(digest)
+            self._write(fs, self._entry_path(key), lambda name: fs.pipe_file(name, entry))
             self.given += 1
         if self.writable:
             self._guard(upload)
@@ -98,6 +105,19 @@ class Remote:
     def _entry_path(self, key: str) -> str:
         return f"{self._root}/actions/{key[:2]}/{key}.json"
 
+    def _write(self, fs, target: str, write) -> None:
+        """write(name) puts a file's bytes at `name`; in a shared folder under a temporary name renamed to
+        `target`, so a reader never opens a file half written (an object store's upload is whole or none)."""
+        if not self._local:
+            write(target)
+            return
+        partial = f"{target}.{uuid.uuid4().hex}.tmp"
+        try:
+            write(partial)
+            os.replace(partial, target)
+        finally:
+            Path(partial).unlink(missing_ok=True)
+
     def _guard(self, action):
         """Run one remote operation; a failure turns the remote off for the rest of the run, with one note."""
         if self._broken:
@@ -115,11 +135,18 @@ class Remote:
             import fsspec  # only builds with a remote pay for it; configured() checked it is there
 
             # a fresh instance: fsspec would otherwise reuse one made under another run's environment
-            local = (fsspec.core.split_protocol(self.url)[0] or "file") in ("file", "local")
+            self._local = (fsspec.core.split_protocol(self.url)[0] or "file") in ("file", "local")
             self._fs, self._root = fsspec.core.url_to_fs(self.url, skip_instance_cache=True,
-                                                         **({"auto_mkdir": True} if local else {}))
+                                                         **({"auto_mkdir": True} if self._local else {}))
             self._root = self._root.rstrip("/")
         return self._fs
+
+
+def _size(fs, path: str) -> int | None:
+    try:
+        return fs.info(path)["size"]
+    except FileNotFoundError:
+        return None
 
 
 def redact(text: str) -> str:
