@@ -9,8 +9,14 @@ nearest or GPTQ weight rounding, up to --candidates builds. Then the chosen libr
 timed in alternating blocks in this process (2 threads, untuned), and their ratio printed against the goal.
 The store is kept in bench/.search/cache, so a rerun rebuilds only what changed.
 
+With --zoo, the same search on each conv model of the zoo (bench/zoo.py), calibrated and gated as `zoo.py
+--int8` does (the int8-ci preset on held-out rendered text, its store in bench/.zoo/cache, so candidates
+that build already built there are cached): issue 21's goal that every zoo model gets a passing
+configuration faster than its fp32 library.
+
 Usage: python bench/search.py [--only text_cls text_det] [--threads 2] [--seconds 3] [--candidates 30]
                               [--lines 200] [--pages 16]
+       python bench/search.py --zoo [--only ZOO_MODEL ...] [--threads 2] [--seconds 3] [--candidates 30]
 """
 
 from __future__ import annotations
@@ -65,9 +71,9 @@ def recipe(model: str, threads: int, calibration: Path, held_out: Path, count: i
         "[[builds]]", f'model = "{model}"', 'targets = ["cpu"]', 'quantization = "int8"', 'search = "fastest"', ""])
 
 
-def search(folder: Path, model: str) -> dict:
-    proc = subprocess.run([sys.executable, "-m", "modelbuild", "search", f"{model}+int8@cpu", "-f",
-                           str(folder / "deploy.toml"), "--cache-dir", str(WORK / "cache"), "--json"],
+def search(folder: Path, build: str, cache: Path = WORK / "cache") -> dict:
+    proc = subprocess.run([sys.executable, "-m", "modelbuild", "search", build, "-f",
+                           str(folder / "deploy.toml"), "--cache-dir", str(cache), "--json"],
                           capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1"})
     if proc.returncode not in (0, 1):
         raise SystemExit(proc.stdout + proc.stderr)
@@ -90,9 +96,51 @@ def timed(folder: Path, model: str, result: dict, seconds: float) -> dict[str, f
     return alternate(functions, seconds)
 
 
+def zoo_search(only: list[str] | None, threads: int, seconds: float, candidates: int) -> None:
+    """--zoo: per conv model of the zoo, the search's choice and its latency over the fp32 library's."""
+    import zoo
+
+    models = [m for m in zoo.ZOO if m.int8 and (not only or m.name in only)]
+    root = WORK / "zoo"
+    images = zoo.rendered_images(root)
+    rows = []
+    for m in models:
+        folder = root / m.name
+        folder.mkdir(parents=True, exist_ok=True)
+        section = ['precisions = ["int16", "float"]', f"max_candidates = {candidates}"]
+        (folder / "deploy.toml").write_text(zoo.int8_recipe([m], threads, images, search=section))
+        print(f"searching {m.name} ...", flush=True)
+        build = f"{m.name}+{m.name}_int8@cpu"
+        result = search(folder, build, cache=zoo.CACHE / "cache")
+        chosen = next((c for c in result["candidates"] if c["section"] == result["chosen"]), None)
+        times = {}
+        if chosen:
+            variants = folder / "build" / "search" / build
+            times = zoo.time_pair(m, variants / m.name / "cpu" / "model.so",
+                                  variants / f"{m.name}+{result['chosen']}" / "cpu" / "model.so", seconds)
+        rows.append((m.name, result, chosen, times))
+    print(f"\nthreads {threads}; untuned; calibrated on {zoo.CALIBRATION_SAMPLES} rendered samples, gated (int8-ci) "
+          f"on {zoo.GOLDEN_SAMPLES} others; medians of alternating blocks\n")
+    print("| model | candidates | chosen | worst cosine | fp32 ms | chosen ms | chosen / fp32 |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    ratios = []
+    for name, result, chosen, times in rows:
+        if chosen is None:
+            print(f"| {name} | {len(result['candidates'])} | none passed | - | - | - | - |")
+            continue
+        ratios.append(times["int8"] / times["fp32"])
+        print(f"| {name} | {len(result['candidates'])} | {chosen['description']} | {chosen['worst_cosine']:.6f} | "
+              f"{times['fp32'] * 1e3:.2f} | {times['int8'] * 1e3:.2f} | {ratios[-1]:.2f}x |")
+    faster = sum(r < 1 for r in ratios)
+    print(f"\n{faster} of {len(rows)} models have a passing configuration faster than fp32 (goal: all)"
+          + (f"; geometric mean {zoo.geometric_mean(ratios):.2f}x" if ratios else ""))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--only", nargs="*", default=list(MODELS), choices=list(MODELS))
+    parser.add_argument("--zoo", action="store_true", help="search each conv model of bench/zoo.py instead")
+    parser.add_argument("--only", nargs="*", help=f"models to search (default: all; {', '.join(MODELS)} "
+                                                   "or, with --zoo, the zoo's conv models)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=3.0, help="timing per library")
     parser.add_argument("--candidates", type=int, default=30, help="the search's max_candidates")
@@ -101,8 +149,14 @@ def main() -> None:
     parser.add_argument("--pages", type=int, default=16, help="held-out pages for the detector")
     args = parser.parse_args()
     os.environ["TVM_NUM_THREADS"] = str(args.threads)
+    if args.zoo:
+        zoo_search(args.only, args.threads, args.seconds, args.candidates)
+        return
+    unknown = set(args.only or ()) - set(MODELS)
+    if unknown:
+        parser.error(f"--only: {', '.join(sorted(unknown))} is not one of {', '.join(MODELS)} (the zoo's need --zoo)")
     rows = []
-    for model in args.only:
+    for model in args.only or list(MODELS):
         kind = MODELS[model][3]
         count = args.lines if kind == "lines" else args.pages
         calibration, held_out = render(kind, count, args.calibration)
@@ -111,7 +165,7 @@ def main() -> None:
         (folder / "deploy.toml").write_text(recipe(model, args.threads, calibration, held_out, count,
                                                    args.calibration, args.candidates))
         print(f"searching {model} ...", flush=True)
-        result = search(folder, model)
+        result = search(folder, f"{model}+int8@cpu")
         chosen = next((c for c in result["candidates"] if c["section"] == result["chosen"]), None)
         times = timed(folder, model, result, args.seconds) if chosen else {}
         rows.append((model, result, chosen, times))

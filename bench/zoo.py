@@ -28,6 +28,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -229,10 +230,14 @@ def target_section(threads: int) -> list[str]:
     return ["[targets.cpu]", 'kind = "llvm"', 'mcpu = "host"', f"num-cores = {threads}", ""]
 
 
-def int8_recipe(models: list[ZooModel], threads: int, images: dict[str, tuple[Path, Path]]) -> str:
+def int8_recipe(models: list[ZooModel], threads: int, images: dict[str, tuple[Path, Path]],
+                search: list[str] = ()) -> str:
     """Each conv model twice: float (not validated: it is the speed reference) and int8 calibrated on
-    rendered text, validated with the shipped int8-ci preset on other rendered text (held out)."""
+    rendered text, validated with the shipped int8-ci preset on other rendered text (held out). With `search`
+    (the lines of a [search.fastest] section), the int8 builds name that search (bench/search.py --zoo)."""
     lines = [f'include = ["{REPO / "recipes" / "validation" / "int8-ci.toml"}"]', ""]
+    if search:
+        lines += ["[search.fastest]", *search, ""]
     golden = {}
     for m in models:
         kind, norm = m.int8
@@ -252,7 +257,7 @@ def int8_recipe(models: list[ZooModel], threads: int, images: dict[str, tuple[Pa
     for m in models:
         lines += ["[[builds]]", f'model = "{m.name}"', 'targets = ["cpu"]', "validation = { enabled = false }", "",
                   "[[builds]]", f'model = "{m.name}"', 'targets = ["cpu"]', f'quantization = "{m.name}_int8"',
-                  f"validation = {{ golden = {golden[m.name]} }}", ""]
+                  *(['search = "fastest"'] if search else []), f"validation = {{ golden = {golden[m.name]} }}", ""]
     return "\n".join(lines)
 
 
@@ -402,20 +407,32 @@ CALIBRATION_SAMPLES, GOLDEN_SAMPLES = 32, 8
 CALIBRATION_SEED, HELD_OUT_SEED = 11, 12  # different seeds: no held-out input is one it was calibrated on
 
 
-def int8_table(models: list[ZooModel], threads: int, seconds: float) -> None:
-    """Per conv model: its int8 library's latency over its fp32 library's (alternating blocks, one process),
-    and the int8-ci gates on held-out inputs. Goal (issue 16): <= 0.5x, gates passing."""
+def rendered_images(root: Path) -> dict[str, tuple[Path, Path]]:
+    """Per kind of rendered text ("lines", "pages"): the folders of calibration and held-out images under
+    `root`, rendered with different seeds (the same bytes on every run)."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import text_images  # a sibling script
 
+    images = {}
+    for kind, write in (("lines", text_images.write_lines), ("pages", text_images.write_pages)):
+        folders = root / f"calibrate-{kind}", root / f"held-out-{kind}"
+        for folder, count, seed in zip(folders, (CALIBRATION_SAMPLES, GOLDEN_SAMPLES), (CALIBRATION_SEED, HELD_OUT_SEED)):
+            if not folder.is_dir():  # rendered beside it and renamed: an interrupted run leaves no half folder
+                partial = folder.with_name(folder.name + ".partial")
+                shutil.rmtree(partial, ignore_errors=True)
+                write(partial, count, seed=seed)
+                partial.rename(folder)
+        images[kind] = folders
+    return images
+
+
+def int8_table(models: list[ZooModel], threads: int, seconds: float) -> None:
+    """Per conv model: its int8 library's latency over its fp32 library's (alternating blocks, one process),
+    and the int8-ci gates on held-out inputs. Goal (issue 16): <= 0.5x, gates passing."""
     models = [m for m in models if m.int8]
     with tempfile.TemporaryDirectory(prefix="modelbuild-zoo-int8-") as tmp:
         root = Path(tmp)
-        images = {}
-        for kind, write in (("lines", text_images.write_lines), ("pages", text_images.write_pages)):
-            write(root / f"calibrate-{kind}", CALIBRATION_SAMPLES, seed=CALIBRATION_SEED)
-            write(root / f"held-out-{kind}", GOLDEN_SAMPLES, seed=HELD_OUT_SEED)
-            images[kind] = (root / f"calibrate-{kind}", root / f"held-out-{kind}")
+        images = rendered_images(root)
         print(f"building {len(models)} models, fp32 and int8 (calibrated on {CALIBRATION_SAMPLES} rendered "
               f"samples), untuned ...", flush=True)
         (root / "int8").mkdir()
@@ -433,7 +450,7 @@ def int8_table(models: list[ZooModel], threads: int, seconds: float) -> None:
             if failure:
                 print(f"| {m.name} | failed: {failure[:160]} | | | | |", flush=True)
                 continue
-            medians = _time_pair(m, fp32.folder / "model.so", int8.folder / "model.so", seconds)
+            medians = time_pair(m, fp32.folder / "model.so", int8.folder / "model.so", seconds)
             ratio = medians["int8"] / medians["fp32"]
             ratios.append(ratio)
             gates = int8.failure or "; ".join(int8.gates) or "all passed"
@@ -449,7 +466,7 @@ def geometric_mean(ratios: list[float]) -> float:
     return math.exp(sum(math.log(r) for r in ratios) / len(ratios))
 
 
-def _time_pair(model: ZooModel, fp32: Path, int8: Path, seconds: float) -> dict[str, float]:
+def time_pair(model: ZooModel, fp32: Path, int8: Path, seconds: float) -> dict[str, float]:
     import tvm
     from tvm import relax
 
