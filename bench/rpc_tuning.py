@@ -29,16 +29,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.conftest import free_port, wait_for_port  # noqa: E402  (after the path is set)
+from tests.conftest import free_port, start_group, stop_group, wait_for_port  # noqa: E402  (after the path is set)
 from tests.onnx_models import two_convs  # noqa: E402
 
 KEYS = {"pi-one": 1, "pi-two": 2}
 
 
 def start_devices(tracker: str) -> list[subprocess.Popen]:
-    devices = [subprocess.Popen([sys.executable, str(REPO / "scripts/emulated_arm64.py"), "serve", "--key", key,
-                                 "--tracker", tracker, "--port", str(free_port())],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    devices = [start_group([sys.executable, str(REPO / "scripts/emulated_arm64.py"), "serve", "--key", key,
+                            "--tracker", tracker, "--port", str(free_port())])
                for key, count in KEYS.items() for _ in range(count)]
     from tvm import rpc
 
@@ -102,9 +101,8 @@ def main() -> None:
     args = parser.parse_args()
     port = free_port()
     tracker = f"127.0.0.1:{port}"
-    processes = [subprocess.Popen([sys.executable, "-m", "tvm.exec.rpc_tracker", "--host", "127.0.0.1", "--port",
-                                   str(port), "--port-end", str(port + 1)],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    processes = [start_group([sys.executable, "-m", "tvm.exec.rpc_tracker", "--host", "127.0.0.1", "--port",
+                              str(port), "--port-end", str(port + 1)])]
     try:
         wait_for_port(port, processes[0])  # before the devices: each would start a tracker of its own
         processes += start_devices(tracker)
@@ -119,8 +117,7 @@ def main() -> None:
               f"{one / two:.2f}x faster with two (goal: about 2x)")
     finally:
         for process in processes:
-            process.terminate()
-            process.wait()
+            stop_group(process)
 
 
 if __name__ == "__main__":

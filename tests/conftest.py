@@ -85,6 +85,37 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def start_group(command: list[str]) -> subprocess.Popen:
+    """A server in a process group of its own, quiet; end it with `stop_group`. TVM's tracker and RPC server
+    serve from popen_worker children, which outlive a killed parent (orphans under pid 1 after every run)."""
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid`, from /proc."""
+    found = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        for child in open(f"/proc/{pid}/task/{task}/children").read().split():
+            found += [int(child), *descendants(int(child))]
+    return found
+
+
+def stop_group(process: subprocess.Popen, timeout: float = 10) -> None:
+    """End the group `start_group` started: SIGTERM (a server may clean up), SIGKILL after `timeout`."""
+    import signal
+
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(timeout=timeout)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
 def wait_for_port(port: int, process: subprocess.Popen, timeout: float = 30) -> None:
     """Until a server started as `process` accepts connections on 127.0.0.1:port; fails if it exits first."""
     deadline = time.monotonic() + timeout

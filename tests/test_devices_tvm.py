@@ -4,7 +4,7 @@ machine is the device), and each way reaching a device can fail, none past its t
 from __future__ import annotations
 
 import json
-import subprocess
+import os
 import sys
 import textwrap
 import time
@@ -12,7 +12,7 @@ import time
 import pytest
 
 from modelbuild.cli import main
-from tests.conftest import free_port, wait_for_port
+from tests.conftest import descendants, free_port, start_group, stop_group, wait_for_port
 from tests.onnx_models import two_convs
 
 pytestmark = pytest.mark.tvm
@@ -24,14 +24,12 @@ KEY = "host-board"
 def tracker():
     """TVM's tracker and one RPC server registered under KEY, both on 127.0.0.1; yields 'host:port'."""
     port, server_port = free_port(), free_port()
-    processes = [subprocess.Popen([sys.executable, "-m", "tvm.exec.rpc_tracker", "--host", "127.0.0.1",
-                                   "--port", str(port), "--port-end", str(port + 1)],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    processes = [start_group([sys.executable, "-m", "tvm.exec.rpc_tracker", "--host", "127.0.0.1",
+                              "--port", str(port), "--port-end", str(port + 1)])]
     wait_for_port(port, processes[0])
-    processes.append(subprocess.Popen([sys.executable, "-m", "tvm.exec.rpc_server", "--host", "127.0.0.1",
-                                       "--port", str(server_port), "--port-end", str(server_port + 1),
-                                       "--tracker", f"127.0.0.1:{port}", "--key", KEY],
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    processes.append(start_group([sys.executable, "-m", "tvm.exec.rpc_server", "--host", "127.0.0.1",
+                                  "--port", str(server_port), "--port-end", str(server_port + 1),
+                                  "--tracker", f"127.0.0.1:{port}", "--key", KEY]))
     from tvm import rpc
 
     deadline = time.monotonic() + 30
@@ -40,8 +38,7 @@ def tracker():
         time.sleep(0.2)
     yield f"127.0.0.1:{port}"
     for process in processes:
-        process.kill()
-        process.wait()
+        stop_group(process)
 
 
 def recipe(root, rpc: str, trials: int | None = None) -> None:
@@ -135,3 +132,18 @@ def test_tuning_for_a_key_no_device_registered_stops_before_measuring_anything(t
     assert f"FAILED tune:net@board: no device with key 'rpi5' at the RPC tracker {tracker}" in out
     assert not list((tmp_path / ".cache/tuning").rglob("database_tuning_record.json")) or not any(
         p.read_text() for p in (tmp_path / ".cache/tuning").rglob("database_tuning_record.json"))
+
+
+def test_a_stopped_tracker_leaves_no_process_behind():
+    # it serves from a TVM popen_worker, which outlived a killed tracker (orphans under pid 1 after each run)
+    port = free_port()
+    tracker = start_group([sys.executable, "-m", "tvm.exec.rpc_tracker", "--host", "127.0.0.1",
+                           "--port", str(port), "--port-end", str(port + 1)])
+    wait_for_port(port, tracker)
+    started = descendants(tracker.pid)
+    assert any(b"popen_worker" in open(f"/proc/{pid}/cmdline", "rb").read() for pid in started), started
+    stop_group(tracker)
+    deadline = time.monotonic() + 10
+    while (alive := [pid for pid in started if os.path.exists(f"/proc/{pid}")]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert alive == []

@@ -15,7 +15,7 @@ import pytest
 
 from modelbuild.cli import main
 from tests.conftest import EMULATED_ARM64_KEY as KEY
-from tests.conftest import free_port, REPO, serve_emulated_arm64
+from tests.conftest import descendants, free_port, REPO, serve_emulated_arm64
 
 pytestmark = pytest.mark.tvm
 
@@ -213,14 +213,6 @@ def test_timed_together_the_baseline_library_runs_in_turns_with_the_build_on_the
     assert build["vs_baseline"]["timed_together"] is True
     gate = next(g for g in build["gates"] if g["name"] == "max_p50_increase")
     assert not gate["applicable"] and "emulated" in gate["detail"]  # timed there, but never gated
-
-
-def descendants(pid: int) -> list[int]:
-    found = []
-    for task in os.listdir(f"/proc/{pid}/task"):
-        for child in open(f"/proc/{pid}/task/{task}/children").read().split():
-            found += [int(child), *descendants(int(child))]
-    return found
 
 
 def test_a_stopped_device_leaves_no_process_behind():
