@@ -20,7 +20,8 @@ element-wise chains, reductions):
   0.75 ms);
 - the outermost spatial loops of a kernel with enough work are fused and run in parallel;
 - an int8 conv legalised for a dot-product instruction gets its own schedule (AVX-512 VNNI: vnni_conv.py,
-  vnni_depthwise.py; Arm's sdot: sdot_conv.py).
+  vnni_depthwise.py; Arm's sdot: sdot_conv.py), and so does a softmax over long rows (softmax.py); where
+  one does not fit its kernel (a fused epilogue it does not expect), the kernel gets the generic steps.
 Each step runs on a copy of the schedule and is kept only if TVM accepts it, so an unusual kernel keeps a
 simpler schedule rather than failing the build.
 """
@@ -29,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from modelbuild.compiler.kernels import sdot_conv, vnni_conv, vnni_depthwise
+from modelbuild.compiler.kernels import sdot_conv, softmax, vnni_conv, vnni_depthwise
 
 VECTOR_LANES = 16  # float32 lanes of AVX-512; narrower vector units run the loop in several instructions
 WHOLE_ROW_LANES = 8 * VECTOR_LANES  # rows up to this long are vectorised whole when 16 does not divide them
@@ -38,6 +39,9 @@ PARALLEL_MIN_WORK = 1 << 18  # spatial iterations below which a parallel region 
 # is unchanged, its kernels being far larger)
 SHORT_REDUCTION = 25  # steps per output up to which padding is computed inside the reduction (5x5 taps)
 PARALLEL_MIN_MACS = 1 << 20  # the same for a reduction, counted in multiply-adds
+# kernels legalised with blocks of these names have their own schedule(sch, cores)
+HAND_WRITTEN = ((vnni_conv, vnni_conv.BLOCKS), (sdot_conv, sdot_conv.BLOCKS),
+                (vnni_depthwise, (vnni_depthwise.BLOCK,)), (softmax, softmax.BLOCKS))
 
 
 @dataclass(frozen=True)
@@ -99,13 +103,11 @@ def schedule_function(func, on: Machine):
         return None
     refused: list[str] = []
     sch = _inline_elementwise(sch, root, refused)
-    if any(_has_block(sch, root, name) for name in vnni_conv.BLOCKS):
-        sch = _attempt(sch, lambda s: vnni_conv.schedule(s, on.cores), refused)
-    elif any(_has_block(sch, root, name) for name in sdot_conv.BLOCKS):
-        sch = _attempt(sch, lambda s: sdot_conv.schedule(s, on.cores), refused)
-    elif _has_block(sch, root, vnni_depthwise.BLOCK):
-        sch = _attempt(sch, lambda s: vnni_depthwise.schedule(s, on.cores), refused)
-    else:
+    kernel = next((k for k, blocks in HAND_WRITTEN if any(_has_block(sch, root, name) for name in blocks)), None)
+    trial = sch if kernel is None else _attempt(sch, lambda s: kernel.schedule(s, on.cores), refused)
+    if trial is not sch:
+        sch = trial
+    else:  # no hand-written kernel, or one whose schedule did not fit (an unusual fused epilogue)
         for block in sch.get_child_blocks(root):
             if _is_reduction(sch, block):
                 sch = _attempt(sch, lambda s, b=block: _schedule_reduction(s, b, on), refused)

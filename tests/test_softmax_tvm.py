@@ -1,0 +1,50 @@
+"""Softmax over long rows: vector partial max and sum per row, rows in parallel, exact to fast_exp's error."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from modelbuild.compiler.kernels import softmax
+from tests.relax_graphs import build_module, scheduled_kernel
+
+TOLERANCE = 5e-6  # fast_exp's relative error (fast_math.py), as the fast_math test allows softmax
+
+
+def reference(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x.astype("float64") - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def compiled(shape, body):
+    return scheduled_kernel(build_module(body, shape), "softmax", schedule=True)
+
+
+@pytest.mark.tvm
+@pytest.mark.parametrize("shape", [(3, 1000), (2, 5, 256), (4, 100), (2, 40), (40, 18710)],
+                         ids=["tail-of-40", "no-tail", "one-vector-of-partials", "shortest", "recogniser-head"])
+def test_every_row_length_matches_float64_within_fast_exps_error(shape):
+    import tvm
+    from tvm import relax
+
+    script, run = compiled(shape, lambda bb, x: bb.emit(relax.op.nn.softmax(x, axis=-1)))
+    assert softmax.PARTIAL_MAX in script and '"modelbuild.refused_steps": 0' in script
+    assert ("T.parallel" in script) == (np.prod(shape) >= softmax.PARALLEL_MIN_ELEMENTS)
+    x = np.random.default_rng(3).normal(0, 4, shape).astype("float32")
+    got = run(tvm.runtime.tensor(x)).numpy()
+    assert np.abs(got - reference(x)).max() / reference(x).max() <= TOLERANCE
+    np.testing.assert_allclose(got.sum(axis=-1), 1.0, rtol=1e-5)
+
+
+@pytest.mark.tvm
+def test_a_fused_consumer_is_computed_row_by_row_with_it():
+    import tvm
+    from tvm import relax
+
+    def body(bb, x):
+        return bb.emit(relax.op.multiply(bb.emit(relax.op.nn.softmax(x, axis=-1)), relax.const(2.0)))
+
+    script, run = compiled((2, 3, 500), body)
+    assert "multiply" in script and '"modelbuild.refused_steps": 0' in script
+    x = np.random.default_rng(4).normal(0, 4, (2, 3, 500)).astype("float32")
+    np.testing.assert_allclose(run(tvm.runtime.tensor(x)).numpy(), 2 * reference(x), rtol=TOLERANCE, atol=1e-9)
