@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from modelbuild.compiler import (channel_padding, channels_last, conv_transpose, default_schedule, fast_math,
                                  layer_names)
 from modelbuild.compiler.analysis import KernelCall, Step
-from modelbuild.compiler.kernels.integer_kernels import legalize_conv2d, legalize_quantize
+from modelbuild.compiler.kernels.integer_kernels import legalize_conv2d, legalize_matmul, legalize_quantize
 
 _ALIAS_OPS = {"relax.reshape", "relax.memory.view"}
 
@@ -58,7 +58,8 @@ def lower(module, target, *, fuse: bool, layout: str | None, database=None, sche
     seq = tvm.transform.Sequential
 
     legalize = relax.transform.LegalizeOps(customize_legalize_map={
-        "relax.quantize": legalize_quantize, "relax.nn.conv2d": legalize_conv2d, **fast_math.legalizations()})
+        "relax.quantize": legalize_quantize, "relax.nn.conv2d": legalize_conv2d, "relax.matmul": legalize_matmul,
+        **fast_math.legalizations()})
     legalized = seq(cpu.library_dispatch_passes(target) + [legalize,
                     relax.transform.AnnotateTIROpPattern(), relax.transform.FoldConstant()])(module)
     grouped = relax.transform.FuseOps()(legalized) if fuse else legalized

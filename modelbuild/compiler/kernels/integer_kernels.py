@@ -6,7 +6,7 @@ every module; the quantize stage's graph rewrite that creates these operators is
 from __future__ import annotations
 
 from modelbuild.compiler.integer_ops import constant_value
-from modelbuild.compiler.kernels import packed_conv, sdot_conv, vnni_conv, vnni_depthwise
+from modelbuild.compiler.kernels import packed_conv, packed_matmul, sdot_conv, vnni_conv, vnni_depthwise
 
 
 def legalize_quantize(bb, call):
@@ -85,6 +85,21 @@ def legalize_conv2d(bb, call):
         if _reduction_length(call) <= EXACT_FLOAT_PRODUCTS // (2 if str(call.args[0].ty.dtype) == "uint8" else 1):
             return _float_accumulated_conv2d(bb, call)
     return ir.Op.get("relax.nn.conv2d").get_attr("FLegalize")(bb, call)
+
+
+def legalize_matmul(bb, call):
+    """relax.matmul of 8-bit data by constant int8 weights, accumulating in int32, as a packed 1x1 conv on the
+    target's dot-product instruction (packed_matmul.py); any other matmul as TVM legalises it."""
+    from tvm import ir
+    from tvm import target as tvm_target
+
+    if packed_matmul.eligible(call):
+        target = tvm_target.Target.current()
+        if vnni_conv.supported(target):
+            return packed_matmul.legalize(bb, call, vnni_conv.VNNI)
+        if sdot_conv.supported(target):
+            return packed_matmul.legalize(bb, call, sdot_conv.SDOT)
+    return ir.Op.get("relax.matmul").get_attr("FLegalize")(bb, call)
 
 
 def _reduction_length(call) -> int:

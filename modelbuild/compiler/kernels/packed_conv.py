@@ -177,9 +177,11 @@ def shifted_or_padding(load, row, column, *, left: int, height: int, width: int,
     return tirx.if_then_else(within, direct, edge)
 
 
-def compute(x, w, correction, instruction: Instruction, *, strides, padding, dilation, kernel, channels):
+def compute(x, w, correction, instruction: Instruction, *, strides, padding, dilation, kernel, channels,
+            by_column: bool | None = None):
     """The packed conv as TE: pad (and shift) rows of all channels, pack (group channels by 4, split columns by
-    stride phase), reduce, unpack with the correction."""
+    stride phase), reduce, unpack with the correction. `by_column` forces one form of the accumulators
+    (column_lanes chooses by default)."""
     from tvm import te, tirx
 
     n, in_ch, height, width = (int(d) for d in x.shape)
@@ -206,7 +208,7 @@ def compute(x, w, correction, instruction: Instruction, *, strides, padding, dil
         """The packed data that weight tap (rh, rw) meets at output (h, col): column col * sw + rw * dw."""
         return packed[b, rc, h * sh + rh * dh, tirx.floormod(rw * dw, sw), col + tirx.floordiv(rw * dw, sw), ri]
 
-    by_column = column_lanes(out_w, lanes)
+    by_column = column_lanes(out_w, lanes) if by_column is None else by_column
     computed_w = lanes_width(out_w, lanes) if by_column else out_w  # columns computed; the extra ones dropped
     span = computed_w + (kw - 1) * dw // sw  # packed columns of one phase that the outputs reach
     if sw == 1 and in_ch % GROUP == 0 and not any((top, left, bottom, right)) and computed_w == out_w:
