@@ -67,6 +67,49 @@ def test_a_clip_between_convs_keeps_them_channels_last_and_computes_the_same():
     np.testing.assert_allclose(outputs[1], outputs[0], rtol=1e-5, atol=1e-4)
 
 
+def onnx_hard_swish_between_convs():
+    """conv -> x * Clip(x + 3, 0, 6) / 6 -> conv as an ONNX graph of opset 13: Clip's bounds are inputs and
+    3 and 6 tensors of shape [1], as the layout detector of the zoo has it."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(25)
+    constants = {"w1": rng.standard_normal((16, 8, 3, 3)), "w2": rng.standard_normal((16, 16, 1, 1)),
+                 "three": np.array([3.0]), "six": np.array([6.0]), "zero": np.array(0.0), "top": np.array(6.0)}
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["a", "three"], ["b"]),
+             helper.make_node("Clip", ["b", "zero", "top"], ["c"]),
+             helper.make_node("Mul", ["a", "c"], ["d"]),
+             helper.make_node("Div", ["d", "six"], ["e"]),
+             helper.make_node("Conv", ["e", "w2"], ["y"])]
+    graph = helper.make_graph(nodes, "hard_swish", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 10, 12])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 10, 12])],
+                              [numpy_helper.from_array(v.astype(np.float32), k) for k, v in constants.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_an_onnx_clip_with_input_bounds_and_one_value_constants_keep_the_convs_channels_last():
+    """TVM's importer makes that Clip two call_tir kernels and keeps 3 and 6 as [1] tensors; layout inference
+    stopped at each (two transposes per activation, 46% of the layout net's kernel time)."""
+    import tvm
+    from tvm import relax
+
+    from modelbuild.compiler import channels_last, layer_names
+
+    module = layer_names.from_onnx(onnx_hard_swish_between_convs(), {"x": [1, 8, 10, 12]}, {"x": "float32"})
+    converted, used = channels_last.convert(module, "auto")
+    assert used == channels_last.CONVERTED
+    activations = [line for line in converted.script().splitlines()
+                   if "R.permute_dims(" in line and ("(1, 16, 10, 12)" in line or "(1, 10, 12, 16)" in line)]
+    assert len(activations) == 1  # out of channels-last once, at the output
+    x = np.random.default_rng(26).uniform(-8, 8, (1, 8, 10, 12)).astype("float32")
+    outputs = []
+    for mod in (module, converted):
+        executable = tvm.compile(mod, target="llvm")
+        outputs.append(relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy())
+    np.testing.assert_allclose(outputs[1], outputs[0], rtol=1e-5, atol=1e-4)
+
+
 def reduced_stack(keepdims: bool):
     """conv -> max over its pixels -> stack of two -> max over the stacked axis, as magika ends."""
     from tvm import relax

@@ -20,6 +20,8 @@ it can infer a layout for, so the transposes sit at the model's edges and the we
 
 from __future__ import annotations
 
+import re
+
 from modelbuild.compiler.relax_rewrite import rewrite_calls
 from modelbuild.errors import last_line
 
@@ -78,10 +80,19 @@ ELEMENTWISE_OF_REDUCTION = {"relax.max": "maximum", "relax.min": "minimum", "rel
 def _as_inferable(mutator, call):
     """The call as operators TVM infers layouts through, or the call itself:
     - a float clip(x, lo, hi) as minimum(maximum(x, lo), hi), the same values in any layout;
+    - the ONNX importer's clip of opset 11 and later (bounds as inputs): a call_tir of its own maximum or
+      minimum kernel by a scalar, as the relax operator (see _tir_bound);
+    - an element-wise operator with a constant of one value of another rank ([1] beside [1, C, H, W], which
+      layout inference gives up on: the hard-swish's + 3 and / 6), with that value as a scalar;
     - max / min / sum over axis k of stack([a, b, ...], axis=k), without keepdims, as maximum(a, b, ...)."""
     from tvm import relax
 
     op = getattr(call.op, "name", None)
+    bounded = _tir_bound(mutator, call) if op == "relax.call_tir" else None
+    if bounded is not None:
+        return bounded
+    if op in BROADCASTING and any(_single_value(arg) is not None for arg in call.args):
+        return relax.Call(call.op, [_scalar(arg) for arg in call.args], call.attrs)
     if op == "relax.clip" and _is_float(call.args[0]):
         x, dtype = call.args[0], str(call.args[0].ty.dtype)
         low, high = (relax.const(float(bound.value), dtype) for bound in call.args[1:3])
@@ -99,3 +110,45 @@ def _as_inferable(mutator, call):
                     result = mutator.builder_.emit(combine(result, part))
                 return result
     return call
+
+
+BROADCASTING = {"relax.add", "relax.subtract", "relax.multiply", "relax.divide", "relax.maximum", "relax.minimum",
+                "relax.power"}
+
+
+def _single_value(expr):
+    """The value of a constant holding one value (of any rank), else None."""
+    from tvm.ir import Constant
+
+    if not isinstance(expr, Constant):
+        return None
+    value = expr.value.numpy()
+    return value.reshape(()) if value.size == 1 and value.ndim > 0 else None
+
+
+def _scalar(expr):
+    from tvm import relax
+
+    value = _single_value(expr)
+    return expr if value is None else relax.const(value, str(value.dtype))
+
+
+TIR_BOUNDS = re.compile(r"(maximum|minimum)\d*")
+
+
+def _tir_bound(mutator, call):
+    """maximum(x, b) or minimum(x, b) for a call_tir of a kernel named so whose body is that one operation,
+    with a float tensor x and a scalar b; else None. TVM's ONNX importer emits Clip with input bounds (opset 11
+    and later) as such kernels (topi.maximum, topi.minimum), which layout inference cannot see through: the
+    layout net's 20 hard-swish activations put 2 transposes each around them, 46% of its kernel time."""
+    from tvm import relax, tirx
+
+    callee, args = call.args[0], getattr(call.args[1], "fields", None)
+    match = TIR_BOUNDS.fullmatch(getattr(callee, "name_hint", ""))
+    if match is None or args is None or len(args) != 2 or not _is_float(args[0]) or len(args[1].ty.shape) != 0:
+        return None
+    kernel = mutator.builder_.get()[callee] if callee in mutator.builder_.get().functions else None
+    operation = "T.max(" if match.group(1) == "maximum" else "T.min("
+    if not isinstance(kernel, tirx.PrimFunc) or kernel.script().count(operation) != 1:
+        return None
+    return getattr(relax.op, match.group(1))(args[0], args[1])
