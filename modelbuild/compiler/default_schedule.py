@@ -60,7 +60,7 @@ class Machine:
 # stays.
 WIDE_REGISTERS = Machine(rows=6, vectors=4)
 FEWER_ROWS = 2  # a register tile may have this many rows fewer, where that divides its rows and `rows` does not
-MIN_TILE_ROWS = 3
+MIN_TILE_ROWS = 3  # fewer rows reuse each loaded weight vector too little
 NARROW_REGISTERS = Machine(rows=4, vectors=1)
 
 
