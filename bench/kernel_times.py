@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # modelbuild, when
 
 def kind(name: str) -> str:
     if "vnni" in name:
-        return "conv (VNNI)"
+        return "matmul (VNNI)" if "matmul" in name else "conv (VNNI)"
     if "conv2d_int8" in name:
         return "conv (int8, float accumulation)"
     if "conv2d" in name:
