@@ -9,8 +9,13 @@ cache by node name) with modelbuild's own pipeline, which names the kernels as t
 Kernels are grouped by kind (VNNI conv, other conv, matmul, the rest by their first fused op) and summed per
 inference; a kernel alone runs with warm caches, so the sum is a little under the library's latency.
 
+With --pair and two builds, a float one then an int8 one, every conv of the second is printed beside the
+fastest conv of the first with the same geometry (channels, sizes, kernel; a depthwise conv by its channels
+and sizes alone, as the int8 kernel's packed taps do not say its kernel size), both per inference: which
+int8 kernels gain least over float.
+
 Usage: python bench/kernel_times.py --build LIBRARY NODE [--build LIBRARY NODE ...] [--cache .cache]
-                                    [--top K] [--threads T]
+                                    [--top K] [--threads T] [--pair]
   e.g. python bench/kernel_times.py --build build/text_det/cpu/model.so import:text_det \
        --build build/text_det+int8/cpu/model.so quantize:text_det+int8@cpu
 """
@@ -75,6 +80,11 @@ def kernels_of(ir: Path) -> tuple[collections.Counter, dict[str, list]]:
 
 def kernel_times(library: str, ir: Path) -> dict[str, float]:
     """Per kernel name, its seconds per inference (one call's median time the calls it gets)."""
+    return timed_kernels(library, ir)[0]
+
+
+def timed_kernels(library: str, ir: Path):
+    """(per kernel name its seconds per inference, its calls per inference, its argument shapes)."""
     import tvm
 
     from modelbuild.stages.measure import time_kernel
@@ -88,7 +98,57 @@ def kernel_times(library: str, ir: Path) -> dict[str, float]:
             print(f"  (not timed: {name})")
             continue
         times[name] = seconds * count
-    return times
+    return times, calls, args
+
+
+def conv_geometry(name: str, args: list) -> tuple | None:
+    """(in channels, height, width, out channels, out height, out width, kernel h, kernel w) of a conv kernel,
+    float (NHWC with HWIO weights, or NCHW with OIHW) or packed int8 ([O/lanes, C/4, KH, KW, lanes, 4]
+    weights); ("depthwise", channels, height, width, out height, out width) for a depthwise one; else None."""
+    if "conv2d" not in name or len(args) < 3:
+        return None
+    data, weight, out = args[0][0], args[1][0], args[-1][0]
+    if len(data) != 4 or len(out) != 4:
+        return None
+    if "vnni_depthwise" in name:
+        return ("depthwise", data[1], data[2], data[3], out[2], out[3])
+    if "vnni" in name:
+        return (data[1], data[2], data[3], out[1], out[2], out[3], weight[2], weight[3]) if len(weight) == 6 else None
+    if len(weight) != 4:
+        return None
+    if out[3] == weight[3]:  # NHWC, HWIO
+        channels, height, width, kernel, per_group = data[3], data[1], data[2], weight[:2], weight[2]
+        out_channels, out_size = out[3], out[1:3]
+    else:  # NCHW, OIHW
+        channels, height, width, kernel, per_group = data[1], data[2], data[3], weight[2:], weight[1]
+        out_channels, out_size = out[1], out[2:]
+    if per_group == 1 and channels == out_channels > 1:
+        return ("depthwise", channels, height, width, *out_size)
+    return (channels, height, width, out_channels, *out_size, *kernel)
+
+
+def report_pairs(float_build, int8_build, top: int) -> None:
+    """Each int8 conv beside the fastest float conv of its geometry, per inference at the int8 kernel's
+    call count."""
+    (float_times, float_calls, float_args), (int8_times, int8_calls, int8_args) = float_build, int8_build
+    fastest: dict[tuple, float] = {}
+    for name, seconds in float_times.items():
+        geometry = conv_geometry(name, float_args[name])
+        if geometry is not None:
+            per_call = seconds / float_calls[name]
+            fastest[geometry] = min(per_call, fastest.get(geometry, per_call))
+    rows = []
+    for name, seconds in int8_times.items():
+        geometry = conv_geometry(name, int8_args[name])
+        if geometry is not None:
+            sibling = fastest.get(geometry)
+            rows.append((seconds, None if sibling is None else sibling * int8_calls[name], geometry, name))
+    paired = [row for row in rows if row[1] is not None]
+    print(f"\nconvs paired by geometry: int8 {sum(r[0] for r in paired) * 1e6:.0f} us, float "
+          f"{sum(r[1] for r in paired) * 1e6:.0f} us ({len(paired)} of {len(rows)} int8 convs)")
+    for seconds, sibling, geometry, name in sorted(rows, key=lambda row: -row[0])[:top]:
+        against = f"{sibling * 1e6:8.1f} us  {seconds / sibling:4.2f}x" if sibling else f"{'-':>11}  {'-':>5}"
+        print(f"    {seconds * 1e6:8.1f} us {against}  {geometry}  {name[:60]}")
 
 
 def report(library: str, times: dict[str, float], top: int) -> None:
@@ -111,10 +171,17 @@ def main() -> None:
     parser.add_argument("--cache", type=Path, default=Path(".cache"))
     parser.add_argument("--top", type=int, default=8, help="the slowest kernels to list by name")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--pair", action="store_true", help="two builds, float then int8: convs side by side")
     args = parser.parse_args()
+    if args.pair and len(args.build) != 2:
+        parser.error("--pair takes two --build: the float one, then the int8 one")
     os.environ["TVM_NUM_THREADS"] = str(args.threads)
+    builds = []
     for library, node in args.build:
-        report(library, kernel_times(library, stage_ir(args.cache, node)), args.top)
+        builds.append(timed_kernels(library, stage_ir(args.cache, node)))
+        report(library, builds[-1][0], args.top)
+    if args.pair:
+        report_pairs(*builds, args.top)
 
 
 if __name__ == "__main__":
