@@ -82,8 +82,8 @@ def _as_inferable(mutator, call):
     - a float clip(x, lo, hi) as minimum(maximum(x, lo), hi), the same values in any layout;
     - the ONNX importer's clip of opset 11 and later (bounds as inputs): a call_tir of its own maximum or
       minimum kernel by a scalar, as the relax operator (see _tir_bound);
-    - an element-wise operator with a constant of one value of another rank ([1] beside [1, C, H, W], which
-      layout inference gives up on: the hard-swish's + 3 and / 6), with that value as a scalar;
+    - an element-wise operator with a constant holding one value ([1] beside [1, C, H, W], which layout
+      inference gives up on: the hard-swish's + 3 and / 6), with that value as a scalar;
     - max / min / sum over axis k of stack([a, b, ...], axis=k), without keepdims, as maximum(a, b, ...)."""
     from tvm import relax
 

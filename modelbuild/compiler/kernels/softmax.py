@@ -4,10 +4,11 @@ TVM's softmax (even its fast_softmax) is four blocks over the whole tensor: a ma
 over each row, a division. The default schedule could only vectorise the two reductions across rows (a
 gather per vector from rows 18710 floats apart) and left the sum scalar: a recogniser's softmax over
 [40, 18710] classes ran at 1.5 ns per element, 7x onnxruntime's time. Here the row's max and sum are first
-taken in LANES partial results, one per lane (element b * LANES + l goes to lane l: contiguous vector loads),
-then across the lanes and the row's last len % LANES elements; every block is computed one row at a time
-(the row's exponentials stay in cache between the sum and the scaling), rows in parallel, and the row is
-scaled by one reciprocal. exp is TVM's fast_exp polynomial (fast_math.py's error bound).
+taken in `width` partial results, CHAINS vectors of them on a long row (element b * width + l goes to
+partial l: contiguous vector loads), then across the partials and the row's last len % width elements;
+every block is computed one row at a time (the row's exponentials stay in cache between the sum and the
+scaling), rows in parallel, and the row is scaled by one reciprocal. exp is TVM's fast_exp polynomial
+(fast_math.py's error bound). The [40, 18710] softmax: 1.08 -> 0.21 ms alone (2 threads).
 
 Rows shorter than 2 * LANES, and a softmax over any other axis, keep TVM's fast_softmax.
 """
@@ -34,7 +35,7 @@ def partial_width(length: int) -> int:
 
 
 def compute(x, axis: int):
-    """softmax(x) over the last axis: max and sum in LANES partials, then across them and the row's tail."""
+    """softmax(x) over the last axis: max and sum in partials, then across them and the row's tail."""
     from tvm import te, tirx, topi
 
     del axis  # eligible() checked it is the last
@@ -43,7 +44,7 @@ def compute(x, axis: int):
     whole = length // width * width
 
     def lanes_then_tail(partial, element, combine, name):
-        # one reduction over the LANES partials followed by the row's tail
+        # one reduction over the partials followed by the row's tail
         j = te.reduce_axis((0, width + length - whole), "j")
         return te.compute(tuple(rows), lambda *r: combine(
             tirx.if_then_else(j < width, partial[(*r, j)], element(r, whole + j - width)), axis=j), name=name)
