@@ -166,24 +166,27 @@ def test_a_row_rounded_up_to_whole_vectors_gets_one_unguarded_epilogue_per_row()
                      script)
 
 
-def test_rows_of_whole_vectors_are_the_outer_loop_and_rounded_up_rows_keep_channel_blocks_outer():
-    """Rows outside the blocks of output channels: a row of packed data serves every block from cache (a
-    256 -> 64 1x1 conv at 100x80: 1230 -> 465 us). A row rounded up to whole vectors keeps its epilogue per
-    row, for which the channel blocks stay outermost."""
+def test_rows_are_the_outer_loop_where_the_data_outweighs_the_weights():
+    """Rows outside the blocks of output channels where the data outweighs the weights: a row of packed data
+    serves every block from cache (a 256 -> 64 1x1 conv at 100x80: 1230 -> 465 us). A row rounded up to whole
+    vectors has its epilogue per row, between the row's loop and its channel blocks, so the rows alone run in
+    parallel. Where the weights outweigh the data, the channel blocks stay outermost."""
     import re
 
     from modelbuild.compiler.kernels import vnni_conv
 
-    weight = np.random.default_rng(1).integers(-128, 128, (64, 64, 1, 1)).astype(np.int8)
+    rng = np.random.default_rng(1)
     orders = []
-    for width in (64, 56):
-        module = conv_module((1, 64, 16, width), weight, "uint8", strides=(1, 1), padding=(0, 0, 0, 0),
-                             dilation=(1, 1))
+    for shape, wshape, padding in (((1, 64, 16, 64), (64, 64, 1, 1), 0), ((1, 64, 16, 56), (64, 64, 1, 1), 0),
+                                   ((1, 128, 4, 16), (128, 128, 3, 3), 1)):
+        weight = rng.integers(-128, 128, wshape).astype(np.int8)
+        module = conv_module(shape, weight, "uint8", strides=(1, 1), padding=(padding,) * 4, dilation=(1, 1))
         _, phases = build(module, VNNI_CPU)
         (script,) = [f.script() for f in phases.fused.functions.values()
                      if hasattr(f, "params") and vnni_conv.COLUMN_BLOCK in f.script()]
         orders.append(re.findall(r"for (\w+) in T.parallel", script))
-    assert "b_h_o_0_fused" in orders[0] and "b_o_0_h_fused" in orders[1]
+    assert "b_h_o_0_fused" in orders[0] and "b_h_fused" in orders[1]
+    assert "b_o_0_h_fused" in orders[2]  # 64 pixels, 128 x 9 weights per input channel: the weights stay put
 
 
 def test_a_row_of_one_column_accumulates_several_blocks_of_channels_together():

@@ -256,27 +256,32 @@ def schedule_column_lanes(sch, instruction: Instruction, cores: int, intrinsic: 
     by up to `vectors` vectors of columns (each data vector feeds every channel, each weight word every
     vector); the epilogue per tile, or per row where a tile would end past the output (epilogue_at).
 
-    Rows are the outer loop and blocks of output channels inside them, so a row of packed data is read from
-    cache by every block (the weights, a few KB to 256 KB, stay in cache too): with the channel blocks
+    For a 1x1 conv whose output has more pixels than channels (per input channel, the data outweighs the
+    weights), rows are the outer loop and blocks of output channels inside them, so a row of packed data
+    is read from cache by every block (and the weights stay in cache too): with the channel blocks
     outermost, a 256 -> 64 1x1 conv at 100x80 read its 2 MB of packed data from memory four times, 1230 us
-    against 465 (VNNI, 2 cores; the other 1x1 convs of the layout net 0-16% faster). Where the epilogue goes
-    per row, the channel blocks stay outermost: per row of all channels, TVM refused the schedule."""
+    against 465 (VNNI, 2 cores; the other 1x1 convs of the layout net 0-16% faster); at 100x76, computed as 80
+    with the epilogue per row (of every channel block), 1011 -> 556 us, and 64 -> 64 at 200x152 1054 -> 650
+    us (128 -> 128 at 100x76: 420 -> 456 us). Otherwise the channel blocks stay outermost, each block's
+    weights in cache across the rows: larger kernels gained nothing with rows outermost (3x3 64 -> 64 at
+    57x57: 251 -> 256 us; 128 -> 128 at 29x29: 222 -> 235 us)."""
     lanes = instruction.lanes
     block = sch.get_sblock(instruction.column_block)
     b, o, h, col, rc, rh, rw, ri = sch.get_loops(block)
+    pixels = extent(sch, h) * extent(sch, col)
     ob, oi = sch.split(o, factors=[None, lanes])
     vectors = largest_divisor(extent(sch, col) // lanes, vectors)
     col_outer, col_vector, col_inner = sch.split(col, factors=[None, vectors, lanes])
-    inner = (col_outer, rc, rh, rw, oi, col_vector, col_inner, ri)
-    sch.reorder(b, h, ob, *inner)
-    if _ends_past_output(sch.copy(), block, col_outer):
-        outer = (b, ob, h)  # the epilogue goes per row (epilogue_at), so a row's loop must hold its tiles
-        sch.reorder(*outer, *inner)
+    if extent(sch, rh) * extent(sch, rw) == 1 and pixels > extent(sch, ob) * lanes:  # data outweighs weights
+        sch.reorder(b, h, ob, col_outer, rc, rh, rw, oi, col_vector, col_inner, ri)
+        # an epilogue per row sits between the row's loop and its channel blocks: only the rows run in parallel
+        parallel_loops = (b, h) if _ends_past_output(sch.copy(), block, col_outer) else (b, h, ob)
     else:
-        outer = (b, h, ob)
-    epilogue_at(sch, block, col_outer, lanes, row=h)
+        sch.reorder(b, ob, h, col_outer, rc, rh, rw, oi, col_vector, col_inner, ri)
+        parallel_loops = (b, ob, h)
     outputs = extent(sch, b) * extent(sch, ob) * extent(sch, h) * extent(sch, col_outer) * lanes * vectors * lanes
-    parallel(sch, instruction, cores, outputs * reduction_length(sch, rc, rh, rw), *outer)
+    epilogue_at(sch, block, col_outer, lanes, row=h)
+    parallel(sch, instruction, cores, outputs * reduction_length(sch, rc, rh, rw), *parallel_loops)
     sch.unroll(oi)
     sch.unroll(col_vector)
     tensorize_reduction(sch, block, rc, col_inner, intrinsic)
