@@ -150,6 +150,13 @@ def main() -> None:
     args = parser.parse_args()
     os.environ["TVM_NUM_THREADS"] = str(args.threads)
     if args.zoo:
+        import zoo
+
+        conv_models = [m.name for m in zoo.ZOO if m.int8]
+        unknown = set(args.only or ()) - set(conv_models)
+        if unknown:
+            parser.error(f"--only: {', '.join(sorted(unknown))} is not one of the zoo's conv models "
+                         f"({', '.join(conv_models)})")
         zoo_search(args.only, args.threads, args.seconds, args.candidates)
         return
     unknown = set(args.only or ()) - set(MODELS)

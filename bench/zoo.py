@@ -492,6 +492,9 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a build option for every model, as TOML (--set 'layout = \"NCHW\"')")
     args = parser.parse_args()
+    unknown = set(args.only or ()) - {m.name for m in ZOO}
+    if unknown:
+        parser.error(f"--only: {', '.join(sorted(unknown))} is not in the zoo ({', '.join(m.name for m in ZOO)})")
     models = [m for m in ZOO if not args.only or m.name in args.only]
     if args.list:
         for m in models:
