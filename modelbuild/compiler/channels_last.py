@@ -120,10 +120,10 @@ def _single_value(expr):
     """The value of a constant holding one value (of any rank), else None."""
     from tvm.ir import Constant
 
-    if not isinstance(expr, Constant):
+    shape = [int(d) for d in expr.ty.shape] if isinstance(expr, Constant) else []
+    if not shape or any(d != 1 for d in shape):  # a scalar already, or more than one value: never copied out
         return None
-    value = expr.value.numpy()
-    return value.reshape(()) if value.size == 1 and value.ndim > 0 else None
+    return expr.value.numpy().reshape(())
 
 
 def _scalar(expr):
@@ -147,7 +147,8 @@ def _tir_bound(mutator, call):
     match = TIR_BOUNDS.fullmatch(getattr(callee, "name_hint", ""))
     if match is None or args is None or len(args) != 2 or not _is_float(args[0]) or len(args[1].ty.shape) != 0:
         return None
-    kernel = mutator.builder_.get()[callee] if callee in mutator.builder_.get().functions else None
+    module = mutator.builder_.get()
+    kernel = module[callee] if callee in module.functions else None
     operation = "T.max(" if match.group(1) == "maximum" else "T.min("
     if not isinstance(kernel, tirx.PrimFunc) or kernel.script().count(operation) != 1:
         return None
