@@ -113,6 +113,14 @@ def test_missing_include(tmp_path):
     assert err.line == 1 and "not found" in err.message
 
 
+def test_an_include_that_names_a_folder_is_a_recipe_error(tmp_path):
+    """The fuzzer's include = [""]: the recipe's own folder, which read_text met with IsADirectoryError."""
+    (tmp_path / "pieces").mkdir()
+    for name in ("", "pieces"):
+        err = error_of(tmp_path, f'include = ["{name}"]\n' + GOOD)
+        assert err.line == 1 and err.field == "include[0]" and "folder" in err.message
+
+
 def test_include_cycle(tmp_path):
     (tmp_path / "a.toml").write_text('include = ["b.toml"]\n')
     (tmp_path / "b.toml").write_text('include = ["a.toml"]\n')

@@ -183,6 +183,10 @@ def _read_with_includes(path: Path, files: list[Path], chain: tuple[Path, ...]) 
             raise RecipeError(f"included file {name!r} not found", file=_shown(path),
                               line=locate(path.read_text(), ("include",)), field=f"include[{index}]",
                               fix="paths in include are relative to the including file")
+        if not piece.is_file():  # "" or "recipes/" name a folder
+            raise RecipeError(f"included path {name!r} is a folder, not a recipe file", file=_shown(path),
+                              line=locate(path.read_text(), ("include",)), field=f"include[{index}]",
+                              fix='name a .toml file, such as include = ["recipes/targets/x86-server.toml"]')
         merged = _merge(merged, _read_with_includes(piece, files, (*chain, path)))
     return _merge(merged, data)
 
