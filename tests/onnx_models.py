@@ -86,10 +86,11 @@ def with_unsupported_op(path: Path) -> Path:
 
 
 def quantized_qdq(source: Path, path: Path, shape: list[int], *, samples: int = 8, activations: str = "QInt8",
-                  quant_format: str = "QDQ", symmetric: bool = True) -> Path:
+                  quant_format: str = "QDQ", symmetric: bool = True, reduce_range: bool = False) -> Path:
     """onnxruntime's static quantization of `source` (symmetric int8, per-channel weights), calibrated on
     seeded random inputs of `shape`: QDQ, or with quant_format="QOperator" QLinearConv / QLinearMatMul;
-    symmetric=False gives affine activations (a zero point from the calibrated range)."""
+    symmetric=False gives affine activations (a zero point from the calibrated range); reduce_range=True
+    7-bit weights."""
     from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType,
                                           quantize_static)
 
@@ -109,7 +110,7 @@ def quantized_qdq(source: Path, path: Path, shape: list[int], *, samples: int = 
             return next(self.batches, None)
 
     quantize_static(str(fixed), str(path), Reader(), quant_format=QuantFormat[quant_format], per_channel=True,
-                    activation_type=QuantType[activations], weight_type=QuantType.QInt8,
+                    reduce_range=reduce_range, activation_type=QuantType[activations], weight_type=QuantType.QInt8,
                     calibrate_method=CalibrationMethod.MinMax,
                     extra_options={"ActivationSymmetric": symmetric, "WeightSymmetric": True})
     return path
