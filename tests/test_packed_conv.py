@@ -1,4 +1,4 @@
-"""The packed layouts of the dot-product convs (VNNI, sdot): pure numpy, no TVM."""
+"""The packed layouts of the dot-product convs (VNNI, sdot, AVX2's vpmaddwd): pure numpy, no TVM."""
 
 from __future__ import annotations
 
@@ -8,31 +8,45 @@ from modelbuild.compiler.kernels.packed_conv import GROUP, Instruction, column_l
 
 VNNI = Instruction("vnni", lanes=16, data_dtype="uint8")
 SDOT = Instruction("sdot", lanes=4, data_dtype="int8")
+AVX2 = Instruction("avx2", lanes=8, data_dtype="int16", group=2, weight_dtype="int16", accumulates=False)
 
 
 def test_packed_weights_put_lanes_of_output_channels_by_4_input_channels_and_pad_with_zeros():
     weight = np.random.default_rng(0).integers(-128, 128, (20, 6, 3, 2)).astype(np.int8)
-    for lanes, blocks in ((16, 2), (4, 5)):
-        packed, _ = pack_weights(weight, lanes=lanes, shift=128)
-        assert packed.shape == (blocks, 2, 3, 2, lanes, GROUP)
+    for instruction, blocks in ((VNNI, 2), (SDOT, 5)):
+        lanes = instruction.lanes
+        packed, _ = pack_weights(weight, instruction, shift=128)
+        assert packed.shape == (blocks, 2, 3, 2, lanes, GROUP) and packed.dtype == np.int8
         for o, c, kh, kw in [(0, 0, 0, 0), (19, 5, 2, 1), (17, 4, 1, 0), (3, 2, 2, 1)]:
             assert packed[o // lanes, c // GROUP, kh, kw, o % lanes, c % GROUP] == weight[o, c, kh, kw]
         assert not packed[:, 1, :, :, :, 2:].any()  # input channels 6 and 7 do not exist
-    assert not pack_weights(weight, lanes=16, shift=0)[0][1, :, :, :, 4:, :].any()  # nor outputs 20..31
+    assert not pack_weights(weight, VNNI, shift=0)[0][1, :, :, :, 4:, :].any()  # nor outputs 20..31
+
+
+def test_weights_for_a_16_bit_instruction_are_widened_and_paired():
+    """vpmaddwd multiplies int16 pairs: [O/8, C/2, KH, KW, 8, 2] int16, the same values."""
+    weight = np.random.default_rng(0).integers(-128, 128, (20, 5, 3, 2)).astype(np.int8)
+    packed, correction = pack_weights(weight, AVX2, shift=AVX2.shift("int8"))
+    assert packed.shape == (3, 3, 3, 2, 8, 2) and packed.dtype == np.int16
+    for o, c, kh, kw in [(0, 0, 0, 0), (19, 4, 2, 1), (9, 3, 1, 0)]:
+        assert packed[o // 8, c // 2, kh, kw, o % 8, c % 2] == weight[o, c, kh, kw]
+    assert not packed[:, 2, :, :, :, 1].any() and not correction.any()  # channel 5 does not exist; no shift
 
 
 def test_the_correction_undoes_the_shift_of_the_data_for_either_sign():
     weight = np.random.default_rng(1).integers(-128, 128, (5, 3, 3, 3)).astype(np.int8)
     sums = weight.astype(np.int64).reshape(5, -1).sum(axis=1)
-    assert pack_weights(weight, lanes=16, shift=128)[1].tolist() == (128 * sums).tolist()
-    assert pack_weights(weight, lanes=4, shift=-128)[1].tolist() == (-128 * sums).tolist()
-    assert not pack_weights(weight, lanes=4, shift=0)[1].any()
+    assert pack_weights(weight, VNNI, shift=128)[1].tolist() == (128 * sums).tolist()
+    assert pack_weights(weight, SDOT, shift=-128)[1].tolist() == (-128 * sums).tolist()
+    assert not pack_weights(weight, SDOT, shift=0)[1].any()
 
 
 def test_data_is_shifted_only_into_the_sign_the_instruction_multiplies():
-    """vpdpbusd multiplies uint8 data, sdot int8: int8 + 128 and uint8 - 128 map each range onto the other."""
+    """vpdpbusd multiplies uint8 data, sdot int8: int8 + 128 and uint8 - 128 map each range onto the other;
+    int16 holds both as they are."""
     assert (VNNI.shift("int8"), VNNI.shift("uint8")) == (128, 0)
     assert (SDOT.shift("int8"), SDOT.shift("uint8")) == (0, -128)
+    assert (AVX2.shift("int8"), AVX2.shift("uint8")) == (0, 0)
     data = np.arange(256, dtype=np.int64)
     assert (((data + SDOT.shift("uint8")) >= -128) & ((data + SDOT.shift("uint8")) <= 127)).all()
 

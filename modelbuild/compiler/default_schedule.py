@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from modelbuild.compiler.kernels import sdot_conv, softmax, vnni_conv, vnni_depthwise
+from modelbuild.compiler.kernels import avx2_conv, sdot_conv, softmax, vnni_conv, vnni_depthwise
 
 VECTOR_LANES = 16  # float32 lanes of AVX-512; narrower vector units run the loop in several instructions
 WHOLE_ROW_LANES = 8 * VECTOR_LANES  # rows up to this long are vectorised whole when 16 does not divide them
@@ -40,7 +40,7 @@ PARALLEL_MIN_WORK = 1 << 18  # spatial iterations below which a parallel region 
 SHORT_REDUCTION = 25  # steps per output up to which padding is computed inside the reduction (5x5 taps)
 PARALLEL_MIN_MACS = 1 << 20  # the same for a reduction, counted in multiply-adds
 # kernels legalised with blocks of these names have their own schedule(sch, cores)
-HAND_WRITTEN = ((vnni_conv, vnni_conv.BLOCKS), (sdot_conv, sdot_conv.BLOCKS),
+HAND_WRITTEN = ((vnni_conv, vnni_conv.BLOCKS), (sdot_conv, sdot_conv.BLOCKS), (avx2_conv, avx2_conv.BLOCKS),
                 (vnni_depthwise, (vnni_depthwise.BLOCK,)), (softmax, softmax.BLOCKS))
 
 
@@ -161,7 +161,8 @@ def _inline_elementwise(sch, root, refused: list[str]):
     """Inline blocks that are neither outputs, reductions, nor inputs of a reduction with more than
     SHORT_REDUCTION steps, nor a dot-product conv's staging or padding of its input (their schedules expect
     them)."""
-    kept: set[str] = {*vnni_conv.STAGING_BLOCKS, *sdot_conv.STAGING_BLOCKS, vnni_depthwise.PAD_BLOCK}
+    kept: set[str] = {*vnni_conv.STAGING_BLOCKS, *sdot_conv.STAGING_BLOCKS, *avx2_conv.STAGING_BLOCKS,
+                      vnni_depthwise.PAD_BLOCK}
     while True:
         outputs = {sch.get(b).name_hint for b in sch.get_output_blocks(root)}
         candidates = [b for b in sch.get_child_blocks(root)

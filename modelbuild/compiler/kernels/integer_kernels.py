@@ -6,7 +6,7 @@ every module; the quantize stage's graph rewrite that creates these operators is
 from __future__ import annotations
 
 from modelbuild.compiler.integer_ops import constant_value
-from modelbuild.compiler.kernels import packed_conv, packed_matmul, sdot_conv, vnni_conv, vnni_depthwise
+from modelbuild.compiler.kernels import avx2_conv, packed_conv, packed_matmul, sdot_conv, vnni_conv, vnni_depthwise
 
 
 def legalize_quantize(bb, call):
@@ -82,6 +82,8 @@ def legalize_conv2d(bb, call):
             return sdot_conv.legalize(bb, call)
         if vnni_depthwise.supported(target) and vnni_depthwise.eligible(call):
             return vnni_depthwise.legalize(bb, call)
+        if avx2_conv.supported(target) and packed_conv.eligible(call):
+            return avx2_conv.legalize(bb, call)
         if _reduction_length(call) <= EXACT_FLOAT_PRODUCTS // (2 if str(call.args[0].ty.dtype) == "uint8" else 1):
             return _float_accumulated_conv2d(bb, call)
     return ir.Op.get("relax.nn.conv2d").get_attr("FLegalize")(bb, call)
@@ -99,6 +101,8 @@ def legalize_matmul(bb, call):
             return packed_matmul.legalize(bb, call, vnni_conv.VNNI)
         if sdot_conv.supported(target):
             return packed_matmul.legalize(bb, call, sdot_conv.SDOT)
+        if avx2_conv.supported(target):
+            return packed_matmul.legalize(bb, call, avx2_conv.AVX2)
     return ir.Op.get("relax.matmul").get_attr("FLegalize")(bb, call)
 
 

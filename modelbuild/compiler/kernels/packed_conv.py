@@ -35,7 +35,7 @@ import numpy as np
 
 from modelbuild.compiler.integer_ops import constant_value
 
-GROUP = 4  # 8-bit products summed into each int32 lane, for every instruction here
+GROUP = 4  # 8-bit products summed into each int32 lane by a dot-product instruction
 PAD_VECTOR = 64  # padded bytes written per vector
 ROW_BLOCK = 16  # channel lanes: output columns whose accumulators stay in registers while the weights stream by
 CHAINS = 8  # channel lanes: independent accumulators wanted at least, to hide the instruction's latency
@@ -48,15 +48,20 @@ MAX_PADDED_SHARE = 0.15
 @dataclass(frozen=True)
 class Instruction:
     """A dot-product instruction as the packed conv sees it: `lanes` int32 accumulators, each the sum of
-    GROUP products of `data_dtype` data and int8 weights; `name` prefixes the blocks, which the default
-    schedule recognises."""
+    `group` products of `data_dtype` data and `weight_dtype` weights (the int8 weights widened where the
+    instruction multiplies 16-bit values); `name` prefixes the blocks, which the default schedule
+    recognises. An instruction that does not accumulate (x86's vpmaddwd) is followed by an add."""
     name: str
     lanes: int
-    data_dtype: str  # "uint8" or "int8"
+    data_dtype: str  # "uint8", "int8", or "int16" (8-bit data of either sign, widened exactly)
+    group: int = GROUP
+    weight_dtype: str = "int8"
+    accumulates: bool = True
+    row_block: int = ROW_BLOCK  # channel lanes: accumulators of a row's columns, within the register file
 
     def shift(self, dtype: str) -> int:
         """What is added to data of `dtype` to give this instruction's data type."""
-        if dtype == self.data_dtype:
+        if dtype == self.data_dtype or self.data_dtype == "int16":
             return 0
         return 128 if self.data_dtype == "uint8" else -128
 
@@ -113,23 +118,25 @@ def legalize(bb, call, instruction: Instruction):
     from tvm import relax
 
     weight = constant_value(call.args[1])
-    packed, correction = pack_weights(weight, lanes=instruction.lanes,
-                                      shift=instruction.shift(str(call.args[0].ty.dtype)))
+    packed, correction = pack_weights(weight, instruction, shift=instruction.shift(str(call.args[0].ty.dtype)))
     attrs = call.attrs
     geometry = {"strides": [int(s) for s in attrs.strides], "padding": [int(p) for p in attrs.padding],
                 "dilation": [int(d) for d in attrs.dilation], "kernel": weight.shape[2:], "channels": weight.shape[0]}
     return bb.call_te(lambda x, w, c: compute(x, w, c, instruction, **geometry), call.args[0],
-                      relax.const(packed, "int8"), relax.const(correction, "int32"),
+                      relax.const(packed, instruction.weight_dtype), relax.const(correction, "int32"),
                       primfunc_name_hint=f"conv2d_{instruction.name}")
 
 
-def pack_weights(weight: np.ndarray, *, lanes: int, shift: int) -> tuple[np.ndarray, np.ndarray]:
-    """OIHW int8 weights as [O/lanes, C/4, KH, KW, lanes, 4] (zero-padded), and what to subtract per output
-    channel: shift * sum(w), for data shifted by `shift` into the instruction's type."""
+def pack_weights(weight: np.ndarray, instruction: Instruction, *, shift: int) -> tuple[np.ndarray, np.ndarray]:
+    """OIHW int8 weights as [O/lanes, C/group, KH, KW, lanes, group] of the instruction's weight type
+    (zero-padded), and what to subtract per output channel: shift * sum(w), for data shifted by `shift` into
+    the instruction's type."""
     out_ch, in_ch, kh, kw = weight.shape
-    padded = np.zeros((ceil_div(out_ch, lanes) * lanes, ceil_div(in_ch, GROUP) * GROUP, kh, kw), np.int8)
+    lanes, group = instruction.lanes, instruction.group
+    padded = np.zeros((ceil_div(out_ch, lanes) * lanes, ceil_div(in_ch, group) * group, kh, kw),
+                      instruction.weight_dtype)
     padded[:out_ch, :in_ch] = weight
-    packed = padded.reshape(-1, lanes, padded.shape[1] // GROUP, GROUP, kh, kw).transpose(0, 2, 4, 5, 1, 3)
+    packed = padded.reshape(-1, lanes, padded.shape[1] // group, group, kh, kw).transpose(0, 2, 4, 5, 1, 3)
     correction = (shift * weight.astype(np.int64).reshape(out_ch, -1).sum(axis=1)).astype(np.int32)
     return np.ascontiguousarray(packed), correction
 
@@ -189,15 +196,15 @@ def compute(x, w, correction, instruction: Instruction, *, strides, padding, dil
     top, left, bottom, right = padding if len(padding) == 4 else (*padding, *padding)
     out_h = (height + top + bottom - dh * (kh - 1) - 1) // sh + 1
     out_w = (width + left + right - dw * (kw - 1) - 1) // sw + 1
-    groups_in = ceil_div(in_ch, GROUP)
-    lanes, dtype = instruction.lanes, instruction.data_dtype
+    lanes, dtype, group = instruction.lanes, instruction.data_dtype, instruction.group
+    groups_in = ceil_div(in_ch, group)
     shift = instruction.shift(str(x.dtype))
 
     def pad(b, row, c, column):
         value = shifted_or_padding(lambda r, q: x[b, c, r, q], row - top, column, left=left, height=height,
                                    width=width, shift=shift, flat_row=(b * in_ch + c) * height + row - top,
                                    rows=n * in_ch * height, dtype=dtype)
-        if in_ch % GROUP == 0:
+        if in_ch % group == 0:
             return value
         # the channels that fill the last group of 4 are the shifted zero, loading nothing: a load at a
         # clamped channel under a select of c < in_ch lost its clamp to the simplifier, as in
@@ -211,10 +218,10 @@ def compute(x, w, correction, instruction: Instruction, *, strides, padding, dil
     by_column = column_lanes(out_w, lanes) if by_column is None else by_column
     computed_w = lanes_width(out_w, lanes) if by_column else out_w  # columns computed; the extra ones dropped
     span = computed_w + (kw - 1) * dw // sw  # packed columns of one phase that the outputs reach
-    if sw == 1 and in_ch % GROUP == 0 and not any((top, left, bottom, right)) and computed_w == out_w:
+    if sw == 1 and in_ch % group == 0 and not any((top, left, bottom, right)) and computed_w == out_w:
         # nothing to pad: one pass, which LLVM vectorises well enough (under 1 us for the classifier's 1x1s)
-        packed = te.compute((n, groups_in, height, 1, span, GROUP),
-                            lambda b, cg, row, phase, q, ci: (x[b, cg * GROUP + ci, row, q].astype("int32")
+        packed = te.compute((n, groups_in, height, 1, span, group),
+                            lambda b, cg, row, phase, q, ci: (x[b, cg * group + ci, row, q].astype("int32")
                                                               + shift).astype(dtype), name=instruction.pack_block)
     else:
         # in whole vectors for packing intrinsics, whose loads of `lanes` * stride columns from a phase's first
@@ -222,13 +229,13 @@ def compute(x, w, correction, instruction: Instruction, *, strides, padding, dil
         span = ceil_div(span, lanes) * lanes
         padded_w = ceil_div(max(width + left + right, span * sw + sw - 1), PAD_VECTOR) * PAD_VECTOR
         # [N, H, C, W]: the 4 channels a packed vector interleaves are neighbouring rows of one 2-D region
-        padded = te.compute((n, height + top + bottom, groups_in * GROUP, padded_w), pad,
+        padded = te.compute((n, height + top + bottom, groups_in * group, padded_w), pad,
                             name=instruction.pad_block)
-        packed = te.compute((n, groups_in, height + top + bottom, sw, span, GROUP),
-                            lambda b, cg, row, phase, q, ci: padded[b, row, cg * GROUP + ci, q * sw + phase],
+        packed = te.compute((n, groups_in, height + top + bottom, sw, span, group),
+                            lambda b, cg, row, phase, q, ci: padded[b, row, cg * group + ci, q * sw + phase],
                             name=instruction.pack_block, attrs={"stride": sw})  # packing intrinsics need it
     rc, rh, rw, ri = (te.reduce_axis((0, e), name) for e, name in
-                      ((groups_in, "rc"), (kh, "rh"), (kw, "rw"), (GROUP, "ri")))
+                      ((groups_in, "rc"), (kh, "rh"), (kw, "rw"), (group, "ri")))
 
     def product(b, o_block, o_lane, h, col):
         return te.sum(tap(b, rc, h, col, rh, rw, ri).astype("int32")
@@ -281,7 +288,7 @@ def schedule_column_lanes(sch, instruction: Instruction, cores: int, intrinsic: 
         parallel_loops = (b, ob, h)
     outputs = extent(sch, b) * extent(sch, ob) * extent(sch, h) * extent(sch, col_outer) * lanes * vectors * lanes
     epilogue_at(sch, block, col_outer, lanes, row=h)
-    parallel(sch, instruction, cores, outputs * reduction_length(sch, rc, rh, rw), *parallel_loops)
+    parallel(sch, instruction, cores, outputs * reduction_length(sch, instruction.group, rc, rh, rw), *parallel_loops)
     sch.unroll(oi)
     sch.unroll(col_vector)
     tensorize_reduction(sch, block, rc, col_inner, intrinsic)
@@ -297,12 +304,12 @@ def schedule_channel_lanes(sch, instruction: Instruction, cores: int, intrinsic:
     b, ob, h, col, oi, rc, rh, rw, ri = sch.get_loops(block)
     columns = extent(sch, col)
     outputs = extent(sch, b) * extent(sch, ob) * extent(sch, h) * columns * instruction.lanes
-    col_outer, col_inner = sch.split(col, factors=[None, largest_divisor(columns, ROW_BLOCK)])
+    col_outer, col_inner = sch.split(col, factors=[None, largest_divisor(columns, instruction.row_block)])
     channel_blocks = largest_divisor(extent(sch, ob), max(1, CHAINS // extent(sch, col_inner)))
     ob_outer, ob_inner = sch.split(ob, factors=[None, channel_blocks])
     sch.reorder(b, ob_outer, h, col_outer, rc, rh, rw, ob_inner, col_inner, oi, ri)
     epilogue_at(sch, block, col_outer, instruction.lanes)
-    parallel(sch, instruction, cores, outputs * reduction_length(sch, rc, rh, rw), b, ob_outer, h)
+    parallel(sch, instruction, cores, outputs * reduction_length(sch, instruction.group, rc, rh, rw), b, ob_outer, h)
     sch.unroll(ob_inner)
     sch.unroll(col_inner)
     tensorize_reduction(sch, block, rc, oi, intrinsic)
@@ -381,10 +388,10 @@ def predicated(sch, block) -> bool:
 PARALLEL_MIN_MACS = 1 << 21
 
 
-def reduction_length(sch, *loops) -> int:
-    """Multiply-adds per output: the product of the reduction loops' extents, GROUP per step of the innermost
-    group loop (not among `loops`)."""
-    return GROUP * int(np.prod([extent(sch, loop) for loop in loops]))
+def reduction_length(sch, group: int, *loops) -> int:
+    """Multiply-adds per output: the product of the reduction loops' extents, `group` per step of the
+    innermost group loop (not among `loops`)."""
+    return group * int(np.prod([extent(sch, loop) for loop in loops]))
 
 
 def parallel(sch, instruction: Instruction, cores: int, macs: int, *loops) -> None:
@@ -416,70 +423,74 @@ _registered: set[str] = set()
 
 def register_intrinsics(instruction: Instruction, llvm_intrinsic: str) -> dict[str, str]:
     """The instruction's two tensor intrinsics, registered once; {reduction block: intrinsic name}:
-    - channel lanes: c[channel] += sum_k data[k] * weight[channel, k], the data's 4 bytes broadcast;
-    - column lanes: c[column] += sum_k data[column, k] * weight[k], the weight's 4 bytes broadcast.
-    `llvm_intrinsic` takes (accumulators, data, weights) as <lanes x i32>, <4 lanes x data>, <4 lanes x i8>."""
+    - channel lanes: c[channel] += sum_k data[k] * weight[channel, k], the data's group broadcast;
+    - column lanes: c[column] += sum_k data[column, k] * weight[k], the weight's group broadcast.
+    `llvm_intrinsic` takes (accumulators, data, weights) as <lanes x i32>, <group lanes x data>, <group lanes x
+    weight>, or without the accumulators where the instruction does not accumulate (its sums are added)."""
     from tvm.s_tir import TensorIntrin
     from tvm.script import tirx as T
 
-    lanes, dtype = instruction.lanes, instruction.data_dtype
-    names = {instruction.block: f"modelbuild_{instruction.name}_{lanes}x4",
-             instruction.column_block: f"modelbuild_{instruction.name}_columns_{lanes}x4"}
+    lanes, dtype, group, wtype = instruction.lanes, instruction.data_dtype, instruction.group, instruction.weight_dtype
+    names = {instruction.block: f"modelbuild_{instruction.name}_{lanes}x{group}",
+             instruction.column_block: f"modelbuild_{instruction.name}_columns_{lanes}x{group}"}
     if instruction.name in _registered:
         return names
     op = T.llvm_lookup_intrinsic_id(llvm_intrinsic)
-    data_vector, weight_vector, accumulators = f"{dtype}x{lanes * 4}", f"int8x{lanes * 4}", f"int32x{lanes}"
-    word = f"{dtype}x4"
+    data_vector, weight_vector, accumulators = f"{dtype}x{lanes * group}", f"{wtype}x{lanes * group}", f"int32x{lanes}"
+    data_word, weight_word = f"{dtype}x{group}", f"{wtype}x{group}"  # 32 bits each
+
+    def dot(c, data, weights):
+        if instruction.accumulates:
+            return T.call_llvm_pure_intrin(op, c.vload([0], dtype=accumulators), data, weights, dtype=accumulators)
+        return c.vload([0], dtype=accumulators) + T.call_llvm_pure_intrin(op, data, weights, dtype=accumulators)
 
     @T.prim_func(s_tir=True)
-    def channels_description(a: T.Buffer((4,), dtype, offset_factor=1),
-                             b: T.Buffer((lanes, 4), "int8", offset_factor=1),
+    def channels_description(a: T.Buffer((group,), dtype, offset_factor=1),
+                             b: T.Buffer((lanes, group), wtype, offset_factor=1),
                              c: T.Buffer((lanes,), "int32", offset_factor=1)) -> None:
         with T.sblock("root"):
-            T.reads(c[0:lanes], a[0:4], b[0:lanes, 0:4])
+            T.reads(c[0:lanes], a[0:group], b[0:lanes, 0:group])
             T.writes(c[0:lanes])
             for i in T.serial(0, lanes):
-                for k in T.serial(0, 4):
+                for k in T.serial(0, group):
                     with T.sblock("update"):
                         vi, vk = T.axis.remap("SR", [i, k])
                         c[vi] = c[vi] + T.cast(a[vk], "int32") * T.cast(b[vi, vk], "int32")
 
     @T.prim_func(s_tir=True)
-    def channels_implementation(a: T.Buffer((4,), dtype, offset_factor=1),
-                                b: T.Buffer((lanes, 4), "int8", offset_factor=1),
+    def channels_implementation(a: T.Buffer((group,), dtype, offset_factor=1),
+                                b: T.Buffer((lanes, group), wtype, offset_factor=1),
                                 c: T.Buffer((lanes,), "int32", offset_factor=1)) -> None:
         with T.sblock("root"):
-            T.reads(c[0:lanes], a[0:4], b[0:lanes, 0:4])
+            T.reads(c[0:lanes], a[0:group], b[0:lanes, 0:group])
             T.writes(c[0:lanes])
-            a_word = T.reinterpret(a.vload([0], word), dtype="int32")
-            c[T.ramp(T.int32(0), 1, lanes)] = T.call_llvm_pure_intrin(
-                op, c.vload([0], dtype=accumulators), T.reinterpret(T.broadcast(a_word, lanes), dtype=data_vector),
-                b.vload([0, 0], dtype=weight_vector), dtype=accumulators)
+            a_word = T.reinterpret(a.vload([0], data_word), dtype="int32")
+            c[T.ramp(T.int32(0), 1, lanes)] = dot(c, T.reinterpret(T.broadcast(a_word, lanes), dtype=data_vector),
+                                                  b.vload([0, 0], dtype=weight_vector))
 
     @T.prim_func(s_tir=True)
-    def columns_description(a: T.Buffer((lanes, 4), dtype, offset_factor=1),
-                            b: T.Buffer((4,), "int8", offset_factor=1),
+    def columns_description(a: T.Buffer((lanes, group), dtype, offset_factor=1),
+                            b: T.Buffer((group,), wtype, offset_factor=1),
                             c: T.Buffer((lanes,), "int32", offset_factor=1)) -> None:
         with T.sblock("root"):
-            T.reads(c[0:lanes], a[0:lanes, 0:4], b[0:4])
+            T.reads(c[0:lanes], a[0:lanes, 0:group], b[0:group])
             T.writes(c[0:lanes])
             for i in T.serial(0, lanes):
-                for k in T.serial(0, 4):
+                for k in T.serial(0, group):
                     with T.sblock("update"):
                         vi, vk = T.axis.remap("SR", [i, k])
                         c[vi] = c[vi] + T.cast(a[vi, vk], "int32") * T.cast(b[vk], "int32")
 
     @T.prim_func(s_tir=True)
-    def columns_implementation(a: T.Buffer((lanes, 4), dtype, offset_factor=1),
-                               b: T.Buffer((4,), "int8", offset_factor=1),
+    def columns_implementation(a: T.Buffer((lanes, group), dtype, offset_factor=1),
+                               b: T.Buffer((group,), wtype, offset_factor=1),
                                c: T.Buffer((lanes,), "int32", offset_factor=1)) -> None:
         with T.sblock("root"):
-            T.reads(c[0:lanes], a[0:lanes, 0:4], b[0:4])
+            T.reads(c[0:lanes], a[0:lanes, 0:group], b[0:group])
             T.writes(c[0:lanes])
-            b_word = T.reinterpret(b.vload([0], "int8x4"), dtype="int32")
-            c[T.ramp(T.int32(0), 1, lanes)] = T.call_llvm_pure_intrin(
-                op, c.vload([0], dtype=accumulators), a.vload([0, 0], dtype=data_vector),
-                T.reinterpret(T.broadcast(b_word, lanes), dtype=weight_vector), dtype=accumulators)
+            b_word = T.reinterpret(b.vload([0], weight_word), dtype="int32")
+            c[T.ramp(T.int32(0), 1, lanes)] = dot(c, a.vload([0, 0], dtype=data_vector),
+                                                  T.reinterpret(T.broadcast(b_word, lanes), dtype=weight_vector))
 
     TensorIntrin.register(names[instruction.block], channels_description, channels_implementation, override=True)
     TensorIntrin.register(names[instruction.column_block], columns_description, columns_implementation,

@@ -39,10 +39,10 @@ def legalize(bb, call, instruction: packed_conv.Instruction):
 
     weight = constant_value(call.args[1])
     depth, channels = weight.shape
-    packed, correction = packed_conv.pack_weights(weight.T.reshape(channels, depth, 1, 1), lanes=instruction.lanes,
+    packed, correction = packed_conv.pack_weights(weight.T.reshape(channels, depth, 1, 1), instruction,
                                                   shift=instruction.shift(str(call.args[0].ty.dtype)))
     return bb.call_te(lambda x, w, c: compute(x, w, c, instruction, channels=channels), call.args[0],
-                      relax.const(packed, "int8"), relax.const(correction, "int32"),
+                      relax.const(packed, instruction.weight_dtype), relax.const(correction, "int32"),
                       primfunc_name_hint=f"matmul_{instruction.name}")
 
 

@@ -1,0 +1,70 @@
+"""int8 conv2d and matmul on x86 CPUs with AVX2 but no VNNI (AMD Zen 1-3, Intel before Ice Lake): vpmaddwd
+multiplies 16-bit pairs and adds each pair's products into one of 8 int32 lanes, 16 multiply-adds an
+instruction, followed by one vpaddd into the accumulators.
+
+The 8-bit data (either sign) and the int8 weights are widened to int16, which holds them exactly, so
+nothing is shifted and nothing saturates: every product is at most 255 * 128 and a pair's sum fits int32
+easily. (vpmaddubsw, which multiplies the bytes themselves, saturates its 16-bit pair sums, the reason
+onnxruntime and oneDNN scale weights to 7 bits on such CPUs; this kernel stays bit-exact.) Without it, an
+int8 conv on these CPUs was float multiply-adds of the converted values (exact only while partial sums stay
+below 2^24) or TVM's int32 loop (vpmulld).
+
+The conv is computed in packed_conv.py's layouts with pairs instead of groups of 4: column lanes hold 8
+output columns of one channel, channel lanes 8 output channels of one column. AVX2 has 16 vector registers,
+so the register tiles hold 8 accumulators: 8 channels x one vector of columns, or 8 columns of one vector of
+channels, beside the data and weight vectors.
+"""
+
+from __future__ import annotations
+
+from modelbuild.compiler.kernels import packed_conv
+from modelbuild.compiler.kernels.packed_conv import (
+    PAD_VECTOR, block_names, extent, register_intrinsics, schedule_channel_lanes, schedule_column_lanes,
+)
+
+AVX2 = packed_conv.Instruction("avx2", lanes=8, data_dtype="int16", group=2, weight_dtype="int16",
+                               accumulates=False, row_block=8)
+BLOCKS = AVX2.blocks  # default_schedule recognises the kernel by them
+STAGING_BLOCKS = AVX2.staging_blocks
+
+
+def supported(target) -> bool:
+    """Whether the target is an x86 CPU with AVX2 (the VNNI kernels are preferred where it has those)."""
+    from tvm.target import codegen
+
+    return (target is not None and target.kind.name == "llvm"
+            and not str(target.attrs.get("mtriple", "")).startswith("aarch64")
+            and bool(codegen.target_has_features("avx2", target)))
+
+
+def legalize(bb, call):
+    """An eligible int8 conv2d (packed_conv.eligible) in packed 16-bit form."""
+    return packed_conv.legalize(bb, call, AVX2)
+
+
+def schedule(sch, cores: int) -> None:
+    """Tensorise the packed conv's reduction with vpmaddwd; the unpack and whatever FuseOps put behind it are
+    computed per register tile while the accumulators are hot."""
+    intrinsics = register_intrinsics(AVX2, "llvm.x86.avx2.pmadd.wd")
+    names = block_names(sch)
+    if AVX2.column_block in names:
+        schedule_column_lanes(sch, AVX2, cores, intrinsics[AVX2.column_block])
+    else:
+        schedule_channel_lanes(sch, AVX2, cores, intrinsics[AVX2.block])
+    if AVX2.pad_block in names:
+        pad = sch.get_sblock(AVX2.pad_block)
+        sch.vectorize(sch.split(sch.get_loops(pad)[-1], factors=[None, PAD_VECTOR // 2])[1])
+    if AVX2.pack_block in names:
+        _vectorize_packing(sch)
+
+
+def _vectorize_packing(sch) -> None:
+    """Packing 8 columns x 2 channels into one 16-lane vector where the columns come in eights, else the 2
+    channels of a column."""
+    pack = sch.get_sblock(AVX2.pack_block)
+    *_, q, ci = sch.get_loops(pack)
+    if extent(sch, q) % AVX2.lanes == 0:
+        _, columns = sch.split(q, factors=[None, AVX2.lanes])
+        sch.vectorize(sch.fuse(columns, ci))
+    else:
+        sch.vectorize(ci)
