@@ -51,6 +51,10 @@ def test_an_int8_conv_on_avx2_is_vpmaddwd_and_bit_exact(geometry):
     form = avx2_conv.AVX2.column_block if output_width(geometry) in (16, 29, 32) else avx2_conv.AVX2.block
     assert f'sblock("{form}_update' in kernel and '"modelbuild.refused_steps": 0' in kernel
     assert "vpmaddwd" in assembly(executable)  # the hot loop is the instruction, not a fallback
+    _, _, strides, padding, _, _ = geometry
+    padded = any(padding) or output_width(geometry) == 29 or geometry[0][1] % 2  # padded rows, then packed
+    # padded rows of stride 1 packed by shuffles (packed_conv.tensorize_packing); stride 2 as TVM vectorises
+    assert (f'sblock("{avx2_conv.AVX2.pack_block}_o"' in kernel) == (padded and strides[1] == 1)
     if not host_has_avx2():
         pytest.skip("this CPU has no AVX2: the library is compiled and inspected, not run")
     got = run(executable, x)

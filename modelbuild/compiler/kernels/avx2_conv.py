@@ -54,7 +54,9 @@ def schedule(sch, cores: int) -> None:
     if AVX2.pad_block in names:
         pad = sch.get_sblock(AVX2.pad_block)
         sch.vectorize(sch.split(sch.get_loops(pad)[-1], factors=[None, PAD_VECTOR // 2])[1])
-    if AVX2.pack_block in names:
+    if AVX2.pad_block in names and int(sch.get(sch.get_sblock(AVX2.pack_block)).annotations["stride"]) == 1:
+        packed_conv.tensorize_packing(sch, AVX2)
+    elif AVX2.pack_block in names:
         _vectorize_packing(sch)
 
 

@@ -4,18 +4,18 @@ into 16 int32 lanes, 64 multiply-adds an instruction where the plain integer loo
 The conv is computed in packed_conv.py's layouts, 16 lanes wide: column lanes hold 16 output columns of one
 channel, channel lanes 16 output channels of one column. vpdpbusd multiplies *unsigned* data, so int8 data
 (the symmetric scheme) is shifted by +128 while packing and 128 * sum(w) subtracted afterwards. Padded data
-is packed 16 columns x 4 channels per shuffle (a tensor intrinsic here).
+is packed 16 columns x 4 channels per shuffle (a tensor intrinsic).
 
 TVM 0.27 ships a VNNI tensor intrinsic (tvm.s_tir.tensor_intrin.x86), but it calls
 llvm.x86.avx512.vpdpbusd.512 with the operand types of older LLVMs and fails LLVM's verifier; this module
-registers its own with <64 x i8> operands.
+registers its own with <64 x i8> operands. Padded data is packed by packed_conv.tensorize_packing's shuffles.
 """
 
 from __future__ import annotations
 
 from modelbuild.compiler.kernels import packed_conv
 from modelbuild.compiler.kernels.packed_conv import (
-    GROUP, PAD_VECTOR, block_names, register_intrinsics, schedule_channel_lanes, schedule_column_lanes,
+    PAD_VECTOR, block_names, register_intrinsics, schedule_channel_lanes, schedule_column_lanes,
 )
 
 VNNI = packed_conv.Instruction("vnni", lanes=16, data_dtype="uint8")
@@ -58,55 +58,4 @@ def _schedule_packing(sch) -> None:
     its input as computing."""
     pad = sch.get_sblock(PAD_BLOCK)
     sch.vectorize(sch.split(sch.get_loops(pad)[-1], factors=[None, PAD_VECTOR])[1])
-    pack = sch.get_sblock(PACK_BLOCK)
-    *_, q, _ = sch.get_loops(pack)
-    _, lanes = sch.split(q, factors=[None, LANES])
-    sch.tensorize(lanes, _pack_intrinsic(int(sch.get(pack).annotations["stride"])))
-
-
-_registered_packing: set[str] = set()
-
-
-def _pack_intrinsic(stride: int) -> str:
-    """The tensor intrinsic that packs 16 columns (of one stride phase) x 4 channels of the padded rows into
-    one 64-byte vector, registered once per stride: four row loads and one shuffle (LLVM picks unpacks or
-    vpermt2b)."""
-    name = f"modelbuild_vnni_pack_s{stride}"
-    if name in _registered_packing:
-        return name
-    from tvm import tirx
-    from tvm.s_tir import TensorIntrin
-    from tvm.script import tirx as T
-
-    span, loaded = (LANES - 1) * stride + 1, LANES * stride  # columns used, columns loaded per channel
-    order = [tirx.IntImm("int32", ci * loaded + i * stride) for i in range(LANES) for ci in range(GROUP)]
-
-    @T.prim_func(s_tir=True)
-    def description(rows: T.handle, packed: T.handle) -> None:
-        row_stride = T.int64()
-        src = T.match_buffer(rows, (4, span), "uint8", strides=[row_stride, 1], offset_factor=1)
-        out = T.match_buffer(packed, (16, 4), "uint8", offset_factor=1)
-        with T.sblock("root"):
-            T.reads(src[0:4, 0:span])
-            T.writes(out[0:16, 0:4])
-            for i, c in T.grid(16, 4):
-                with T.sblock("pack"):
-                    vi, vc = T.axis.remap("SS", [i, c])
-                    out[vi, vc] = src[vc, vi * stride]
-
-    @T.prim_func(s_tir=True)
-    def implementation(rows: T.handle, packed: T.handle) -> None:
-        row_stride = T.int64()
-        src = T.match_buffer(rows, (4, span), "uint8", strides=[row_stride, 1], offset_factor=1)
-        out = T.match_buffer(packed, (16, 4), "uint8", offset_factor=1)
-        with T.sblock("root"):
-            T.reads(src[0:4, 0:span])
-            T.writes(out[0:16, 0:4])
-            out[0, T.ramp(T.int64(0), 1, 64)] = T.Shuffle(
-                [src.vload([0, 0], f"uint8x{loaded}"), src.vload([1, 0], f"uint8x{loaded}"),
-                 src.vload([2, 0], f"uint8x{loaded}"), src.vload([3, 0], f"uint8x{loaded}")], order)
-
-    TensorIntrin.register(name, description, implementation, override=True)
-    _registered_packing.add(name)
-    return name
-
+    packed_conv.tensorize_packing(sch, VNNI)
