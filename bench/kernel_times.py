@@ -36,6 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # modelbuild, when
 def kind(name: str) -> str:
     if "vnni" in name:
         return "matmul (VNNI)" if "matmul" in name else "conv (VNNI)"
+    if "avx2" in name:
+        return "matmul (AVX2)" if "matmul" in name else "conv (AVX2)"
     if "conv2d_int8" in name:
         return "conv (int8, float accumulation)"
     if "conv2d" in name:
@@ -103,7 +105,7 @@ def timed_kernels(library: str, ir: Path):
 
 def conv_geometry(name: str, args: list) -> tuple | None:
     """(in channels, height, width, out channels, out height, out width, kernel h, kernel w) of a conv kernel,
-    float (NHWC with HWIO weights, or NCHW with OIHW) or packed int8 ([O/lanes, C/4, KH, KW, lanes, 4]
+    float (NHWC with HWIO weights, or NCHW with OIHW) or packed int8 ([O/lanes, C/group, KH, KW, lanes, group]
     weights); ("depthwise", channels, height, width, out height, out width) for a depthwise one; else None."""
     if "conv2d" not in name or len(args) < 3:
         return None
@@ -112,7 +114,7 @@ def conv_geometry(name: str, args: list) -> tuple | None:
         return None
     if "vnni_depthwise" in name:
         return ("depthwise", data[1], data[2], data[3], out[2], out[3])
-    if "vnni" in name:
+    if "vnni" in name or "avx2" in name:
         return (data[1], data[2], data[3], out[1], out[2], out[3], weight[2], weight[3]) if len(weight) == 6 else None
     if len(weight) != 4:
         return None
