@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from modelbuild.compiler.kernels import packed_conv
 from modelbuild.compiler.kernels.packed_conv import (
-    PAD_VECTOR, block_names, extent, register_intrinsics, schedule_channel_lanes, schedule_column_lanes,
+    PAD_VECTOR, block_names, register_intrinsics, schedule_channel_lanes, schedule_column_lanes,
 )
 
 AVX2 = packed_conv.Instruction("avx2", lanes=8, data_dtype="int16", group=2, weight_dtype="int16",
@@ -57,16 +57,4 @@ def schedule(sch, cores: int) -> None:
     if AVX2.pad_block in names and int(sch.get(sch.get_sblock(AVX2.pack_block)).annotations["stride"]) == 1:
         packed_conv.tensorize_packing(sch, AVX2)
     elif AVX2.pack_block in names:
-        _vectorize_packing(sch)
-
-
-def _vectorize_packing(sch) -> None:
-    """Packing 8 columns x 2 channels into one 16-lane vector where the columns come in eights, else the 2
-    channels of a column."""
-    pack = sch.get_sblock(AVX2.pack_block)
-    *_, q, ci = sch.get_loops(pack)
-    if extent(sch, q) % AVX2.lanes == 0:
-        _, columns = sch.split(q, factors=[None, AVX2.lanes])
-        sch.vectorize(sch.fuse(columns, ci))
-    else:
-        sch.vectorize(ci)
+        packed_conv.vectorize_packing(sch, AVX2)

@@ -499,6 +499,18 @@ def register_intrinsics(instruction: Instruction, llvm_intrinsic: str) -> dict[s
     return names
 
 
+def vectorize_packing(sch, instruction: Instruction) -> None:
+    """The pack block as TVM vectorises it: `lanes` columns x `group` channels per vector where the columns
+    come in whole vectors (LLVM interleaves the rows: zips on Arm), else the group of one column."""
+    pack = sch.get_sblock(instruction.pack_block)
+    *_, q, ci = sch.get_loops(pack)
+    if extent(sch, q) % instruction.lanes == 0:
+        _, columns = sch.split(q, factors=[None, instruction.lanes])
+        sch.vectorize(sch.fuse(columns, ci))
+    else:
+        sch.vectorize(ci)
+
+
 def tensorize_packing(sch, instruction: Instruction) -> None:
     """The pack block, `lanes` columns (of one stride phase) x `group` channels of the padded rows per
     shuffle (pack_intrinsic). Vectorised by TVM instead, the pack of AVX2's int16 pairs interleaved lane by

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from modelbuild.compiler.kernels import packed_conv
 from modelbuild.compiler.kernels.packed_conv import (
-    PAD_VECTOR, block_names, extent, register_intrinsics, schedule_channel_lanes, schedule_column_lanes,
+    PAD_VECTOR, block_names, register_intrinsics, schedule_channel_lanes, schedule_column_lanes,
 )
 
 SDOT = packed_conv.Instruction("sdot", lanes=4, data_dtype="int8")
@@ -56,16 +56,4 @@ def schedule(sch, cores: int) -> None:
     if SDOT.pad_block in names:
         pad = sch.get_sblock(SDOT.pad_block)
         sch.vectorize(sch.split(sch.get_loops(pad)[-1], factors=[None, PAD_VECTOR])[1])
-    _vectorize_packing(sch)
-
-
-def _vectorize_packing(sch) -> None:
-    """Packing 4 columns x 4 channels into one 16-byte vector where the columns come in fours (LLVM
-    interleaves the four rows with zips), else the 4 channels of a column."""
-    pack = sch.get_sblock(SDOT.pack_block)
-    *_, q, ci = sch.get_loops(pack)
-    if extent(sch, q) % LANES == 0:
-        _, columns = sch.split(q, factors=[None, LANES])
-        sch.vectorize(sch.fuse(columns, ci))
-    else:
-        sch.vectorize(ci)
+    packed_conv.vectorize_packing(sch, SDOT)  # 4 columns x 4 channels per 16-byte vector
