@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from modelbuild.stages.reference import session_options
 from tests.onnx_models import quantized_qdq, two_convs
 
 pytestmark = pytest.mark.tvm
@@ -31,6 +32,16 @@ def compile_qdq(path, *, integer: bool):
     return relax.VirtualMachine(executable, tvm.cpu())["main"], convs
 
 
+def output_step(qdq) -> float:
+    """The scale of the QuantizeLinear that makes the model's output y: one quantization step of it."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(qdq))
+    output = next(n for n in model.graph.node if n.op_type == "QuantizeLinear" and n.output[0].startswith("y"))
+    return float(next(numpy_helper.to_array(t) for t in model.graph.initializer if t.name == output.input[1]))
+
+
 def test_every_quantized_conv_computes_on_int8_and_matches_onnxruntime_qdq(tmp_path):
     import onnxruntime as ort
     import tvm
@@ -42,7 +53,7 @@ def test_every_quantized_conv_computes_on_int8_and_matches_onnxruntime_qdq(tmp_p
         dtypes = [str(p.dtype) for p in conv.params]
         assert dtypes[:2] == ["int8", "int8"], dtypes
         assert '"int32"' in conv.script()
-    session = ort.InferenceSession(str(qdq), providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(str(qdq), session_options(qdq), providers=["CPUExecutionProvider"])
     for seed in range(3):
         x = np.random.default_rng(100 + seed).standard_normal(SHAPE).astype(np.float32)
         want = session.run(None, {"x": x})[0]
@@ -67,13 +78,15 @@ def test_affine_uint8_activations_stay_8_bit_in_the_kernels_and_match_onnxruntim
     assert len(convs) == 2
     for conv in convs:
         assert [str(p.dtype) for p in conv.params][:2] == ["uint8", "int8"]
-    session = ort.InferenceSession(str(qdq), providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(str(qdq), session_options(qdq), providers=["CPUExecutionProvider"])
+    step = output_step(qdq)
     for seed in range(3):
         x = np.random.default_rng(200 + seed).standard_normal(SHAPE).astype(np.float32)
         want = session.run(None, {"x": x})[0]
         got = run(tvm.runtime.tensor(x)).numpy()
-        step = (want.max() - want.min()) / 255  # one quantization step of the output
-        assert np.abs(got - want).max() <= step + 1e-6
+        # one quantization step of the output: integer sums and onnxruntime's float conv may round a tie apart
+        # (the step was estimated from the sample's range, which undershot it once onnxruntime ran unfused)
+        assert np.abs(got - want).max() <= 1.001 * step
 
 
 def test_without_the_rewrite_the_same_model_computes_in_float(tmp_path):
@@ -196,20 +209,16 @@ def test_a_division_with_another_use_stays():
 def test_int16_activations_run_as_two_8_bit_convs_and_match_onnxruntime_qdq(tmp_path):
     """A16W8: int16 data split into its high (int8) and low (uint8) bytes, each an 8-bit conv on the same int8
     weights, so no kernel needs an int16 form."""
-    import onnx
     import onnxruntime as ort
     import tvm
-    from onnx import numpy_helper
 
     qdq = quantized_qdq(two_convs(tmp_path / "net.onnx", channels=8), tmp_path / "net.qdq.onnx", SHAPE,
                         activations="QInt16")
     run, convs = compile_qdq(qdq, integer=True)
     assert sorted(tuple(str(p.dtype) for p in conv.params[:2]) for conv in convs) == \
         [("int8", "int8"), ("int8", "int8"), ("uint8", "int8"), ("uint8", "int8")]
-    model = onnx.load(str(qdq))
-    output = next(n for n in model.graph.node if n.op_type == "QuantizeLinear" and n.output[0].startswith("y"))
-    step = float(next(numpy_helper.to_array(t) for t in model.graph.initializer if t.name == output.input[1]))
-    session = ort.InferenceSession(str(qdq), providers=["CPUExecutionProvider"])
+    step = output_step(qdq)
+    session = ort.InferenceSession(str(qdq), session_options(qdq), providers=["CPUExecutionProvider"])
     for seed in range(3):
         x = np.random.default_rng(100 + seed).standard_normal(SHAPE).astype(np.float32)
         want = session.run(None, {"x": x})[0]

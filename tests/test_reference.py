@@ -1,0 +1,21 @@
+"""The reference stage's onnxruntime session: what the QDQ graph says, not onnxruntime's fused 8-bit kernels."""
+
+from __future__ import annotations
+
+import onnx
+import onnxruntime as ort
+
+from modelbuild.stages.reference import session_options
+from tests.onnx_models import quantized_qdq, two_convs
+
+
+def test_a_qdq_model_runs_unoptimised_and_a_float_model_as_onnxruntime_optimises_it(tmp_path):
+    """Fused, onnxruntime's QDQ convs on an AVX2 CPU without VNNI saturated and ran up to 6 steps from the
+    exact result; unoptimised, each DequantizeLinear, float Conv and QuantizeLinear runs as written."""
+    float_model = two_convs(tmp_path / "net.onnx", channels=8)
+    qdq = quantized_qdq(float_model, tmp_path / "net.qdq.onnx", [1, 3, 16, 16])
+    assert {"QuantizeLinear", "DequantizeLinear"} <= {n.op_type for n in onnx.load(str(qdq)).graph.node}
+    unoptimised = session_options(qdq)
+    assert unoptimised.graph_optimization_level == ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    assert session_options(float_model).graph_optimization_level == ort.SessionOptions().graph_optimization_level
+    assert unoptimised.intra_op_num_threads == session_options(float_model).intra_op_num_threads == 1
