@@ -19,3 +19,17 @@ def test_a_qdq_model_runs_unoptimised_and_a_float_model_as_onnxruntime_optimises
     assert unoptimised.graph_optimization_level == ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     assert session_options(float_model).graph_optimization_level == ort.SessionOptions().graph_optimization_level
     assert unoptimised.intra_op_num_threads == session_options(float_model).intra_op_num_threads == 1
+
+
+def test_a_model_that_cannot_be_read_is_a_stage_error_not_a_traceback(tmp_path):
+    """Reading the nodes for the options reads the model: a broken file is the one-line stage error it was."""
+    import numpy as np
+    import pytest
+
+    from modelbuild.errors import StageError
+    from modelbuild.stages.reference import _run_onnxruntime
+
+    broken = tmp_path / "model.onnx"
+    broken.write_bytes(b"not a model")
+    with pytest.raises(StageError, match="onnxruntime cannot load the model"):
+        _run_onnxruntime(broken, {"x": np.zeros((1, 1), np.float32)}, {}, {})

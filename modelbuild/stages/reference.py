@@ -71,9 +71,8 @@ def _run_onnxruntime(model: Path, samples: dict[str, np.ndarray], bound: dict[st
     feedback gets the previous sample's output, written into `samples`: the golden inputs are the stream."""
     import onnxruntime as ort
 
-    options = session_options(model)
-    try:
-        session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+    try:  # reading the model's nodes for the options is reading the model too: a bad one is the same error
+        session = ort.InferenceSession(str(model), session_options(model), providers=["CPUExecutionProvider"])
     except Exception as err:
         raise StageError(f"onnxruntime cannot load the model: {err}") from err
     names = [o.name for o in session.get_outputs()]

@@ -206,7 +206,7 @@ def compute(x, w, correction, instruction: Instruction, *, strides, padding, dil
                                    rows=n * in_ch * height, dtype=dtype)
         if in_ch % group == 0:
             return value
-        # the channels that fill the last group of 4 are the shifted zero, loading nothing: a load at a
+        # the channels that fill the last group are the shifted zero, loading nothing: a load at a
         # clamped channel under a select of c < in_ch lost its clamp to the simplifier, as in
         # shifted_or_padding, and the stem conv of 3 channels read a whole plane past its input
         return tirx.if_then_else(c < in_ch, value, tirx.const(shift, dtype))

@@ -4,11 +4,11 @@ into 16 int32 lanes, 64 multiply-adds an instruction where the plain integer loo
 The conv is computed in packed_conv.py's layouts, 16 lanes wide: column lanes hold 16 output columns of one
 channel, channel lanes 16 output channels of one column. vpdpbusd multiplies *unsigned* data, so int8 data
 (the symmetric scheme) is shifted by +128 while packing and 128 * sum(w) subtracted afterwards. Padded data
-is packed 16 columns x 4 channels per shuffle (a tensor intrinsic).
+is packed 16 columns x 4 channels per shuffle (packed_conv.tensorize_packing).
 
 TVM 0.27 ships a VNNI tensor intrinsic (tvm.s_tir.tensor_intrin.x86), but it calls
 llvm.x86.avx512.vpdpbusd.512 with the operand types of older LLVMs and fails LLVM's verifier; this module
-registers its own with <64 x i8> operands. Padded data is packed by packed_conv.tensorize_packing's shuffles.
+registers its own with <64 x i8> operands.
 """
 
 from __future__ import annotations
