@@ -14,12 +14,15 @@ tune.json (tasks, trials, and best latency per task).
 from __future__ import annotations
 
 import functools
+import importlib.machinery
+import importlib.util
 import inspect
 import json
 import os
 import statistics
 import sys
 import tempfile
+import types
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -176,12 +179,12 @@ class Measurer:
             raise StageEnvironmentError(str(err)) from None
         return cls(p.device, p.cross_compiler, devices)
 
-    def builder(self, tuning: TuningSpec):
+    def builder(self, tuning: TuningSpec, target_kind: str):
         from tvm.s_tir import meta_schedule as ms
 
         export = functools.partial(export_shared, compiler=self.cross_compiler) if self.cross_compiler else None
-        return ms.builder.LocalBuilder(timeout_sec=tuning.timeout_s, initializer=import_tensor_intrinsics,
-                                       f_export=export)
+        return ms.builder.LocalBuilder(timeout_sec=tuning.timeout_s, f_export=export,
+                                       initializer=functools.partial(import_tensor_intrinsics, target_kind))
 
     def export(self, module) -> str:
         """A library file the device loads, exported as the builder exports candidates."""
@@ -222,12 +225,13 @@ def _search(tasks, owed: dict[int, int], tuning: TuningSpec, database, ledger: L
                          'or set cost_model = "random" in the tuning section')
 
     per_task = max(owed.values())
-    import_tensor_intrinsics()
+    target_kind = tasks[0].target.kind.name
+    import_tensor_intrinsics(target_kind)
     with tempfile.TemporaryDirectory(prefix="modelbuild-tune-") as work_dir:
         contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
             tasks, work_dir=work_dir, strategy=tuning.strategy, seed=tuning.seed)
         planned = dict(enumerate(owed.values()))
-        builder, runner = measurer.builder(tuning), measurer.runner(tuning)
+        builder, runner = measurer.builder(tuning, target_kind), measurer.runner(tuning)
         callbacks = [*ms.measure_callback.MeasureCallback.create("default"), _progress_callback(ledger, planned)]
         try:
             ms.tune_tasks(tasks=contexts, task_weights=weights, work_dir=work_dir,
@@ -239,18 +243,27 @@ def _search(tasks, owed: dict[int, int], tuning: TuningSpec, database, ledger: L
             raise StageError(f"MetaSchedule tuning failed: {last_line(err)}") from err
 
 
-def import_tensor_intrinsics() -> None:
+# TVM's GPU and Hexagon tensor intrinsics, which no CPU target tensorises with: 6.5 of the 7.4 s the package
+# takes to import on a 2-core Zen 3 (cuda.py alone 5.5 s), paid by the tune stage and by each build worker
+NOT_FOR_CPU = ("cuda", "rocm", "hexagon")
+
+
+def import_tensor_intrinsics(target_kind: str = "llvm") -> None:
     """Import tvm.s_tir.tensor_intrin, which MetaSchedule imports in every tune context and in every build
-    worker of every batch, in 6 s rather than 25-36 s.
+    worker of every batch: for a CPU target in under a second (a plain import took 25-36 s on an earlier
+    2-core machine; with only the first fix below, 7.4 s on a 2-core Zen 3).
 
     Each of its hundreds of T.prim_func decorators calls inspect.stack(), which looks up the module of
     every frame; the import machinery's frames are "<frozen importlib._bootstrap>", which no module owns,
     so each lookup scans all of sys.modules and asks TVM's lazy modules for attributes, 24 million calls
     in all. A build worker importing it inside its timed task ran out the 30 s build timeout, and every
     candidate of a batch failed. Here a filename that is not a path is remembered as owned by no module
-    for the length of the import; paths are looked up as before."""
+    for the length of the import; paths are looked up as before. For a CPU target the GPU and Hexagon
+    intrinsics are deferred: their modules run when something first reads them, not at the import."""
     if "tvm.s_tir.tensor_intrin" in sys.modules:
         return
+    if target_kind == "llvm":
+        _defer("tvm.s_tir.tensor_intrin", NOT_FOR_CPU)
     lookup = inspect.getmodule
     unowned: set[str] = set()
 
@@ -267,6 +280,33 @@ def import_tensor_intrinsics() -> None:
         import tvm.s_tir.tensor_intrin  # noqa: F401
     finally:
         inspect.getmodule = lookup
+
+
+class _Deferred(types.ModuleType):
+    """A module whose code runs when one of its own names is first read (the import system reads only its
+    dunder attributes, which module_from_spec has set)."""
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        self.__class__ = types.ModuleType
+        self.__spec__.loader.exec_module(self)
+        return getattr(self, name)
+
+
+def _defer(package: str, names: tuple[str, ...]) -> None:
+    """Put the package's submodules `names` in sys.modules unexecuted, so the package's `from . import name`
+    binds them without running them. Found on the package's path, not with importlib.util.find_spec, which
+    would import the package, and the submodules with it."""
+    parent, _, last = package.rpartition(".")
+    folders = [os.path.join(path, last) for path in importlib.import_module(parent).__path__]
+    for name in names:
+        spec = importlib.machinery.PathFinder.find_spec(f"{package}.{name}", folders)
+        if spec is None or spec.name in sys.modules:
+            continue
+        module = importlib.util.module_from_spec(spec)
+        module.__class__ = _Deferred
+        sys.modules[spec.name] = module
 
 
 def _mean_seconds(record: list) -> float:
