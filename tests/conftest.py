@@ -149,6 +149,14 @@ def serve_emulated_arm64(key: str, tracker: str) -> subprocess.Popen:
 
 
 @pytest.fixture(scope="session")
+def classifier_store(tmp_path_factory) -> Path:
+    """One store for the tests that build the bundled classifier from a shipped recipe or its like, shared as
+    a team's builds share one: the stages whose inputs agree (the import, the fp32 x86 compile, the int8 x86
+    quantize and compile) run once a session; each recipe's own stages still run in its test."""
+    return tmp_path_factory.mktemp("classifier-store")
+
+
+@pytest.fixture(scope="session")
 def arm64_tracker():
     """An emulated Arm device (scripts/emulated_arm64.py, key EMULATED_ARM64_KEY) and a tracker (the script
     starts one where none listens); yields 'host:port'. One for the whole session: it takes about 30 s to

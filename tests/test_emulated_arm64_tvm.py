@@ -38,7 +38,8 @@ def int8_recipe(root, tracker: str) -> None:
         inputs.x = {{ shape = [1, 3, 48, 192] }}
 
         [quantization.int8]
-        calibration = {{ method = "minmax", samples = 8, source = "images", path = "{lines}/calibration", {preprocess} }}
+        # as recipes/examples/int8.toml calibrates: with the same store, its x86 build is that recipe's
+        calibration = {{ method = "minmax", samples = 16, source = "images", path = "{lines}/calibration", {preprocess} }}
 
         [validation]
         golden = {{ source = "images", path = "{lines}/golden", count = 4, {preprocess} }}
@@ -68,10 +69,10 @@ def assert_validated_on_the_emulated_device(library, build: dict, out: str) -> N
 
 
 def test_the_shipped_x86_and_rpi4_recipe_validates_its_pi_build_on_the_emulated_device(
-        arm64_tracker, tmp_path, capsys, monkeypatch):
+        arm64_tracker, tmp_path, capsys, monkeypatch, classifier_store):
     monkeypatch.setenv("MODELBUILD_RPC_TRACKER", arm64_tracker)  # as CI points a recipe at its device farm
     code = main(["build", "-f", str(REPO / "recipes/examples/x86-and-rpi4.toml"), "--cache-dir",
-                 str(tmp_path / "cache"), "--build-dir", str(tmp_path / "build")])
+                 str(classifier_store), "--build-dir", str(tmp_path / "build")])
     out = capsys.readouterr().out
     assert code == 0, out
     report = json.loads((tmp_path / "build/report.json").read_text())
@@ -95,9 +96,9 @@ def test_the_shipped_x86_and_rpi4_recipe_validates_its_pi_build_on_the_emulated_
 
 
 def test_the_int8_arm_library_computes_with_sdot_and_agrees_with_onnxruntimes_qdq_model_as_the_x86_one_does(
-        arm64_tracker, tmp_path, capsys):
+        arm64_tracker, tmp_path, capsys, classifier_store):
     int8_recipe(tmp_path, arm64_tracker)
-    code = main(["build", "-f", str(tmp_path / "deploy.toml")])
+    code = main(["build", "-f", str(tmp_path / "deploy.toml"), "--cache-dir", str(classifier_store)])
     out = capsys.readouterr().out
     assert code == 0, out
     builds = {b["name"]: b for b in json.loads((tmp_path / "build/report.json").read_text())["builds"]}

@@ -139,9 +139,9 @@ SHIPPED_HERE = ["deploy.toml", *sorted(p.name for p in (REPO / "recipes/examples
 
 
 @pytest.mark.parametrize("recipe", SHIPPED_HERE)
-def test_the_recipes_the_project_ships_build(tmp_path, recipe):
+def test_the_recipes_the_project_ships_build(tmp_path, recipe, classifier_store):
     path = REPO / recipe if recipe == "deploy.toml" else REPO / "recipes/examples" / recipe
-    proc = _cli("-f", str(path), "--cache-dir", str(tmp_path / "cache"), "--build-dir", str(tmp_path / "build"),
+    proc = _cli("-f", str(path), "--cache-dir", str(classifier_store), "--build-dir", str(tmp_path / "build"),
                 cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads((tmp_path / "build/report.json").read_text())
@@ -160,7 +160,7 @@ def test_the_recipes_the_project_ships_build(tmp_path, recipe):
     noop = ("import sys; from modelbuild.cli import main; code = main(sys.argv[1:]); "
             "print('heavy:', sorted({m.split('.')[0] for m in sys.modules} & {'numpy', 'tvm', 'onnx', 'onnxruntime', "
             "'onnxslim', 'PIL', 'pydantic', 'rich'}))")
-    again = subprocess.run([sys.executable, "-c", noop, "-f", str(path), "--cache-dir", str(tmp_path / "cache"),
+    again = subprocess.run([sys.executable, "-c", noop, "-f", str(path), "--cache-dir", str(classifier_store),
                             "--build-dir", str(tmp_path / "build")], cwd=tmp_path, capture_output=True, text=True)
     assert re.search(r"^0 built, \d+ cached, 0 failed$", again.stdout, re.M), again.stdout
     assert "heavy: []" in again.stdout
