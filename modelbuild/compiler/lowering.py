@@ -25,8 +25,8 @@ import math
 import re
 from dataclasses import dataclass
 
-from modelbuild.compiler import (channel_padding, channels_last, conv_transpose, default_schedule, fast_math,
-                                 layer_names)
+from modelbuild.compiler import (channel_padding, channels_last, constant_folding, conv_transpose, default_schedule,
+                                 fast_math, layer_names)
 from modelbuild.compiler.analysis import KernelCall, Step
 from modelbuild.compiler.kernels.integer_kernels import legalize_conv2d, legalize_matmul, legalize_quantize
 
@@ -54,7 +54,7 @@ def lower(module, target, *, fuse: bool, layout: str | None, database=None, sche
     from tvm.relax.backend.cpu_generic import pipeline as cpu
 
     module, used_layout = channels_last.convert(conv_transpose.rewrite(module), layout)
-    module = channel_padding.rewrite(module)
+    module = constant_folding.fold(channel_padding.rewrite(module))
     seq = tvm.transform.Sequential
 
     legalize = relax.transform.LegalizeOps(customize_legalize_map={
