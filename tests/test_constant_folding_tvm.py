@@ -1,4 +1,5 @@
-"""Data movement on constants folded in numpy: the same bits as TVM's FoldConstant, without compiling it."""
+"""Data movement and dequantisation of constants in numpy: the same bits as TVM's FoldConstant, without
+compiling it."""
 
 from __future__ import annotations
 
@@ -11,11 +12,19 @@ pytestmark = pytest.mark.tvm
 
 
 def moved_constants(bb, x):
-    """x plus a bias reshaped, a weight permuted, and a Clip bound tested for NaN then replaced, as ONNX's
-    importer writes them; the last two read the values folded before them."""
+    """x plus a bias reshaped, a weight permuted, two int8 weights dequantized (per channel and per tensor),
+    and a Clip bound tested for NaN then replaced, as ONNX's importer writes them; the last two read the values
+    folded before them."""
     from tvm import relax
 
     rng = np.random.default_rng(31)
+    per_channel = bb.emit(relax.op.dequantize(
+        relax.const(rng.integers(-128, 128, (1, 8, 4, 4)).astype("int8")),
+        relax.const(rng.uniform(1e-3, 1e-1, 8).astype("float32")),
+        relax.const(rng.integers(-5, 5, 8).astype("int8")), axis=1))
+    per_tensor = bb.emit(relax.op.dequantize(relax.const(rng.integers(0, 256, (1, 8, 4, 4)).astype("uint8")),
+                                             relax.const(np.float32(0.0173)), relax.const(np.uint8(131))))
+    x = bb.emit(relax.op.add(relax.op.multiply(x, per_channel), per_tensor))
     bias = bb.emit(relax.op.reshape(relax.const(rng.standard_normal(8).astype("float32")), (1, 8, 1, 1)))
     permuted = bb.emit(relax.op.permute_dims(relax.const(rng.standard_normal((4, 4, 8, 1)).astype("float32")),
                                              [3, 2, 0, 1]))
@@ -42,8 +51,9 @@ def test_folded_data_movement_gives_the_bits_tvms_fold_computes():
 
     module = build_module(moved_constants, (1, 8, 4, 4))
     folded = constant_folding.fold(module)
-    assert len(calls(module, ["reshape", "permute_dims", "isnan", "where"])) == 5
-    assert calls(folded, ["reshape", "permute_dims", "isnan", "where"]) == []
+    folded_ops = ["reshape", "permute_dims", "isnan", "where", "dequantize"]
+    assert len(calls(module, folded_ops)) == 7
+    assert calls(folded, folded_ops) == []
     assert calls(folded, ["minimum"]) and calls(module, ["reshape"])  # the caller's module is left as it was
     x = np.random.default_rng(32).standard_normal((1, 8, 4, 4)).astype("float32")
     assert np.array_equal(run(folded, x), run(module, x))  # TVM folds the original at its compile

@@ -1,10 +1,11 @@
-"""The graph's data movement on constants computed in numpy, before legalisation.
+"""Constant weights' data movement and dequantisation computed in numpy, before legalisation.
 
-Every conv's weights are transposed channels-last, every bias reshaped to broadcast, and every Clip bound from
-ONNX tested for NaN: calls on constants alone, which TVM's FoldConstant evaluates after legalisation by
-compiling each call with LLVM and running it (251 compiles for the bundled classifier: 19.6 s of its 28 s
-compile stage on a 2-core Zen 3). These ops move or test values and compute nothing, so numpy gives the same
-bits; what is left on constants (arithmetic) is still FoldConstant's.
+Every conv's weights are transposed channels-last, every bias reshaped to broadcast, every Clip bound from
+ONNX tested for NaN, and an int8 model's weights dequantized where a float op reads them: calls on constants
+alone, which TVM's FoldConstant evaluates after legalisation by compiling each call with LLVM and running it
+(251 compiles for the bundled classifier: 19.6 s of its 28 s compile stage on a 2-core Zen 3). numpy gives the
+same bits: these ops move or test values, and dequantize is computed as TVM's legalisation writes it (the
+zero point subtracted in int32, one float32 multiply). What is left on constants is still FoldConstant's.
 """
 
 from __future__ import annotations
@@ -26,6 +27,23 @@ def _permute_dims(call, values):
     return values[0].transpose(None if axes is None else [int(a) for a in axes])
 
 
+def _dequantize(call, values):
+    """TVM's legalisation: the data less the zero point in int32, times the scale in float32 (exact to here,
+    then one rounding, as numpy's float32 multiply); per channel along `axis` where the scale is a vector."""
+    import numpy as np
+
+    data, scale, zero = values
+    if str(call.attrs.out_dtype) != "float32" or data.dtype.kind not in "iu":
+        return None
+    shape = [1] * data.ndim
+    shape[int(call.attrs.axis) % data.ndim] = -1
+
+    def along_axis(v):
+        return v.reshape(shape) if v.size > 1 else v.reshape(())
+
+    return (data.astype("int32") - along_axis(zero).astype("int32")).astype("float32") * along_axis(scale).astype("float32")
+
+
 def _isnan(call, values):
     import numpy as np
 
@@ -39,7 +57,7 @@ def _where(call, values):
 
 
 FOLDED = {"relax.reshape": _reshape, "relax.permute_dims": _permute_dims, "relax.isnan": _isnan,
-          "relax.where": _where}
+          "relax.where": _where, "relax.dequantize": _dequantize}
 
 
 def _folded(mutator, call):
@@ -52,8 +70,11 @@ def _folded(mutator, call):
     values = [_value(mutator, a) for a in tensors]
     if any(v is None for v in values):
         return call
+    value = compute(call, values)
+    if value is None:  # a form this module does not compute as TVM does: FoldConstant's
+        return call
     dtype = str(call.ty.dtype)
-    return relax.const(compute(call, values).astype(dtype), dtype)
+    return relax.const(value.astype(dtype), dtype)
 
 
 def _value(mutator, expr):
