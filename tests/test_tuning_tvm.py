@@ -138,36 +138,34 @@ def test_exported_records_let_a_fresh_clone_build_with_zero_trials(root, tmp_pat
     assert (clone / "build/a/cpu/model.so").read_bytes() == tuned  # the same records give the same library
 
 
-def test_tensor_intrinsics_import_registers_them_and_restores_inspect():
-    """In a fresh process (the import happens once per process): MetaSchedule's CPU intrinsics are registered,
-    the GPU ones deferred until read, and inspect.getmodule is TVM's and Python's own again afterwards."""
+def in_a_fresh_process(code: str) -> None:
+    """Run `code`, which prints ok, in its own interpreter: tvm.s_tir.tensor_intrin is imported once per process."""
     import subprocess
     import sys
 
-    code = ("import inspect; original = inspect.getmodule\n"
-            "from modelbuild.stages.tune import import_tensor_intrinsics\n"
-            "import_tensor_intrinsics('llvm')\n"
-            "from tvm.s_tir import TensorIntrin\n"
-            "assert TensorIntrin.get('dot_16x4_vnni') is not None\n"
-            "assert TensorIntrin.get('sdot4', allow_missing=True) is None  # rocm.py has not run\n"
-            "assert TensorIntrin.get('wmma_sync_16x16x16_f16f16f32', allow_missing=True) is None  # nor cuda.py\n"
-            "from tvm.s_tir.tensor_intrin import rocm\n"
-            "assert rocm.AMDGPU_SDOT4_INTRIN == 'sdot4' and TensorIntrin.get('sdot4') is not None  # run once read\n"
-            "assert inspect.getmodule is original\n"
-            "import os; assert inspect.getmodule(os.path) is os.path\n"
-            "print('ok')\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-c", code + "print('ok')\n"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
+
+
+def test_tensor_intrinsics_import_registers_them_and_restores_inspect():
+    """MetaSchedule's CPU intrinsics are registered, the GPU ones deferred until read, and inspect.getmodule is
+    TVM's and Python's own again afterwards."""
+    in_a_fresh_process("import inspect; original = inspect.getmodule\n"
+                       "from modelbuild.stages.tune import import_tensor_intrinsics\n"
+                       "import_tensor_intrinsics('llvm')\n"
+                       "from tvm.s_tir import TensorIntrin\n"
+                       "assert TensorIntrin.get('dot_16x4_vnni') is not None\n"
+                       # neither rocm.py nor cuda.py has run
+                       "assert TensorIntrin.get('sdot4', allow_missing=True) is None\n"
+                       "assert TensorIntrin.get('wmma_sync_16x16x16_f16f16f32', allow_missing=True) is None\n"
+                       "from tvm.s_tir.tensor_intrin import rocm\n"  # which runs it, once read:
+                       "assert rocm.AMDGPU_SDOT4_INTRIN == 'sdot4' and TensorIntrin.get('sdot4') is not None\n"
+                       "assert inspect.getmodule is original\n"
+                       "import os; assert inspect.getmodule(os.path) is os.path\n")
 
 
 def test_tuning_for_a_gpu_imports_its_tensor_intrinsics_at_once():
-    import subprocess
-    import sys
-
-    code = ("from modelbuild.stages.tune import import_tensor_intrinsics\n"
-            "import_tensor_intrinsics('cuda')\n"
-            "from tvm.s_tir import TensorIntrin\n"
-            "assert TensorIntrin.get('wmma_sync_16x16x16_f16f16f32') is not None\n"
-            "print('ok')\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
+    in_a_fresh_process("from modelbuild.stages.tune import import_tensor_intrinsics\n"
+                       "import_tensor_intrinsics('cuda')\n"
+                       "from tvm.s_tir import TensorIntrin\n"
+                       "assert TensorIntrin.get('wmma_sync_16x16x16_f16f16f32') is not None\n")

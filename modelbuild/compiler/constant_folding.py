@@ -30,18 +30,18 @@ def _permute_dims(call, values):
 def _dequantize(call, values):
     """TVM's legalisation: the data less the zero point in int32, times the scale in float32 (exact to here,
     then one rounding, as numpy's float32 multiply); per channel along `axis` where the scale is a vector."""
-    import numpy as np
-
     data, scale, zero = values
     if str(call.attrs.out_dtype) != "float32" or data.dtype.kind not in "iu":
         return None
     shape = [1] * data.ndim
-    shape[int(call.attrs.axis) % data.ndim] = -1
+    if data.ndim:
+        shape[int(call.attrs.axis) % data.ndim] = -1
 
     def along_axis(v):
         return v.reshape(shape) if v.size > 1 else v.reshape(())
 
-    return (data.astype("int32") - along_axis(zero).astype("int32")).astype("float32") * along_axis(scale).astype("float32")
+    less_zero = data.astype("int32") - along_axis(zero).astype("int32")
+    return less_zero.astype("float32") * along_axis(scale).astype("float32")
 
 
 def _isnan(call, values):
