@@ -59,6 +59,26 @@ def test_folded_data_movement_gives_the_bits_tvms_fold_computes():
     assert np.array_equal(run(folded, x), run(module, x))  # TVM folds the original at its compile
 
 
+def test_a_constant_reshaped_to_a_symbolic_shape_is_left_to_tvm():
+    import tvm
+    from tvm import relax, tirx
+
+    from modelbuild.compiler import constant_folding
+
+    bb = relax.BlockBuilder()
+    n = tirx.Var("n", "int64")
+    x = relax.Var("x", relax.TensorType(shape=[n, 4], dtype="float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            ones = bb.emit(relax.op.reshape(relax.const(np.ones(8, "float32")), relax.ShapeExpr([n, 4])))
+            out = bb.emit_output(relax.op.add(x, ones))
+        bb.emit_func_output(out)
+    module = bb.get()
+    folded = constant_folding.fold(module)
+    assert len(calls(folded, ["reshape"])) == 1
+    tvm.ir.assert_structural_equal(folded, module)
+
+
 def test_lowering_folds_the_models_constants_without_compiling_them(monkeypatch):
     """The ONNX hard-swish between two convs, channels-last: its weight transposes and Clip bounds are folded
     before legalisation, so FoldConstant compiles fewer kernels (each an LLVM build) than with them left."""

@@ -64,7 +64,7 @@ def _folded(mutator, call):
     from tvm import relax
 
     compute = FOLDED.get(getattr(call.op, "name", ""))
-    if compute is None:
+    if compute is None or _shape(call) is None:
         return call
     tensors = [a for a in call.args if not isinstance(a, relax.ShapeExpr)]  # reshape's shape is its attribute
     values = [_value(mutator, a) for a in tensors]
@@ -87,5 +87,11 @@ def _value(mutator, expr):
     return expr.value.numpy() if isinstance(expr, Constant) else None
 
 
-def _shape(expr) -> list[int]:
-    return [int(d) for d in expr.ty.shape.values]
+def _shape(expr) -> list[int] | None:
+    """The expression's shape, or None where a dimension is symbolic (FoldConstant's, then)."""
+    from tvm import tirx
+
+    dims = getattr(getattr(expr.ty, "shape", None), "values", None)
+    if dims is None or not all(isinstance(d, tirx.IntImm) for d in dims):
+        return None
+    return [int(d) for d in dims]
