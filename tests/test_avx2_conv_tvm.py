@@ -47,7 +47,7 @@ def test_an_int8_conv_on_avx2_is_vpmaddwd_and_bit_exact(geometry):
     x, _, module, want = case(geometry)
     executable, phases = build(module, AVX2_CPU)
     (kernel,) = avx2_kernels(phases)
-    # 8 lanes round 29 up to 32 (column lanes), 9, 10 and 12 up to 16, too many wasted (channel lanes)
+    # 8 lanes round 29 up to 32 (column lanes), 10, 11 and 12 up to 16, too many wasted (channel lanes)
     form = avx2_conv.AVX2.column_block if output_width(geometry) in (16, 29, 32) else avx2_conv.AVX2.block
     assert f'sblock("{form}_update' in kernel and '"modelbuild.refused_steps": 0' in kernel
     assert "vpmaddwd" in assembly(executable)  # the hot loop is the instruction, not a fallback

@@ -26,9 +26,10 @@ import re
 from dataclasses import dataclass
 
 from modelbuild.compiler import (channel_padding, channels_last, constant_folding, conv_transpose, default_schedule,
-                                 fast_math, layer_names)
+                                 fast_math, layer_names, pixel_rows)
 from modelbuild.compiler.analysis import KernelCall, Step
-from modelbuild.compiler.kernels.integer_kernels import legalize_conv2d, legalize_matmul, legalize_quantize
+from modelbuild.compiler.kernels.integer_kernels import (conv_instruction, legalize_conv2d, legalize_matmul,
+                                                         legalize_quantize)
 
 _ALIAS_OPS = {"relax.reshape", "relax.memory.view"}
 
@@ -55,6 +56,9 @@ def lower(module, target, *, fuse: bool, layout: str | None, database=None, sche
 
     module, used_layout = channels_last.convert(conv_transpose.rewrite(module), layout)
     module = constant_folding.fold(channel_padding.rewrite(module))
+    instruction = conv_instruction(target)
+    if instruction is not None:
+        module = pixel_rows.rewrite(module, instruction.lanes)
     seq = tvm.transform.Sequential
 
     legalize = relax.transform.LegalizeOps(customize_legalize_map={

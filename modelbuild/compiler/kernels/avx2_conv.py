@@ -37,11 +37,6 @@ def supported(target) -> bool:
             and bool(codegen.target_has_features("avx2", target)))
 
 
-def legalize(bb, call):
-    """An eligible int8 conv2d (packed_conv.eligible) in packed 16-bit form."""
-    return packed_conv.legalize(bb, call, AVX2)
-
-
 def schedule(sch, cores: int) -> None:
     """Tensorise the packed conv's reduction with vpmaddwd; the unpack and whatever FuseOps put behind it are
     computed per register tile while the accumulators are hot."""

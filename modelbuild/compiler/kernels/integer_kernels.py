@@ -76,17 +76,23 @@ def legalize_conv2d(bb, call):
 
     if str(call.attrs.out_dtype) == "int32" and str(call.args[0].ty.dtype) in ("int8", "uint8"):
         target = tvm_target.Target.current()
-        if vnni_conv.supported(target) and packed_conv.eligible(call):
-            return vnni_conv.legalize(bb, call)
-        if sdot_conv.supported(target) and packed_conv.eligible(call):
-            return sdot_conv.legalize(bb, call)
+        instruction = conv_instruction(target)
+        if instruction is not None and packed_conv.eligible(call):
+            return packed_conv.legalize(bb, call, instruction)
         if vnni_depthwise.supported(target) and vnni_depthwise.eligible(call):
             return vnni_depthwise.legalize(bb, call)
-        if avx2_conv.supported(target) and packed_conv.eligible(call):
-            return avx2_conv.legalize(bb, call)
         if _reduction_length(call) <= EXACT_FLOAT_PRODUCTS // (2 if str(call.args[0].ty.dtype) == "uint8" else 1):
             return _float_accumulated_conv2d(bb, call)
     return ir.Op.get("relax.nn.conv2d").get_attr("FLegalize")(bb, call)
+
+
+def conv_instruction(target) -> packed_conv.Instruction | None:
+    """The dot-product instruction that ordinary int8 convs are packed for on `target`, fastest first; None
+    where it has none."""
+    for kernel, instruction in ((vnni_conv, vnni_conv.VNNI), (sdot_conv, sdot_conv.SDOT), (avx2_conv, avx2_conv.AVX2)):
+        if kernel.supported(target):
+            return instruction
+    return None
 
 
 def legalize_matmul(bb, call):

@@ -39,11 +39,6 @@ def supported(target) -> bool:
             and bool(codegen.target_has_features("dotprod", target)))
 
 
-def legalize(bb, call):
-    """An eligible int8 conv2d (packed_conv.eligible) in packed sdot form."""
-    return packed_conv.legalize(bb, call, SDOT)
-
-
 def schedule(sch, cores: int) -> None:
     """Tensorise the packed conv's reduction with sdot; the unpack and whatever FuseOps put behind it are
     computed per register tile while the accumulators are hot."""

@@ -34,11 +34,6 @@ def supported(target) -> bool:
         codegen.target_has_features("avx512vnni", target))
 
 
-def legalize(bb, call):
-    """An eligible int8 conv2d (packed_conv.eligible) in packed VNNI form."""
-    return packed_conv.legalize(bb, call, VNNI)
-
-
 def schedule(sch, cores: int) -> None:
     """Tensorise the packed conv's reduction with vpdpbusd; everything after it (the unpack, the rescale and
     whatever FuseOps put behind) is computed per register block while the accumulators are hot."""

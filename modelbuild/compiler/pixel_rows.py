@@ -1,0 +1,126 @@
+"""int8 1x1 convs on maps whose width the vector lanes do not divide, computed on the same pixels cut into
+rows that they do divide.
+
+A packed int8 conv (kernels/packed_conv.py) puts output columns in its vector lanes where a row rounds up
+to whole vectors with little waste, and otherwise output channels, whose accumulators the epilogue must
+gather back into NCHW: a 38-column row of the layout net took the gathers. A 1x1 conv of stride 1 without
+padding is the same matrix product whatever the rows of its map are, and so are the element-wise operators
+after it (rescale, bias, activation, quantize: their constants are per channel or scalars), so the map
+[N, C, H, W] is computed as [N, C, H', W'] with H' x W' = H x W and W' a row the lanes take (38 x 50 as
+95 x 20, 96 columns computed), and reshaped back after the last such operator. A reshape of a contiguous
+tensor is a view: nothing is copied on either side.
+"""
+
+from __future__ import annotations
+
+from modelbuild.compiler.relax_rewrite import rewrite_calls
+from modelbuild.compiler.kernels import packed_conv
+
+# operators computed element by element, whose tensor arguments may be cut into other rows together
+ELEMENTWISE = frozenset(f"relax.{op}" for op in (
+    "astype", "add", "subtract", "multiply", "divide", "maximum", "minimum", "clip", "round", "floor",
+    "nn.relu", "sigmoid", "tanh", "exp", "quantize", "dequantize"))
+CHANNEL_AXIS = 1
+MIN_ROWS = 2  # rows of the new map: the packed conv runs its rows in parallel
+
+
+def rewrite(module, lanes: int):
+    """The module with every int8 1x1 conv that computes its `lanes`-wide vectors in channel lanes, and whose
+    pixels can be cut into rows for column lanes, computed on those rows along with the element-wise
+    operators after it (see the module's doc)."""
+    from tvm import relax
+
+    cut = {}  # hash of a reshape-back variable's value -> the variable computed on the new rows
+
+    def rule(mutator, call):
+        op = getattr(call.op, "name", None)
+        if op == "relax.nn.conv2d":
+            rows = _new_rows(call, lanes)
+            if rows is None:
+                return call
+            data = call.args[0]
+            n, channels = (int(d) for d in data.ty.shape.values[:2])
+            recut = mutator.builder_.emit(relax.op.reshape(data, [n, channels, *rows]))
+            return _computed_on(mutator, cut, relax.Call(call.op, [recut, *call.args[1:]], call.attrs, call.ty_args),
+                                call)
+        if op in ELEMENTWISE:
+            args = _args_on_new_rows(mutator, cut, call)
+            if args is None:
+                return call
+            return _computed_on(mutator, cut, relax.Call(call.op, args, call.attrs, call.ty_args), call)
+        return call
+
+    rewritten = rewrite_calls(module, rule)
+    return relax.transform.DeadCodeElimination()(rewritten) if cut else rewritten
+
+
+def _computed_on(mutator, cut: dict, on_rows, call):
+    """`on_rows` emitted, and its reshape to `call`'s shape returned in `call`'s place."""
+    from tvm import relax
+
+    var = mutator.builder_.emit(on_rows)
+    back = relax.op.reshape(var, [int(d) for d in call.ty.shape.values])
+    cut[_key(back)] = var
+    return back
+
+
+def _key(expr) -> int:
+    return hash(expr)  # a TVM object's hash is its identity
+
+
+def _args_on_new_rows(mutator, cut: dict, call) -> list | None:
+    """`call`'s arguments on the new rows, when at least one tensor argument is a reshape back from them and
+    every other one is too (from the same rows) or a constant that does not vary along the rows; else None."""
+    from tvm import relax, tirx
+    from tvm.ir import Constant
+
+    args, shape = [], None
+    for arg in call.args:
+        bound = mutator.lookup_binding(arg) if isinstance(arg, relax.Var) else None
+        on_rows = cut.get(_key(bound)) if bound is not None else None
+        if on_rows is not None:
+            rows = [int(d) for d in on_rows.ty.shape.values]
+            if shape not in (None, rows):
+                return None
+            shape = rows
+            args.append(on_rows)
+        elif isinstance(arg, (tirx.IntImm, tirx.FloatImm)) or isinstance(arg, Constant) and _same_on_every_pixel(call, arg):
+            args.append(arg)
+        else:
+            return None
+    return args if shape is not None else None
+
+
+def _same_on_every_pixel(call, constant) -> bool:
+    """Whether a constant argument of an element-wise operator on a rank-4 map takes one value per channel
+    or one in all: a quantize's scale or zero point along the channel axis, or any argument that broadcasts
+    with ones in the map's last two dimensions."""
+    shape = [int(d) for d in constant.ty.shape.values]
+    if getattr(call.attrs, "axis", None) is not None:  # quantize, dequantize: one value per index of `axis`
+        return all(d == 1 for d in shape) or int(call.attrs.axis) % 4 == CHANNEL_AXIS
+    return len(shape) <= 4 and all(d == 1 for d in ([1] * (4 - len(shape)) + shape)[2:])
+
+
+def _new_rows(call, lanes: int) -> tuple[int, int] | None:
+    """(rows, columns) to compute an eligible 1x1 conv on (see new_rows), or None."""
+    attrs = call.attrs
+    if not packed_conv.eligible(call) or [int(k) for k in call.args[1].ty.shape.values[2:]] != [1, 1]:
+        return None
+    if any(int(p) for p in attrs.padding) or [int(s) for s in attrs.strides] != [1, 1]:
+        return None
+    height, width = (int(d) for d in call.args[0].ty.shape.values[2:])
+    return new_rows(height, width, lanes)
+
+
+def new_rows(height: int, width: int, lanes: int) -> tuple[int, int] | None:
+    """The rows a 1x1 conv's H x W pixels are better computed as: None when a row of `width` already takes
+    column lanes; else the cut of the H x W pixels into rows of a width that column lanes take with the least
+    rounding, at least MIN_ROWS of them, the width nearest `width` among equals; None when no cut does."""
+    if packed_conv.column_lanes(width, lanes):
+        return None
+    pixels = height * width
+    cuts = [(pixels // w, w) for w in range(lanes, pixels // MIN_ROWS + 1)
+            if pixels % w == 0 and packed_conv.column_lanes(w, lanes)]
+    if not cuts:
+        return None
+    return min(cuts, key=lambda cut: (packed_conv.lanes_width(cut[1], lanes) * cut[0], abs(cut[1] - width)))
