@@ -16,8 +16,10 @@ SHAPE = (1, 32, 10, 19)  # 190 pixels: rows of 19 round to 32 (VNNI) or 24 (AVX2
 
 def requantising_conv(*, along_rows: bool):
     """uint8 x -> 1x1 conv -> rescale and bias per channel -> hard-swish -> int8 -> 3x3 max pool, as a
-    quantized model's layer; `along_rows` adds, before the quantize, a constant that varies along the rows."""
-    from tvm import relax
+    quantized model's layer, written as TVM's ONNX importer writes it (constants bound to variables, the
+    Clip of opset 11 and later as kernels of its own); `along_rows` adds, before the quantize, a constant
+    that varies along the rows."""
+    from tvm import relax, topi
 
     rng = np.random.default_rng(7)
     channels = 48
@@ -29,8 +31,12 @@ def requantising_conv(*, along_rows: bool):
             y = bb.emit(relax.op.nn.conv2d(x, relax.const(weight), out_dtype="int32"))
             f = bb.emit(relax.op.astype(y, "float32"))
             f = bb.emit(relax.op.multiply(f, relax.const(rng.uniform(1e-4, 1e-3, (1, channels, 1, 1)).astype("float32"))))
-            f = bb.emit(relax.op.add(f, relax.const(rng.uniform(-1, 1, (channels, 1, 1)).astype("float32"))))
-            f = bb.emit(relax.op.multiply(f, relax.op.clip(relax.op.add(f, relax.const(np.float32(3))), 0, 6)))
+            bias = bb.emit(relax.const(rng.uniform(-1, 1, (channels, 1, 1)).astype("float32")))
+            f = bb.emit(relax.op.add(f, bias))
+            low, high = bb.emit(relax.const(np.float32(0))), bb.emit(relax.const(np.float32(6)))
+            shifted = bb.emit(relax.op.add(f, relax.const(np.array([3], "float32"))))
+            clipped = bb.emit_te(topi.minimum, bb.emit_te(topi.maximum, shifted, low), high)
+            f = bb.emit(relax.op.multiply(f, clipped))
             if along_rows:
                 f = bb.emit(relax.op.add(f, relax.const(rng.uniform(-1, 1, (1, 1, 1, SHAPE[3])).astype("float32"))))
             q = bb.emit(relax.op.quantize(f, relax.const(np.float32(0.05)), relax.const(np.int8(0)), axis=1,
@@ -67,7 +73,7 @@ def test_the_conv_and_its_epilogue_run_on_rows_of_whole_vectors_and_copy_nothing
     name, script = conv_kernel(phases)
     assert f'sblock("{instruction.column_block}_update' in script  # column lanes, not the gathering ones
     assert "T.int64(95)" in script and "T.int64(19)" not in script
-    assert all(op in name for op in ("multiply", "add", "clip", "quantize"))  # the epilogue on the rows too
+    assert all(op in name for op in ("multiply", "add", "maximum", "minimum", "quantize"))  # the epilogue too
     main = phases.planned["main"].script()
     assert "R.reshape(" in main and "reshape(" not in main.replace("R.reshape(", "")  # views, no copy kernel
 

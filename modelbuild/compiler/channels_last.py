@@ -39,7 +39,7 @@ def convert(module, layout: str | None):
         return module, KEPT
     try:
         converted = relax.transform.ConvertLayout({}, lambda call: _desired_layouts(call, layout))
-        return converted(rewrite_calls(module, _as_inferable)), CONVERTED
+        return converted(plain_elementwise(module)), CONVERTED
     except (RuntimeError, ValueError, TypeError) as err:
         return module, f"{KEPT} (TVM's layout conversion failed: {last_line(err, 200)})"
 
@@ -75,6 +75,12 @@ def _desired_layouts(call, layout: str) -> dict:
 
 
 ELEMENTWISE_OF_REDUCTION = {"relax.max": "maximum", "relax.min": "minimum", "relax.sum": "add"}
+
+
+def plain_elementwise(module):
+    """The module with the element-wise work that the importer writes in other forms (see _as_inferable)
+    written as relax's element-wise operators, which layout inference, and pixel_rows.py, see through."""
+    return rewrite_calls(module, _as_inferable)
 
 
 def _as_inferable(mutator, call):

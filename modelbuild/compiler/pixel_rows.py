@@ -13,8 +13,9 @@ tensor is a view: nothing is copied on either side.
 
 from __future__ import annotations
 
-from modelbuild.compiler.relax_rewrite import rewrite_calls
+from modelbuild.compiler import channels_last
 from modelbuild.compiler.kernels import packed_conv
+from modelbuild.compiler.relax_rewrite import rewrite_calls
 
 # operators computed element by element, whose tensor arguments may be cut into other rows together
 ELEMENTWISE = frozenset(f"relax.{op}" for op in (
@@ -50,8 +51,8 @@ def rewrite(module, lanes: int):
             return _computed_on(mutator, cut, relax.Call(call.op, args, call.attrs, call.ty_args), call)
         return call
 
-    rewritten = rewrite_calls(module, rule)
-    return relax.transform.DeadCodeElimination()(rewritten) if cut else rewritten
+    rewritten = rewrite_calls(channels_last.plain_elementwise(module), rule)
+    return relax.transform.DeadCodeElimination()(rewritten) if cut else module
 
 
 def _computed_on(mutator, cut: dict, on_rows, call):
@@ -76,15 +77,16 @@ def _args_on_new_rows(mutator, cut: dict, call) -> list | None:
 
     args, shape = [], None
     for arg in call.args:
-        bound = mutator.lookup_binding(arg) if isinstance(arg, relax.Var) else None
-        on_rows = cut.get(_key(bound)) if bound is not None else None
+        value = mutator.lookup_binding(arg) if isinstance(arg, relax.Var) else arg  # None for a parameter
+        on_rows = cut.get(_key(value)) if value is not None else None
         if on_rows is not None:
             rows = [int(d) for d in on_rows.ty.shape.values]
             if shape not in (None, rows):
                 return None
             shape = rows
             args.append(on_rows)
-        elif isinstance(arg, (tirx.IntImm, tirx.FloatImm)) or isinstance(arg, Constant) and _same_on_every_pixel(call, arg):
+        elif isinstance(value, (tirx.IntImm, tirx.FloatImm)) or (isinstance(value, Constant)
+                                                                 and _same_on_every_pixel(call, value)):
             args.append(arg)
         else:
             return None
