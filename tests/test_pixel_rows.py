@@ -5,15 +5,20 @@ from __future__ import annotations
 from modelbuild.compiler.pixel_rows import new_rows
 
 
-def test_a_row_whose_rounding_wastes_too_much_is_cut_into_rows_that_round_well():
-    assert new_rows(50, 38, 16) == (20, 95)  # 38 columns computed as 48; 95 as 96
-    assert new_rows(20, 20, 16) == (25, 16)  # rows of exactly one vector
-    assert new_rows(20, 19, 8) == (4, 95)  # AVX2's 8 lanes: 96 columns, as 190 would be, and nearer 19
+def test_a_row_whose_rounding_wastes_too_much_is_cut_into_the_widest_rows_that_round_least():
+    assert new_rows(50, 38, 16) == (2, 950)  # 38 columns would be computed as 48; 950 as 960
+    assert new_rows(20, 20, 16) == (5, 80)  # whole vectors
+    assert new_rows(20, 19, 8) == (2, 190)  # AVX2's 8 lanes: 384 pixels computed, as with 95 and 96
 
 
-def test_rows_that_already_take_column_lanes_are_left_alone():
-    assert new_rows(100, 76, 16) is None  # 76 columns as 80
-    assert new_rows(3, 64, 16) is None
+def test_a_row_rounded_up_for_column_lanes_is_cut_where_a_cut_computes_fewer_pixels():
+    assert new_rows(100, 76, 16) == (5, 1520)  # 80 columns computed per row of 76; 1520 is 95 vectors
+    assert new_rows(28, 28, 16) == (7, 112)
+    assert new_rows(3, 56, 16) is None  # 168 pixels: every cut computes 192, as rows of 64 do
+
+
+def test_rows_of_whole_vectors_are_left_alone():
+    assert new_rows(3, 64, 16) is None and new_rows(160, 160, 16) is None
 
 
 def test_no_cut_where_none_rounds_well_or_it_would_leave_one_row():
