@@ -17,8 +17,7 @@ Transposed convs whose stride equals their kernel then become 1x1 convs and a de
 compute them rounded up to whole vectors (channel_padding.py), and int8 1x1 convs whose rows the packed
 kernels' vector lanes do not divide are computed on their pixels cut into rows that they do (pixel_rows.py).
 These run whether or not the default schedule does, so the tune stage sees the kernels the compile stage
-builds. exp, erf, tanh, sigmoid and softmax are
-legalised as polynomials that stay in vectors (fast_math.py).
+builds. exp, erf, tanh, sigmoid and softmax are legalised as polynomials that stay in vectors (fast_math.py).
 """
 
 from __future__ import annotations
