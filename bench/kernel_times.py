@@ -115,7 +115,9 @@ def conv_geometry(name: str, args: list) -> tuple | None:
     if "vnni_depthwise" in name:
         return ("depthwise", data[1], data[2], data[3], out[2], out[3])
     if "vnni" in name or "avx2" in name:
-        return (data[1], data[2], data[3], out[1], out[2], out[3], weight[2], weight[3]) if len(weight) == 6 else None
+        if len(weight) != 6:
+            return None
+        return pointwise_by_pixels((data[1], data[2], data[3], out[1], out[2], out[3], weight[2], weight[3]))
     if len(weight) != 4:
         return None
     if out[3] == weight[3]:  # NHWC, HWIO
@@ -126,7 +128,16 @@ def conv_geometry(name: str, args: list) -> tuple | None:
         out_channels, out_size = out[1], out[2:]
     if per_group == 1 and channels == out_channels > 1:
         return ("depthwise", channels, height, width, *out_size)
-    return (channels, height, width, out_channels, *out_size, *kernel)
+    return pointwise_by_pixels((channels, height, width, out_channels, *out_size, *kernel))
+
+
+def pointwise_by_pixels(geometry: tuple) -> tuple:
+    """A 1x1 conv of stride 1 by its pixel count rather than its rows: an int8 one may compute the same
+    pixels as other rows (compiler/pixel_rows.py), 50 x 38 as 2 x 950."""
+    channels, height, width, out_channels, out_h, out_w, kh, kw = geometry
+    if (kh, kw) == (1, 1) and (height, width) == (out_h, out_w):
+        return (channels, height * width, out_channels, "1x1 pixels")
+    return geometry
 
 
 def report_pairs(float_build, int8_build, top: int) -> None:
