@@ -78,6 +78,21 @@ def fake_project(tmp_path, fake_stages):
     return tmp_path, write
 
 
+@pytest.fixture
+def stage_tmpdir(tmp_path_factory, monkeypatch) -> Path:
+    """An empty TMPDIR for the stage workers a build spawns (they read it when they start): whatever is left
+    in it after the build, a stage leaked into every user's /tmp."""
+    folder = tmp_path_factory.mktemp("tmpdir")
+    monkeypatch.setenv("TMPDIR", str(folder))
+    return folder
+
+
+def left_in(folder: Path) -> list[str]:
+    """What a build left in its TMPDIR, but onnxruntime's `.ses` (one file of a fixed name, its session id,
+    rewritten by every session)."""
+    return sorted(p.name for p in folder.iterdir() if p.name != ".ses")
+
+
 def free_port() -> int:
     """A TCP port nothing listens on now, on 127.0.0.1."""
     with socket.socket() as s:

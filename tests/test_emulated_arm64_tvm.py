@@ -15,7 +15,7 @@ import pytest
 
 from modelbuild.cli import main
 from tests.conftest import EMULATED_ARM64_KEY as KEY
-from tests.conftest import descendants, free_port, REPO, serve_emulated_arm64
+from tests.conftest import descendants, free_port, left_in, REPO, serve_emulated_arm64
 
 pytestmark = pytest.mark.tvm
 
@@ -126,7 +126,8 @@ def host_runner(library):
     return lambda arrays: [vm["main"](*[tvm.runtime.tensor(a) for a in arrays]).numpy()]
 
 
-def test_tuning_the_pi_target_measures_every_candidate_on_the_emulated_device(arm64_tracker, tmp_path, capsys):
+def test_tuning_the_pi_target_measures_every_candidate_on_the_emulated_device(arm64_tracker, tmp_path, stage_tmpdir,
+                                                                              capsys):
     from tests.onnx_models import two_convs
 
     two_convs(tmp_path / "net.onnx")
@@ -168,6 +169,7 @@ def test_tuning_the_pi_target_measures_every_candidate_on_the_emulated_device(ar
     assert seconds and all(s and s[0] < 1 for s in seconds)
     defaults = json.loads(next((tmp_path / ".cache/tuning").rglob("defaults.json")).read_text())
     assert all(entry["seconds"] for entry in defaults.values())  # the default schedule, timed there too
+    assert left_in(stage_tmpdir) == []  # every library sent to the device, candidate or default, is gone
 
 
 def test_timed_together_the_baseline_library_runs_in_turns_with_the_build_on_the_device(

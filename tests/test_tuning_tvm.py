@@ -10,6 +10,7 @@ import pytest
 
 from modelbuild.cli import main
 from modelbuild.compiler import tuning_db
+from tests.conftest import left_in
 from tests.onnx_models import conv_relu
 
 pytestmark = pytest.mark.tvm
@@ -121,7 +122,8 @@ def test_tuning_is_paid_once_continues_when_raised_and_is_shared_by_workload(roo
     assert summary(root, "b@cpu")["measured_now"] == 0
 
 
-def test_exported_records_let_a_fresh_clone_build_with_zero_trials(root, tmp_path_factory, capsys):
+def test_exported_records_let_a_fresh_clone_build_with_zero_trials_and_leave_no_temporary_files(
+        root, tmp_path_factory, stage_tmpdir, capsys):
     write(root, strategy="replay-trace")  # the records travel whatever searched for them; this one is 3x cheaper
     build(root, capsys)
     assert main(["tune", "export", str(root / "tuning/records.json"), "-f", str(root / "deploy.toml")]) == 0
@@ -136,6 +138,7 @@ def test_exported_records_let_a_fresh_clone_build_with_zero_trials(root, tmp_pat
     assert json.loads((clone / "build/report.json").read_text())["builds"][0]["tuning"]["trials_measured_now"] == 0
     tuned = (root / "build/a/cpu/model.so").read_bytes()
     assert (clone / "build/a/cpu/model.so").read_bytes() == tuned  # the same records give the same library
+    assert left_in(stage_tmpdir) == []  # the compile's database of the records, the tuning's work
 
 
 def in_a_fresh_process(code: str) -> None:

@@ -71,9 +71,9 @@ def _database(records: Path):
 
     from tvm.s_tir import meta_schedule as ms
 
-    folder = Path(tempfile.mkdtemp(prefix="modelbuild-records-"))
-    tuning_db.write(folder, json.loads(records.read_text()))
-    return ms.database.JSONDatabase(work_dir=str(folder))
+    with tempfile.TemporaryDirectory(prefix="modelbuild-records-") as folder:
+        tuning_db.write(Path(folder), json.loads(records.read_text()))
+        return ms.database.JSONDatabase(work_dir=folder)  # reads both files now; only a commit would write
 
 
 def _figures(phases) -> dict:

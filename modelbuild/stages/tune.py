@@ -13,12 +13,14 @@ tune.json (tasks, trials, and best latency per task).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.machinery
 import importlib.util
 import inspect
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -186,11 +188,18 @@ class Measurer:
         return ms.builder.LocalBuilder(timeout_sec=tuning.timeout_s, f_export=export,
                                        initializer=functools.partial(import_tensor_intrinsics, target_kind))
 
-    def export(self, module) -> str:
-        """A library file the device loads, exported as the builder exports candidates."""
+    @contextlib.contextmanager
+    def exported(self, module):
+        """A library file the device loads, exported as the builder exports candidates, each into a folder of
+        its own, which goes afterwards (MetaSchedule removes its candidates' in a measure callback; this one
+        is no candidate)."""
         from tvm.s_tir.meta_schedule.builder.local_builder import default_export
 
-        return export_shared(module, self.cross_compiler) if self.cross_compiler else default_export(module)
+        path = export_shared(module, self.cross_compiler) if self.cross_compiler else default_export(module)
+        try:
+            yield path
+        finally:
+            shutil.rmtree(os.path.dirname(path), ignore_errors=True)
 
     def runner(self, tuning: TuningSpec):
         from tvm.s_tir import meta_schedule as ms
@@ -352,8 +361,8 @@ def _default_seconds(task, target, tuning: TuningSpec, measurer: Measurer) -> fl
         runtime_module = getattr(library, "mod", library)  # tvm.compile returns an Executable around it
         timing = {"number": tuning.number, "repeat": tuning.repeat, "min_repeat_ms": tuning.min_repeat_ms}
         if measurer.device:
-            return float(np.median(remote.time_library(measurer.export(runtime_module), measurer.device, arrays,
-                                                        **timing)))
+            with measurer.exported(runtime_module) as path:
+                return float(np.median(remote.time_library(path, measurer.device, arrays, **timing)))
         timer = runtime_module.time_evaluator("main", tvm.cpu(), **timing)
         return float(np.median(timer(*[tvm.runtime.tensor(a) for a in arrays]).results))
     except Exception:  # an untimable default never blocks a tuned record
