@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from modelbuild.compiler.kernels.packed_conv import GROUP, Instruction, column_lanes, lanes_width, pack_weights
+from modelbuild.compiler.kernels.packed_conv import (
+    channel_tile, column_lanes, GROUP, Instruction, lanes_width, pack_weights,
+)
 
 VNNI = Instruction("vnni", lanes=16, data_dtype="uint8")
 SDOT = Instruction("sdot", lanes=4, data_dtype="int8")
@@ -58,3 +60,12 @@ def test_a_row_is_rounded_up_to_whole_vectors_only_where_few_columns_are_wasted(
     assert [lanes_width(w, 16) for w in (16, 29, 40, 57)] == [16, 32, 48, 64]
     assert [w for w in (9, 12, 16, 20, 29, 32, 40, 57, 80) if column_lanes(w, 16)] == [16, 29, 32, 57, 80]
     assert [w for w in (1, 3, 4, 7, 9, 12, 13, 20, 21, 29) if column_lanes(w, 4)] == [4, 7, 12, 20, 21, 29]
+
+
+def test_a_tile_of_output_channels_computes_fewest_that_are_dropped():
+    """Column lanes: 24 channels as two tiles of 12, not two of 16 with 8 dropped (the detectors' 96 -> 24
+    3x3 convs, 0.93x; 128 -> 6 0.66x, 32 -> 20 0.76x, VNNI, alone); whole vectors keep 16. Tiles of fewer
+    than 8 channels would leave the instruction's latency showing, so 6 channels compute 8; a 4-lane sdot
+    and an 8-lane AVX2 tile keep their width."""
+    assert [channel_tile(c, 16) for c in (96, 24, 12, 18, 20, 40, 6, 1, 360)] == [16, 12, 12, 9, 10, 10, 8, 8, 15]
+    assert [channel_tile(c, 4) for c in (24, 6)] == [4, 4] and [channel_tile(c, 8) for c in (24, 12)] == [8, 8]

@@ -148,6 +148,13 @@ def column_lanes(out_width: int, lanes: int) -> bool:
     return lanes_width(out_width, lanes) <= out_width * (1 + MAX_PADDED_SHARE)
 
 
+def channel_tile(channels: int, lanes: int) -> int:
+    """Column lanes: the output channels of one register tile, each a weight broadcast against the same
+    vectors of data. Any count from CHAINS to `lanes` keeps the instruction's latency hidden, so the one that
+    computes fewest channels only to drop them, the larger on a tie: 24 channels as 2 x 12, not 2 x 16."""
+    return min(range(min(CHAINS, lanes), lanes + 1), key=lambda tile: (ceil_div(channels, tile) * tile, -tile))
+
+
 def lanes_width(out_width: int, lanes: int) -> int:
     return ceil_div(out_width, lanes) * lanes
 
@@ -242,7 +249,8 @@ def compute(x, w, correction, instruction: Instruction, *, strides, padding, dil
                       * w[o_block, rc, rh, rw, o_lane, ri].astype("int32"), axis=[rc, rh, rw, ri])
 
     if by_column:
-        acc = te.compute((n, ceil_div(channels, lanes) * lanes, out_h, computed_w),
+        tile = channel_tile(channels, lanes)
+        acc = te.compute((n, ceil_div(channels, tile) * tile, out_h, computed_w),
                          lambda b, o, h, col: product(b, o // lanes, o % lanes, h, col),
                          name=instruction.column_block)
         unpacked = lambda b, o, h, col: acc[b, o, h, col]
@@ -276,17 +284,18 @@ def schedule_column_lanes(sch, instruction: Instruction, cores: int, intrinsic: 
     block = sch.get_sblock(instruction.column_block)
     b, o, h, col, rc, rh, rw, ri = sch.get_loops(block)
     pixels = extent(sch, h) * extent(sch, col)
-    ob, oi = sch.split(o, factors=[None, lanes])
+    tile = channel_tile(extent(sch, o), lanes)
+    ob, oi = sch.split(o, factors=[None, tile])
     vectors = largest_divisor(extent(sch, col) // lanes, vectors)
     col_outer, col_vector, col_inner = sch.split(col, factors=[None, vectors, lanes])
-    if extent(sch, rh) * extent(sch, rw) == 1 and pixels > extent(sch, ob) * lanes:  # data outweighs weights
+    if extent(sch, rh) * extent(sch, rw) == 1 and pixels > extent(sch, ob) * tile:  # data outweighs weights
         sch.reorder(b, h, ob, col_outer, rc, rh, rw, oi, col_vector, col_inner, ri)
         # an epilogue per row sits between the row's loop and its channel blocks: only the rows run in parallel
         parallel_loops = (b, h) if _ends_past_output(sch.copy(), block, col_outer) else (b, h, ob)
     else:
         sch.reorder(b, ob, h, col_outer, rc, rh, rw, oi, col_vector, col_inner, ri)
         parallel_loops = (b, ob, h)
-    outputs = extent(sch, b) * extent(sch, ob) * extent(sch, h) * extent(sch, col_outer) * lanes * vectors * lanes
+    outputs = extent(sch, b) * extent(sch, ob) * extent(sch, h) * extent(sch, col_outer) * tile * vectors * lanes
     epilogue_at(sch, block, col_outer, lanes, row=h)
     parallel(sch, instruction, cores, outputs * reduction_length(sch, instruction.group, rc, rh, rw), *parallel_loops)
     sch.unroll(oi)
