@@ -267,8 +267,8 @@ def block_names(sch) -> set[str]:
 
 
 def schedule_column_lanes(sch, instruction: Instruction, cores: int, intrinsic: str, vectors: int = 1) -> None:
-    """The reduction in column lanes tensorised with `intrinsic`: a register tile of `lanes` output channels
-    by up to `vectors` vectors of columns (each data vector feeds every channel, each weight word every
+    """The reduction in column lanes tensorised with `intrinsic`: a register tile of `channel_tile` output
+    channels by up to `vectors` vectors of columns (each data vector feeds every channel, each weight word every
     vector); the epilogue per tile, or per row where a tile would end past the output (epilogue_at).
 
     For a 1x1 conv whose output has more pixels than channels (per input channel, the data outweighs the
