@@ -5,7 +5,8 @@ to time a kernel from inside a run (a bytecode build with the VM's instrument ho
 the thread pool after every Python callback made the detector's kernels sum to 2.5x its real latency). So
 every kernel of the library is timed alone, as the roofline times the heaviest ones: its argument shapes and
 call counts come from lowering the stage's input IR (the import or quantize stage's ir.json, found in the
-cache by node name) with modelbuild's own pipeline, which names the kernels as the compile stage did.
+cache by node name) with modelbuild's own pipeline, which names the kernels as the compile stage did; a
+reshape that the library runs as a view of its input is no kernel and is not timed.
 Kernels are grouped by kind (VNNI conv, other conv, matmul, the rest by their first fused op) and summed per
 inference; a kernel alone runs with warm caches, so the sum is a little under the library's latency.
 
@@ -72,7 +73,7 @@ def kernels_of(ir: Path) -> tuple[collections.Counter, dict[str, list]]:
     target = tvm.target.Target({"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu()})
     with target, tvm.transform.PassContext(opt_level=3):
         phases = lowering.lower(module, target, fuse=True, layout="auto", schedule=True)
-    calls = collections.Counter(call.kernel for call in lowering.kernel_calls(phases.fused))
+    calls = collections.Counter(call.kernel for call in lowering.launched_kernel_calls(phases.fused))
     # every PrimFunc's parameters carry their shape and dtype (lowering's own table leaves out the kernels
     # TVM cannot estimate FLOPs for, which are the int8 ones)
     args = {gv.name_hint: [[[int(d) for d in p.shape], str(p.dtype)] for p in func.params]

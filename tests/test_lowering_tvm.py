@@ -335,3 +335,25 @@ def test_bindings_named_alike_are_told_apart_by_the_memory_figures():
     assert not any(new == old for step in steps for new, old in step.alias.items())
     memory = memory_summary(steps, returned, lowering.planned_storage_bytes(phases.planned))
     assert memory["intermediates"] >= 1
+
+
+def test_a_reshape_of_a_whole_tensor_is_called_in_the_fused_module_but_launches_no_kernel():
+    import numpy as np
+    import tvm
+    from tvm import relax
+
+    from modelbuild.compiler import lowering
+
+    def body(bb, x):
+        weight = relax.const(np.ones((8, 8, 3, 3), "float32"))
+        conv = bb.emit(relax.op.nn.conv2d(x, weight, padding=1))
+        rows = bb.emit(relax.op.reshape(conv, (1, 8, 8, 32)))
+        return bb.emit(relax.op.nn.conv2d(rows, weight, padding=1))
+
+    target = tvm.target.Target({"kind": "llvm"})
+    with target, tvm.transform.PassContext(opt_level=3):
+        phases = lowering.lower(build_module(body), target, fuse=True, layout=None, schedule=True)
+    called = [call.kernel for call in lowering.kernel_calls(phases.fused)]
+    launched = [call.kernel for call in lowering.launched_kernel_calls(phases.fused)]
+    assert len(called) == 3 and any("reshape" in k for k in called)
+    assert launched == [k for k in called if "reshape" not in k]
