@@ -80,8 +80,8 @@ def _figures(phases) -> dict:
     if phases is None:
         return {"fusion": None, "memory": None}
 
-    before = lowering.kernel_calls(phases.legalized)
-    after = lowering.kernel_calls(phases.fused, phases.grouped, phases.legalized)
+    before = lowering.launched_kernel_calls(phases.legalized)
+    after = lowering.launched_kernel_calls(phases.fused, phases.grouped, phases.legalized)
     steps, returned = lowering.steps(phases.lowered)
     flops, args = lowering.kernel_flops_and_args(phases.fused)
     return {
