@@ -37,9 +37,9 @@ GROUP = 4  # taps of a kernel row summed into each lane
 WINDOW = 64  # bytes vpermb picks from
 PAD_VECTOR = 64  # padded bytes written per vector
 COLUMN_BLOCK = 8  # output vectors of a row accumulated together, each an independent vpdpbusd chain
-# independent chains wanted at least, made up with neighbouring rows where a row has fewer vectors: 5 chains
-# (a 76-column row) left the layout net's 5x5 conv at 100x76 0.81x as fast as 10 (with the taps unrolled);
-# 16 were slower again
+# independent chains wanted at least, made up with neighbouring rows where a row has fewer vectors: with the
+# taps unrolled, 10 rather than 8 took a 5x5 conv at 25x19 (2 vectors a row: 4 rows, now 5) 0.72-0.78x;
+# 16 were slower on every shape tried
 CHAINS = 10
 # output vectors below which one thread is faster: with 2^14, every depthwise conv of a 224x224 MobileNet ran on
 # one core; 2^11 took them 0.55-0.66x (3x3 at 56x56: 79 -> 51 us, 5x5 at 14x14: 30 -> 19 us; 2 cores)
@@ -163,8 +163,8 @@ def schedule(sch, cores: int) -> None:
         sch.parallel(sch.fuse(pad_b, pad_c))
     sch.unroll(h_inner)
     sch.unroll(col_inner)
-    # the taps unrolled too, so the accumulators stay in registers from the first tap to the epilogue: 5x5
-    # at 100x76 0.84x, at 25x19 0.76x, 3x3 at 160x160 0.89x (alone, VNNI, 2 cores)
+    # the taps unrolled too, so the accumulators stay in registers from the first tap to the epilogue: with
+    # CHAINS, 5x5 at 100x76 0.81-0.83x, at 25x19 0.60-0.73x, 3x3 at 160x160 0.89-0.98x (alone, VNNI, 2 cores)
     sch.unroll(rh)
     sch.unroll(rg)
     tensorize_reduction(sch, block, rh, lanes, _intrinsic(stride, dilation))
