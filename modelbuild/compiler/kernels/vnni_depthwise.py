@@ -37,9 +37,9 @@ GROUP = 4  # taps of a kernel row summed into each lane
 WINDOW = 64  # bytes vpermb picks from
 PAD_VECTOR = 64  # padded bytes written per vector
 COLUMN_BLOCK = 8  # output vectors of a row accumulated together, each an independent vpdpbusd chain
-# independent chains wanted at least, made up with neighbouring rows where a row has fewer vectors: with the
-# taps unrolled, 10 rather than 8 took a 5x5 conv at 25x19 (2 vectors a row: 4 rows, now 5) 0.72-0.78x;
-# 16 were slower on every shape tried
+# independent chains wanted at least, made up with neighbouring rows (a divisor of the height) where a row
+# has fewer vectors: wanting 8, a 5x5 conv at 25x19 (2 vectors a row) took 1 row, 2 chains; wanting 10, 5
+# rows: 0.58-0.72x with the taps unrolled. 16 were slower on every shape tried
 CHAINS = 10
 # output vectors below which one thread is faster: with 2^14, every depthwise conv of a 224x224 MobileNet ran on
 # one core; 2^11 took them 0.55-0.66x (3x3 at 56x56: 79 -> 51 us, 5x5 at 14x14: 30 -> 19 us; 2 cores)
