@@ -57,6 +57,10 @@ def lower(module, target, *, fuse: bool, layout: str | None, database=None, sche
 
     module, used_layout = channels_last.convert(conv_transpose.rewrite(module), layout)
     module = constant_folding.fold(channel_padding.rewrite(module))
+    # computed once, used twice: smoothing gives each conv reading a tensor the same divisor, so the QDQ
+    # graph quantizes that tensor once per conv with equal constants (6 of the DB detector's 10 quantize
+    # kernels), and the one left fuses into the kernel that makes the tensor
+    module = relax.transform.EliminateCommonSubexpr()(module)
     instruction = conv_instruction(target)
     if instruction is not None:
         module = pixel_rows.rewrite(module, instruction.lanes)
