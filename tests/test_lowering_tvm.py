@@ -357,3 +357,37 @@ def test_a_reshape_of_a_whole_tensor_is_called_in_the_fused_module_but_launches_
     launched = [call.kernel for call in lowering.launched_kernel_calls(phases.fused)]
     assert len(called) == 3 and any("reshape" in k for k in called)
     assert launched == [k for k in called if "reshape" not in k]
+
+
+def test_a_tensor_divided_and_quantized_alike_for_two_convs_is_quantized_once_where_it_is_made():
+    """Smoothing gives every conv that reads a tensor the same divisor, so the QDQ graph quantizes the tensor
+    once per conv, with equal constants: computed once, the quantize fuses into the kernel that makes it."""
+    import numpy as np
+    import tvm
+    from tvm import relax
+
+    from modelbuild.compiler import lowering
+
+    rng = np.random.default_rng(0)
+    divisor = rng.uniform(0.5, 2, (1, 8, 1, 1)).astype("float32")
+
+    def body(bb, x):
+        made = bb.emit(relax.op.nn.relu(bb.emit(relax.op.nn.conv2d(x, relax.const(rng.standard_normal((8, 8, 3, 3)),
+                                                                                   "float32"), padding=1))))
+        outputs = []
+        for _ in range(2):  # each conv its own copy of the same constants, as the importer gives them
+            divided = bb.emit(relax.op.multiply(made, relax.const(divisor.copy())))
+            quantized = bb.emit(relax.op.quantize(divided, relax.const(0.05, "float32"), relax.const(0, "int8"),
+                                                  axis=1))
+            data = bb.emit(relax.op.dequantize(quantized, relax.const(0.05, "float32"), relax.const(0, "int8"),
+                                               axis=1))
+            outputs.append(bb.emit(relax.op.nn.conv2d(data, relax.const(rng.standard_normal((4, 8, 1, 1)),
+                                                                        "float32"))))
+        return bb.emit(relax.Tuple(outputs))
+
+    target = tvm.target.Target({"kind": "llvm"})
+    with target, tvm.transform.PassContext(opt_level=3):
+        phases = lowering.lower(build_module(body), target, fuse=True, layout=None)
+    kernels = [call.kernel for call in lowering.launched_kernel_calls(phases.fused)]
+    quantizing = [k for k in kernels if "quantize" in k.replace("dequantize", "")]
+    assert len(quantizing) == 1 and "conv2d" in quantizing[0], kernels
