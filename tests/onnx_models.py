@@ -214,18 +214,24 @@ def scaled_by_scalar(path: Path) -> Path:
     return path
 
 
-def conv_then_dense(path: Path, *, seed: int = 0) -> Path:
+def conv_then_dense(path: Path, *, seed: int = 0, gemm: bool = False) -> Path:
     """x[1,3,8,8] -> Conv(8) + bias -> Relu -> Reshape [1, 512] -> MatMul [512, 10] -> y: a conv and a matmul
-    for onnxruntime's quantizer to turn into QLinearConv and QLinearMatMul."""
+    for onnxruntime's quantizer to turn into QLinearConv and QLinearMatMul. With `gemm`, the dense layer is
+    Gemm with its weight stored [10, 512] (transB = 1) and a bias, as PyTorch's Linear exports."""
     rng = np.random.default_rng(seed)
+    dense = (rng.standard_normal((512, 10)) * 0.1).astype(np.float32)
     initializers = [numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32), "w"),
                     numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), "b"),
                     numpy_helper.from_array(np.array([1, 512], np.int64), "flat"),
-                    numpy_helper.from_array((rng.standard_normal((512, 10)) * 0.1).astype(np.float32), "dense")]
+                    numpy_helper.from_array(dense.T.copy() if gemm else dense, "dense")]
+    if gemm:
+        initializers.append(numpy_helper.from_array(rng.standard_normal(10).astype(np.float32), "dense_bias"))
+    last = (helper.make_node("Gemm", ["f", "dense", "dense_bias"], ["y"], name="dense", transB=1) if gemm
+            else helper.make_node("MatMul", ["f", "dense"], ["y"], name="dense"))
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", pads=[1, 1, 1, 1]),
              helper.make_node("Relu", ["c"], ["r"], name="relu"),
              helper.make_node("Reshape", ["r", "flat"], ["f"], name="flatten"),
-             helper.make_node("MatMul", ["f", "dense"], ["y"], name="dense")]
+             last]
     graph = helper.make_graph(nodes, "conv_then_dense", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])], initializer=initializers)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])

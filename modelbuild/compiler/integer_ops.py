@@ -47,14 +47,32 @@ def rewrite(module):
             if name not in ("relax.nn.conv2d", "relax.matmul"):
                 return call
             data = self._dequantized(call.args[0], _EIGHT_BIT + (_SPLIT,))
-            weight = self._dequantized(call.args[1], _EIGHT_BIT)
+            weight = self._dequantized(call.args[1], _EIGHT_BIT) or self._transposed_constant(call.args[1])
             if data is None or weight is None:
                 return call
             return _integer(self.builder_, call, data, weight)
 
+        def _transposed_constant(self, expr):
+            """As _dequantized, for a transpose of a dequantized 8-bit constant, with the constant transposed:
+            onnx's Gemm with transB = 1 (how PyTorch's Linear exports) imports as matmul(x, permute_dims(w))."""
+            value = self._bound(expr)
+            if getattr(getattr(value, "op", None), "name", None) != "relax.permute_dims":
+                return None
+            weight = self._dequantized(value.args[0], _EIGHT_BIT)
+            if weight is None or not isinstance(weight[0], Constant):
+                return None
+            quantized, scale, zero, axis = weight
+            rank = len(quantized.ty.shape)
+            axes = [int(a) for a in value.attrs.axes] if value.attrs.axes is not None else list(range(rank))[::-1]
+            moved = np.ascontiguousarray(np.transpose(constant_value(quantized), axes))
+            return relax.const(moved, str(quantized.ty.dtype)), scale, zero, axes.index(axis % rank)
+
+        def _bound(self, expr):
+            return self.lookup_binding(expr) if isinstance(expr, relax.Var) else expr
+
         def _dequantized(self, expr, dtypes):
             """(quantized tensor, scale array, zero point array, axis) if `expr` is dequantize of `dtypes`."""
-            value = self.lookup_binding(expr) if isinstance(expr, relax.Var) else expr
+            value = self._bound(expr)
             if value is None or getattr(getattr(value, "op", None), "name", None) != "relax.dequantize":
                 return None
             quantized, scale, zero = value.args[0], value.args[1], value.args[2]
