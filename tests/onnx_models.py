@@ -30,16 +30,19 @@ def conv_relu(path: Path, *, channels: int = 4, seed: int = 0, doc: str = "", op
     return path
 
 
-def two_convs(path: Path, *, channels: int = 16, seed: int = 0) -> Path:
+def two_convs(path: Path, *, channels: int = 16, seed: int = 0, same_upper: bool = False) -> Path:
     """x[1,3,H,W] -> Conv -> Relu -> Conv -> y: enough multiply-adds that TVM's float sums round differently
-    from onnxruntime's, so an exact-equality gate must fail."""
+    from onnxruntime's, so an exact-equality gate must fail. With `same_upper`, the second conv is 2x2 with
+    auto_pad = SAME_UPPER (one pixel of padding, after), as in PP-HGNet's stem."""
     rng = np.random.default_rng(seed)
+    second = 2 if same_upper else 3
     w1 = numpy_helper.from_array(rng.standard_normal((channels, 3, 3, 3)).astype(np.float32), "w1")
-    w2 = numpy_helper.from_array(rng.standard_normal((channels, channels, 3, 3)).astype(np.float32), "w2")
+    w2 = numpy_helper.from_array(rng.standard_normal((channels, channels, second, second)).astype(np.float32), "w2")
+    padding = {"auto_pad": "SAME_UPPER"} if same_upper else {"pads": [1, 1, 1, 1]}
     nodes = [
         helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
         helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
-        helper.make_node("Conv", ["r1", "w2"], ["y"], name="conv2", pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["r1", "w2"], ["y"], name="conv2", **padding),
     ]
     graph = helper.make_graph(
         nodes, "two_convs",

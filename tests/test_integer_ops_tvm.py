@@ -17,11 +17,10 @@ def compile_qdq(path, *, integer: bool, shape=SHAPE, op: str = "conv2d"):
     import onnx
     import tvm
     from tvm import relax, tirx
-    from tvm.relax.frontend import onnx as relax_onnx
-
     from modelbuild.compiler import integer_ops, lowering
+    from modelbuild.stages import onnx_import
 
-    module = relax_onnx.from_onnx(onnx.load(str(path)), shape_dict={"x": shape}, keep_params_in_input=False)
+    module = onnx_import.to_relax(onnx.load(str(path)), {"x": {"shape": shape, "dtype": "float32"}})
     if integer:
         module = integer_ops.rewrite(module)
     target = tvm.target.Target({"kind": "llvm", "num-cores": 2})
@@ -87,6 +86,22 @@ def test_affine_uint8_activations_stay_8_bit_in_the_kernels_and_match_onnxruntim
         # one quantization step of the output: integer sums and onnxruntime's float conv may round a tie apart
         # (the step was estimated from the sample's range, which undershot it once onnxruntime ran unfused)
         assert np.abs(got - want).max() <= 1.001 * step
+
+
+def test_a_conv_with_same_padding_computes_on_int8_and_matches_onnxruntime_qdq(tmp_path):
+    """TVM imports SAME padding as a pad kernel before the conv, which hid the dequantize from the integer
+    rewrite: the v6 recogniser's 2x2 stem convs stayed float in its int8 build."""
+    import onnxruntime as ort
+    import tvm
+
+    qdq = quantized_qdq(two_convs(tmp_path / "net.onnx", channels=8, same_upper=True), tmp_path / "net.qdq.onnx", SHAPE)
+    run, convs = compile_qdq(qdq, integer=True)
+    assert len(convs) == 2 and all([str(p.dtype) for p in conv.params][:2] == ["int8", "int8"] for conv in convs)
+    session = ort.InferenceSession(str(qdq), session_options(qdq), providers=["CPUExecutionProvider"])
+    for seed in range(3):
+        x = np.random.default_rng(400 + seed).standard_normal(SHAPE).astype(np.float32)
+        want = session.run(None, {"x": x})[0]
+        assert np.abs(run(tvm.runtime.tensor(x)).numpy() - want).max() <= np.abs(want).max() / 127 + 1e-6
 
 
 def test_a_gemm_with_its_weight_transposed_computes_on_int8_and_matches_onnxruntime_qdq(tmp_path):

@@ -1,7 +1,8 @@
 """The import stage: ONNX model -> bound and frozen inputs -> onnxslim -> Relax IRModule saved as JSON.
 
 On the way into TVM, what its ONNX frontend lacks is rewritten (frontend/): recurrent layers unrolled,
-QOperator nodes in QDQ form, and BatchNorms that simplification could not fold as one multiply-add. A model
+QOperator nodes in QDQ form, BatchNorms that simplification could not fold as one multiply-add, and SAME
+padding as each conv's own. A model
 that arrives quantized (QDQ or QOperator) gets the integer kernels the quantize stage gives its own QDQ models
 (compiler/integer_ops.py), with no recalibration.
 
@@ -19,7 +20,7 @@ from onnx import numpy_helper
 from modelbuild import signature
 from modelbuild.errors import InputError, last_line, StageError
 from modelbuild.compiler import integer_ops, layer_names
-from modelbuild.frontend import batchnorm, qoperator, recurrent
+from modelbuild.frontend import auto_pad, batchnorm, qoperator, recurrent
 from modelbuild.recipe.params import ImportParams, parse
 from modelbuild.recipe.schema import InputSpec
 
@@ -145,6 +146,7 @@ def to_relax(model, declared: dict):
 
     model = qoperator.to_qdq(recurrent.decompose(model))  # TVM has no LSTM, GRU or QLinearConv converter
     model = batchnorm.fold(model)  # what onnxslim could not fold into a (quantized) conv
+    model = auto_pad.resolve(model)  # SAME padding as the conv's own, not a pad kernel before it
     _check_supported(model, onnx_frontend._get_convert_map())
     shapes = {name: spec["shape"] for name, spec in declared.items()}
     dtypes = {name: spec["dtype"] for name, spec in declared.items()}
