@@ -45,7 +45,10 @@ def test_a_target_with_a_device_is_ready_when_its_tracker_answers():
 
 def test_a_gpu_target_builds_on_a_machine_without_a_gpu_and_says_where_it_can_run():
     check = assess("gpu", {"kind": "cuda", "arch": "sm_80"}, CAPS, {"nvcc": "/usr/bin/nvcc"}.get, lambda _: False)
-    assert check.builds_here and "nvcc at /usr/bin/nvcc" in check.build_note
+    assert check.builds_here and check.build_note.startswith("CUDA C source, compiled to cubin by NVRTC on the GPU")
+    assert "pip install cuda-bindings nvidia-cuda-nvrtc-cu12" in check.build_note
+    on_gpu = assess("gpu", {"kind": "cuda", "arch": "sm_80"}, CAPS | {"cuda_device": True}, NOTHING, lambda _: False)
+    assert on_gpu.ready and on_gpu.build_note.startswith("cubin compiled here")
     assert not check.ready and "no CUDA device or driver here" in check.validate_note
     assert not assess("gpu", {"kind": "cuda"}, CAPS | {"cuda_codegen": False}, NOTHING, lambda _: False).builds_here
 

@@ -85,9 +85,16 @@ def _builds(kind, target: dict, caps: dict, which) -> tuple[bool, str]:
     if kind == "cuda":
         if not caps.get("cuda_codegen"):
             return False, "this TVM was built without CUDA"
-        nvcc = which("nvcc")
-        return True, f"CUDA code by TVM; nvcc {'at ' + nvcc if nvcc else 'not found (pip install nvidia-cuda-nvcc-cu12)'}"
+        # TVM 0.27 compiles CUDA C to cubin with NVRTC (cuda-bindings) only where a CUDA driver is loaded;
+        # elsewhere the library carries the source, which TVM compiles the same way where it is loaded
+        if caps.get("cuda_device"):
+            return True, f"cubin compiled here by NVRTC ({NVRTC_PACKAGES} if missing)"
+        return True, (f"CUDA C source, compiled to cubin by NVRTC on the GPU machine that loads it "
+                      f"({NVRTC_PACKAGES} there)")
     return True, f"{kind} code by TVM"
+
+
+NVRTC_PACKAGES = "pip install cuda-bindings nvidia-cuda-nvrtc-cu12 nvidia-cuda-runtime-cu12 nvidia-cuda-cccl-cu12"
 
 
 def _family(arch: str) -> str:
