@@ -52,13 +52,14 @@ def kind(name: str) -> str:
 
 
 def stage_ir(cache: Path, node: str) -> Path:
-    """The ir.json that the cached run of an import or quantize node wrote."""
-    for entry in (cache / "actions").glob("*/*.json"):
-        action = json.loads(entry.read_text())
-        if action.get("node") == node and "ir.json" in action.get("outputs", {}):
-            digest = action["outputs"]["ir.json"]
-            return next((cache / "objects").glob(f"{digest[:2]}/{digest}*"))
-    raise SystemExit(f"{cache}: no cached ir.json for node {node!r}; build it first (names as in `modelbuild status`)")
+    """The ir.json that the latest cached run of an import or quantize node wrote: a store keeps every
+    version of a node, and an older one names other kernels than the library just built."""
+    runs = [action for entry in (cache / "actions").glob("*/*.json")
+            if (action := json.loads(entry.read_text())).get("node") == node and "ir.json" in action.get("outputs", {})]
+    if not runs:
+        raise SystemExit(f"{cache}: no cached ir.json for node {node!r}; build it first (names as in `modelbuild status`)")
+    digest = max(runs, key=lambda action: action.get("created", 0))["outputs"]["ir.json"]
+    return next((cache / "objects").glob(f"{digest[:2]}/{digest}*"))
 
 
 def kernels_of(ir: Path) -> tuple[collections.Counter, dict[str, list]]:
