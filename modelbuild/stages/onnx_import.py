@@ -132,12 +132,32 @@ def _dims(dims) -> list:
 
 
 def _simplify(model):
+    """onnxslim's simplification, of the graph alone: a graph output's declared shape is metadata that can
+    contradict what the graph computes (ddddocr's recogniser declares [1, seqlen] and computes [32, 1, 8210]),
+    and onnxslim takes it as a fact, folding the last Reshape to match and so changing the output. The
+    shapes it then writes are the ones it infers from the graph, and the declared ones where it infers none."""
     import onnxslim
 
     try:
-        return onnxslim.slim(model)
+        return _with_missing_output_shapes(onnxslim.slim(_without_output_shapes(model)), model)
     except Exception as err:
         raise StageError(f"onnxslim could not simplify the model: {err}; set simplify = false") from err
+
+
+def _without_output_shapes(model):
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for value in out.graph.output:
+        value.type.tensor_type.ClearField("shape")
+    return out
+
+
+def _with_missing_output_shapes(simplified, original):
+    declared = {value.name: value for value in original.graph.output}
+    for value in simplified.graph.output:
+        if not value.type.tensor_type.HasField("shape") and value.name in declared:
+            value.type.tensor_type.shape.CopyFrom(declared[value.name].type.tensor_type.shape)
+    return simplified
 
 
 def to_relax(model, declared: dict):
