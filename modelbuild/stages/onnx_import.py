@@ -2,9 +2,8 @@
 
 On the way into TVM, what its ONNX frontend lacks is rewritten (frontend/): recurrent layers unrolled,
 QOperator nodes in QDQ form, BatchNorms that simplification could not fold as one multiply-add, and SAME
-padding as each conv's own. A model
-that arrives quantized (QDQ or QOperator) gets the integer kernels the quantize stage gives its own QDQ models
-(compiler/integer_ops.py), with no recalibration.
+padding as each conv's own. A model that arrives quantized (QDQ or QOperator) gets the integer kernels the
+quantize stage gives its own QDQ models (compiler/integer_ops.py), with no recalibration.
 
 TVM and onnxslim are imported where they are used: `modelbuild init` reads a model's signature here and
 should not wait seconds for them."""
