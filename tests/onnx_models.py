@@ -243,6 +243,28 @@ def conv_then_dense(path: Path, *, seed: int = 0, gemm: bool = False) -> Path:
     return path
 
 
+def conv_then_upsample(path: Path, *, kernel: int = 2, stride: int = 2, pad: int = 0, seed: int = 0) -> Path:
+    """x[1,3,8,8] -> Conv(8) -> Relu -> ConvTranspose(8 -> 4, kernel, stride, pads) + bias -> y, as a DB text
+    detector's head upsamples (2x2, stride 2) or a decoder does (4x4, stride 2, pads 1)."""
+    rng = np.random.default_rng(seed)
+    side = (8 - 1) * stride - 2 * pad + kernel
+    initializers = [numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32), "w"),
+                    numpy_helper.from_array((rng.standard_normal((8, 4, kernel, kernel)) * 0.3).astype(np.float32), "up"),
+                    numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "up_bias")]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("ConvTranspose", ["r", "up", "up_bias"], ["y"], name="upsample",
+                              kernel_shape=[kernel, kernel], strides=[stride, stride], pads=[pad] * 4)]
+    graph = helper.make_graph(nodes, "conv_then_upsample",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, side, side])],
+                              initializer=initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
 def mixed_ops(path: Path, *, seed: int = 0) -> Path:
     """x[1,3,8,8] -> Conv -> Sigmoid -> Mul (swish) -> Add a second Conv -> AveragePool -> Concat with a
     LeakyRelu of itself -> GlobalAveragePool -> Reshape -> MatMul -> Softmax: what onnxruntime's QOperator

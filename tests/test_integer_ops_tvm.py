@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from modelbuild.stages.reference import session_options
-from tests.onnx_models import conv_then_dense, quantized_qdq, two_convs
+from tests.onnx_models import conv_then_dense, conv_then_upsample, quantized_qdq, two_convs
 
 pytestmark = pytest.mark.tvm
 
@@ -120,6 +120,29 @@ def test_a_gemm_with_its_weight_transposed_computes_on_int8_and_matches_onnxrunt
         want = session.run(None, {"x": x})[0]
         got = run(tvm.runtime.tensor(x)).numpy()
         assert np.abs(got - want).max() <= 1e-4 * np.abs(want).max() + 1e-6  # y is float: only rounding apart
+
+
+@pytest.mark.parametrize("kernel, stride, pad, rewritten", [(2, 2, 0, True), (4, 2, 1, False)])
+def test_a_transposed_conv_computes_on_int8_and_matches_onnxruntime_qdq(tmp_path, kernel, stride, pad, rewritten):
+    """onnxruntime quantizes a ConvTranspose's weight per channel along axis 1 (its output channels). The DB
+    detectors' 2x2 stride-2 upsampling head stayed float in their int8 builds; it now computes as an int8 1x1
+    conv and a depth-to-space (conv_transpose.py), and any other transposed conv as TVM's, on int8 too."""
+    import onnxruntime as ort
+    import tvm
+
+    shape = [1, 3, 8, 8]
+    model = conv_then_upsample(tmp_path / "net.onnx", kernel=kernel, stride=stride, pad=pad)
+    qdq = quantized_qdq(model, tmp_path / "net.qdq.onnx", shape)
+    run, convs = compile_qdq(qdq, integer=True, shape=shape)
+    assert len(convs) == 2 and all([str(p.dtype) for p in conv.params][:2] == ["int8", "int8"] for conv in convs)
+    # TVM's own transposed conv flips its kernel in a block of that name
+    assert any('"kernel_transform"' in conv.script() for conv in convs) != rewritten
+    session = ort.InferenceSession(str(qdq), session_options(qdq), providers=["CPUExecutionProvider"])
+    step = output_step(qdq)
+    for seed in range(3):
+        x = np.random.default_rng(500 + seed).standard_normal(shape).astype(np.float32)
+        want = session.run(None, {"x": x})[0]
+        assert np.abs(run(tvm.runtime.tensor(x)).numpy() - want).max() <= 1.001 * step
 
 
 def test_without_the_rewrite_the_same_model_computes_in_float(tmp_path):

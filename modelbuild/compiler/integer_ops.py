@@ -1,12 +1,12 @@
 """Integer kernels for quantized models: dequantize -> conv2d / matmul becomes int8 x int8 -> int32.
 
 An onnxruntime QDQ model imports into Relax as float operators between `dequantize` and `quantize`, and
-computes in float. This pass finds conv2d and matmul whose data and weight both come straight from
-`dequantize` of 8-bit tensors, and replaces each with the same operator on the 8-bit tensors accumulating
-in int32, followed by one rescale by s_x * s_w (per output channel for per-channel weights). The rescale is a
-float multiply, which on CPUs is as fast as a fixed-point multiplier and shift; everything downstream (bias,
-activation, the next `quantize`) is unchanged, so the result equals onnxruntime's QDQ result up to the
-rounding of that one multiply. Constant rescales right before a `quantize` (smoothing's per-channel
+computes in float. This pass finds conv2d, conv2d_transpose and matmul whose data and weight both come
+straight from `dequantize` of 8-bit tensors, and replaces each with the same operator on the 8-bit tensors
+accumulating in int32, followed by one rescale by s_x * s_w (per output channel for per-channel weights). The
+rescale is a float multiply, which on CPUs is as fast as a fixed-point multiplier and shift; everything
+downstream (bias, activation, the next `quantize`) is unchanged, so the result equals onnxruntime's QDQ
+result up to the rounding of that one multiply. Constant rescales right before a `quantize` (smoothing's per-channel
 multiply, hard-swish's / 6) are then folded into its scale (`fold_into_quantize`), after divisions that
 only feed means and products are moved past them towards one (`defer_divisions`).
 
@@ -32,6 +32,8 @@ import numpy as np
 _EIGHT_BIT = ("int8", "uint8")
 _SPLIT = "int16"  # activations computed as two bytes, when their zero point is 0
 BYTE = 256
+_CONVS = ("relax.nn.conv2d", "relax.nn.conv2d_transpose")
+_OPS = (*_CONVS, "relax.matmul")
 
 
 def rewrite(module):
@@ -44,11 +46,11 @@ def rewrite(module):
         def visit_call_(self, call):
             call = super().visit_call_(call)
             name = getattr(call.op, "name", None)
-            if name not in ("relax.nn.conv2d", "relax.matmul"):
+            if name not in _OPS:
                 return call
             data = self._dequantized(call.args[0], _EIGHT_BIT + (_SPLIT,))
             weight = self._dequantized(call.args[1], _EIGHT_BIT) or self._transposed_constant(call.args[1])
-            if data is None or weight is None:
+            if data is None or weight is None or not _channels_supported(call, weight[1], weight[3]):
                 return call
             return _integer(self.builder_, call, data, weight)
 
@@ -211,13 +213,23 @@ def fold_into_quantize(module):
     return module
 
 
+def _channels_supported(call, weight_scale: np.ndarray, weight_axis: int) -> bool:
+    """Whether the weight's scales are one, or one per output channel along the axis the rescale takes:
+    onnxruntime quantizes a ConvTranspose's [in, out / groups, kh, kw] weight along axis 1, which holds the
+    output channels only with one group."""
+    if call.op.name != "relax.nn.conv2d_transpose" or np.asarray(weight_scale).size == 1:
+        return True
+    return (int(call.attrs.groups) == 1 and str(call.attrs.kernel_layout) == "IOHW"
+            and str(call.attrs.data_layout) == "NCHW" and weight_axis % 4 == 1)
+
+
 def _integer(bb, call, data, weight):
     """Emit the integer operator and its rescale; return the float result that replaces `call`."""
     from tvm import relax
 
     (xq, sx, zx, _), (wq, sw, zw, w_axis) = data, weight
     w = _centered(bb, wq, zw)
-    if call.op.name == "relax.nn.conv2d":
+    if call.op.name in _CONVS:
         scale = _channel_scale(sx, sw, rank=4, channel_axis=1)
     else:
         rank = len(call.ty.shape)
@@ -237,6 +249,8 @@ def _offset_applies(call, zero: np.ndarray, weight) -> bool:
     from tvm.ir import Constant
 
     if not np.any(zero) or np.asarray(zero).size != 1 or not isinstance(weight, Constant):
+        return False
+    if call.op.name == "relax.nn.conv2d_transpose":  # its padding crops the output: z would not pad it
         return False
     if call.op.name == "relax.nn.conv2d":
         return str(call.attrs.data_layout) == "NCHW" and str(call.attrs.kernel_layout) == "OIHW"
@@ -271,6 +285,12 @@ def _accumulated(bb, call, x, w, padding=None):
                                           dilation=attrs.dilation, groups=attrs.groups,
                                           data_layout=attrs.data_layout, kernel_layout=attrs.kernel_layout,
                                           out_layout=attrs.out_layout, out_dtype="int32"))
+    if call.op.name == "relax.nn.conv2d_transpose":
+        attrs = call.attrs
+        return bb.emit(relax.op.nn.conv2d_transpose(
+            x, w, strides=attrs.strides, padding=attrs.padding, output_padding=attrs.output_padding,
+            dilation=attrs.dilation, groups=attrs.groups, data_layout=attrs.data_layout,
+            kernel_layout=attrs.kernel_layout, out_layout=attrs.out_layout, out_dtype="int32"))
     return bb.emit(relax.op.matmul(x, w, out_dtype="int32"))
 
 

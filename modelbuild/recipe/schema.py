@@ -200,7 +200,7 @@ class CalibrationSpec(Strict):
     seed: int = 0
 
 
-INTEGER_OPS = ("Conv", "MatMul", "Gemm")
+INTEGER_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
 
 
 class QuantizationSpec(Strict):
