@@ -199,6 +199,23 @@ def test_a_global_pool_sums_each_channel_in_vector_lanes_and_computes_the_mean()
                                rtol=1e-5, atol=1e-6)
 
 
+def test_a_pool_over_rows_no_vector_width_divides_is_vectorised_along_the_whole_row():
+    """An NCHW 5x5 max pool at 10x10 (a YOLO's SPPF in an int8 build): 10 columns split by no vector width,
+    and the pool ran one element at a time."""
+    import numpy as np
+    import tvm
+    from tvm import relax
+
+    shape = (1, 4, 10, 10)
+    module = build_module(lambda bb, x: bb.emit(relax.op.nn.max_pool2d(x, pool_size=5, strides=1, padding=2)), shape)
+    script, pooled = scheduled_kernel(module, "pool", schedule=True)
+    assert "T.vectorized(T.int64(10))" in script
+    x = np.random.default_rng(4).standard_normal(shape).astype("float32")
+    padded = np.pad(x, [(0, 0), (0, 0), (2, 2), (2, 2)], constant_values=-np.inf)
+    want = np.max([padded[:, :, i:i + 10, j:j + 10] for i in range(5) for j in range(5)], axis=0)
+    np.testing.assert_array_equal(pooled(tvm.runtime.tensor(x)).numpy(), want)
+
+
 def test_padding_rows_the_vector_width_does_not_divide_are_vectorised_whole():
     """A 5x5 conv pads 96-column rows to 100: split by 4, the bounds select compiled to masked gathers."""
     import numpy as np

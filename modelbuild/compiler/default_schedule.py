@@ -248,6 +248,9 @@ def _schedule_reduction(sch, block, on: Machine) -> None:
     weights_outermost = (_extent(sch, spatial[-1]) or 0) > _work(sch, spatial[:-1])
     split = _vector_split(sch, spatial[-1])
     consumers = sch.get_consumers(block)
+    if split is None and len(spatial) > 1 and 1 < (_extent(sch, spatial[-1]) or 0) <= 4 * VECTOR_LANES:
+        _whole_row_in_lanes(sch, block, spatial, reduce, on.cores, worth_it)
+        return
     if split is None:
         sch.reorder(*spatial, *reduce)
         spatial = _sum_in_lanes(sch, block, spatial, reduce) or spatial
@@ -282,6 +285,21 @@ def _schedule_reduction(sch, block, on: Machine) -> None:
     # Annotate first: parallel and vectorize need a whole reduction block (with its init) below them.
     _parallelize(sch, order, on.cores, worth_it)
     sch.vectorize(inner)
+    init = sch.decompose_reduction(block, reduce[0])
+    _vectorize_innermost(sch, init)
+
+
+def _whole_row_in_lanes(sch, block, spatial, reduce, cores: int, worth_it: bool) -> None:
+    """A reduction whose output rows no vector width divides, as an NCHW pool's 10 or 20 columns (a YOLO's
+    SPPF in an int8 build, which keeps NCHW): one vector of the whole row, the reduction outside it. Split by
+    lanes the row had no vector loop at all and ran one element at a time."""
+    consumers = sch.get_consumers(block)
+    sch.reorder(*spatial[:-1], *reduce, spatial[-1])
+    for consumer in consumers:
+        sch.reverse_compute_at(consumer, spatial[-2])
+        _vectorize_innermost(sch, consumer)
+    _parallelize(sch, spatial[:-1], cores, worth_it)
+    sch.vectorize(spatial[-1])
     init = sch.decompose_reduction(block, reduce[0])
     _vectorize_innermost(sch, init)
 
