@@ -7,7 +7,8 @@ from __future__ import annotations
 def rewrite_calls(module, rule):
     """A copy of the module (the caller's stays as it was) with `rule(mutator, call)` applied to every call
     of its Relax functions, bottom up. A rule returns the call, or what replaces it; it may emit bindings
-    through `mutator.builder_` and read earlier ones with `mutator.lookup_binding`."""
+    through `mutator.builder_` (call_te among them: the PrimFuncs it adds join the module) and read earlier
+    ones with `mutator.lookup_binding`."""
     from tvm import relax
 
     @relax.expr_functor.mutator
@@ -18,5 +19,10 @@ def rewrite_calls(module, rule):
     module = module.clone()
     for gv, func in list(module.functions.items()):
         if isinstance(func, relax.Function):
-            module[gv] = Rewrite(module).visit_expr(func)
+            rewrite = Rewrite(module)
+            module[gv] = rewrite.visit_expr(func)
+            present = {var.name_hint for var in module.get_global_vars()}
+            for added, function in rewrite.builder_.get().functions.items():
+                if added.name_hint not in present:
+                    module[added] = function
     return module
