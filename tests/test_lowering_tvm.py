@@ -216,6 +216,21 @@ def test_a_pool_over_rows_no_vector_width_divides_is_vectorised_along_the_whole_
     np.testing.assert_array_equal(pooled(tvm.runtime.tensor(x)).numpy(), want)
 
 
+def test_a_reduction_over_a_contiguous_axis_into_short_rows_still_sums_in_lanes():
+    """A mean over 512 features into 10 rows has rows no vector width divides too, but reads its reduction
+    axis contiguously: partial sums in lanes, not the rows in a vector that gathers across features."""
+    import numpy as np
+    import tvm
+    from tvm import relax
+
+    shape = (1, 10, 512)
+    module = build_module(lambda bb, x: bb.emit(relax.op.mean(x, axis=[2])), shape)
+    script, reduced = scheduled_kernel(module, "mean", schedule=True)
+    assert '_rf_update"' in script and "T.vectorized(T.int64(10))" not in script
+    x = np.random.default_rng(5).standard_normal(shape).astype("float32")
+    np.testing.assert_allclose(reduced(tvm.runtime.tensor(x)).numpy(), x.mean(axis=2), rtol=1e-5, atol=1e-6)
+
+
 def test_padding_rows_the_vector_width_does_not_divide_are_vectorised_whole():
     """A 5x5 conv pads 96-column rows to 100: split by 4, the bounds select compiled to masked gathers."""
     import numpy as np

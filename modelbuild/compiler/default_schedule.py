@@ -248,7 +248,8 @@ def _schedule_reduction(sch, block, on: Machine) -> None:
     weights_outermost = (_extent(sch, spatial[-1]) or 0) > _work(sch, spatial[:-1])
     split = _vector_split(sch, spatial[-1])
     consumers = sch.get_consumers(block)
-    if split is None and len(spatial) > 1 and 1 < (_extent(sch, spatial[-1]) or 0) <= 4 * VECTOR_LANES:
+    if (split is None and len(spatial) > 1 and 1 < (_extent(sch, spatial[-1]) or 0) <= 4 * VECTOR_LANES
+            and not _summable_in_lanes(_extent(sch, reduce[-1]))):
         _whole_row_in_lanes(sch, block, spatial, reduce, on.cores, worth_it)
         return
     if split is None:
@@ -290,9 +291,10 @@ def _schedule_reduction(sch, block, on: Machine) -> None:
 
 
 def _whole_row_in_lanes(sch, block, spatial, reduce, cores: int, worth_it: bool) -> None:
-    """A reduction whose output rows no vector width divides, as an NCHW pool's 10 or 20 columns (a YOLO's
-    SPPF in an int8 build, which keeps NCHW): one vector of the whole row, the reduction outside it. Split by
-    lanes the row had no vector loop at all and ran one element at a time."""
+    """A reduction whose output rows no vector width divides, as an NCHW pool's 10 columns (a YOLO's SPPF in
+    an int8 build, which keeps NCHW): one vector of the whole row, the reduction outside it. Split by lanes
+    the row had no vector loop at all and ran one element at a time. (A reduction whose own innermost axis
+    can be summed in lanes, a mean over 512 features into 10 rows, keeps that: it reads contiguously.)"""
     consumers = sch.get_consumers(block)
     sch.reorder(*spatial[:-1], *reduce, spatial[-1])
     for consumer in consumers:
@@ -309,8 +311,7 @@ def _sum_in_lanes(sch, block, spatial, reduce):
     innermost reduction axis contiguously: summed in VECTOR_LANES partial sums, one vector add a step
     (rfactor), which the block then adds up. Returns the block's new spatial loops, or None if the axis
     is too short or uneven, leaving the schedule as it was. Expects the loops ordered spatial, reduce."""
-    extent = _extent(sch, reduce[-1])
-    if not extent or extent % VECTOR_LANES or extent < 2 * VECTOR_LANES:
+    if not _summable_in_lanes(_extent(sch, reduce[-1])):
         return None
     _, lanes = sch.split(reduce[-1], factors=[None, VECTOR_LANES])
     partial = sch.rfactor(lanes, factor_axis=0)
@@ -320,6 +321,11 @@ def _sum_in_lanes(sch, block, spatial, reduce):
     init = sch.decompose_reduction(partial, loops[len(spatial)])
     _vectorize_innermost(sch, init)
     return sch.get_loops(block)[:len(spatial)]
+
+
+def _summable_in_lanes(extent: int | None) -> bool:
+    """Whether an innermost reduction axis is long and even enough to be summed in VECTOR_LANES partial sums."""
+    return bool(extent) and extent % VECTOR_LANES == 0 and extent >= 2 * VECTOR_LANES
 
 
 def _row_block(sch, spatial, rows: int):
