@@ -159,15 +159,17 @@ def _is_nested(sch, block) -> bool:
 
 def _inline_elementwise(sch, root, refused: list[str]):
     """Inline blocks that are neither outputs, reductions, nor inputs of a reduction with more than
-    SHORT_REDUCTION steps, nor a dot-product conv's staging or padding of its input (their schedules expect
-    them)."""
+    SHORT_REDUCTION steps or whose rows are vectorised whole (a select per lane compiled to masked gathers:
+    a 5x5 pool at 10x10 took 60 -> 128 us), nor a dot-product conv's staging or padding of its input (their
+    schedules expect them)."""
     kept: set[str] = {*vnni_conv.STAGING_BLOCKS, *sdot_conv.STAGING_BLOCKS, *avx2_conv.STAGING_BLOCKS,
                       vnni_depthwise.PAD_BLOCK}
     while True:
         outputs = {sch.get(b).name_hint for b in sch.get_output_blocks(root)}
         candidates = [b for b in sch.get_child_blocks(root)
                       if sch.get(b).name_hint not in outputs | kept and not _is_reduction(sch, b)
-                      and not any(_is_reduction(sch, c) and (_is_long_reduction(sch, c) or _casts(sch, b))
+                      and not any(_is_reduction(sch, c) and (_is_long_reduction(sch, c) or _casts(sch, b)
+                                                             or _takes_whole_rows(sch, c))
                                   for c in sch.get_consumers(b))]
         if not candidates:
             return sch
@@ -200,11 +202,13 @@ def _extent(sch, loop) -> int | None:
         return None
 
 
+_WIDTHS = (VECTOR_LANES, VECTOR_LANES // 2, VECTOR_LANES // 4)  # vector widths a loop is split by, widest first
+
+
 def _vector_split(sch, loop):
     """Split a loop into (outer, inner) with the widest inner that divides it, up to VECTOR_LANES; or None."""
     extent = _extent(sch, loop)
-    width = next((w for w in (VECTOR_LANES, VECTOR_LANES // 2, VECTOR_LANES // 4) if extent and extent % w == 0),
-                 None)
+    width = next((w for w in _WIDTHS if extent and extent % w == 0), None)
     if width is None:
         return None
     return sch.split(loop, factors=[None, width])
@@ -248,8 +252,7 @@ def _schedule_reduction(sch, block, on: Machine) -> None:
     weights_outermost = (_extent(sch, spatial[-1]) or 0) > _work(sch, spatial[:-1])
     split = _vector_split(sch, spatial[-1])
     consumers = sch.get_consumers(block)
-    if (split is None and len(spatial) > 1 and 1 < (_extent(sch, spatial[-1]) or 0) <= 4 * VECTOR_LANES
-            and not _summable_in_lanes(_extent(sch, reduce[-1]))):
+    if split is None and _whole_rows(sch, spatial, reduce):
         _whole_row_in_lanes(sch, block, spatial, reduce, on.cores, worth_it)
         return
     if split is None:
@@ -288,6 +291,21 @@ def _schedule_reduction(sch, block, on: Machine) -> None:
     sch.vectorize(inner)
     init = sch.decompose_reduction(block, reduce[0])
     _vectorize_innermost(sch, init)
+
+
+def _whole_rows(sch, spatial, reduce) -> bool:
+    """Whether a reduction's output rows go in one vector each (`_whole_row_in_lanes`): no vector width
+    divides them, they fit four vectors, and the reduction cannot sum its own innermost axis in lanes."""
+    row = _extent(sch, spatial[-1]) or 0
+    return (len(spatial) > 1 and 1 < row <= 4 * VECTOR_LANES and not any(row % w == 0 for w in _WIDTHS)
+            and not _summable_in_lanes(_extent(sch, reduce[-1])))
+
+
+def _takes_whole_rows(sch, block) -> bool:
+    try:
+        return _whole_rows(sch, *_spatial_and_reduce(sch, block))
+    except ValueError:
+        return False
 
 
 def _whole_row_in_lanes(sch, block, spatial, reduce, cores: int, worth_it: bool) -> None:
