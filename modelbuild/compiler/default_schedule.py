@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from modelbuild.compiler.kernels import avx2_conv, sdot_conv, softmax, vnni_conv, vnni_depthwise
+from modelbuild.compiler.kernels import avx2_conv, nearest_upsample, sdot_conv, softmax, vnni_conv, vnni_depthwise
 
 VECTOR_LANES = 16  # float32 lanes of AVX-512; narrower vector units run the loop in several instructions
 WHOLE_ROW_LANES = 8 * VECTOR_LANES  # rows up to this long are vectorised whole when 16 does not divide them
@@ -113,9 +113,15 @@ def schedule_function(func, on: Machine):
         for block in sch.get_child_blocks(root):
             if _is_reduction(sch, block):
                 sch = _attempt(sch, lambda s, b=block: _schedule_reduction(s, b, on), refused)
+        upsampled = [sch.get(b).name_hint for b in sch.get_child_blocks(root) if _shuffled_upsample(sch, b)]
         for block in sch.get_child_blocks(root):
-            if not _is_reduction(sch, block) and not _is_nested(sch, block):
+            if (not _is_reduction(sch, block) and not _is_nested(sch, block)
+                    and sch.get(block).name_hint not in upsampled):
                 sch = _attempt(sch, lambda s, b=block: _schedule_spatial(s, b, on.cores), refused)
+        for name in upsampled:
+            sch = _place_upsample(sch, sch.get_sblock(name), on.cores, refused)
+        if upsampled:
+            sch = _shuffle_upsampled_rows(sch, upsampled, refused)
     return sch.mod["main"].with_attr(REFUSED, len(refused))
 
 
@@ -168,6 +174,7 @@ def _inline_elementwise(sch, root, refused: list[str]):
         outputs = {sch.get(b).name_hint for b in sch.get_output_blocks(root)}
         candidates = [b for b in sch.get_child_blocks(root)
                       if sch.get(b).name_hint not in outputs | kept and not _is_reduction(sch, b)
+                      and not _shuffled_upsample(sch, b)
                       and not any(_is_reduction(sch, c) and (_is_long_reduction(sch, c) or _casts(sch, b)
                                                              or _takes_whole_rows(sch, c))
                                   for c in sch.get_consumers(b))]
@@ -178,6 +185,71 @@ def _inline_elementwise(sch, root, refused: list[str]):
         if trial is sch:
             kept.add(sch.get(block).name_hint)
         sch = trial
+
+
+def _shuffled_upsample(sch, block) -> bool:
+    """Whether the block is a nearest-neighbour upsampling whose rows take a shuffle per vector: it stays a
+    block of its own (inlined into a consumer, its loads were a scalar load per lane again)."""
+    return sch.get(block).name_hint.startswith(nearest_upsample.BLOCK) and nearest_upsample.shuffles(sch, block)
+
+
+def _place_upsample(sch, block, cores: int, refused: list[str]):
+    """A nearest-neighbour upsampling computed row by row where its consumer, already scheduled, takes that
+    output row (the DB detector's 8x, 4x and 2x maps read by a concat), else the whole map apart, channels
+    in parallel: apart, the upsampled map is written out and read back."""
+    def at_consumer(s):
+        row = _consumer_row_loop(s, block)
+        if row is None:
+            raise ValueError("no consumer loop over whole rows")
+        s.compute_at(block, row)
+        # a predicate (the consumer a concat: the map's rows computed only at its channels) leaves rows
+        # that TVM 0.27 cannot blockize, so no shuffle
+        if not _always(s.get(s.get_loops(block)[-1]).body.predicate):
+            raise ValueError("computed under a predicate")
+
+    def apart(s):
+        n, c, *_ = s.get_loops(block)
+        _parallelize(s, [n, c], cores, _work(s, s.get_loops(block)) >= PARALLEL_MIN_WORK)
+
+    trial = _attempt(sch, at_consumer, [])
+    return trial if trial is not sch else _attempt(sch, apart, refused)
+
+
+def _always(predicate) -> bool:
+    try:
+        return bool(int(predicate))
+    except (TypeError, ValueError):
+        return False
+
+
+def _shuffle_upsampled_rows(sch, names: list[str], refused: list[str]):
+    """The placed upsamplings' rows in shuffles (nearest_upsample.tensorize_rows), the function's last step;
+    where TVM refuses one, every row in plain vectors."""
+    def shuffled(s):
+        for name in names:
+            nearest_upsample.tensorize_rows(s, s.get_sblock(name))
+
+    def vectorised(s):
+        for name in names:
+            _vectorize_innermost(s, s.get_sblock(name))
+
+    trial = _attempt(sch, shuffled, refused)
+    return trial if trial is not sch else _attempt(sch, vectorised, refused)
+
+
+def _consumer_row_loop(sch, block):
+    """The loop of the block's one consumer that runs over output rows: the loops below it cover one row."""
+    consumers = sch.get_consumers(block)
+    if len(consumers) != 1:
+        return None
+    loops = sch.get_loops(consumers[0])
+    width = int(sch.get(consumers[0]).writes[0].source.shape[-1])
+    covered = 1
+    for index in range(len(loops) - 1, 0, -1):
+        covered *= _extent(sch, loops[index]) or 0
+        if covered == width:
+            return loops[index - 1]
+    return None
 
 
 def _casts(sch, block) -> bool:

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from modelbuild.compiler import (channel_padding, channels_last, constant_folding, conv_transpose, default_schedule,
                                  fast_math, layer_names, pixel_rows)
 from modelbuild.compiler.analysis import KernelCall, Step
+from modelbuild.compiler.kernels import nearest_upsample
 from modelbuild.compiler.kernels.integer_kernels import (conv_instruction, legalize_conv2d, legalize_matmul,
                                                          legalize_quantize)
 
@@ -68,7 +69,7 @@ def lower(module, target, *, fuse: bool, layout: str | None, database=None, sche
 
     legalize = relax.transform.LegalizeOps(customize_legalize_map={
         "relax.quantize": legalize_quantize, "relax.nn.conv2d": legalize_conv2d, "relax.matmul": legalize_matmul,
-        **fast_math.legalizations()})
+        "relax.image.resize2d": nearest_upsample.legalize_resize2d, **fast_math.legalizations()})
     legalized = seq(cpu.library_dispatch_passes(target) + [legalize,
                     relax.transform.AnnotateTIROpPattern(), relax.transform.FoldConstant()])(module)
     grouped = relax.transform.FuseOps()(legalized) if fuse else legalized

@@ -1,0 +1,20 @@
+"""Which resizes are whole-factor nearest-neighbour upsamplings (no TVM needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from modelbuild.compiler.kernels.nearest_upsample import upsampling_factors
+
+
+@pytest.mark.parametrize("source, target, factors", [
+    ((1, 8, 5, 16), (1, 8, 10, 32), (2, 2)),
+    ((1, 24, 20, 20), (1, 24, 160, 160), (8, 8)),
+    ((2, 3, 4, 4), (2, 3, 4, 12), (1, 3)),
+    ((1, 8, 5, 16), (1, 8, 7, 32), None),  # 7 rows from 5: not a whole factor
+    ((1, 8, 10, 32), (1, 8, 5, 16), None),  # downsampling
+    ((1, 8, 5, 16), (1, 4, 10, 32), None),  # channels changed
+    ((1, 8, 16), (1, 8, 32), None),  # not NCHW
+], ids=["2x", "8x", "3x-wide", "fractional", "down", "channels", "rank-3"])
+def test_upsampling_factors_are_whole_multiples_of_each_side(source, target, factors):
+    assert upsampling_factors(source, target) == factors
