@@ -248,8 +248,9 @@ def conv_then_upsample(path: Path, *, kernel: int = 2, stride: int = 2, pad: int
     detector's head upsamples (2x2, stride 2) or a decoder does (4x4, stride 2, pads 1)."""
     rng = np.random.default_rng(seed)
     side = (8 - 1) * stride - 2 * pad + kernel
+    upsampling = (rng.standard_normal((8, 4, kernel, kernel)) * 0.3).astype(np.float32)
     initializers = [numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32), "w"),
-                    numpy_helper.from_array((rng.standard_normal((8, 4, kernel, kernel)) * 0.3).astype(np.float32), "up"),
+                    numpy_helper.from_array(upsampling, "up"),
                     numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "up_bias")]
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
              helper.make_node("Relu", ["c"], ["r"], name="relu"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from modelbuild.compiler.kernels.nearest_upsample import upsampling_factors
+from modelbuild.compiler.kernels.nearest_upsample import upsampling_factors, vector_width
 
 
 @pytest.mark.parametrize("source, target, factors", [
@@ -18,3 +18,9 @@ from modelbuild.compiler.kernels.nearest_upsample import upsampling_factors
 ], ids=["2x", "8x", "3x-wide", "fractional", "down", "channels", "rank-3"])
 def test_upsampling_factors_are_whole_multiples_of_each_side(source, target, factors):
     assert upsampling_factors(source, target) == factors
+
+
+@pytest.mark.parametrize("row, factor, width", [(160, 2, 16), (40, 2, 8), (76, 2, 4), (160, 8, 16), (20, 8, None),
+                                                (48, 3, None), (38, 1, None)])
+def test_a_row_takes_the_widest_vector_that_divides_it_and_its_factor_divides(row, factor, width):
+    assert vector_width(row, factor) == width

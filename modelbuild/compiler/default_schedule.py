@@ -14,6 +14,10 @@ element-wise chains, reductions):
   epilogue is computed after the tile, while the values are hot;
 - a reduction whose output has no axis to vectorise (a global pool: one sum per channel) sums its
   innermost reduction axis in vector-wide partial sums instead (the classifier's ten pools: 65 -> 9 us);
+  one whose output rows no vector width divides (an NCHW 5x5 pool at 10x10, in an int8 build) takes each
+  row as one vector, its padding computed apart first (a 5x5 pool at 10x10: 60 -> 33 us);
+- a nearest-neighbour upsampling by whole factors (kernels/nearest_upsample.py) stays a block of its own,
+  computed where its consumer reads each row, every 16 outputs one load and one shuffle;
 - other blocks are split by the vector width, or vectorised whole when their rows are short and the vector
   width does not divide them: the padding of a 5x5 conv's 96-column rows (100) had been split by 4, and
   4-lane vectors with a bounds select compiled to masked gathers (the classifier's fp32 build: 0.82 ->

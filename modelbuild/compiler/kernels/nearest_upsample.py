@@ -6,18 +6,19 @@ row, each lane's load has its own index, which LLVM compiles to one scalar load 
 upsampling of 96 x 80 x 80 floats took 2.2 ms alone (2 threads), and an int8 build, which keeps NCHW, has
 several (a float build runs them channels-last, moving whole channel vectors). Here output columns
 16k..16k+15 of a row repeat input columns 16k/f..16k/f + 16/f - 1, each f times: one vector load and one
-shuffle (LLVM picks a permute).
+shuffle (LLVM picks a permute); rows that 16 does not divide take 8 or 4 columns a shuffle.
 
 Eligible: what TVM itself computes with integer division, so the values are the same by construction:
 method nearest_neighbor, coordinate transformation asymmetric, rounding floor (or the default), NCHW, static
-shapes, output sides whole multiples of the input's. The shuffle takes rows of whole vectors and factors
-that divide the vector; other eligible resizes keep the plain index (no clamps) and TVM's vectoriser.
+shapes, output sides whole multiples of the input's. The shuffle takes rows of whole vectors of 16, 8 or 4
+and factors that divide the vector; other eligible resizes keep the plain index (no clamps) and TVM's
+vectoriser.
 """
 
 from __future__ import annotations
 
 BLOCK = "nearest_upsample"
-LANES = 16  # output elements of one shuffle: 16 x 4 bytes for float32, the AVX-512 vector
+WIDTHS = (16, 8, 4)  # output elements of one shuffle, widest first: 16 x 4 bytes, the AVX-512 vector
 
 
 def eligible(call) -> bool:
@@ -61,54 +62,63 @@ def legalize_resize2d(bb, call):
     return bb.call_te(upsample, call.args[0], primfunc_name_hint="resize2d")
 
 
+def vector_width(row: int, factor: int) -> int | None:
+    """The widest vector of WIDTHS that divides the row and that the factor divides (the layout net's
+    76-column rows: 4), or None."""
+    return next((w for w in WIDTHS if row % w == 0 and w % factor == 0), None)
+
+
 def shuffles(sch, block) -> bool:
-    """Whether the block's rows take the shuffle: whole vectors, and a factor that divides the vector."""
-    factor = int(sch.get(block).annotations["factor"])
-    width = int(sch.get(sch.get_loops(block)[-1]).extent)
-    return LANES % factor == 0 and width % LANES == 0 and str(sch.get(block).writes[0].source.dtype) == "float32"
+    """Whether the block's rows take the shuffle (see `vector_width`); float32 only."""
+    return (_width(sch, block) is not None and str(sch.get(block).writes[0].source.dtype) == "float32")
 
 
 def tensorize_rows(sch, block) -> None:
-    """Each row of the block in vectors of LANES, each one load and one shuffle (see `shuffles`). TVM 0.27
-    cannot copy a schedule after a tensorize (Schedule.copy fails), so this comes last."""
-    _, lanes = sch.split(sch.get_loops(block)[-1], factors=[None, LANES])
-    sch.tensorize(lanes, _intrinsic(int(sch.get(block).annotations["factor"])))
+    """Each row of the block in vectors, each one load and one shuffle (see `shuffles`). TVM 0.27 cannot
+    copy a schedule after a tensorize (Schedule.copy fails), so this comes last."""
+    width = _width(sch, block)
+    _, lanes = sch.split(sch.get_loops(block)[-1], factors=[None, width])
+    sch.tensorize(lanes, _intrinsic(int(sch.get(block).annotations["factor"]), width))
+
+
+def _width(sch, block) -> int | None:
+    return vector_width(int(sch.get(sch.get_loops(block)[-1]).extent), int(sch.get(block).annotations["factor"]))
 
 
 _registered: set[str] = set()
 
 
-def _intrinsic(factor: int) -> str:
-    """out[i] = in[i / factor] for LANES float32 outputs, registered once per factor."""
-    name = f"modelbuild_nearest_upsample_f{factor}"
+def _intrinsic(factor: int, lanes: int) -> str:
+    """out[i] = in[i / factor] for `lanes` float32 outputs, registered once per factor and width."""
+    name = f"modelbuild_nearest_upsample_f{factor}_w{lanes}"
     if name in _registered:
         return name
     from tvm import tirx
     from tvm.s_tir import TensorIntrin
     from tvm.script import tirx as T
 
-    source = LANES // factor
-    order = [tirx.IntImm("int32", i // factor) for i in range(LANES)]
+    source = lanes // factor
+    order = [tirx.IntImm("int32", i // factor) for i in range(lanes)]
 
     @T.prim_func(s_tir=True)
     def description(a: T.Buffer((source,), "float32", offset_factor=1),
-                    b: T.Buffer((LANES,), "float32", offset_factor=1)) -> None:
+                    b: T.Buffer((lanes,), "float32", offset_factor=1)) -> None:
         with T.sblock("root"):
             T.reads(a[0:source])
-            T.writes(b[0:LANES])
-            for i in T.serial(0, LANES):
+            T.writes(b[0:lanes])
+            for i in T.serial(0, lanes):
                 with T.sblock("repeat"):
                     vi = T.axis.remap("S", [i])
                     b[vi] = a[vi // factor]
 
     @T.prim_func(s_tir=True)
     def implementation(a: T.Buffer((source,), "float32", offset_factor=1),
-                       b: T.Buffer((LANES,), "float32", offset_factor=1)) -> None:
+                       b: T.Buffer((lanes,), "float32", offset_factor=1)) -> None:
         with T.sblock("root"):
             T.reads(a[0:source])
-            T.writes(b[0:LANES])
+            T.writes(b[0:lanes])
             # a shuffle may select no more lanes than its inputs hold: the one vector, given factor times
-            b[T.ramp(0, 1, LANES)] = T.Shuffle([a.vload([0], f"float32x{source}")] * factor, order)
+            b[T.ramp(0, 1, lanes)] = T.Shuffle([a.vload([0], f"float32x{source}")] * factor, order)
 
     TensorIntrin.register(name, description, implementation, override=True)
     _registered.add(name)
