@@ -201,8 +201,8 @@ class CalibrationSpec(Strict):
 
 
 # ConvTranspose computes on int8 too, but is no faster: quantized, the DB detectors' 2x2 upsampling head
-# made their libraries 1.04-1.06x slower (its 1x1 conv writes int32 that the depth-to-space reorders; float,
-# both run channels-last)
+# made their libraries 1.03-1.04x slower and less accurate (its 1x1 conv writes int32 that the depth-to-space
+# reorders; float, both run channels-last)
 INTEGER_OPS = ("Conv", "MatMul", "Gemm")
 
 
