@@ -43,6 +43,9 @@ CHAINS = 8  # channel lanes: independent accumulators wanted at least, to hide t
 # (12%, 10%) went from 2.09x the float library to 0.8x with VNNI; the detector's 40 -> 48 (20%) measured
 # 0.62x of float against 0.57x in channel lanes
 MAX_PADDED_SHARE = 0.15
+# packed data up to which a 1x1 conv's rows stay the inner loop (see schedule_column_lanes): a core's L2 holds it
+# across the blocks of output channels on every x86 CPU with VNNI (1-2 MiB)
+CACHED_PACKED_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -272,13 +275,16 @@ def schedule_column_lanes(sch, instruction: Instruction, cores: int, intrinsic: 
     vector); the epilogue per tile, or per row where a tile would end past the output (epilogue_at).
 
     For a 1x1 conv whose output has more pixels than channels (per input channel, the data outweighs the
-    weights), rows are the outer loop and blocks of output channels inside them, so a row of packed data
-    is read from cache by every block (and the weights stay in cache too): with the channel blocks
-    outermost, a 256 -> 64 1x1 conv at 100x80 read its 2 MB of packed data from memory four times, 1230 us
-    against 465 (VNNI, 2 cores; the other 1x1 convs of the layout net 0-16% faster); at 100x76, computed as 80
-    with the epilogue per row (of every channel block), 1011 -> 556 us, and 64 -> 64 at 200x152 1054 -> 650
-    us (128 -> 128 at 100x76: 420 -> 456 us). Otherwise the channel blocks stay outermost, each block's
-    weights in cache across the rows: larger kernels gained nothing with rows outermost (3x3 64 -> 64 at
+    weights) and whose packed data outgrows a core's cache, rows are the outer loop and blocks of output
+    channels inside them, so a row of packed data is read from cache by every block (and the weights stay in
+    cache too): with the channel blocks outermost, a 256 -> 64 1x1 conv at 100x80 read its 2 MB of packed
+    data from memory four times, 1230 us against 465 (VNNI, 2 cores; the other 1x1 convs of the layout net
+    0-16% faster); at 100x76, computed as 80 with the epilogue per row (of every channel block), 1011 -> 556
+    us, and 64 -> 64 at 200x152 1054 -> 650 us. Packed data that stays in cache (CACHED_PACKED_BYTES) keeps
+    the channel blocks outermost: rows outermost, every row writes a line into each of the output's channel
+    planes, and a 12 -> 96 conv at 160x160 (300 KB packed, 96 planes of float output) took 1024 us against 518
+    (128 -> 128 at 100x76, 0.9 MB: 456 against 420). Larger kernels keep the channel blocks outermost too,
+    each block's weights in cache across the rows: they gained nothing with rows outermost (3x3 64 -> 64 at
     57x57: 251 -> 256 us; 128 -> 128 at 29x29: 222 -> 235 us)."""
     lanes = instruction.lanes
     block = sch.get_sblock(instruction.column_block)
@@ -288,7 +294,8 @@ def schedule_column_lanes(sch, instruction: Instruction, cores: int, intrinsic: 
     ob, oi = sch.split(o, factors=[None, tile])
     vectors = largest_divisor(extent(sch, col) // lanes, vectors)
     col_outer, col_vector, col_inner = sch.split(col, factors=[None, vectors, lanes])
-    if extent(sch, rh) * extent(sch, rw) == 1 and pixels > extent(sch, ob) * tile:  # data outweighs weights
+    if (extent(sch, rh) * extent(sch, rw) == 1 and pixels > extent(sch, ob) * tile  # data outweighs weights
+            and packed_bytes(sch, instruction) > CACHED_PACKED_BYTES):
         sch.reorder(b, h, ob, col_outer, rc, rh, rw, oi, col_vector, col_inner, ri)
         # an epilogue per row sits between the row's loop and its channel blocks: only the rows run in parallel
         parallel_loops = (b, h) if _ends_past_output(sch.copy(), block, col_outer) else (b, h, ob)
@@ -301,6 +308,12 @@ def schedule_column_lanes(sch, instruction: Instruction, cores: int, intrinsic: 
     sch.unroll(oi)
     sch.unroll(col_vector)
     tensorize_reduction(sch, block, rc, col_inner, intrinsic)
+
+
+def packed_bytes(sch, instruction: Instruction) -> int:
+    """Bytes of the conv's packed data."""
+    buffer = sch.get(sch.get_sblock(instruction.pack_block)).writes[0].source
+    return int(np.prod([int(d) for d in buffer.shape])) * buffer.dtype.bits // 8
 
 
 def schedule_channel_lanes(sch, instruction: Instruction, cores: int, intrinsic: str) -> None:
