@@ -167,21 +167,21 @@ def test_a_row_rounded_up_to_whole_vectors_gets_one_unguarded_epilogue_per_row()
                      script)
 
 
-def test_rows_are_the_outer_loop_where_the_data_outweighs_the_weights_and_the_cache():
-    """Rows outside the blocks of output channels where the data outweighs the weights and its packed form
-    outgrows a core's cache: a row of packed data serves every block from cache (a 256 -> 64 1x1 conv at
-    100x80: 1230 -> 465 us). A row rounded up to whole vectors has its epilogue per row, between the row's loop
-    and its channel blocks, so the rows alone run in parallel. Where the packed data stays in cache, or the
-    weights outweigh the data, the channel blocks stay outermost: each row otherwise writes into every channel
-    plane of the output (a 12 -> 96 conv at 160x160: 1024 us rows outermost, 518 us not)."""
+def test_rows_are_the_outer_loop_where_the_data_outweighs_the_weights():
+    """Rows outside the blocks of output channels where the data outweighs the weights: a row of packed data
+    serves every block from cache (a 256 -> 64 1x1 conv at 100x80: 1230 -> 465 us). A row rounded up to whole
+    vectors has its epilogue per row, between the row's loop and its channel blocks, so the rows alone run in
+    parallel. Where the weights outweigh the data, or the conv is bound by its stores (a short reduction into a
+    wide output), the channel blocks stay outermost: rows outermost, every row writes into each channel plane
+    of the output (a 12 -> 96 conv at 160x160 with float output: 1024 us rows outermost, 518 us not)."""
     import re
 
-    from modelbuild.compiler.kernels import packed_conv, vnni_conv
+    from modelbuild.compiler.kernels import vnni_conv
 
     rng = np.random.default_rng(1)
     orders = []
     # 29 x 29 pixels: no cut into other rows computes fewer than rows of 32 (compiler/pixel_rows.py)
-    for shape, wshape, padding in (((1, 64, 128, 160), (64, 64, 1, 1), 0), ((1, 1280, 29, 29), (64, 1280, 1, 1), 0),
+    for shape, wshape, padding in (((1, 64, 16, 64), (64, 64, 1, 1), 0), ((1, 64, 29, 29), (64, 64, 1, 1), 0),
                                    ((1, 12, 160, 160), (96, 12, 1, 1), 0), ((1, 128, 4, 16), (128, 128, 3, 3), 1)):
         weight = rng.integers(-128, 128, wshape).astype(np.int8)
         module = conv_module(shape, weight, "uint8", strides=(1, 1), padding=(padding,) * 4, dilation=(1, 1))
@@ -189,10 +189,30 @@ def test_rows_are_the_outer_loop_where_the_data_outweighs_the_weights_and_the_ca
         (script,) = [f.script() for f in phases.fused.functions.values()
                      if hasattr(f, "params") and vnni_conv.COLUMN_BLOCK in f.script()]
         orders.append(re.findall(r"for (\w+) in T.parallel", script))
-    assert 64 * 128 * 160 > packed_conv.CACHED_PACKED_BYTES > 12 * 160 * 160  # 12 channels pack as 12
     assert "b_h_o_0_fused" in orders[0] and "b_h_fused" in orders[1]
-    assert "b_o_0_h_fused" in orders[2]  # 300 KB of packed data: in cache for every block of channels
+    assert "b_o_0_h_fused" in orders[2]  # 12 channels packed (300 KB), 96 written as int32: bound by its stores
     assert "b_o_0_h_fused" in orders[3]  # 64 pixels, 128 x 9 weights per input channel: the weights stay put
+
+
+def test_a_conv_is_store_bound_by_the_bytes_it_writes_against_those_it_packs():
+    from tvm import s_tir
+
+    from modelbuild.compiler.kernels import packed_conv, vnni_conv
+    from modelbuild.compiler.kernels.vnni_conv import VNNI
+
+    rng = np.random.default_rng(2)
+    bound = []
+    for channels, out_channels in ((12, 96), (64, 64), (64, 256)):
+        weight = rng.integers(-128, 128, (out_channels, channels, 1, 1)).astype(np.int8)
+        module = conv_module((1, channels, 160, 160), weight, "uint8", strides=(1, 1), padding=(0,) * 4,
+                             dilation=(1, 1))
+        _, phases = build(module, VNNI_CPU)
+        (kernel,) = [f for f in phases.legalized.functions.values()
+                     if hasattr(f, "params") and vnni_conv.COLUMN_BLOCK in f.script()]
+        bound.append(packed_conv.store_bound(s_tir.Schedule(kernel), VNNI))
+    # int32 outputs: 96 x 4 bytes a pixel against 12 packed; 64 x 4 against 64, not more than 4x; 64 channels
+    # at 160x160 pack to 1.6 MB, past what a core's cache holds across the blocks of channels
+    assert bound == [True, False, False]
 
 
 def test_a_row_of_one_column_accumulates_several_blocks_of_channels_together():

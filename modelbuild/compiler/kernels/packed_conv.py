@@ -43,9 +43,11 @@ CHAINS = 8  # channel lanes: independent accumulators wanted at least, to hide t
 # (12%, 10%) went from 2.09x the float library to 0.8x with VNNI; the detector's 40 -> 48 (20%) measured
 # 0.62x of float against 0.57x in channel lanes
 MAX_PADDED_SHARE = 0.15
-# packed data up to which a 1x1 conv's rows stay the inner loop (see schedule_column_lanes): a core's L2 holds it
-# across the blocks of output channels on every x86 CPU with VNNI (1-2 MiB)
+# a 1x1 conv's rows stay inside its blocks of output channels (see schedule_column_lanes) where its packed data
+# fits a core's L2 across the blocks (1-2 MiB on every x86 CPU with VNNI) and it writes more than this many times
+# the bytes it packs, bound by its stores
 CACHED_PACKED_BYTES = 1 << 20
+STORE_BOUND_RATIO = 4
 
 
 @dataclass(frozen=True)
@@ -275,17 +277,19 @@ def schedule_column_lanes(sch, instruction: Instruction, cores: int, intrinsic: 
     vector); the epilogue per tile, or per row where a tile would end past the output (epilogue_at).
 
     For a 1x1 conv whose output has more pixels than channels (per input channel, the data outweighs the
-    weights) and whose packed data outgrows a core's cache, rows are the outer loop and blocks of output
-    channels inside them, so a row of packed data is read from cache by every block (and the weights stay in
-    cache too): with the channel blocks outermost, a 256 -> 64 1x1 conv at 100x80 read its 2 MB of packed
-    data from memory four times, 1230 us against 465 (VNNI, 2 cores; the other 1x1 convs of the layout net
-    0-16% faster); at 100x76, computed as 80 with the epilogue per row (of every channel block), 1011 -> 556
-    us, and 64 -> 64 at 200x152 1054 -> 650 us. Packed data that stays in cache (CACHED_PACKED_BYTES) keeps
-    the channel blocks outermost: rows outermost, every row writes a line into each of the output's channel
-    planes, and a 12 -> 96 conv at 160x160 (300 KB packed, 96 planes of float output) took 1024 us against 518
-    (128 -> 128 at 100x76, 0.9 MB: 456 against 420). Larger kernels keep the channel blocks outermost too,
-    each block's weights in cache across the rows: they gained nothing with rows outermost (3x3 64 -> 64 at
-    57x57: 251 -> 256 us; 128 -> 128 at 29x29: 222 -> 235 us)."""
+    weights), rows are the outer loop and blocks of output channels inside them, so a row of packed data is
+    read from cache by every block (and the weights stay in cache too): with the channel blocks outermost, a
+    256 -> 64 1x1 conv at 100x80 read its 2 MB of packed data from memory four times, 1230 us against 465
+    (VNNI, 2 cores; the other 1x1 convs of the layout net 0-16% faster); at 100x76, computed as 80 with the
+    epilogue per row (of every channel block), 1011 -> 556 us, and 64 -> 64 at 200x152 1054 -> 650 us. Even
+    with the packed data in cache, requantising convs of the layout net ran 1.1-1.4x slower with the channel
+    blocks outermost (128 -> 128 at 5 x 1520, 1 MB packed: 998 -> 1443 us; at 5 x 95: 62 -> 76 us).
+    A conv bound by its stores is the exception (`store_bound`): rows outermost, every row writes a line into
+    each channel plane of the output, and a 12 -> 96 conv at 160x160 (300 KB packed, 9.8 MB of float output)
+    took 1024 us against 518 with the channel blocks outermost (128 -> 128 at 100x76, float: 456 against 420).
+    Larger kernels keep the channel blocks outermost, each block's weights in cache across the rows: they
+    gained nothing with rows outermost (3x3 64 -> 64 at 57x57: 251 -> 256 us; 128 -> 128 at 29x29: 222 ->
+    235 us)."""
     lanes = instruction.lanes
     block = sch.get_sblock(instruction.column_block)
     b, o, h, col, rc, rh, rw, ri = sch.get_loops(block)
@@ -295,7 +299,7 @@ def schedule_column_lanes(sch, instruction: Instruction, cores: int, intrinsic: 
     vectors = largest_divisor(extent(sch, col) // lanes, vectors)
     col_outer, col_vector, col_inner = sch.split(col, factors=[None, vectors, lanes])
     if (extent(sch, rh) * extent(sch, rw) == 1 and pixels > extent(sch, ob) * tile  # data outweighs weights
-            and packed_bytes(sch, instruction) > CACHED_PACKED_BYTES):
+            and not store_bound(sch, instruction)):
         sch.reorder(b, h, ob, col_outer, rc, rh, rw, oi, col_vector, col_inner, ri)
         # an epilogue per row sits between the row's loop and its channel blocks: only the rows run in parallel
         parallel_loops = (b, h) if _ends_past_output(sch.copy(), block, col_outer) else (b, h, ob)
@@ -310,9 +314,17 @@ def schedule_column_lanes(sch, instruction: Instruction, cores: int, intrinsic: 
     tensorize_reduction(sch, block, rc, col_inner, intrinsic)
 
 
-def packed_bytes(sch, instruction: Instruction) -> int:
-    """Bytes of the conv's packed data."""
-    buffer = sch.get(sch.get_sblock(instruction.pack_block)).writes[0].source
+def store_bound(sch, instruction: Instruction) -> bool:
+    """Whether the conv, before its epilogue is moved, writes more than STORE_BOUND_RATIO times the bytes it
+    packs, its packed data within CACHED_PACKED_BYTES: a short reduction into a wide output."""
+    packed = _bytes(sch.get(sch.get_sblock(instruction.pack_block)).writes[0].source)
+    params = {param.name for param in sch.mod["main"].params}
+    written = {region.source.name: region.source for block in sch.get_child_blocks(sch.get_sblock("root"))
+               for region in sch.get(block).writes if region.source.name in params}
+    return packed <= CACHED_PACKED_BYTES and sum(map(_bytes, written.values())) > STORE_BOUND_RATIO * packed
+
+
+def _bytes(buffer) -> int:
     return int(np.prod([int(d) for d in buffer.shape])) * buffer.dtype.bits // 8
 
 
