@@ -286,7 +286,8 @@ def schedule_column_lanes(sch, instruction: Instruction, cores: int, intrinsic: 
     blocks outermost (128 -> 128 at 5 x 1520, 1 MB packed: 998 -> 1443 us; at 5 x 95: 62 -> 76 us).
     A conv bound by its stores is the exception (`store_bound`): rows outermost, every row writes a line into
     each channel plane of the output, and a 12 -> 96 conv at 160x160 (300 KB packed, 9.8 MB of float output)
-    took 1024 us against 518 with the channel blocks outermost (128 -> 128 at 100x76, float: 456 against 420).
+    took 1024 us against 518 with the channel blocks outermost (at 4x, 128 -> 128 at 100x76 into float, the
+    rows stay outermost though it measured 456 us against 420: the layout net's convs above lost more).
     Larger kernels keep the channel blocks outermost, each block's weights in cache across the rows: they
     gained nothing with rows outermost (3x3 64 -> 64 at 57x57: 251 -> 256 us; 128 -> 128 at 29x29: 222 ->
     235 us)."""
