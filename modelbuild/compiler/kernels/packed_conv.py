@@ -44,9 +44,10 @@ CHAINS = 8  # channel lanes: independent accumulators wanted at least, to hide t
 # 0.62x of float against 0.57x in channel lanes
 MAX_PADDED_SHARE = 0.15
 # a 1x1 conv's rows stay inside its blocks of output channels (see schedule_column_lanes) where its packed data
-# fits a core's L2 across the blocks (1-2 MiB on every x86 CPU with VNNI) and it writes more than this many times
-# the bytes it packs, bound by its stores
+# fits a core's L2 across the blocks (1-2 MiB on every x86 CPU with VNNI), its output does not, and it writes
+# more than STORE_BOUND_RATIO times the bytes it packs: bound by its stores to memory
 CACHED_PACKED_BYTES = 1 << 20
+UNCACHED_OUTPUT_BYTES = 4 << 20
 STORE_BOUND_RATIO = 4
 
 
@@ -286,8 +287,10 @@ def schedule_column_lanes(sch, instruction: Instruction, cores: int, intrinsic: 
     blocks outermost (128 -> 128 at 5 x 1520, 1 MB packed: 998 -> 1443 us; at 5 x 95: 62 -> 76 us).
     A conv bound by its stores is the exception (`store_bound`): rows outermost, every row writes a line into
     each channel plane of the output, and a 12 -> 96 conv at 160x160 (300 KB packed, 9.8 MB of float output)
-    took 1024 us against 518 with the channel blocks outermost (at 4x, 128 -> 128 at 100x76 into float, the
-    rows stay outermost though it measured 456 us against 420: the layout net's convs above lost more).
+    took 1024 us against 518 with the channel blocks outermost. Smaller outputs, which stay in cache, did
+    not gain: into float, 18 -> 96 at 80x80 (2.4 MB) 124 -> 136 us, 42 -> 96 at 2 x 800 58 -> 73 us, the v6
+    detector's 96 -> 192 and 192 -> 384 at 2 x 800 1.02-1.09x (and at 4x, 128 -> 128 at 100x76 into float,
+    the rows stay outermost though it measured 456 us against 420).
     Larger kernels keep the channel blocks outermost, each block's weights in cache across the rows: they
     gained nothing with rows outermost (3x3 64 -> 64 at 57x57: 251 -> 256 us; 128 -> 128 at 29x29: 222 ->
     235 us)."""
@@ -317,12 +320,14 @@ def schedule_column_lanes(sch, instruction: Instruction, cores: int, intrinsic: 
 
 def store_bound(sch, instruction: Instruction) -> bool:
     """Whether the conv, before its epilogue is moved, writes more than STORE_BOUND_RATIO times the bytes it
-    packs, its packed data within CACHED_PACKED_BYTES: a short reduction into a wide output."""
+    packs and more than UNCACHED_OUTPUT_BYTES, its packed data within CACHED_PACKED_BYTES: a short reduction
+    into a wide output that goes to memory."""
     packed = _bytes(sch.get(sch.get_sblock(instruction.pack_block)).writes[0].source)
     params = {param.name for param in sch.mod["main"].params}
     written = {region.source.name: region.source for block in sch.get_child_blocks(sch.get_sblock("root"))
                for region in sch.get(block).writes if region.source.name in params}
-    return packed <= CACHED_PACKED_BYTES and sum(map(_bytes, written.values())) > STORE_BOUND_RATIO * packed
+    output = sum(map(_bytes, written.values()))
+    return packed <= CACHED_PACKED_BYTES and output > max(STORE_BOUND_RATIO * packed, UNCACHED_OUTPUT_BYTES)
 
 
 def _bytes(buffer) -> int:
