@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from modelbuild.compiler.kernels import avx2_conv, nearest_upsample, sdot_conv, softmax, vnni_conv, vnni_depthwise
+from modelbuild.compiler.kernels import amx_conv, avx2_conv, nearest_upsample, sdot_conv, softmax, vnni_conv, vnni_depthwise
 
 VECTOR_LANES = 16  # float32 lanes of AVX-512; narrower vector units run the loop in several instructions
 WHOLE_ROW_LANES = 8 * VECTOR_LANES  # rows up to this long are vectorised whole when 16 does not divide them
@@ -44,7 +44,7 @@ PARALLEL_MIN_WORK = 1 << 18  # spatial iterations below which a parallel region 
 SHORT_REDUCTION = 25  # steps per output up to which padding is computed inside the reduction (5x5 taps)
 PARALLEL_MIN_MACS = 1 << 20  # the same for a reduction, counted in multiply-adds
 # kernels legalised with blocks of these names have their own schedule(sch, cores)
-HAND_WRITTEN = ((vnni_conv, vnni_conv.BLOCKS), (sdot_conv, sdot_conv.BLOCKS), (avx2_conv, avx2_conv.BLOCKS),
+HAND_WRITTEN = ((amx_conv, amx_conv.BLOCKS), (vnni_conv, vnni_conv.BLOCKS), (sdot_conv, sdot_conv.BLOCKS), (avx2_conv, avx2_conv.BLOCKS),
                 (vnni_depthwise, (vnni_depthwise.BLOCK,)), (softmax, softmax.BLOCKS))
 
 
@@ -111,7 +111,8 @@ def schedule_function(func, on: Machine):
     sch = _inline_elementwise(sch, root, refused)
     kernel = next((k for k, blocks in HAND_WRITTEN if any(_has_block(sch, root, name) for name in blocks)), None)
     trial = sch if kernel is None else _attempt(sch, lambda s: kernel.schedule(s, on.cores), refused)
-    if trial is not sch:
+    held = trial is not sch
+    if held:
         sch = trial
     else:  # no hand-written kernel, or one whose schedule did not fit (an unusual fused epilogue)
         for block in sch.get_child_blocks(root):
@@ -126,7 +127,10 @@ def schedule_function(func, on: Machine):
             sch = _place_upsample(sch, sch.get_sblock(name), on.cores, refused)
         if upsampled:
             sch = _shuffle_upsampled_rows(sch, upsampled, refused)
-    return sch.mod["main"].with_attr(REFUSED, len(refused))
+    func = sch.mod["main"]
+    if held and hasattr(kernel, "finish"):  # what a hand-written schedule adds once scheduled
+        func = kernel.finish(func)
+    return func.with_attr(REFUSED, len(refused))
 
 
 def _has_block(sch, root, name: str) -> bool:
@@ -172,8 +176,8 @@ def _inline_elementwise(sch, root, refused: list[str]):
     SHORT_REDUCTION steps or whose rows are vectorised whole (a select per lane compiled to masked gathers:
     a 5x5 pool at 10x10 took 60 -> 128 us), nor a dot-product conv's staging or padding of its input (their
     schedules expect them)."""
-    kept: set[str] = {*vnni_conv.STAGING_BLOCKS, *sdot_conv.STAGING_BLOCKS, *avx2_conv.STAGING_BLOCKS,
-                      vnni_depthwise.PAD_BLOCK}
+    kept: set[str] = {*amx_conv.STAGING_BLOCKS, *vnni_conv.STAGING_BLOCKS, *sdot_conv.STAGING_BLOCKS,
+                      *avx2_conv.STAGING_BLOCKS, vnni_depthwise.PAD_BLOCK}
     while True:
         outputs = {sch.get(b).name_hint for b in sch.get_output_blocks(root)}
         candidates = [b for b in sch.get_child_blocks(root)

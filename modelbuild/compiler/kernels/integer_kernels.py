@@ -6,7 +6,7 @@ every module; the quantize stage's graph rewrite that creates these operators is
 from __future__ import annotations
 
 from modelbuild.compiler.integer_ops import constant_value
-from modelbuild.compiler.kernels import avx2_conv, packed_conv, packed_matmul, sdot_conv, vnni_conv, vnni_depthwise
+from modelbuild.compiler.kernels import amx_conv, avx2_conv, packed_conv, packed_matmul, sdot_conv, vnni_conv, vnni_depthwise
 
 
 def legalize_quantize(bb, call):
@@ -76,6 +76,8 @@ def legalize_conv2d(bb, call):
 
     if str(call.attrs.out_dtype) == "int32" and str(call.args[0].ty.dtype) in ("int8", "uint8"):
         target = tvm_target.Target.current()
+        if amx_conv.supported(target) and amx_conv.eligible(call):
+            return packed_conv.legalize(bb, call, amx_conv.AMX)
         instruction = conv_instruction(target)
         if instruction is not None and packed_conv.eligible(call):
             return packed_conv.legalize(bb, call, instruction)

@@ -64,6 +64,10 @@ class Instruction:
     weight_dtype: str = "int8"
     accumulates: bool = True
     row_block: int = ROW_BLOCK  # channel lanes: accumulators of a row's columns, within the register file
+    # groups of input channels one step reduces: 1 for a vector instruction; a tile instruction (AMX) takes 16
+    # groups (64 channels) a step, its weights packed [O/lanes, C/(group * group_block), KH, KW, lanes,
+    # group_block, group] and its accumulators always in column lanes
+    group_block: int = 1
 
     def shift(self, dtype: str) -> int:
         """What is added to data of `dtype` to give this instruction's data type."""
@@ -138,11 +142,15 @@ def pack_weights(weight: np.ndarray, instruction: Instruction, *, shift: int) ->
     (zero-padded), and what to subtract per output channel: shift * sum(w), for data shifted by `shift` into
     the instruction's type."""
     out_ch, in_ch, kh, kw = weight.shape
-    lanes, group = instruction.lanes, instruction.group
-    padded = np.zeros((ceil_div(out_ch, lanes) * lanes, ceil_div(in_ch, group) * group, kh, kw),
+    lanes, group, step = instruction.lanes, instruction.group, instruction.group * instruction.group_block
+    padded = np.zeros((ceil_div(out_ch, lanes) * lanes, ceil_div(in_ch, step) * step, kh, kw),
                       instruction.weight_dtype)
     padded[:out_ch, :in_ch] = weight
-    packed = padded.reshape(-1, lanes, padded.shape[1] // group, group, kh, kw).transpose(0, 2, 4, 5, 1, 3)
+    if instruction.group_block == 1:
+        packed = padded.reshape(-1, lanes, padded.shape[1] // group, group, kh, kw).transpose(0, 2, 4, 5, 1, 3)
+    else:
+        packed = padded.reshape(-1, lanes, padded.shape[1] // step, instruction.group_block, group, kh,
+                                kw).transpose(0, 2, 5, 6, 1, 3, 4)
     correction = (shift * weight.astype(np.int64).reshape(out_ch, -1).sum(axis=1)).astype(np.int32)
     return np.ascontiguousarray(packed), correction
 
@@ -210,32 +218,48 @@ def compute(x, w, correction, instruction: Instruction, *, strides, padding, dil
     out_h = (height + top + bottom - dh * (kh - 1) - 1) // sh + 1
     out_w = (width + left + right - dw * (kw - 1) - 1) // sw + 1
     lanes, dtype, group = instruction.lanes, instruction.data_dtype, instruction.group
-    groups_in = ceil_div(in_ch, group)
+    group_block = instruction.group_block
+    groups_in = ceil_div(in_ch, group * group_block) * group_block
     shift = instruction.shift(str(x.dtype))
 
     def pad(b, row, c, column):
         value = shifted_or_padding(lambda r, q: x[b, c, r, q], row - top, column, left=left, height=height,
                                    width=width, shift=shift, flat_row=(b * in_ch + c) * height + row - top,
                                    rows=n * in_ch * height, dtype=dtype)
-        if in_ch % group == 0:
+        if in_ch == groups_in * group:
             return value
         # the channels that fill the last group are the shifted zero, loading nothing: a load at a
         # clamped channel under a select of c < in_ch lost its clamp to the simplifier, as in
         # shifted_or_padding, and the stem conv of 3 channels read a whole plane past its input
         return tirx.if_then_else(c < in_ch, value, tirx.const(shift, dtype))
 
-    def tap(b, rc, h, col, rh, rw, ri):
-        """The packed data that weight tap (rh, rw) meets at output (h, col): column col * sw + rw * dw."""
-        return packed[b, rc, h * sh + rh * dh, tirx.floormod(rw * dw, sw), col + tirx.floordiv(rw * dw, sw), ri]
+    def tap(b, rc, h, col, rh, rw, ri, rg=None):
+        """The packed data that weight tap (rh, rw) meets at output (h, col): column col * sw + rw * dw; of
+        group rc, or of group rg of block rc for a tile instruction."""
+        row, phase, column = h * sh + rh * dh, tirx.floormod(rw * dw, sw), col + tirx.floordiv(rw * dw, sw)
+        if rg is None:
+            return packed[b, rc, row, phase, column, ri]
+        return packed[b, rc, row, phase, rg, column, ri]
 
+    def pack(rows, phases, value, **kwargs):
+        """[N, C/group, rows, phases, span, group], or for a tile instruction [N, C/(group * group_block), rows,
+        phases, group_block, span, group]: a tile's rows (groups) a packed row apart, not a channel plane."""
+        if group_block == 1:
+            return te.compute((n, groups_in, rows, phases, span, group), value, name=instruction.pack_block,
+                              **kwargs)
+        return te.compute((n, groups_in // group_block, rows, phases, group_block, span, group),
+                          lambda b, cb, row, phase, g, q, ci: value(b, cb * group_block + g, row, phase, q, ci),
+                          name=instruction.pack_block, **kwargs)
+
+    if group_block > 1:
+        by_column = True
     by_column = column_lanes(out_w, lanes) if by_column is None else by_column
     computed_w = lanes_width(out_w, lanes) if by_column else out_w  # columns computed; the extra ones dropped
     span = computed_w + (kw - 1) * dw // sw  # packed columns of one phase that the outputs reach
-    if sw == 1 and in_ch % group == 0 and not any((top, left, bottom, right)) and computed_w == out_w:
+    if sw == 1 and in_ch == groups_in * group and not any((top, left, bottom, right)) and computed_w == out_w:
         # nothing to pad: one pass, which LLVM vectorises well enough (under 1 us for the classifier's 1x1s)
-        packed = te.compute((n, groups_in, height, 1, span, group),
-                            lambda b, cg, row, phase, q, ci: (x[b, cg * group + ci, row, q].astype("int32")
-                                                              + shift).astype(dtype), name=instruction.pack_block)
+        packed = pack(height, 1, lambda b, cg, row, phase, q, ci: (x[b, cg * group + ci, row, q].astype("int32")
+                                                                   + shift).astype(dtype))
     else:
         # in whole vectors for packing intrinsics, whose loads of `lanes` * stride columns from a phase's first
         # column reach column span * sw + phase - 1 at most (a row of 56 for a 1x1 conv pads to 64, not 128)
@@ -244,18 +268,22 @@ def compute(x, w, correction, instruction: Instruction, *, strides, padding, dil
         # [N, H, C, W]: the 4 channels a packed vector interleaves are neighbouring rows of one 2-D region
         padded = te.compute((n, height + top + bottom, groups_in * group, padded_w), pad,
                             name=instruction.pad_block)
-        packed = te.compute((n, groups_in, height + top + bottom, sw, span, group),
-                            lambda b, cg, row, phase, q, ci: padded[b, row, cg * group + ci, q * sw + phase],
-                            name=instruction.pack_block, attrs={"stride": sw})  # packing intrinsics need it
+        packed = pack(height + top + bottom, sw,
+                      lambda b, cg, row, phase, q, ci: padded[b, row, cg * group + ci, q * sw + phase],
+                      attrs={"stride": sw})  # packing intrinsics need it
     rc, rh, rw, ri = (te.reduce_axis((0, e), name) for e, name in
-                      ((groups_in, "rc"), (kh, "rh"), (kw, "rw"), (group, "ri")))
+                      ((groups_in // group_block, "rc"), (kh, "rh"), (kw, "rw"), (group, "ri")))
 
     def product(b, o_block, o_lane, h, col):
+        if group_block > 1:  # the groups of one step innermost but one, as the tile instruction takes them
+            rg = te.reduce_axis((0, group_block), "rg")
+            return te.sum(tap(b, rc, h, col, rh, rw, ri, rg).astype("int32")
+                          * w[o_block, rc, rh, rw, o_lane, rg, ri].astype("int32"), axis=[rc, rh, rw, rg, ri])
         return te.sum(tap(b, rc, h, col, rh, rw, ri).astype("int32")
                       * w[o_block, rc, rh, rw, o_lane, ri].astype("int32"), axis=[rc, rh, rw, ri])
 
     if by_column:
-        tile = channel_tile(channels, lanes)
+        tile = lanes if group_block > 1 else channel_tile(channels, lanes)
         acc = te.compute((n, ceil_div(channels, tile) * tile, out_h, computed_w),
                          lambda b, o, h, col: product(b, o // lanes, o % lanes, h, col),
                          name=instruction.column_block)
@@ -549,6 +577,15 @@ def vectorize_packing(sch, instruction: Instruction) -> None:
         sch.vectorize(sch.fuse(columns, ci))
     else:
         sch.vectorize(ci)
+
+
+def schedule_padding(sch, instruction: Instruction) -> None:
+    """Padding a row at a time, one vector per 64 columns; packing `lanes` columns x `group` channels per
+    shuffle (tensorize_packing). Packed element by element, the 3-channel stride-2 first conv of the
+    classifier spent as long packing its input as computing (VNNI)."""
+    pad = sch.get_sblock(instruction.pad_block)
+    sch.vectorize(sch.split(sch.get_loops(pad)[-1], factors=[None, PAD_VECTOR])[1])
+    tensorize_packing(sch, instruction)
 
 
 def tensorize_packing(sch, instruction: Instruction) -> None:

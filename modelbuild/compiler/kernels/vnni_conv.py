@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from modelbuild.compiler.kernels import packed_conv
 from modelbuild.compiler.kernels.packed_conv import (
-    PAD_VECTOR, block_names, register_intrinsics, schedule_channel_lanes, schedule_column_lanes,
+    block_names, register_intrinsics, schedule_channel_lanes, schedule_column_lanes,
 )
 
 VNNI = packed_conv.Instruction("vnni", lanes=16, data_dtype="uint8")
@@ -44,13 +44,4 @@ def schedule(sch, cores: int) -> None:
     else:
         schedule_channel_lanes(sch, VNNI, cores, intrinsics[BLOCK])
     if PAD_BLOCK in names:
-        _schedule_packing(sch)
-
-
-def _schedule_packing(sch) -> None:
-    """Padding a row at a time, one vector per 64 columns; packing 16 columns x 4 channels per shuffle.
-    Packed element by element, the 3-channel stride-2 first conv of the classifier spent as long packing
-    its input as computing."""
-    pad = sch.get_sblock(PAD_BLOCK)
-    sch.vectorize(sch.split(sch.get_loops(pad)[-1], factors=[None, PAD_VECTOR])[1])
-    packed_conv.tensorize_packing(sch, VNNI)
+        packed_conv.schedule_padding(sch, VNNI)
