@@ -11,6 +11,7 @@ from modelbuild.compiler.kernels.packed_conv import (
 VNNI = Instruction("vnni", lanes=16, data_dtype="uint8")
 SDOT = Instruction("sdot", lanes=4, data_dtype="int8")
 AVX2 = Instruction("avx2", lanes=8, data_dtype="int16", group=2, weight_dtype="int16", accumulates=False)
+AMX = Instruction("amx", lanes=16, data_dtype="uint8", group_block=16)
 
 
 def test_packed_weights_put_lanes_of_output_channels_by_4_input_channels_and_pad_with_zeros():
@@ -23,6 +24,19 @@ def test_packed_weights_put_lanes_of_output_channels_by_4_input_channels_and_pad
             assert packed[o // lanes, c // GROUP, kh, kw, o % lanes, c % GROUP] == weight[o, c, kh, kw]
         assert not packed[:, 1, :, :, :, 2:].any()  # input channels 6 and 7 do not exist
     assert not pack_weights(weight, VNNI, shift=0)[0][1, :, :, :, 4:, :].any()  # nor outputs 20..31
+
+
+def test_weights_for_a_tile_instruction_put_64_input_channels_of_one_output_channel_in_a_row():
+    """AMX's weight tile: row o holds output channel o's 64 input channels (16 groups of 4), so the packed
+    weights are [O/16, C/64, KH, KW, 16, 16, 4]; 70 input channels pad to 128, 20 outputs to 32, with zeros."""
+    weight = np.random.default_rng(2).integers(-128, 128, (20, 70, 3, 1)).astype(np.int8)
+    packed, correction = pack_weights(weight, AMX, shift=128)
+    assert packed.shape == (2, 2, 3, 1, 16, 16, GROUP) and packed.dtype == np.int8
+    for o, c, kh in [(0, 0, 0), (19, 69, 2), (17, 64, 1), (3, 37, 2)]:
+        assert packed[o // 16, c // 64, kh, 0, o % 16, c % 64 // GROUP, c % GROUP] == weight[o, c, kh, 0]
+    assert not packed[:, 1, :, :, :, 2:].any() and not packed[:, 1, :, :, :, 1, 2:].any()  # channels 70..127
+    assert not packed[1, :, :, :, 4:].any()  # outputs 20..31
+    assert correction.tolist() == (128 * weight.astype(np.int64).reshape(20, -1).sum(axis=1)).tolist()
 
 
 def test_weights_for_a_16_bit_instruction_are_widened_and_paired():

@@ -18,6 +18,11 @@ AVX512_HOST = AVX2_HOST | {"avx512f", "avx512bw", "avx512vnni"}
     ({"kind": "llvm", "mcpu": "skylake-avx512"}, AVX512_HOST - {"avx512vnni"}, None),  # no VNNI before Cascade Lake
     ({"kind": "llvm", "mcpu": "x86-64", "mattr": ["+avx512f"]}, AVX2_HOST,
      "built for mcpu x86-64 (avx512f); this CPU lacks avx512f"),
+    ({"kind": "llvm", "mcpu": "sapphirerapids"}, AVX512_HOST,  # an Ice Lake: no AMX tiles
+     "built for mcpu sapphirerapids (avx2, avx512f, avx512vnni, amxint8); this CPU lacks amxint8"),
+    ({"kind": "llvm", "mcpu": "sapphirerapids"}, AVX512_HOST | {"amx_tile", "amx_int8"}, None),
+    ({"kind": "llvm", "mcpu": "icelake-server", "mattr": ["+amx-int8"]}, AVX512_HOST,
+     "built for mcpu icelake-server (avx2, avx512f, avx512vnni, amxint8); this CPU lacks amxint8"),
     ({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a72"}, AVX512_HOST,
      "built for aarch64-linux-gnu; this machine is not that architecture"),
     ({"kind": "cuda", "arch": "sm_90"}, AVX512_HOST,

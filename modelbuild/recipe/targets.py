@@ -80,6 +80,8 @@ _AVX512_VNNI = {"cascadelake", "cooperlake", "icelake-client", "icelake_client",
                 "graniterapids-d", "graniterapids_d", "diamondrapids", "znver4", "znver5"}
 _AVX512 = _AVX512_VNNI | {"skylake-avx512", "skylake_avx512", "skx", "cannonlake", "knl", "knm", "mic_avx512",
                           "x86-64-v4"}
+# and AMX's int8 tiles, which the int8 convs use where the target has them (compiler/kernels/amx_conv.py)
+_AMX_INT8 = {"sapphirerapids", "emeraldrapids", "graniterapids", "graniterapids-d", "graniterapids_d", "diamondrapids"}
 _AVX2 = _AVX512 | {"haswell", "broadwell", "skylake", "alderlake", "raptorlake", "meteorlake", "arrowlake",
                    "arrowlake-s", "arrowlake_s", "lunarlake", "pantherlake", "gracemont", "sierraforest",
                    "grandridge", "clearwaterforest", "core-avx2", "core_4th_gen_avx", "core_4th_gen_avx_tsx",
@@ -88,16 +90,16 @@ _AVX2 = _AVX512 | {"haswell", "broadwell", "skylake", "alderlake", "raptorlake",
 
 def needed_features(target: dict) -> list[str]:
     """The x86 vector extensions an llvm target's code may use, by its mcpu and its +mattr (as /proc/cpuinfo
-    names them, less underscores: avx2, avx512f, avx512vnni); [] for other architectures."""
+    names them, less underscores: avx2, avx512f, avx512vnni, amxint8); [] for other architectures."""
     if target.get("kind") != "llvm" or target_arch(target) != "x86_64":
         return []
     mcpu = str(target.get("mcpu", ""))
-    needed = [name for name, cpus in (("avx2", _AVX2), ("avx512f", _AVX512), ("avx512vnni", _AVX512_VNNI))
-              if mcpu in cpus]
+    needed = [name for name, cpus in (("avx2", _AVX2), ("avx512f", _AVX512), ("avx512vnni", _AVX512_VNNI),
+                                      ("amxint8", _AMX_INT8)) if mcpu in cpus]
     mattr = target.get("mattr") or []
     for attr in mattr if isinstance(mattr, list) else [mattr]:
         name = str(attr).lstrip("+").replace("_", "").replace("-", "")
-        if str(attr).startswith("+") and name.startswith("avx") and name not in needed:
+        if str(attr).startswith("+") and name.startswith(("avx", "amx")) and name not in needed:
             needed.append(name)
     return needed
 

@@ -1,0 +1,122 @@
+"""int8 conv2d on AMX tiles: which convs take them, what the library must do before a tile instruction, and
+bit-exact results against numpy on a CPU that has them."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from tests.test_vnni_conv_tvm import VNNI_CPU, build, conv_module, reference
+
+pytestmark = pytest.mark.tvm
+
+AMX_CPU = {"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 2}
+
+GEOMETRIES = [  # (data shape, weight shape, strides, padding, data dtype)
+    ((1, 64, 6, 32), (32, 64, 1, 1), (1, 1), (0, 0, 0, 0), "uint8"),  # one block of 64 input channels
+    ((1, 128, 9, 16), (16, 128, 3, 3), (1, 1), (1, 1, 1, 1), "int8"),  # two blocks, padded 3x3
+    ((2, 64, 12, 40), (48, 64, 3, 3), (2, 2), (1, 0, 1, 1), "int8"),  # stride 2, uneven padding, 20 -> 32 columns
+    ((1, 64, 32, 32), (64, 64, 3, 3), (1, 1), (1, 1, 1, 1), "int8"),  # multiply-adds enough for both cores
+]
+IDS = lambda g: f"{g[0][1]}x{g[1][0]}k{g[1][2]}s{g[2][0]}w{g[0][3]}{g[4]}"  # noqa: E731
+
+
+def case(geometry):
+    shape, wshape, strides, padding, dtype = geometry
+    rng = np.random.default_rng(wshape[0] + shape[3])
+    info = np.iinfo(dtype)
+    x = rng.integers(info.min, info.max + 1, shape).astype(dtype)
+    weight = rng.integers(-128, 128, wshape).astype(np.int8)
+    module = conv_module(shape, weight, dtype, strides=strides, padding=padding, dilation=(1, 1))
+    return x, module, reference(x, weight, strides=strides, padding=padding, dilation=(1, 1))
+
+
+def kernel_scripts(phases) -> list[str]:
+    return [f.script() for f in phases.planned.functions.values() if hasattr(f, "params")]
+
+
+def host_has_amx() -> bool:
+    from modelbuild.recipe.targets import host_features
+
+    return "amxint8" in host_features()
+
+
+@pytest.mark.parametrize("geometry", GEOMETRIES, ids=IDS)
+def test_a_conv_of_whole_64_channel_blocks_runs_on_amx_tiles(geometry):
+    """tdpbsud on the packed data, the tile permission asked of Linux and the tile configuration loaded
+    before the first tile instruction, and again in every iteration of a parallel loop (each thread has its
+    own configuration)."""
+    _, module, _ = case(geometry)
+    _, phases = build(module, AMX_CPU)
+    [kernel] = [k for k in kernel_scripts(phases) if "tdpbsud" in k]
+    assert '"modelbuild.refused_steps": 0' in kernel
+    assert re.search(r'T.call_extern\("int64", "syscall", T.int64\(158\), T.int64\(4131\), T.int64\(18\)\)', kernel)
+    first_tile = kernel.index("llvm.x86.tileloadd64")
+    assert kernel.index("llvm.x86.ldtilecfg") < first_tile
+    if geometry is GEOMETRIES[-1]:
+        parallel = kernel[kernel.index("T.parallel"):]
+        assert parallel.index("llvm.x86.ldtilecfg") < parallel.index("llvm.x86.tdpbsud")
+
+
+def test_a_conv_whose_steps_would_be_padded_stays_on_vnni():
+    """96 input channels would pad the second 64-channel step by half (measured 1.04x VNNI's time)."""
+    _, module, _ = case(((1, 96, 8, 32), (32, 96, 3, 3), (1, 1), (1, 1, 1, 1), "int8"))
+    _, phases = build(module, AMX_CPU)
+    kernels = kernel_scripts(phases)
+    assert not any("tdpbsud" in k for k in kernels)
+    assert any("vnni_conv" in k and "vpdpbusd" in k for k in kernels)
+
+
+@pytest.mark.parametrize("geometry", GEOMETRIES, ids=IDS)
+def test_the_amx_library_runs_bit_exact_on_an_amx_host(geometry):
+    import tvm
+    from tvm import relax
+
+    if not host_has_amx():
+        pytest.skip("this CPU has no AMX tiles: the AMX library is compiled and inspected, not run")
+    x, module, want = case(geometry)
+    executable, _ = build(module, AMX_CPU)
+    got = relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+    assert np.array_equal(got, want)
+
+
+THREADED_RUN = """
+import numpy as np, tvm
+from tvm import relax
+from tests.test_amx_conv_tvm import AMX_CPU, GEOMETRIES, VNNI_CPU, build, case
+x, module, want = case(GEOMETRIES[-1])
+run = lambda executable: relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+run(build(module, VNNI_CPU)[0])
+print("exact" if np.array_equal(run(build(module, AMX_CPU)[0]), want) else "differs")
+"""
+
+
+def test_every_worker_thread_configures_its_tiles():
+    """Worker threads started before the AMX kernel first runs (here by a VNNI kernel, as in any process that
+    ran another model first) have no tile configuration: a thread started after the kernel's first one
+    inherits it (Linux copies the register state into a new thread), one started before dies of an illegal
+    instruction at its first tile load unless the kernel configures each thread. TVM_NUM_THREADS, read when
+    the pool starts, so in a process of its own."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if not host_has_amx():
+        pytest.skip("this CPU has no AMX tiles")
+    env = {**os.environ, "TVM_NUM_THREADS": "2"}
+    done = subprocess.run([sys.executable, "-c", THREADED_RUN], env=env, capture_output=True, text=True,
+                          cwd=Path(__file__).parent.parent, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "exact"
+
+
+def test_the_tile_configuration_is_palette_1_with_every_tile_16_rows_of_64_bytes():
+    from modelbuild.compiler.kernels.amx_conv import tile_config_words
+
+    config = b"".join(word.to_bytes(8, "little") for word in tile_config_words())
+    assert config[0] == 1 and not any(config[1:16])
+    assert [int.from_bytes(config[16 + 2 * t:18 + 2 * t], "little") for t in range(16)] == [64] * 8 + [0] * 8
+    assert list(config[48:64]) == [16] * 8 + [0] * 8
