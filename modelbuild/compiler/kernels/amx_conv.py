@@ -4,13 +4,16 @@ instruction where vpdpbusd does 64.
 
 The conv is computed in packed_conv.py's layouts with column lanes, 16 input-channel groups (64 channels) a
 step: a data tile's row is one group of 4 channels for 16 neighbouring output columns, 64 contiguous bytes of
-the packed data (the rows a channel group's plane apart); a weight tile's row is one output channel's 64
-input channels, packed [O/16, C/64, KH, KW, 16, 16, 4]; the sum tile is 16 output channels by 16 columns,
+the packed data, packed [N, C/64, H, stride, 16, W, 4] so that a tile's 16 rows lie a packed row apart (a few
+KB), not a channel plane (over 100 KB on the detector's larger maps); a weight tile's row is one output
+channel's 64 input channels, packed [O/16, C/64, KH, KW, 16, 16, 4]; the sum tile is 16 output channels by 16 columns,
 the accumulators of column lanes. Input channels are padded to a multiple of 64 (zero weights), output
 channels to 16, columns to 16. Data is shifted into uint8 as for VNNI.
 
-The sum tile is loaded and stored around every step (the tensor intrinsic works on memory): measured in C on
-this kind of CPU, 275-400 G multiply-adds per second per core with it so, against ~97 G for vpdpbusd.
+A tensor intrinsic works on memory, so the sum tile is loaded and stored once per tile, around all its taps
+and blocks of channels (register_intrinsic). Measured in C on this kind of CPU, tdpbsud with every tile loaded
+from L1 runs 275-400 G multiply-adds per second per core, against ~97 G for vpdpbusd; the convs measured
+whole (packing and epilogue included) run in 0.43x-0.69x of VNNI's time (see eligible).
 
 AMX needs two things no other kernel does:
 - the process's permission to use the tile registers, asked of Linux (arch_prctl ARCH_REQ_XCOMP_PERM, since
@@ -24,15 +27,14 @@ both to the scheduled function.
 from __future__ import annotations
 
 from modelbuild.compiler.kernels import packed_conv
-from modelbuild.compiler.kernels.packed_conv import (
-    block_names, epilogue_at, extent, parallel, reduction_length, tensorize_reduction,
-)
+from modelbuild.compiler.kernels.packed_conv import block_names, epilogue_at, extent, parallel, reduction_length
 
 AMX = packed_conv.Instruction("amx", lanes=16, data_dtype="uint8", group_block=16)
 BLOCKS = (AMX.column_block,)  # default_schedule recognises the kernel by it
 STAGING_BLOCKS = AMX.staging_blocks
 ROWS, ROW_BYTES = 16, 64  # every tile: 16 rows of 64 bytes
 SUMS, WEIGHTS, DATA = 0, 4, 6  # tile registers
+MIN_COLUMN_SHARE = 0.6  # of a row's 16-column tiles, output columns (10 of 16 ran 0.93x VNNI's time, 7 1.17x)
 # Linux's arch_prctl: ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA
 SYS_ARCH_PRCTL, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA = 158, 0x1023, 18
 
@@ -47,33 +49,45 @@ def supported(target) -> bool:
 
 
 def eligible(call) -> bool:
-    """A conv packed_conv takes whose every step is whole: input channels a multiple of 64, output channels a
-    multiple of 16, and at least half of each row's 16-column tiles output columns. Measured against VNNI
-    (2 cores, bit-identical): 64 -> 64 3x3 at 56x56 0.62x, 128 -> 128 3x3 at 29x29 0.49x, 128 -> 128 1x1 at
-    76x100 0.81x, 256 -> 64 1x1 0.85x, 256 -> 256 3x3 at 10x10 0.85x, 64 -> 64 1x1 at 56x56 1.02x; and
-    slower where steps or tiles are padded: 96 -> 96 3x3 at 26x26 1.04x, 48 -> 48 3x3 1.12x, 96 -> 24 3x3 at
-    160x160 1.11x, 32 -> 64 3x3 stride 2 1.63x, 512 -> 512 1x1 at 7x7 (16 columns for 7) 1.17x."""
+    """A conv packed_conv takes whose every step is whole (input channels a multiple of 64, output channels
+    of 16), with two steps or more per tile of sums (blocks of 64 channels times taps), and at least
+    MIN_COLUMN_SHARE of its rows' 16-column tiles output columns. Measured against VNNI (2 cores, bit-
+    identical, one run): 3x3 64 -> 64 at 56x56 0.48x, 128 -> 128 at 29x29 0.43x, 64 -> 32 at 160x160 0.50x,
+    64 -> 64 stride 2 to 40x40 0.69x, 256 -> 256 at 10x10 0.93x; 1x1 256 -> 64 at 76x100 0.53x, 128 -> 128
+    0.69x. Slower or no faster: a 1x1 conv of one step, 64 -> 64 at 56x56 0.95x and 64 -> 256 at 40x40 1.09x;
+    padded steps, 96 -> 96 3x3 at 26x26 1.04x, 48 -> 48 1.12x, 32 -> 64 stride 2 1.63x (a tile of sums per
+    tap then); 512 -> 512 1x1 at 7x7, 16 columns computed for 7, 1.17x."""
     if not packed_conv.eligible(call):
         return False
-    out_ch, in_ch = (int(d) for d in call.args[1].ty.shape.values[:2])
+    out_ch, in_ch, kh, kw = (int(d) for d in call.args[1].ty.shape.values)
     out_w = int(call.ty.shape.values[3])
-    return (in_ch % (AMX.group * AMX.group_block) == 0 and out_ch % AMX.lanes == 0
-            and packed_conv.lanes_width(out_w, AMX.lanes) <= 2 * out_w)
+    step = AMX.group * AMX.group_block
+    return (in_ch % step == 0 and out_ch % AMX.lanes == 0 and in_ch // step * kh * kw >= 2
+            and out_w >= MIN_COLUMN_SHARE * packed_conv.lanes_width(out_w, AMX.lanes))
 
 
 def schedule(sch, cores: int) -> None:
-    """Tensorise the reduction with tdpbsud, a 16 x 16 tile of sums per step; the epilogue per row tile as
-    for VNNI (packed_conv.epilogue_at); padded data packed 16 columns x 4 channels per shuffle."""
+    """Tensorise each 16 x 16 tile of sums with tdpbsud over every tap and block of 64 input channels, the
+    sums in a tile register throughout (register_intrinsic); the epilogue per row tile as for VNNI
+    (packed_conv.epilogue_at); padded data packed 16 columns x 4 channels per shuffle."""
     block = sch.get_sblock(AMX.column_block)
+    taps = sch.get(block).annotations
     b, o, h, col, rc, rh, rw, rg, ri = sch.get_loops(block)
-    intrinsic = register_intrinsic(extent(sch, rc))
     ob, oi = sch.split(o, factors=[None, AMX.lanes])
     col_outer, col_inner = sch.split(col, factors=[None, AMX.lanes])
-    sch.reorder(b, ob, h, col_outer, rh, rw, oi, col_inner, rc, rg, ri)
-    outputs = extent(sch, b) * extent(sch, ob) * AMX.lanes * extent(sch, h) * extent(sch, col_outer) * AMX.lanes
+    pixels, channels = extent(sch, h) * extent(sch, col_outer) * AMX.lanes, extent(sch, ob) * AMX.lanes
+    rows_first = packed_conv.rows_outermost(sch, AMX, extent(sch, rh) * extent(sch, rw), pixels, channels)
+    parallel_loops = packed_conv.reorder_outer(sch, block, rows_first, b, ob, h, col_outer, oi, col_inner, rc, rh,
+                                               rw, rg, ri)
+    macs = extent(sch, b) * pixels * channels * reduction_length(sch, AMX.group * AMX.group_block, rc, rh, rw)
     epilogue_at(sch, block, col_outer, AMX.lanes, row=h)
-    parallel(sch, AMX, cores, outputs * reduction_length(sch, AMX.group * AMX.group_block, rc, rh, rw), b, ob, h)
-    tensorize_reduction(sch, block, rh, oi, intrinsic)
+    parallel(sch, AMX, cores, macs, *parallel_loops)
+    sch.decompose_reduction(block, oi)
+    sch.vectorize(sch.get_loops(sch.get_sblock(f"{AMX.column_block}_init"))[-1])
+    tile = sch.blockize(oi)
+    _, data, weights = (_extents(region) for region in sch.get(tile).reads)
+    sch.tensorize(tile, register_intrinsic(data, weights, [int(d) for d in taps["dilation"]],
+                                           int(taps["stride"][1])))
     if AMX.pad_block in block_names(sch):
         packed_conv.schedule_padding(sch, AMX)
 
@@ -83,89 +97,79 @@ def finish(func):
     return configure_tiles(func)
 
 
+def _extents(region) -> tuple[int, ...]:
+    """The extents of a tile's region of packed data or weights, less the batch or block of output channels:
+    data (blocks, rows, phases, 16 groups, columns, 4), weights (blocks, KH, KW, 16, 16, 4)."""
+    return tuple(int(r.extent) for r in region.region[1:])
+
+
 _registered: set[str] = set()
 
 
-def register_intrinsic(blocks: int) -> str:
-    """sums[o, col] += sum over r, g, k of data[r, g, col, k] * weights[r, o, g, k] for `blocks` blocks r of
-    64 input channels: the sum tile loaded, a tdpbsud (signed weights, unsigned data) per block, the sum tile
-    stored. Registered once per count of blocks."""
-    name = f"modelbuild_amx_16x16x64x{blocks}"
-    if name in _registered:
-        return name
+def register_intrinsic(data: tuple[int, ...], weights: tuple[int, ...], dilation: list[int], stride: int) -> str:
+    """The tensor intrinsic for one conv's tile of sums: sums[o, col] += data[r, rh * dh, phase, g, col +
+    shift, k] * weights[r, rh, rw, o, g, k] summed over its blocks r of 64 input channels, its taps (rh, rw)
+    (phase and shift: column rw * dw of stride `stride`) and the 16 groups g of 4 channels k. Its
+    implementation loads the sum tile once, runs one tdpbsud per block and tap, and stores the sums once
+    (loaded and stored around each tap instead, 3x3 convs ran 0.62x-0.86x of VNNI's time, now 0.43x-0.50x).
+    `data` and `weights` are the extents of the regions TVM computed for the scheduled tile, so the
+    description matches them by construction.
+    Written as TVMScript text because a tap loop of one iteration has no iteration variable in the scheduled
+    block, and TVMScript binds variables only in straight-line code."""
     from tvm.s_tir import TensorIntrin
     from tvm.script import tirx as T
+    from tvm.script.parser import parse
 
-    lanes, groups, group = AMX.lanes, AMX.group_block, AMX.group
+    blocks, kh, kw = weights[0], weights[1], weights[2]
+    (dh, dw), lanes = dilation, AMX.lanes
+    name = f"modelbuild_amx_{'x'.join(map(str, data))}_{blocks}x{kh}x{kw}_d{dh}x{dw}_s{stride}"
+    if name in _registered:
+        return name
+    loops = {"r": blocks, "h": kh, "w": kw}
+    var = {axis: f"v{axis}" if n > 1 else "0" for axis, n in loops.items()}
+    bound = [axis for axis, n in loops.items() if n > 1]
 
-    def tile(kind: str, number: int, pointer, stride):
-        return T.call_llvm_intrin("void", f"llvm.x86.{kind}", T.int8(number), pointer, stride)
+    def data_at(r, h, w, g, col, k):
+        return f"{r}, {h} * {dh}, T.floormod({w} * {dw}, {stride}), {g}, {col} + T.floordiv({w} * {dw}, {stride}), {k}"
 
-    @T.prim_func(s_tir=True)
-    def description(a: T.handle, b: T.handle, c: T.handle) -> None:
-        data_block, data_row, data_phase, data_group = T.int64(), T.int64(), T.int64(), T.int64()
-        weight_block, weight_row, weight_column = T.int64(), T.int64(), T.int64()
-        sum_stride, sum_row_stride = T.int64(), T.int64()
-        data = T.match_buffer(a, (blocks, 1, 1, groups, lanes, group), "uint8", offset_factor=1,
-                              strides=[data_block, data_row, data_phase, data_group, group, 1])
-        weights = T.match_buffer(b, (blocks, 1, 1, lanes, groups, group), "int8", offset_factor=1,
-                                 strides=[weight_block, weight_row, weight_column, groups * group, group, 1])
-        sums = T.match_buffer(c, (lanes, 1, lanes), "int32", strides=[sum_stride, sum_row_stride, 1], offset_factor=1)
-        with T.sblock("root"):
-            T.reads(sums[0:lanes, 0, 0:lanes], data[0:blocks, 0, 0, 0:groups, 0:lanes, 0:group],
-                    weights[0:blocks, 0, 0, 0:lanes, 0:groups, 0:group])
-            T.writes(sums[0:lanes, 0, 0:lanes])
-            for o, col, r, g, k in T.grid(lanes, lanes, blocks, groups, group):
-                with T.sblock("update"):
-                    vo, vcol, vr, vg, vk = T.axis.remap("SSRRR", [o, col, r, g, k])
-                    sums[vo, 0, vcol] = sums[vo, 0, vcol] + T.cast(data[vr, 0, 0, vg, vcol, vk], "int32") * T.cast(
-                        weights[vr, 0, 0, vo, vg, vk], "int32")
-
-    @T.prim_func(s_tir=True)
-    def one_block_description(a: T.handle, b: T.handle, c: T.handle) -> None:
-        # the scheduled block keeps a loop of one block but binds no iteration variable to it
-        data_block, data_row, data_phase, data_group = T.int64(), T.int64(), T.int64(), T.int64()
-        weight_block, weight_row, weight_column = T.int64(), T.int64(), T.int64()
-        sum_stride, sum_row_stride = T.int64(), T.int64()
-        data = T.match_buffer(a, (blocks, 1, 1, groups, lanes, group), "uint8", offset_factor=1,
-                              strides=[data_block, data_row, data_phase, data_group, group, 1])
-        weights = T.match_buffer(b, (blocks, 1, 1, lanes, groups, group), "int8", offset_factor=1,
-                                 strides=[weight_block, weight_row, weight_column, groups * group, group, 1])
-        sums = T.match_buffer(c, (lanes, 1, lanes), "int32", strides=[sum_stride, sum_row_stride, 1], offset_factor=1)
-        with T.sblock("root"):
-            T.reads(sums[0:lanes, 0, 0:lanes], data[0:blocks, 0, 0, 0:groups, 0:lanes, 0:group],
-                    weights[0:blocks, 0, 0, 0:lanes, 0:groups, 0:group])
-            T.writes(sums[0:lanes, 0, 0:lanes])
-            for o, col, r, g, k in T.grid(lanes, lanes, 1, groups, group):
-                with T.sblock("update"):
-                    vo, vcol, vg, vk = T.axis.remap("SSRR", [o, col, g, k])
-                    sums[vo, 0, vcol] = sums[vo, 0, vcol] + T.cast(data[0, 0, 0, vg, vcol, vk], "int32") * T.cast(
-                        weights[0, 0, 0, vo, vg, vk], "int32")
-
-    @T.prim_func(s_tir=True)
-    def implementation(a: T.handle, b: T.handle, c: T.handle) -> None:
-        data_block, data_row, data_phase, data_group = T.int64(), T.int64(), T.int64(), T.int64()
-        weight_block, weight_row, weight_column = T.int64(), T.int64(), T.int64()
-        sum_stride, sum_row_stride = T.int64(), T.int64()
-        data = T.match_buffer(a, (blocks, 1, 1, groups, lanes, group), "uint8", offset_factor=1,
-                              strides=[data_block, data_row, data_phase, data_group, group, 1])
-        weights = T.match_buffer(b, (blocks, 1, 1, lanes, groups, group), "int8", offset_factor=1,
-                                 strides=[weight_block, weight_row, weight_column, groups * group, group, 1])
-        sums = T.match_buffer(c, (lanes, 1, lanes), "int32", strides=[sum_stride, sum_row_stride, 1], offset_factor=1)
-        with T.sblock("root"):
-            T.reads(sums[0:lanes, 0, 0:lanes], data[0:blocks, 0, 0, 0:groups, 0:lanes, 0:group],
-                    weights[0:blocks, 0, 0, 0:lanes, 0:groups, 0:group])
-            T.writes(sums[0:lanes, 0, 0:lanes])
-            T.evaluate(tile("tileloadd64", SUMS, T.address_of(sums[0, 0, 0]), sum_stride * 4))
-            for r in range(blocks):
-                T.evaluate(tile("tileloadd64", WEIGHTS, T.address_of(weights[r, 0, 0, 0, 0, 0]), T.int64(ROW_BYTES)))
-                T.evaluate(tile("tileloadd64", DATA, T.address_of(data[r, 0, 0, 0, 0, 0]), data_group))
-                T.evaluate(T.call_llvm_intrin("void", "llvm.x86.tdpbsud", T.int8(SUMS), T.int8(WEIGHTS),
-                                              T.int8(DATA)))
-            T.evaluate(tile("tilestored64", SUMS, T.address_of(sums[0, 0, 0]), sum_stride * 4))
-
-    TensorIntrin.register(name, description if blocks > 1 else one_block_description, implementation,
-                          override=True)
+    header = f"""
+@T.prim_func(s_tir=True)
+def intrinsic(a: T.handle, b: T.handle, c: T.handle):
+    s0, s1, s2, s3, s4 = T.int64(), T.int64(), T.int64(), T.int64(), T.int64()
+    sum_stride, sum_row_stride = T.int64(), T.int64()
+    data = T.match_buffer(a, {data}, "uint8", strides=[s0, s1, s2, s3, 4, 1], offset_factor=1)
+    weights = T.match_buffer(b, {weights}, "int8", offset_factor=1)
+    sums = T.match_buffer(c, ({lanes}, 1, {lanes}), "int32", strides=[sum_stride, sum_row_stride, 1],
+                          offset_factor=1)
+    with T.sblock("root"):
+        T.reads(sums[0:{lanes}, 0, 0:{lanes}], {', '.join(f'{x}[{", ".join(f"0:{d}" for d in shape)}]'
+                                                           for x, shape in (('data', data), ('weights', weights)))})
+        T.writes(sums[0:{lanes}, 0, 0:{lanes}])
+"""
+    description = header + f"""
+        for o, col, r, h, w, g, k in T.grid({lanes}, {lanes}, {blocks}, {kh}, {kw}, {AMX.group_block}, {AMX.group}):
+            with T.sblock("update"):
+                vo, vcol, {''.join(f'v{axis}, ' for axis in bound)}vg, vk = T.axis.remap(
+                    "SS{'R' * len(bound)}RR", [o, col, {''.join(f'{axis}, ' for axis in bound)}g, k])
+                sums[vo, 0, vcol] = sums[vo, 0, vcol] + (
+                    T.Cast("int32", data[{data_at(var['r'], var['h'], var['w'], 'vg', 'vcol', 'vk')}])
+                    * T.Cast("int32", weights[{var['r']}, {var['h']}, {var['w']}, vo, vg, vk]))
+"""
+    implementation = header + f"""
+        T.evaluate(T.call_llvm_intrin("void", "llvm.x86.tileloadd64", T.int8({SUMS}), T.address_of(sums[0, 0, 0]),
+                                      sum_stride * 4))
+        for r, h, w in T.grid({blocks}, {kh}, {kw}):
+            T.evaluate(T.call_llvm_intrin("void", "llvm.x86.tileloadd64", T.int8({WEIGHTS}),
+                                          T.address_of(weights[r, h, w, 0, 0, 0]), T.int64({ROW_BYTES})))
+            T.evaluate(T.call_llvm_intrin("void", "llvm.x86.tileloadd64", T.int8({DATA}),
+                                          T.address_of(data[{data_at('r', 'h', 'w', 0, 0, 0)}]), s3))
+            T.evaluate(T.call_llvm_intrin("void", "llvm.x86.tdpbsud", T.int8({SUMS}), T.int8({WEIGHTS}),
+                                          T.int8({DATA})))
+        T.evaluate(T.call_llvm_intrin("void", "llvm.x86.tilestored64", T.int8({SUMS}), T.address_of(sums[0, 0, 0]),
+                                      sum_stride * 4))
+"""
+    parsed = [parse(text, extra_vars={"T": T}, s_tir=True) for text in (description, implementation)]
+    TensorIntrin.register(name, *parsed, override=True)
     _registered.add(name)
     return name
 

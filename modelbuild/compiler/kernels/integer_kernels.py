@@ -6,7 +6,9 @@ every module; the quantize stage's graph rewrite that creates these operators is
 from __future__ import annotations
 
 from modelbuild.compiler.integer_ops import constant_value
-from modelbuild.compiler.kernels import amx_conv, avx2_conv, packed_conv, packed_matmul, sdot_conv, vnni_conv, vnni_depthwise
+from modelbuild.compiler.kernels import (
+    amx_conv, avx2_conv, packed_conv, packed_matmul, sdot_conv, vnni_conv, vnni_depthwise,
+)
 
 
 def legalize_quantize(bb, call):

@@ -284,9 +284,11 @@ def compute(x, w, correction, instruction: Instruction, *, strides, padding, dil
 
     if by_column:
         tile = lanes if group_block > 1 else channel_tile(channels, lanes)
+        # a tile instruction's schedule writes its tensor intrinsic for the conv's taps
+        taps = {"dilation": [dh, dw], "stride": [sh, sw]} if group_block > 1 else None
         acc = te.compute((n, ceil_div(channels, tile) * tile, out_h, computed_w),
                          lambda b, o, h, col: product(b, o // lanes, o % lanes, h, col),
-                         name=instruction.column_block)
+                         name=instruction.column_block, attrs=taps)
         unpacked = lambda b, o, h, col: acc[b, o, h, col]
     else:
         acc = te.compute((n, ceil_div(channels, lanes), out_h, out_w, lanes),
@@ -330,20 +332,31 @@ def schedule_column_lanes(sch, instruction: Instruction, cores: int, intrinsic: 
     ob, oi = sch.split(o, factors=[None, tile])
     vectors = largest_divisor(extent(sch, col) // lanes, vectors)
     col_outer, col_vector, col_inner = sch.split(col, factors=[None, vectors, lanes])
-    if (extent(sch, rh) * extent(sch, rw) == 1 and pixels > extent(sch, ob) * tile  # data outweighs weights
-            and not store_bound(sch, instruction)):
-        sch.reorder(b, h, ob, col_outer, rc, rh, rw, oi, col_vector, col_inner, ri)
-        # an epilogue per row sits between the row's loop and its channel blocks: only the rows run in parallel
-        parallel_loops = (b, h) if _ends_past_output(sch.copy(), block, col_outer) else (b, h, ob)
-    else:
-        sch.reorder(b, ob, h, col_outer, rc, rh, rw, oi, col_vector, col_inner, ri)
-        parallel_loops = (b, ob, h)
+    rows_first = rows_outermost(sch, instruction, extent(sch, rh) * extent(sch, rw), pixels, extent(sch, ob) * tile)
+    parallel_loops = reorder_outer(sch, block, rows_first, b, ob, h, col_outer, rc, rh, rw, oi, col_vector,
+                                   col_inner, ri)
     outputs = extent(sch, b) * extent(sch, ob) * extent(sch, h) * extent(sch, col_outer) * tile * vectors * lanes
     epilogue_at(sch, block, col_outer, lanes, row=h)
     parallel(sch, instruction, cores, outputs * reduction_length(sch, instruction.group, rc, rh, rw), *parallel_loops)
     sch.unroll(oi)
     sch.unroll(col_vector)
     tensorize_reduction(sch, block, rc, col_inner, intrinsic)
+
+
+def rows_outermost(sch, instruction: Instruction, taps: int, pixels: int, channels: int) -> bool:
+    """Whether a conv's rows are its outermost loop, its blocks of output channels inside them (see
+    schedule_column_lanes): a 1x1 conv whose data outweighs its weights, unless bound by its stores."""
+    return taps == 1 and pixels > channels and not store_bound(sch, instruction)
+
+
+def reorder_outer(sch, block, rows_first: bool, b, ob, h, col_outer, *inner) -> tuple:
+    """The conv's loops in order, rows or blocks of output channels outermost; the loops to run in parallel."""
+    if rows_first:
+        sch.reorder(b, h, ob, col_outer, *inner)
+        # an epilogue per row sits between the row's loop and its channel blocks: only the rows run in parallel
+        return (b, h) if _ends_past_output(sch.copy(), block, col_outer) else (b, h, ob)
+    sch.reorder(b, ob, h, col_outer, *inner)
+    return b, ob, h
 
 
 def store_bound(sch, instruction: Instruction) -> bool:
