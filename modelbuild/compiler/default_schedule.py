@@ -23,9 +23,10 @@ element-wise chains, reductions):
   4-lane vectors with a bounds select compiled to masked gathers (the classifier's fp32 build: 0.82 ->
   0.75 ms);
 - the outermost spatial loops of a kernel with enough work are fused and run in parallel;
-- an int8 conv legalised for a dot-product instruction gets its own schedule (AVX-512 VNNI: vnni_conv.py,
-  vnni_depthwise.py; Arm's sdot: sdot_conv.py), and so does a softmax over long rows (softmax.py); where
-  one does not fit its kernel (a fused epilogue it does not expect), the kernel gets the generic steps.
+- an int8 conv legalised for a dot-product instruction gets its own schedule (AMX tiles: amx_conv.py;
+  AVX-512 VNNI: vnni_conv.py, vnni_depthwise.py; Arm's sdot: sdot_conv.py), and so does a softmax over long
+  rows (softmax.py); where one does not fit its kernel (a fused epilogue it does not expect), the kernel
+  gets the generic steps.
 Each step runs on a copy of the schedule and is kept only if TVM accepts it, so an unusual kernel keeps a
 simpler schedule rather than failing the build.
 """
@@ -34,7 +35,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from modelbuild.compiler.kernels import amx_conv, avx2_conv, nearest_upsample, sdot_conv, softmax, vnni_conv, vnni_depthwise
+from modelbuild.compiler.kernels import (
+    amx_conv, avx2_conv, nearest_upsample, sdot_conv, softmax, vnni_conv, vnni_depthwise,
+)
 
 VECTOR_LANES = 16  # float32 lanes of AVX-512; narrower vector units run the loop in several instructions
 WHOLE_ROW_LANES = 8 * VECTOR_LANES  # rows up to this long are vectorised whole when 16 does not divide them
@@ -43,9 +46,10 @@ PARALLEL_MIN_WORK = 1 << 18  # spatial iterations below which a parallel region 
 # is unchanged, its kernels being far larger)
 SHORT_REDUCTION = 25  # steps per output up to which padding is computed inside the reduction (5x5 taps)
 PARALLEL_MIN_MACS = 1 << 20  # the same for a reduction, counted in multiply-adds
-# kernels legalised with blocks of these names have their own schedule(sch, cores)
-HAND_WRITTEN = ((amx_conv, amx_conv.BLOCKS), (vnni_conv, vnni_conv.BLOCKS), (sdot_conv, sdot_conv.BLOCKS), (avx2_conv, avx2_conv.BLOCKS),
-                (vnni_depthwise, (vnni_depthwise.BLOCK,)), (softmax, softmax.BLOCKS))
+# kernels legalised with blocks of these names have their own schedule(sch, cores), and some a finish(func)
+# for what the scheduled function needs besides its loops (amx_conv: the tile state)
+HAND_WRITTEN = ((amx_conv, amx_conv.BLOCKS), (vnni_conv, vnni_conv.BLOCKS), (sdot_conv, sdot_conv.BLOCKS),
+                (avx2_conv, avx2_conv.BLOCKS), (vnni_depthwise, (vnni_depthwise.BLOCK,)), (softmax, softmax.BLOCKS))
 
 
 @dataclass(frozen=True)
