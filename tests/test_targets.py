@@ -33,6 +33,28 @@ def test_a_library_runs_here_only_where_the_cpu_has_what_its_code_may_use(target
     assert why_not_run_here(target, {f.replace("_", "") for f in host}) == reason
 
 
+@pytest.mark.parametrize("cpu, flags, extensions", [
+    ("rocketlake", AVX512_HOST | {"amx_tile", "amx_int8", "amx_bf16"}, ["+amx-tile", "+amx-int8"]),  # a VM
+    ("sapphirerapids", AVX512_HOST | {"amx_tile", "amx_int8"}, []),  # the name implies them
+    ("rocketlake", AVX512_HOST | {"amx_tile"}, []),  # tiles without their int8 products
+    ("icelake-server", AVX512_HOST, []),
+])
+def test_host_adds_the_tile_extensions_its_cpu_name_leaves_out(cpu, flags, extensions):
+    from modelbuild.recipe.targets import host_extensions
+
+    assert host_extensions(cpu, {f.replace("_", "") for f in flags}) == extensions
+
+
+def test_a_host_target_resolves_with_the_extensions_after_those_the_recipe_lists(tmp_path, monkeypatch):
+    from modelbuild.recipe.targets import resolve_target
+
+    monkeypatch.setattr("modelbuild.recipe.targets.resolve_host_cpu", lambda memo: "rocketlake")
+    monkeypatch.setattr("modelbuild.recipe.targets.host_features", lambda: {"avx512f", "amxtile", "amxint8"})
+    resolved = resolve_target({"kind": "llvm", "mcpu": "host", "mattr": ["+avx512f"]}, tmp_path / "cpu.json")
+    assert (resolved["mcpu"], resolved["mattr"]) == ("rocketlake", ["+avx512f", "+amx-tile", "+amx-int8"])
+    assert needed_features(resolved) == ["avx2", "avx512f", "avx512vnni", "amxtile", "amxint8"]
+
+
 def test_arm_targets_need_no_x86_extension():
     assert needed_features({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "neoverse-n1"}) == []
 

@@ -177,6 +177,16 @@ def _ask_llvm_for_host_cpu() -> str:
     return proc.stdout.strip().splitlines()[-1]
 
 
+def host_extensions(cpu: str, features: set[str]) -> list[str]:
+    """The AMX tile extensions this CPU has (its /proc/cpuinfo flags, less underscores) that LLVM's name for
+    it does not imply, as mattr: LLVM names a CPU from its model number, and a virtual machine's may say
+    less than its flags (a Sapphire Rapids VM with amx_tile and amx_int8 is "rocketlake" to LLVM). As with
+    clang's -march=native, "host" means all the CPU has; the int8 convs take the tiles (amx_conv.py)."""
+    if cpu in _AMX_INT8 or not {"amxtile", "amxint8"} <= features:
+        return []
+    return ["+amx-tile", "+amx-int8"]
+
+
 def resolve_host_cpu(memo_path: Path) -> str:
     """LLVM's name for this machine's CPU, memoised per CPU and TVM version.
 
@@ -198,11 +208,17 @@ def resolve_host_cpu(memo_path: Path) -> str:
 
 
 def resolve_target(target: dict, memo_path: Path) -> dict:
-    """The target table as it enters cache keys: `mcpu = "host"` replaced by the real CPU name, and the
-    linker of its library with that linker's version (a new compiler links different bytes)."""
+    """The target table as it enters cache keys: `mcpu = "host"` replaced by the real CPU name (and the tile
+    extensions that name leaves out, host_extensions), and the linker of its library with that linker's
+    version (a new compiler links different bytes)."""
     resolved = dict(target)
     if target.get("mcpu") == HOST:
         resolved["mcpu"] = resolve_host_cpu(memo_path)
+        extensions = host_extensions(resolved["mcpu"], host_features())
+        if extensions:
+            mattr = target.get("mattr") or []
+            mattr = mattr if isinstance(mattr, list) else [mattr]
+            resolved["mattr"] = [*mattr, *(attr for attr in extensions if attr not in mattr)]
     command = linker_command(target)
     if command:
         resolved[LINKER] = linker_identity(command, memo_path.parent / "linkers.json")
