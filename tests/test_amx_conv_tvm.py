@@ -17,7 +17,8 @@ AMX_CPU = {"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 2}
 GEOMETRIES = [  # (data shape, weight shape, strides, padding, data dtype)
     ((1, 128, 6, 32), (32, 128, 1, 1), (1, 1), (0, 0, 0, 0), "uint8"),  # two blocks of 64 input channels
     ((1, 128, 9, 16), (16, 128, 3, 3), (1, 1), (1, 1, 1, 1), "int8"),  # two blocks, padded 3x3
-    ((2, 64, 12, 40), (48, 64, 3, 3), (2, 2), (1, 0, 1, 1), "int8"),  # stride 2, uneven padding, 20 -> 32 columns
+    # stride 2, uneven padding, 20 -> 32 columns, 40 outputs -> 48
+    ((2, 64, 12, 40), (40, 64, 3, 3), (2, 2), (1, 0, 1, 1), "int8"),
     ((1, 64, 32, 32), (64, 64, 3, 3), (1, 1), (1, 1, 1, 1), "int8"),  # multiply-adds enough for both cores
 ]
 IDS = lambda g: f"{g[0][1]}x{g[1][0]}k{g[1][2]}s{g[2][0]}w{g[0][3]}{g[4]}"  # noqa: E731

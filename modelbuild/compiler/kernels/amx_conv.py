@@ -7,8 +7,9 @@ step: a data tile's row is one group of 4 channels for 16 neighbouring output co
 the packed data, packed [N, C/64, H, stride, 16, W, 4] so that a tile's 16 rows lie a packed row apart (a few
 KB), not a channel plane (over 100 KB on the detector's larger maps); a weight tile's row is one output
 channel's 64 input channels, packed [O/16, C/64, KH, KW, 16, 16, 4]; the sum tile is 16 output channels by 16 columns,
-the accumulators of column lanes. Input channels are padded to a multiple of 64 (zero weights), output
-channels to 16, columns to 16. Data is shifted into uint8 as for VNNI.
+the accumulators of column lanes. Output channels are padded to 16 and columns to 16 (computed and dropped),
+input channels to 64 (zero weights; the convs that would need it stay on VNNI, see eligible). Data is shifted
+into uint8 as for VNNI.
 
 A tensor intrinsic works on memory, so the sum tile is loaded and stored once per tile, around all its taps
 and blocks of channels (register_intrinsic). Measured in C on this kind of CPU, tdpbsud with every tile loaded
@@ -49,20 +50,22 @@ def supported(target) -> bool:
 
 
 def eligible(call) -> bool:
-    """A conv packed_conv takes whose every step is whole (input channels a multiple of 64, output channels
-    of 16), with two steps or more per tile of sums (blocks of 64 channels times taps), and at least
-    MIN_COLUMN_SHARE of its rows' 16-column tiles output columns. Measured against VNNI (2 cores, bit-
-    identical, one run): 3x3 64 -> 64 at 56x56 0.48x, 128 -> 128 at 29x29 0.43x, 64 -> 32 at 160x160 0.50x,
-    64 -> 64 stride 2 to 40x40 0.69x, 256 -> 256 at 10x10 0.93x; 1x1 256 -> 64 at 76x100 0.53x, 128 -> 128
-    0.69x. Slower or no faster: a 1x1 conv of one step, 64 -> 64 at 56x56 0.95x and 64 -> 256 at 40x40 1.09x;
-    padded steps, 96 -> 96 3x3 at 26x26 1.04x, 48 -> 48 1.12x, 32 -> 64 stride 2 1.63x (a tile of sums per
-    tap then); 512 -> 512 1x1 at 7x7, 16 columns computed for 7, 1.17x."""
+    """A conv packed_conv takes whose steps are whole (input channels a multiple of 64), with two steps or
+    more per tile of sums (blocks of 64 channels times taps), and at least MIN_COLUMN_SHARE of its rows'
+    16-column tiles output columns; output channels are padded to 16. Measured against VNNI (2 cores,
+    bit-identical, one process): 3x3 64 -> 64 at 56x56 0.48x, 128 -> 128 at 29x29 0.43x, 64 -> 32 at 160x160
+    0.50x, 64 -> 64 stride 2 to 40x40 0.69x, 256 -> 256 at 10x10 0.93x; 1x1 256 -> 64 at 76x100 0.53x,
+    128 -> 128 0.69x; with outputs padded, 64 -> 8 3x3 at 40x40 0.57x, 64 -> 40 0.62x, 64 -> 24 at 56x56
+    0.61x, 1x1 128 -> 40 at 80x80 0.72x, 256 -> 72 0.71x. Left on VNNI: a 1x1 conv of one step (64 -> 64 at
+    56x56 0.95x, 64 -> 256 at 40x40 1.09x); padded inputs, measured both ways (3x3 48 -> 48 0.61x, 96 -> 96
+    0.89x, 96 -> 24 at 160x160 0.90x, but 1x1 96 -> 96 at 80x80 1.16x, 32 -> 64 stride 2 1.28x, 160 -> 160
+    at 20x20 1.15x); 7 columns computed as 16 (512 -> 512 1x1 at 7x7 1.17x)."""
     if not packed_conv.eligible(call):
         return False
-    out_ch, in_ch, kh, kw = (int(d) for d in call.args[1].ty.shape.values)
+    _, in_ch, kh, kw = (int(d) for d in call.args[1].ty.shape.values)
     out_w = int(call.ty.shape.values[3])
     step = AMX.group * AMX.group_block
-    return (in_ch % step == 0 and out_ch % AMX.lanes == 0 and in_ch // step * kh * kw >= 2
+    return (in_ch % step == 0 and in_ch // step * kh * kw >= 2
             and out_w >= MIN_COLUMN_SHARE * packed_conv.lanes_width(out_w, AMX.lanes))
 
 
