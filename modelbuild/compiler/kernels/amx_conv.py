@@ -114,7 +114,7 @@ def register_intrinsic(data: tuple[int, ...], weights: tuple[int, ...], dilation
     shift, k] * weights[r, rh, rw, o, g, k] summed over its blocks r of 64 input channels, its taps (rh, rw)
     (phase and shift: column rw * dw of stride `stride`) and the 16 groups g of 4 channels k. Its
     implementation loads the sum tile once, runs one tdpbsud per block and tap, and stores the sums once
-    (loaded and stored around each tap instead, 3x3 convs ran 0.62x-0.86x of VNNI's time, now 0.43x-0.50x).
+    (loaded and stored around each tap instead, 3x3 convs ran 0.62x-0.86x of VNNI's time, now 0.43x-0.69x).
     `data` and `weights` are the extents of the regions TVM computed for the scheduled tile, so the
     description matches them by construction.
     Written as TVMScript text because a tap loop of one iteration has no iteration variable in the scheduled

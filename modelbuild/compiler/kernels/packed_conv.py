@@ -24,7 +24,9 @@ is bit-identical to the plain 8-bit x int8 -> int32 conv it replaces.
 
 This module also holds what the instructions share in scheduling: the two reduction schedules, the epilogue
 and the tensor intrinsics (one factory for both). Each instruction's module (vnni_conv.py, sdot_conv.py) says
-when it applies, which register tile it takes and how it packs padded data.
+when it applies, which register tile it takes and how it packs padded data. A tile instruction (AMX's
+tdpbsud, amx_conv.py) reduces 16 groups a step (`Instruction.group_block`), packed as its tiles want them,
+and writes its own tensor intrinsic.
 """
 
 from __future__ import annotations
