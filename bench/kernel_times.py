@@ -7,8 +7,9 @@ every kernel of the library is timed alone, as the roofline times the heaviest o
 call counts come from lowering the stage's input IR (the import or quantize stage's ir.json, found in the
 cache by node name) with modelbuild's own pipeline, which names the kernels as the compile stage did; a
 reshape that the library runs as a view of its input is no kernel and is not timed.
-Kernels are grouped by kind (VNNI conv, other conv, matmul, the rest by their first fused op) and summed per
-inference; a kernel alone runs with warm caches, so the sum is a little under the library's latency.
+Kernels are grouped by kind (AMX or VNNI conv, other conv, matmul, the rest by their first fused op) and
+summed per inference; a kernel alone runs with warm caches, so the sum is a little under the library's
+latency.
 
 With --pair and two builds, a float one then an int8 one, every conv of the second is printed beside the
 fastest conv of the first with the same geometry (channels, sizes, kernel; a depthwise conv by its channels
@@ -35,6 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # modelbuild, when
 
 
 def kind(name: str) -> str:
+    if "conv2d_amx" in name:
+        return "conv (AMX)"
     if "vnni" in name:
         return "matmul (VNNI)" if "matmul" in name else "conv (VNNI)"
     if "avx2" in name:
@@ -69,9 +72,13 @@ def kernels_of(ir: Path) -> tuple[collections.Counter, dict[str, list]]:
     from tvm.target import codegen
 
     from modelbuild.compiler import lowering
+    from modelbuild.recipe.targets import host_extensions, host_features
 
     module = tvm.ir.load_json(ir.read_text())
-    target = tvm.target.Target({"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu()})
+    cpu = codegen.llvm_get_system_cpu()
+    # as `mcpu = "host"` resolves: with the AMX extensions LLVM's CPU name may leave out, else the int8
+    # convs lower to VNNI kernels whose names the library (built with AMX kernels) does not have
+    target = tvm.target.Target({"kind": "llvm", "mcpu": cpu, "mattr": host_extensions(cpu, host_features())})
     with target, tvm.transform.PassContext(opt_level=3):
         phases = lowering.lower(module, target, fuse=True, layout="auto", schedule=True)
     calls = collections.Counter(call.kernel for call in lowering.launched_kernel_calls(phases.fused))
@@ -116,8 +123,8 @@ def conv_geometry(name: str, args: list) -> tuple | None:
         return None
     if "vnni_depthwise" in name:
         return ("depthwise", data[1], data[2], data[3], out[2], out[3])
-    if "vnni" in name or "avx2" in name:
-        if len(weight) != 6:
+    if "vnni" in name or "avx2" in name or "conv2d_amx" in name:
+        if len(weight) not in (6, 7):  # [O/lanes, C/group, KH, KW, lanes, group]; AMX's 16 groups a step more
             return None
         return pointwise_by_pixels((data[1], data[2], data[3], out[1], out[2], out[3], weight[2], weight[3]))
     if len(weight) != 4:
