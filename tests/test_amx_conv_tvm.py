@@ -94,6 +94,16 @@ def test_a_conv_that_would_fill_its_tiles_poorly_stays_on_vnni(shape, wshape):
     assert any("vnni_conv" in k and "vpdpbusd" in k for k in kernels)
 
 
+def test_a_sapphire_rapids_target_without_its_tiles_builds_vnni_convs():
+    """What `mcpu = "host"` resolves to on a Sapphire Rapids whose Linux grants no tiles (recipe/targets.py:
+    host_extensions): the same conv on VNNI."""
+    _, module, _ = case(GEOMETRIES[1])
+    _, phases = build(module, {**AMX_CPU, "mattr": ["-amx-tile", "-amx-int8"]})
+    kernels = kernel_scripts(phases)
+    assert not any("tdpbsud" in k for k in kernels)
+    assert any("vnni_conv" in k and "vpdpbusd" in k for k in kernels)
+
+
 @pytest.mark.parametrize("geometry", GEOMETRIES, ids=IDS)
 def test_the_amx_library_runs_bit_exact_on_an_amx_host(geometry):
     import tvm

@@ -23,6 +23,7 @@ AVX512_HOST = AVX2_HOST | {"avx512f", "avx512bw", "avx512vnni"}
     ({"kind": "llvm", "mcpu": "sapphirerapids"}, AVX512_HOST | {"amx_tile", "amx_int8"}, None),
     ({"kind": "llvm", "mcpu": "icelake-server", "mattr": ["+amx-int8"]}, AVX512_HOST,
      "built for mcpu icelake-server (avx2, avx512f, avx512vnni, amxint8); this CPU lacks amxint8"),
+    ({"kind": "llvm", "mcpu": "sapphirerapids", "mattr": ["-amx-tile", "-amx-int8"]}, AVX512_HOST, None),
     ({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a72"}, AVX512_HOST,
      "built for aarch64-linux-gnu; this machine is not that architecture"),
     ({"kind": "cuda", "arch": "sm_90"}, AVX512_HOST,
@@ -37,9 +38,10 @@ def test_a_library_runs_here_only_where_the_cpu_has_what_its_code_may_use(target
     ("rocketlake", AVX512_HOST | {"amx_tile", "amx_int8", "amx_bf16"}, ["+amx-tile", "+amx-int8"]),  # a VM
     ("sapphirerapids", AVX512_HOST | {"amx_tile", "amx_int8"}, []),  # the name implies them
     ("rocketlake", AVX512_HOST | {"amx_tile"}, []),  # tiles without their int8 products
+    ("sapphirerapids", AVX512_HOST, ["-amx-tile", "-amx-int8"]),  # a Linux that lists and grants no tiles
     ("icelake-server", AVX512_HOST, []),
 ])
-def test_host_adds_the_tile_extensions_its_cpu_name_leaves_out(cpu, flags, extensions):
+def test_host_adds_or_removes_the_tile_extensions_by_what_the_cpu_runs_here(cpu, flags, extensions):
     from modelbuild.recipe.targets import host_extensions
 
     assert host_extensions(cpu, {f.replace("_", "") for f in flags}) == extensions

@@ -101,6 +101,8 @@ def needed_features(target: dict) -> list[str]:
         name = str(attr).lstrip("+").replace("_", "").replace("-", "")
         if str(attr).startswith("+") and name.startswith(("avx", "amx")) and name not in needed:
             needed.append(name)
+        elif str(attr).startswith("-") and name in needed:  # taken away from what the mcpu implies
+            needed.remove(name)
     return needed
 
 
@@ -178,13 +180,16 @@ def _ask_llvm_for_host_cpu() -> str:
 
 
 def host_extensions(cpu: str, features: set[str]) -> list[str]:
-    """The AMX tile extensions this CPU has (its /proc/cpuinfo flags, less underscores) that LLVM's name for
-    it does not imply, as mattr: LLVM names a CPU from its model number, and a virtual machine's may say
-    less than its flags (a Sapphire Rapids VM with amx_tile and amx_int8 is "rocketlake" to LLVM). As with
-    clang's -march=native, "host" means all the CPU has; the int8 convs take the tiles (amx_conv.py)."""
-    if cpu in _AMX_INT8 or not {"amxtile", "amxint8"} <= features:
-        return []
-    return ["+amx-tile", "+amx-int8"]
+    """The AMX tile extensions to add to or remove from LLVM's name for this CPU, as mattr, by its
+    /proc/cpuinfo flags (less underscores). LLVM names a CPU from its model number: a virtual machine's may
+    say less than its flags (a Sapphire Rapids VM with amx_tile and amx_int8 is "rocketlake" to LLVM), and a
+    Sapphire Rapids under a Linux older than 5.16 (RHEL 8's 4.18) cannot use the tiles its name implies (the
+    kernel neither lists them nor grants them). As with clang's -march=native, "host" means what the CPU can
+    run here; the int8 convs take the tiles where it has them (amx_conv.py)."""
+    has_tiles = {"amxtile", "amxint8"} <= features
+    if cpu in _AMX_INT8:
+        return [] if has_tiles else ["-amx-tile", "-amx-int8"]
+    return ["+amx-tile", "+amx-int8"] if has_tiles else []
 
 
 def resolve_host_cpu(memo_path: Path) -> str:
