@@ -12,6 +12,7 @@ VNNI = Instruction("vnni", lanes=16, data_dtype="uint8")
 SDOT = Instruction("sdot", lanes=4, data_dtype="int8")
 AVX2 = Instruction("avx2", lanes=8, data_dtype="int16", group=2, weight_dtype="int16", accumulates=False)
 AMX = Instruction("amx", lanes=16, data_dtype="uint8", group_block=16)
+AMX_32 = Instruction("amx", lanes=16, data_dtype="uint8", group_block=8)
 
 
 def test_packed_weights_put_lanes_of_output_channels_by_4_input_channels_and_pad_with_zeros():
@@ -37,6 +38,15 @@ def test_weights_for_a_tile_instruction_put_64_input_channels_of_one_output_chan
     assert not packed[:, 1, :, :, :, 2:].any() and not packed[:, 1, :, :, :, 1, 2:].any()  # channels 70..127
     assert not packed[1, :, :, :, 4:].any()  # outputs 20..31
     assert correction.tolist() == (128 * weight.astype(np.int64).reshape(20, -1).sum(axis=1)).tolist()
+
+
+def test_weights_for_a_32_channel_tile_step_put_32_input_channels_of_one_output_channel_in_a_row():
+    """AMX's 32-channel step: [O/16, C/32, KH, KW, 16, 8, 4], a weight tile's row 32 bytes."""
+    weight = np.random.default_rng(3).integers(-128, 128, (16, 96, 1, 3)).astype(np.int8)
+    packed, _ = pack_weights(weight, AMX_32, shift=128)
+    assert packed.shape == (1, 3, 1, 3, 16, 8, GROUP)
+    for o, c, kw in [(0, 0, 0), (15, 95, 2), (7, 33, 1), (3, 64, 0)]:
+        assert packed[0, c // 32, 0, kw, o, c % 32 // GROUP, c % GROUP] == weight[o, c, 0, kw]
 
 
 def test_weights_for_a_16_bit_instruction_are_widened_and_paired():

@@ -3,18 +3,19 @@ int8 weights by a 64 x 16 tile of uint8 data into a 16 x 16 tile of int32 sums, 
 instruction where vpdpbusd does 64.
 
 The conv is computed in packed_conv.py's layouts with column lanes, 16 input-channel groups (64 channels) a
-step: a data tile's row is one group of 4 channels for 16 neighbouring output columns, 64 contiguous bytes of
-the packed data, packed [N, C/64, H, stride, 16, W, 4] so that a tile's 16 rows lie a packed row apart (a few
-KB), not a channel plane (over 100 KB on the detector's larger maps); a weight tile's row is one output
-channel's 64 input channels, packed [O/16, C/64, KH, KW, 16, 16, 4]; the sum tile is 16 output channels by 16 columns,
-the accumulators of column lanes. Output channels are padded to 16 and columns to 16 (computed and dropped),
-input channels to 64 (zero weights; the convs that would need it stay on VNNI, see eligible). Data is shifted
-into uint8 as for VNNI.
+step, or 8 (32 channels) where the channels are an odd multiple of 32: a data tile's row is one group of 4
+channels for 16 neighbouring output columns, 64 contiguous bytes of the packed data, packed
+[N, C/64, H, stride, 16, W, 4] so that a tile's rows lie a packed row apart (a few KB), not a channel plane
+(over 100 KB on the detector's larger maps); a weight tile's row is one output channel's 64 input channels,
+packed [O/16, C/64, KH, KW, 16, 16, 4] (with 32 and 8 for a step of 32); the sum tile is 16 output channels by
+16 columns, the accumulators of column lanes. Output channels are padded to 16 and columns to 16 (computed and
+dropped); input channels are not padded (the convs that would need it stay on VNNI, see instruction). Data is
+shifted into uint8 as for VNNI.
 
 A tensor intrinsic works on memory, so the sum tile is loaded and stored once per tile, around all its taps
 and blocks of channels (register_intrinsic). Measured in C on this kind of CPU, tdpbsud with every tile loaded
 from L1 runs 275-400 G multiply-adds per second per core, against ~97 G for vpdpbusd; the convs measured
-whole (packing and epilogue included) run in 0.43x-0.69x of VNNI's time (see eligible).
+whole (packing and epilogue included) run in 0.43x-0.69x of VNNI's time (see instruction).
 
 AMX needs two things no other kernel does:
 - the process's permission to use the tile registers, asked of Linux (arch_prctl ARCH_REQ_XCOMP_PERM, since
@@ -31,10 +32,16 @@ from modelbuild.compiler.kernels import packed_conv
 from modelbuild.compiler.kernels.packed_conv import block_names, epilogue_at, extent, parallel, reduction_length
 
 AMX = packed_conv.Instruction("amx", lanes=16, data_dtype="uint8", group_block=16)
+# 32 channels a step, for convs of 96, 160, ... input channels: measured in C, tdpbsud with both operands loaded
+# from L1 multiplies as many int8 pairs a second with 32 as with 64 (the loads bound it), so a 96-channel conv
+# computes 3 steps of 32 where padding to 128 would take 2 of 64 costing 4 of 32. The same blocks and layouts,
+# its groups per step read off the scheduled reduction.
+AMX_32 = packed_conv.Instruction("amx", lanes=16, data_dtype="uint8", group_block=8)
 BLOCKS = (AMX.column_block,)  # default_schedule recognises the kernel by it
 STAGING_BLOCKS = AMX.staging_blocks
-ROWS, ROW_BYTES = 16, 64  # every tile: 16 rows of 64 bytes
-SUMS, WEIGHTS, DATA = 0, 4, 6  # tile registers
+SUMS = 0  # tile registers: the sums, and the weights and data of a step by its channels
+WEIGHTS, DATA = {64: 4, 32: 5}, {64: 6, 32: 7}
+SUM_ROWS, ROW_BYTES = 16, 64  # 16 output channels x 16 columns of int32; a data row: 16 columns x 4 channels
 MIN_COLUMN_SHARE = 0.6  # of a row's 16-column tiles, output columns (10 of 16 ran 0.93x VNNI's time, 7 1.17x)
 # Linux's arch_prctl: ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA
 SYS_ARCH_PRCTL, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA = 158, 0x1023, 18
@@ -49,28 +56,31 @@ def supported(target) -> bool:
             and bool(codegen.target_has_features("amx-tile", target)))
 
 
-def eligible(call) -> bool:
-    """A conv packed_conv takes whose steps are whole (input channels a multiple of 64), with two steps or
-    more per tile of sums (blocks of 64 channels times taps), and at least MIN_COLUMN_SHARE of its rows'
-    16-column tiles output columns; output channels are padded to 16. Measured against VNNI (2 cores,
-    bit-identical, one process): 3x3 64 -> 64 at 56x56 0.48x, 128 -> 128 at 29x29 0.43x, 64 -> 32 at 160x160
-    0.50x, 64 -> 64 stride 2 to 40x40 0.69x, 256 -> 256 at 10x10 0.93x; 1x1 256 -> 64 at 76x100 0.53x,
-    128 -> 128 0.69x; with outputs padded, 64 -> 8 3x3 at 40x40 0.57x, 64 -> 40 0.62x, 64 -> 24 at 56x56
-    0.61x, 1x1 128 -> 40 at 80x80 0.72x, 256 -> 72 0.71x. Left on VNNI: a 1x1 conv of one step (64 -> 64 at
-    56x56 0.95x, 64 -> 256 at 40x40 1.09x); padded inputs, measured both ways (3x3 48 -> 48 0.61x, 96 -> 96
-    0.89x, 96 -> 24 at 160x160 0.90x, but 1x1 96 -> 96 at 80x80 1.16x, 32 -> 64 stride 2 1.28x, 160 -> 160
-    at 20x20 1.15x); 7 columns computed as 16 (512 -> 512 1x1 at 7x7 1.17x)."""
+def instruction(call) -> packed_conv.Instruction | None:
+    """The AMX step for a conv packed_conv takes, None where it stays on VNNI: steps of 64 input channels, or
+    of 32 where the channels are an odd multiple of 32 (padded to 64 instead, 96 -> 24 3x3 at 160x160 ran
+    0.90x of VNNI's time); two steps or more per tile of sums (blocks times taps); at least
+    MIN_COLUMN_SHARE of its rows' 16-column tiles output columns; output channels are padded to 16.
+    Measured against VNNI (2 cores, bit-identical, one process): 3x3 64 -> 64 at 56x56 0.48x, 128 -> 128 at
+    29x29 0.43x, 64 -> 32 at 160x160 0.50x, 64 -> 64 stride 2 to 40x40 0.69x, 256 -> 256 at 10x10 0.93x;
+    1x1 256 -> 64 at 76x100 0.53x, 128 -> 128 0.69x; with outputs padded, 64 -> 8 3x3 at 40x40 0.57x,
+    64 -> 40 0.62x, 64 -> 24 at 56x56 0.61x, 1x1 128 -> 40 at 80x80 0.72x, 256 -> 72 0.71x. Left on VNNI: a
+    1x1 conv of one step (64 -> 64 at 56x56 0.95x, 64 -> 256 at 40x40 1.09x); input channels not a multiple
+    of 32; 7 columns computed as 16 (512 -> 512 1x1 at 7x7 1.17x)."""
     if not packed_conv.eligible(call):
-        return False
+        return None
     _, in_ch, kh, kw = (int(d) for d in call.args[1].ty.shape.values)
     out_w = int(call.ty.shape.values[3])
-    step = AMX.group * AMX.group_block
-    return (in_ch % step == 0 and in_ch // step * kh * kw >= 2
-            and out_w >= MIN_COLUMN_SHARE * packed_conv.lanes_width(out_w, AMX.lanes))
+    if out_w < MIN_COLUMN_SHARE * packed_conv.lanes_width(out_w, AMX.lanes):
+        return None
+    step = next((s for s in (AMX, AMX_32) if in_ch % (s.group * s.group_block) == 0), None)
+    if step is None or in_ch // (step.group * step.group_block) * kh * kw < 2:
+        return None
+    return step
 
 
 def schedule(sch, cores: int) -> None:
-    """Tensorise each 16 x 16 tile of sums with tdpbsud over every tap and block of 64 input channels, the
+    """Tensorise each 16 x 16 tile of sums with tdpbsud over every tap and step of input channels, the
     sums in a tile register throughout (register_intrinsic); the epilogue per row tile as for VNNI
     (packed_conv.epilogue_at); padded data packed 16 columns x 4 channels per shuffle."""
     block = sch.get_sblock(AMX.column_block)
@@ -82,7 +92,7 @@ def schedule(sch, cores: int) -> None:
     rows_first = packed_conv.rows_outermost(sch, AMX, extent(sch, rh) * extent(sch, rw), pixels, channels)
     parallel_loops = packed_conv.reorder_outer(sch, block, rows_first, b, ob, h, col_outer, oi, col_inner, rc, rh,
                                                rw, rg, ri)
-    macs = extent(sch, b) * pixels * channels * reduction_length(sch, AMX.group * AMX.group_block, rc, rh, rw)
+    macs = extent(sch, b) * pixels * channels * reduction_length(sch, AMX.group * extent(sch, rg), rc, rh, rw)
     epilogue_at(sch, block, col_outer, AMX.lanes, row=h)
     parallel(sch, AMX, cores, macs, *parallel_loops)
     sch.decompose_reduction(block, oi)
@@ -111,8 +121,8 @@ _registered: set[str] = set()
 
 def register_intrinsic(data: tuple[int, ...], weights: tuple[int, ...], dilation: list[int], stride: int) -> str:
     """The tensor intrinsic for one conv's tile of sums: sums[o, col] += data[r, rh * dh, phase, g, col +
-    shift, k] * weights[r, rh, rw, o, g, k] summed over its blocks r of 64 input channels, its taps (rh, rw)
-    (phase and shift: column rw * dw of stride `stride`) and the 16 groups g of 4 channels k. Its
+    shift, k] * weights[r, rh, rw, o, g, k] summed over its steps r of 64 or 32 input channels, its taps
+    (rh, rw) (phase and shift: column rw * dw of stride `stride`) and the 16 or 8 groups g of 4 channels k. Its
     implementation loads the sum tile once, runs one tdpbsud per block and tap, and stores the sums once
     (loaded and stored around each tap instead, 3x3 convs ran 0.62x-0.86x of VNNI's time, now 0.43x-0.69x).
     `data` and `weights` are the extents of the regions TVM computed for the scheduled tile, so the
@@ -123,8 +133,9 @@ def register_intrinsic(data: tuple[int, ...], weights: tuple[int, ...], dilation
     from tvm.script import tirx as T
     from tvm.script.parser import parse
 
-    blocks, kh, kw = weights[0], weights[1], weights[2]
-    (dh, dw), lanes = dilation, AMX.lanes
+    blocks, kh, kw, groups = weights[0], weights[1], weights[2], weights[4]
+    (dh, dw), lanes, step = dilation, AMX.lanes, groups * AMX.group
+    weight_tile, data_tile = WEIGHTS[step], DATA[step]
     name = f"modelbuild_amx_{'x'.join(map(str, data))}_{blocks}x{kh}x{kw}_d{dh}x{dw}_s{stride}"
     if name in _registered:
         return name
@@ -150,7 +161,7 @@ def intrinsic(a: T.handle, b: T.handle, c: T.handle):
         T.writes(sums[0:{lanes}, 0, 0:{lanes}])
 """
     description = header + f"""
-        for o, col, r, h, w, g, k in T.grid({lanes}, {lanes}, {blocks}, {kh}, {kw}, {AMX.group_block}, {AMX.group}):
+        for o, col, r, h, w, g, k in T.grid({lanes}, {lanes}, {blocks}, {kh}, {kw}, {groups}, {AMX.group}):
             with T.sblock("update"):
                 vo, vcol, {''.join(f'v{axis}, ' for axis in bound)}vg, vk = T.axis.remap(
                     "SS{'R' * len(bound)}RR", [o, col, {''.join(f'{axis}, ' for axis in bound)}g, k])
@@ -162,12 +173,12 @@ def intrinsic(a: T.handle, b: T.handle, c: T.handle):
         T.evaluate(T.call_llvm_intrin("void", "llvm.x86.tileloadd64", T.int8({SUMS}), T.address_of(sums[0, 0, 0]),
                                       sum_stride * 4))
         for r, h, w in T.grid({blocks}, {kh}, {kw}):
-            T.evaluate(T.call_llvm_intrin("void", "llvm.x86.tileloadd64", T.int8({WEIGHTS}),
-                                          T.address_of(weights[r, h, w, 0, 0, 0]), T.int64({ROW_BYTES})))
-            T.evaluate(T.call_llvm_intrin("void", "llvm.x86.tileloadd64", T.int8({DATA}),
+            T.evaluate(T.call_llvm_intrin("void", "llvm.x86.tileloadd64", T.int8({weight_tile}),
+                                          T.address_of(weights[r, h, w, 0, 0, 0]), T.int64({step})))
+            T.evaluate(T.call_llvm_intrin("void", "llvm.x86.tileloadd64", T.int8({data_tile}),
                                           T.address_of(data[{data_at('r', 'h', 'w', 0, 0, 0)}]), s3))
-            T.evaluate(T.call_llvm_intrin("void", "llvm.x86.tdpbsud", T.int8({SUMS}), T.int8({WEIGHTS}),
-                                          T.int8({DATA})))
+            T.evaluate(T.call_llvm_intrin("void", "llvm.x86.tdpbsud", T.int8({SUMS}), T.int8({weight_tile}),
+                                          T.int8({data_tile})))
         T.evaluate(T.call_llvm_intrin("void", "llvm.x86.tilestored64", T.int8({SUMS}), T.address_of(sums[0, 0, 0]),
                                       sum_stride * 4))
 """
@@ -177,14 +188,24 @@ def intrinsic(a: T.handle, b: T.handle, c: T.handle):
     return name
 
 
+def tile_shapes() -> dict[int, tuple[int, int]]:
+    """Each tile register's (rows, bytes per row): the sums 16 output channels of 16 int32 columns; for a
+    step of `step` channels, the weights 16 output channels of `step` bytes and the data step / 4 groups of
+    16 columns x 4 channels (tdpbsud takes K = step from the weights' row and the data's rows)."""
+    return {SUMS: (SUM_ROWS, ROW_BYTES),
+            **{WEIGHTS[step]: (AMX.lanes, step) for step in WEIGHTS},
+            **{DATA[step]: (step // AMX.group, ROW_BYTES) for step in DATA}}
+
+
 def tile_config_words() -> list[int]:
-    """ldtilecfg's 64 bytes as 8 little-endian words: palette 1, then every tile used (0-7) 64 bytes by 16
-    rows (bytes per row as uint16 from byte 16, rows as uint8 from byte 48)."""
+    """ldtilecfg's 64 bytes as 8 little-endian words: palette 1, then each tile used (tile_shapes), bytes
+    per row as uint16 from byte 16 and rows as uint8 from byte 48; the tiles no step uses unconfigured. One
+    configuration for both steps, so every AMX kernel loads the same one."""
     config = bytearray(64)
     config[0] = 1
-    for tile in range(8):
-        config[16 + 2 * tile:18 + 2 * tile] = ROW_BYTES.to_bytes(2, "little")
-        config[48 + tile] = ROWS
+    for tile, (rows, row_bytes) in tile_shapes().items():
+        config[16 + 2 * tile:18 + 2 * tile] = row_bytes.to_bytes(2, "little")
+        config[48 + tile] = rows
     return [int.from_bytes(config[i:i + 8], "little") for i in range(0, 64, 8)]
 
 

@@ -78,8 +78,9 @@ def legalize_conv2d(bb, call):
 
     if str(call.attrs.out_dtype) == "int32" and str(call.args[0].ty.dtype) in ("int8", "uint8"):
         target = tvm_target.Target.current()
-        if amx_conv.supported(target) and amx_conv.eligible(call):
-            return packed_conv.legalize(bb, call, amx_conv.AMX)
+        step = amx_conv.instruction(call) if amx_conv.supported(target) else None
+        if step is not None:
+            return packed_conv.legalize(bb, call, step)
         instruction = conv_instruction(target)
         if instruction is not None and packed_conv.eligible(call):
             return packed_conv.legalize(bb, call, instruction)

@@ -25,7 +25,7 @@ is bit-identical to the plain 8-bit x int8 -> int32 conv it replaces.
 This module also holds what the instructions share in scheduling: the two reduction schedules, the epilogue
 and the tensor intrinsics (one factory for both). Each instruction's module (vnni_conv.py, sdot_conv.py) says
 when it applies, which register tile it takes and how it packs padded data. A tile instruction (AMX's
-tdpbsud, amx_conv.py) reduces 16 groups a step (`Instruction.group_block`), packed as its tiles want them,
+tdpbsud, amx_conv.py) reduces 16 or 8 groups a step (`Instruction.group_block`), packed as its tiles want them,
 and writes its own tensor intrinsic.
 """
 
@@ -67,7 +67,7 @@ class Instruction:
     accumulates: bool = True
     row_block: int = ROW_BLOCK  # channel lanes: accumulators of a row's columns, within the register file
     # groups of input channels one step reduces: 1 for a vector instruction; a tile instruction (AMX) takes 16
-    # groups (64 channels) a step, its weights packed [O/lanes, C/(group * group_block), KH, KW, lanes,
+    # groups (64 channels) or 8 a step, its weights packed [O/lanes, C/(group * group_block), KH, KW, lanes,
     # group_block, group] and its accumulators always in column lanes
     group_block: int = 1
 
