@@ -124,7 +124,7 @@ def conv_geometry(name: str, args: list) -> tuple | None:
     if "vnni_depthwise" in name:
         return ("depthwise", data[1], data[2], data[3], out[2], out[3])
     if "vnni" in name or "avx2" in name or "conv2d_amx" in name:
-        if len(weight) not in (6, 7):  # [O/lanes, C/group, KH, KW, lanes, group]; AMX's 16 groups a step more
+        if len(weight) not in (6, 7):  # [O/lanes, C/group, KH, KW, lanes, group]; AMX's groups a step more
             return None
         return pointwise_by_pixels((data[1], data[2], data[3], out[1], out[2], out[3], weight[2], weight[3]))
     if len(weight) != 4:

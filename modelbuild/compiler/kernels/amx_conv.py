@@ -124,7 +124,7 @@ def finish(func):
 
 def _extents(region) -> tuple[int, ...]:
     """The extents of a tile's region of packed data or weights, less the batch or block of output channels:
-    data (blocks, rows, phases, 16 groups, columns, 4), weights (blocks, KH, KW, 16, 16, 4)."""
+    data (steps, rows, phases, groups, columns, 4), weights (steps, KH, KW, 16, groups, 4): 16 or 8 groups."""
     return tuple(int(r.extent) for r in region.region[1:])
 
 
