@@ -194,9 +194,37 @@ def test_a_global_pool_sums_each_channel_in_vector_lanes_and_computes_the_mean()
     module = build_module(lambda bb, x: bb.emit(relax.op.mean(x, axis=[2, 3], keepdims=True)), shape)
     script, pooled = scheduled_kernel(module, "mean", schedule=True)
     assert '_rf_update"' in script and "T.vectorized(T.int64(16))" in script  # partial sums, a vector add a step
+    # each channel's 16 partial sums side by side (one vector), not 16 channels apart (a gather and a scatter)
+    assert "_rf = T.sblock_alloc_buffer((T.int64(1), T.int64(8), T.int64(1), T.int64(1), T.int64(16)))" in script
     x = np.random.default_rng(3).standard_normal(shape).astype("float32")
     np.testing.assert_allclose(pooled(tvm.runtime.tensor(x)).numpy(), x.mean(axis=(2, 3), keepdims=True),
                                rtol=1e-5, atol=1e-6)
+
+
+def test_a_global_pool_over_rows_no_vector_width_divides_sums_rows_and_columns_as_one_axis():
+    """A pool at 40x40 (a DB detector's squeeze-and-excitation in an int8 build, NCHW): 40 columns make no
+    whole vectors, and the pool was summed one float at a time; its 1600 contiguous floats make 100."""
+    import numpy as np
+    import tvm
+    from tvm import relax
+
+    shape = (1, 4, 40, 40)
+    module = build_module(lambda bb, x: bb.emit(relax.op.mean(x, axis=[2, 3], keepdims=True)), shape)
+    script, pooled = scheduled_kernel(module, "mean", schedule=True)
+    assert '_rf_update"' in script and "range(T.int64(100))" in script
+    x = np.random.default_rng(6).standard_normal(shape).astype("float32")
+    np.testing.assert_allclose(pooled(tvm.runtime.tensor(x)).numpy(), x.mean(axis=(2, 3), keepdims=True),
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_a_large_global_pool_computes_its_partial_sums_in_the_parallel_loop():
+    """The partial sums are the pool's work: they run under the parallel loop over channels, each channel's
+    in one vector. Before, they ran on one core and only the final adds of 16 lanes were parallel."""
+    from tvm import relax
+
+    module = build_module(lambda bb, x: bb.emit(relax.op.mean(x, axis=[2, 3], keepdims=True)), (1, 64, 128, 128))
+    script, _ = scheduled_kernel(module, "mean", schedule=True)
+    assert script.count("T.parallel(") == 1 and script.index("T.parallel(") < script.index('_rf_update"')
 
 
 def test_a_pool_over_rows_no_vector_width_divides_is_vectorised_along_the_whole_row():

@@ -33,6 +33,7 @@ simpler schedule rather than failing the build.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from modelbuild.compiler.kernels import (
@@ -341,10 +342,13 @@ def _schedule_reduction(sch, block, on: Machine) -> None:
         return
     if split is None:
         sch.reorder(*spatial, *reduce)
-        spatial = _sum_in_lanes(sch, block, spatial, reduce) or spatial
+        partial = _sum_in_lanes(sch, block, spatial, reduce)
+        spatial = sch.get_loops(block)[:len(spatial)]
         for consumer in consumers:
             sch.reverse_compute_at(consumer, spatial[-1])
         _parallelize(sch, spatial, on.cores, worth_it)
+        if partial is not None:  # only now: a decomposed reduction cannot be placed or run in parallel
+            _partial_sums_from_zero(sch, *partial)
         return
     outer, inner = split
     block_loop = _row_block(sch, spatial[:-1], on.rows)
@@ -410,19 +414,61 @@ def _whole_row_in_lanes(sch, block, spatial, reduce, cores: int, worth_it: bool)
 
 def _sum_in_lanes(sch, block, spatial, reduce):
     """A reduction with no vector axis in its output (a global pool: one sum per channel) that reads its
-    innermost reduction axis contiguously: summed in VECTOR_LANES partial sums, one vector add a step
-    (rfactor), which the block then adds up. Returns the block's new spatial loops, or None if the axis
-    is too short or uneven, leaving the schedule as it was. Expects the loops ordered spatial, reduce."""
+    innermost reduction axes contiguously: summed in VECTOR_LANES partial sums, one vector add a step
+    (rfactor), which the block then adds up. Returns the partial sums' block and its first reduction loop,
+    for `_partial_sums_from_zero` once the block is placed, or None if the axes are too short or uneven,
+    leaving the schedule as it was. Expects the loops ordered spatial, reduce."""
+    reduce = _contiguous_reduction(sch, block, reduce)
     if not _summable_in_lanes(_extent(sch, reduce[-1])):
         return None
     _, lanes = sch.split(reduce[-1], factors=[None, VECTOR_LANES])
-    partial = sch.rfactor(lanes, factor_axis=0)
-    # the partial sums keep the block's loops, [*spatial, *reduce, lanes], the lanes now a spatial axis
-    loops = sch.get_loops(partial)
-    sch.vectorize(loops[-1])
-    init = sch.decompose_reduction(partial, loops[len(spatial)])
+    # the lanes last in the partial sums' buffer and the partial sums computed under each output: one
+    # output's sums are one vector, in a register. With the lanes first and the partial sums apart, every
+    # vector add read and wrote its sums VECTOR_LANES outputs apart (a gather and a scatter), on one core
+    partial = sch.rfactor(lanes, factor_axis=-1)
+    sch.compute_at(partial, sch.get_loops(block)[len(spatial) - 1])
+    lanes, *steps = sch.get_loops(partial)[len(spatial):]
+    sch.reorder(*steps, lanes)
+    sch.vectorize(lanes)
+    return partial, steps[0]
+
+
+def _partial_sums_from_zero(sch, partial, first_step) -> None:
+    """The partial sums' initialisation as a vector loop of its own before their first step."""
+    init = sch.decompose_reduction(partial, first_step)
     _vectorize_innermost(sch, init)
-    return sch.get_loops(block)[:len(spatial)]
+
+
+def _contiguous_reduction(sch, block, reduce) -> list:
+    """The reduction loops, the innermost ones fused into one where they run over the whole trailing axes of
+    the one tensor the block reads (a global pool's rows and columns): a pool at 40x40 is summed over 1600
+    contiguous floats, 100 vectors, where 40 columns split into no whole vectors."""
+    if len(reduce) < 2 or _summable_in_lanes(_extent(sch, reduce[-1])):
+        return reduce
+    from tvm.tirx import IterVar
+
+    stmt = sch.get(block)
+    written = [region.source for region in stmt.writes]
+    reads = [r for r in stmt.reads if not any(r.source.same_as(w) for w in written)]
+    summed = [iv for iv in stmt.iter_vars if iv.iter_type == IterVar.CommReduce]
+    if len(reads) != 1 or len(summed) != len(reduce):
+        return reduce
+    region, shape = reads[0].region, reads[0].source.shape
+    trailing = 0
+    for loop, var, axis in zip(reversed(reduce), reversed(summed), reversed(range(len(shape)))):
+        if not (region[axis].min.same_as(var.var) and _is_const(shape[axis], _extent(sch, loop) or -1)
+                and _is_const(var.dom.extent, _extent(sch, loop) or -1)):
+            break
+        trailing += 1
+    if trailing < 2 or not _summable_in_lanes(math.prod(_extent(sch, loop) for loop in reduce[-trailing:])):
+        return reduce
+    return [*reduce[:-trailing], sch.fuse(*reduce[-trailing:])]
+
+
+def _is_const(expr, value: int) -> bool:
+    from tvm.tirx import IntImm
+
+    return isinstance(expr, IntImm) and int(expr) == value
 
 
 def _summable_in_lanes(extent: int | None) -> bool:
