@@ -43,6 +43,21 @@ def test_a_pool_two_columns_wide_at_stride_two_is_shuffled_and_keeps_the_values(
     np.testing.assert_array_equal(run(tvm.runtime.tensor(x)).numpy(), want)
 
 
+def test_a_last_window_over_the_edge_is_left_to_tvms_own_pool():
+    """With ceil_mode, 31 columns pool into 16 (whole vectors), the last window half past the row's end."""
+    import tvm
+    from tvm import relax
+
+    shape = (1, 4, 6, 31)
+    module = build_module(lambda bb, x: bb.emit(relax.op.nn.max_pool2d(x, pool_size=2, strides=2, ceil_mode=True)),
+                          shape)
+    script, run = scheduled_kernel(module, "pool", schedule=True)
+    assert "T.Shuffle(" not in script
+    x = np.random.default_rng(8).standard_normal(shape).astype("float32")
+    padded = np.pad(x, [(0, 0), (0, 0), (0, 0), (0, 1)], constant_values=-np.inf)
+    np.testing.assert_array_equal(run(tvm.runtime.tensor(x)).numpy(), max_pool(padded, 2, 2))
+
+
 def test_a_channels_last_pool_is_tvms_own():
     """A float build's pools are channels-last, their vectors along the channels: nothing to shuffle."""
     from tvm import relax

@@ -25,12 +25,16 @@ def eligible(call) -> bool:
     attrs = call.attrs
     try:
         shape = [int(d) for d in call.ty.shape]
+        in_shape = [int(d) for d in call.args[0].ty.shape]
     except (AttributeError, TypeError, ValueError):
         return False
+    rows, row_stride = int(attrs.pool_size[0]), int(attrs.strides[0])
     return (str(attrs.layout) == "NCHW" and str(attrs.out_layout) == "NCHW" and str(call.ty.dtype) == "float32"
             and int(attrs.pool_size[1]) == 2 and int(attrs.strides[1]) == 2
             and all(int(p) == 0 for p in attrs.padding) and all(int(d) == 1 for d in attrs.dilation)
-            and len(shape) == 4 and vector_width(shape[3]) is not None)
+            and len(shape) == 4 and vector_width(shape[3]) is not None
+            # every window inside the input: ceil_mode's last window may hang over its edge
+            and 2 * shape[3] <= in_shape[3] and (shape[2] - 1) * row_stride + rows <= in_shape[2])
 
 
 def vector_width(row: int) -> int | None:
