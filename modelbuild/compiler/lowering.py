@@ -13,7 +13,8 @@ bundled classifier 271 operators become 69 kernels and the library shrinks from 
 Before legalisation, float convs are converted to channels-last (channels_last.py: `layout = "auto"`, the
 default), so the default schedule vectorises them over output channels rather than output columns.
 Transposed convs whose stride equals their kernel then become 1x1 convs and a depth-to-space
-(conv_transpose.py), which is exact, and matmuls and convs whose output channels no vector width divides
+(conv_transpose.py), which is exact, convs on maps smaller than their kernel lose the kernel rows and
+columns that only ever multiply padding (padding_taps.py, exact too), and matmuls and convs whose output channels no vector width divides
 compute them rounded up to whole vectors (channel_padding.py), and int8 1x1 convs whose rows the packed
 kernels' vector lanes do not divide are computed on their pixels cut into rows that they do (pixel_rows.py).
 These run whether or not the default schedule does, so the tune stage sees the kernels the compile stage
@@ -27,7 +28,7 @@ import re
 from dataclasses import dataclass
 
 from modelbuild.compiler import (channel_padding, channels_last, constant_folding, conv_transpose, default_schedule,
-                                 fast_math, layer_names, pixel_rows)
+                                 fast_math, layer_names, padding_taps, pixel_rows)
 from modelbuild.compiler.analysis import KernelCall, Step
 from modelbuild.compiler.kernels import nearest_upsample, pairwise_pool
 from modelbuild.compiler.kernels.integer_kernels import (conv_instruction, legalize_conv2d, legalize_matmul,
@@ -56,7 +57,7 @@ def lower(module, target, *, fuse: bool, layout: str | None, database=None, sche
     from tvm import relax
     from tvm.relax.backend.cpu_generic import pipeline as cpu
 
-    module, used_layout = channels_last.convert(conv_transpose.rewrite(module), layout)
+    module, used_layout = channels_last.convert(padding_taps.rewrite(conv_transpose.rewrite(module)), layout)
     module = constant_folding.fold(channel_padding.rewrite(module))
     # computed once, used twice: smoothing gives each conv reading a tensor the same divisor, so the QDQ
     # graph quantizes that tensor once per conv with equal constants (6 of the DB detector's 10 quantize
