@@ -14,9 +14,10 @@ Before legalisation, float convs are converted to channels-last (channels_last.p
 default), so the default schedule vectorises them over output channels rather than output columns.
 Transposed convs whose stride equals their kernel then become 1x1 convs and a depth-to-space
 (conv_transpose.py), which is exact, convs on maps smaller than their kernel lose the kernel rows and
-columns that only ever multiply padding (padding_taps.py, exact too), and matmuls and convs whose output channels no vector width divides
-compute them rounded up to whole vectors (channel_padding.py), and int8 1x1 convs whose rows the packed
-kernels' vector lanes do not divide are computed on their pixels cut into rows that they do (pixel_rows.py).
+columns that only ever multiply padding (padding_taps.py, exact too), matmuls and convs whose output
+channels no vector width divides compute them rounded up to whole vectors (channel_padding.py), and int8
+1x1 convs whose rows the packed kernels' vector lanes do not divide are computed on their pixels cut into
+rows that they do (pixel_rows.py).
 These run whether or not the default schedule does, so the tune stage sees the kernels the compile stage
 builds. exp, erf, tanh, sigmoid and softmax are legalised as polynomials that stay in vectors (fast_math.py).
 """
