@@ -370,6 +370,47 @@ def test_rows_a_smaller_tile_divides_take_it_rather_than_a_tail():
     np.testing.assert_allclose(outputs[0], outputs[1], rtol=1e-5, atol=1e-4)
 
 
+def conv_bias_relu(channels, out_channels, size):
+    import numpy as np
+    from tvm import relax
+
+    rng = np.random.default_rng(24)
+    w = relax.const(rng.standard_normal((out_channels, channels, 3, 3)).astype("float32"))
+    b = relax.const(rng.standard_normal((1, out_channels, 1, 1)).astype("float32"))
+
+    def body(bb, x):
+        return bb.emit(relax.op.nn.relu(bb.emit(relax.op.add(bb.emit(relax.op.nn.conv2d(x, w, padding=1)), b))))
+
+    return build_module(body, (1, channels, size, size))
+
+
+def test_a_tile_reading_more_weights_than_fit_in_cache_sums_its_channels_in_passes_over_the_rows():
+    """256 -> 64 at 6x6: more output channels than pixels, so one block of weights serves every row; over a
+    whole reduction a 16-lane tile reads 147 KB of them, strided a row of output channels apart. In passes of
+    64 channels (37 KB) each block stays in cache while it sweeps the rows; the epilogue (bias, relu) waits
+    for the last pass."""
+    import re
+
+    import numpy as np
+    import tvm
+
+    script, scheduled = scheduled_kernel(conv_bias_relu(256, 64, 6), "conv2d", schedule=True, layout="auto")
+    assert re.search(r"for rc_0, xx, ry, rx, rc_1 in T\.grid\(T\.int64\(4\), T\.int64\(6\), T\.int64\(3\), "
+                     r"T\.int64\(3\), T\.int64\(64\)\)", script), script
+    assert "T.parallel(" in script
+    _, stock = scheduled_kernel(conv_bias_relu(256, 64, 6), "conv2d", schedule=False, layout="NCHW")
+    x = tvm.runtime.tensor(np.random.default_rng(25).standard_normal((1, 256, 6, 6)).astype("float32"))
+    np.testing.assert_allclose(scheduled(x).numpy(), stock(x).numpy(), rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("channels, out_channels, size", [(16, 64, 6), (256, 16, 12)],
+                         ids=["weights-fit", "more-pixels-than-channels"])
+def test_a_reduction_is_one_pass_where_its_weights_fit_or_the_activations_stay_put(channels, out_channels, size):
+    script, _ = scheduled_kernel(conv_bias_relu(channels, out_channels, size), "conv2d", schedule=True,
+                                 layout="auto")
+    assert "T.vectorized(T.int64(16))" in script and "rc_1" not in script
+
+
 def test_bindings_named_alike_are_told_apart_by_the_memory_figures():
     """A Softmax on axis 1 at opset 11 imports as reshape, softmax, reshape, each binding named after the
     node: a reshape of a binding with its own name. Keyed by name, the alias walk looped forever (the

@@ -12,6 +12,9 @@ element-wise chains, reductions):
   and moved below the reductions, so each step of the reduction updates whole vectors of outputs: a
   register tile of rows x vectors (Machine), its rows split with a tail where they do not divide; its
   epilogue is computed after the tile, while the values are hot;
+- where one block of output channels serves every row (more channels than pixels) and its weights over the
+  whole reduction would not stay in cache, the input channels are summed in passes of a block each, every
+  pass sweeping the rows with one block of weights (magika's conv1d: 45-58 -> 93-121 GFLOP/s);
 - a reduction whose output has no axis to vectorise (a global pool: one sum per channel) sums its
   innermost reduction axis in vector-wide partial sums instead (the classifier's ten pools: 65 -> 9 us),
   one output's sums one vector, computed under the parallel loop, and a pool's rows and columns summed as
@@ -49,6 +52,14 @@ PARALLEL_MIN_WORK = 1 << 18  # spatial iterations below which a parallel region 
 # is unchanged, its kernels being far larger)
 SHORT_REDUCTION = 25  # steps per output up to which padding is computed inside the reduction (5x5 taps)
 PARALLEL_MIN_MACS = 1 << 20  # the same for a reduction, counted in multiply-adds
+# Weights one pass of a register tile's reduction reads, above which the reduction is split into passes over
+# blocks of input channels (_channel_blocks). The weight rows of one vector block lie a whole row of output
+# channels apart, so a strided slice is all the cache holds of them; measured on 2 cores, magika's conv1d
+# (256 -> 512, 5 taps, 327 KB of weights a pass) ran at 45-58 GFLOP/s, in blocks of 16-64 channels (20-82 KB)
+# 93-121, of 128 (164 KB) 88; a 3x3 512 -> 512 conv at 7x7 26-34, in blocks of 8-64 channels 79-102, of 128
+# (295 KB) 41.
+WEIGHT_PASS_BYTES = 64 * 1024
+MIN_CHANNEL_BLOCK = 8  # fewer channels a pass would load and store the tile's outputs for too little work
 # kernels legalised with blocks of these names have their own schedule(sch, cores), and some a finish(func)
 # for what the scheduled function needs besides its loops (amx_conv: the tile state)
 HAND_WRITTEN = ((amx_conv, amx_conv.BLOCKS), (vnni_conv, vnni_conv.BLOCKS), (sdot_conv, sdot_conv.BLOCKS),
@@ -311,8 +322,15 @@ def _work(sch, loops) -> int:
 
 def _parallelize(sch, loops, cores: int, worth_it: bool) -> None:
     """Fuse leading loops until each core has several chunks, then run them in parallel."""
+    chosen = _parallel_loops(sch, loops, cores, worth_it)
+    if chosen:
+        sch.parallel(sch.fuse(*chosen) if len(chosen) > 1 else chosen[0])
+
+
+def _parallel_loops(sch, loops, cores: int, worth_it: bool) -> list:
+    """The leading loops `_parallelize` fuses and runs in parallel: none where it runs on one core."""
     if cores < 2 or not worth_it:
-        return
+        return []
     chosen, chunks = [], 1
     for loop in loops:
         extent = _extent(sch, loop)
@@ -322,9 +340,7 @@ def _parallelize(sch, loops, cores: int, worth_it: bool) -> None:
         chunks *= extent
         if chunks >= 4 * cores:
             break
-    if chunks < 2:
-        return
-    sch.parallel(sch.fuse(*chosen) if len(chosen) > 1 else chosen[0])
+    return chosen if chunks >= 2 else []
 
 
 def _schedule_reduction(sch, block, on: Machine) -> None:
@@ -371,17 +387,44 @@ def _schedule_reduction(sch, block, on: Machine) -> None:
     # Otherwise the activations stay put (a 1x1 256->256 conv at 50x38: 34 GFLOP/s weights-outermost, 43
     # not).
     order = [outer, *leading] if weights_outermost else [*leading, outer]
+    parallel = _parallel_loops(sch, order, on.cores, worth_it)
+    lanes = across * (_extent(sch, inner) or 1)
+    passes = _channel_blocks(sch, reduce, lanes) if weights_outermost else None
+    if passes is not None:
+        # each pass sweeps every row of its chunk with one block of weights, which stays in cache; the
+        # passes go below the parallel loops (a reduction cannot run in parallel), and the epilogue after
+        # the last of them
+        blocks, channels = passes
+        reduce = [*reduce[:-1], channels]
+        at = max(1, len(parallel))
+        order = [*order[:at], blocks, *order[at:]]
     sch.reorder(*order, *reduce, *tile, inner)
     for row in tile:
         sch.unroll(row)
     for consumer in consumers:
-        sch.reverse_compute_at(consumer, order[-1])
+        sch.reverse_compute_at(consumer, order[-1] if passes is None else order[at - 1])
         _vectorize_innermost(sch, consumer)
     # Annotate first: parallel and vectorize need a whole reduction block (with its init) below them.
-    _parallelize(sch, order, on.cores, worth_it)
+    _parallelize(sch, order if passes is None else order[:at], on.cores, worth_it)
     sch.vectorize(inner)
-    init = sch.decompose_reduction(block, reduce[0])
+    init = sch.decompose_reduction(block, reduce[0] if passes is None else blocks)
     _vectorize_innermost(sch, init)
+
+
+def _channel_blocks(sch, reduce, lanes: int):
+    """The innermost reduction loop (input channels, a matmul's inner dimension) split into (blocks,
+    channels), where a register tile of `lanes` float outputs reads more than WEIGHT_PASS_BYTES of weights
+    over its reduction: the largest block of at least MIN_CHANNEL_BLOCK channels whose weights fit. None
+    where they fit already or no such block divides the loop."""
+    channels = _extent(sch, reduce[-1])
+    per_channel = _work(sch, reduce[:-1]) * lanes * 4
+    if channels is None or channels * per_channel <= WEIGHT_PASS_BYTES:
+        return None
+    fitting = [size for size in range(MIN_CHANNEL_BLOCK, channels)
+               if channels % size == 0 and size * per_channel <= WEIGHT_PASS_BYTES]
+    if not fitting:
+        return None
+    return tuple(sch.split(reduce[-1], factors=[None, max(fitting)]))
 
 
 def _whole_rows(sch, spatial, reduce) -> bool:
