@@ -370,36 +370,47 @@ def test_rows_a_smaller_tile_divides_take_it_rather_than_a_tail():
     np.testing.assert_allclose(outputs[0], outputs[1], rtol=1e-5, atol=1e-4)
 
 
-def conv_bias_relu(channels, out_channels, size):
+def conv_bias_relu(channels, out_channels, size, kernel=3):
     import numpy as np
     from tvm import relax
 
     rng = np.random.default_rng(24)
-    w = relax.const(rng.standard_normal((out_channels, channels, 3, 3)).astype("float32"))
+    w = relax.const(rng.standard_normal((out_channels, channels, kernel, kernel)).astype("float32"))
     b = relax.const(rng.standard_normal((1, out_channels, 1, 1)).astype("float32"))
 
     def body(bb, x):
-        return bb.emit(relax.op.nn.relu(bb.emit(relax.op.add(bb.emit(relax.op.nn.conv2d(x, w, padding=1)), b))))
+        conv = bb.emit(relax.op.nn.conv2d(x, w, padding=kernel // 2))
+        return bb.emit(relax.op.nn.relu(bb.emit(relax.op.add(conv, b))))
 
     return build_module(body, (1, channels, size, size))
 
 
-def test_a_tile_reading_more_weights_than_fit_in_cache_sums_its_channels_in_passes_over_the_rows():
-    """256 -> 64 at 6x6: more output channels than pixels, so one block of weights serves every row; over a
-    whole reduction a 16-lane tile reads 147 KB of them, strided a row of output channels apart. In passes of
-    64 channels (37 KB) each block stays in cache while it sweeps the rows; the epilogue (bias, relu) waits
-    for the last pass."""
+def passes_of(blocks: int, kernel: int, channels: int) -> str:
+    """The loops of a tile's reduction in `blocks` passes of `channels`, sweeping the output columns."""
+    extents = ", ".join(f"T\\.int64\\({n}\\)" for n in (blocks, 6, kernel, kernel, channels))
+    return rf"for rc_0, xx, ry, rx, rc_1 in T\.grid\({extents}\)"
+
+
+@pytest.mark.parametrize("channels, kernel, passes", [(256, 3, passes_of(4, 3, 64)), (1024, 1, passes_of(2, 1, 512))],
+                         ids=["3x3-147KB-in-passes-of-37KB", "1x1-64KB-in-passes-of-32KB"])
+def test_a_tile_reading_more_weights_than_fit_in_cache_sums_its_channels_in_passes_over_the_rows(channels, kernel,
+                                                                                                 passes):
+    """-> 64 channels at 6x6: more output channels than pixels, so one block of weights serves every row; over
+    a whole reduction a 16-lane tile reads 147 KB of them (3x3 from 256 channels) or 64 KB (1x1 from 1024),
+    strided a row of output channels apart: more than the L1 cache holds. In passes of the most channels whose
+    weights fit (64 channels, 37 KB; 512, 32 KB), each block stays in cache while it sweeps the rows; the
+    epilogue (bias, relu) waits for the last pass."""
     import re
 
     import numpy as np
     import tvm
 
-    script, scheduled = scheduled_kernel(conv_bias_relu(256, 64, 6), "conv2d", schedule=True, layout="auto")
-    assert re.search(r"for rc_0, xx, ry, rx, rc_1 in T\.grid\(T\.int64\(4\), T\.int64\(6\), T\.int64\(3\), "
-                     r"T\.int64\(3\), T\.int64\(64\)\)", script), script
+    module = conv_bias_relu(channels, 64, 6, kernel)
+    script, scheduled = scheduled_kernel(module, "conv2d", schedule=True, layout="auto")
+    assert re.search(passes, script), script
     assert "T.parallel(" in script
-    _, stock = scheduled_kernel(conv_bias_relu(256, 64, 6), "conv2d", schedule=False, layout="NCHW")
-    x = tvm.runtime.tensor(np.random.default_rng(25).standard_normal((1, 256, 6, 6)).astype("float32"))
+    _, stock = scheduled_kernel(conv_bias_relu(channels, 64, 6, kernel), "conv2d", schedule=False, layout="NCHW")
+    x = tvm.runtime.tensor(np.random.default_rng(25).standard_normal((1, channels, 6, 6)).astype("float32"))
     np.testing.assert_allclose(scheduled(x).numpy(), stock(x).numpy(), rtol=1e-4, atol=1e-3)
 
 

@@ -53,12 +53,13 @@ PARALLEL_MIN_WORK = 1 << 18  # spatial iterations below which a parallel region 
 SHORT_REDUCTION = 25  # steps per output up to which padding is computed inside the reduction (5x5 taps)
 PARALLEL_MIN_MACS = 1 << 20  # the same for a reduction, counted in multiply-adds
 # Weights one pass of a register tile's reduction reads, above which the reduction is split into passes over
-# blocks of input channels (_channel_blocks). The weight rows of one vector block lie a whole row of output
-# channels apart, so a strided slice is all the cache holds of them; measured on 2 cores, magika's conv1d
-# (256 -> 512, 5 taps, 327 KB of weights a pass) ran at 45-58 GFLOP/s, in blocks of 16-64 channels (20-82 KB)
-# 93-121, of 128 (164 KB) 88; a 3x3 512 -> 512 conv at 7x7 26-34, in blocks of 8-64 channels 79-102, of 128
-# (295 KB) 41.
-WEIGHT_PASS_BYTES = 64 * 1024
+# blocks of input channels (_channel_blocks): the L1 data cache of x86 cores since Ice Lake. The weight rows of
+# one vector block lie a whole row of output channels apart, so a strided slice is all the cache holds of them;
+# measured on 2 cores, magika's conv1d (256 -> 512, 5 taps, 327 KB of weights a pass) ran at 45-58 GFLOP/s, in
+# blocks of 16-64 channels (20-82 KB) 93-121, of 128 (164 KB) 88; a 3x3 512 -> 512 conv at 7x7 26-34, in
+# blocks of 8-64 channels 79-102, of 128 (295 KB) 41; a 1x1 256 -> 256 conv at 14x14 (64 KB) 50-55, in
+# blocks of 128 (32 KB) 75-86. Blocks of half the largest that fits cost 3x3 and 5-tap convs 3-10%.
+WEIGHT_PASS_BYTES = 48 * 1024
 MIN_CHANNEL_BLOCK = 8  # fewer channels a pass would load and store the tile's outputs for too little work
 # kernels legalised with blocks of these names have their own schedule(sch, cores), and some a finish(func)
 # for what the scheduled function needs besides its loops (amx_conv: the tile state)
