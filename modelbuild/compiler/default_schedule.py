@@ -418,7 +418,7 @@ def _channel_blocks(sch, reduce, lanes: int):
     over its reduction: the largest block of at least MIN_CHANNEL_BLOCK channels whose weights fit. None
     where they fit already or no such block divides the loop."""
     channels = _extent(sch, reduce[-1])
-    per_channel = _work(sch, reduce[:-1]) * lanes * 4
+    per_channel = _work(sch, reduce[:-1]) * lanes * 4  # bytes of float32 weights per input channel
     if channels is None or channels * per_channel <= WEIGHT_PASS_BYTES:
         return None
     fitting = [size for size in range(MIN_CHANNEL_BLOCK, channels)
