@@ -42,7 +42,7 @@ import math
 from dataclasses import dataclass
 
 from modelbuild.compiler.kernels import (
-    amx_conv, avx2_conv, nearest_upsample, pairwise_pool, sdot_conv, softmax, vnni_conv, vnni_depthwise,
+    amx_conv, avx2_conv, nearest_upsample, packed_conv, pairwise_pool, sdot_conv, softmax, vnni_conv, vnni_depthwise,
 )
 
 VECTOR_LANES = 16  # float32 lanes of AVX-512; narrower vector units run the loop in several instructions
@@ -421,11 +421,10 @@ def _channel_blocks(sch, reduce, lanes: int):
     per_channel = _work(sch, reduce[:-1]) * lanes * 4  # bytes of float32 weights per input channel
     if channels is None or channels * per_channel <= WEIGHT_PASS_BYTES:
         return None
-    fitting = [size for size in range(MIN_CHANNEL_BLOCK, channels)
-               if channels % size == 0 and size * per_channel <= WEIGHT_PASS_BYTES]
-    if not fitting:
+    block = packed_conv.largest_divisor(channels, WEIGHT_PASS_BYTES // per_channel)
+    if block < MIN_CHANNEL_BLOCK:
         return None
-    return tuple(sch.split(reduce[-1], factors=[None, max(fitting)]))
+    return tuple(sch.split(reduce[-1], factors=[None, block]))
 
 
 def _whole_rows(sch, spatial, reduce) -> bool:
