@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from tests import test_packed_matmul_tvm as matmuls
+from tests.host_cpu import host_has
 from tests.test_vnni_conv_tvm import GEOMETRIES, GEOMETRY_IDS, build, case, output_width
 
 pytestmark = pytest.mark.tvm
@@ -15,11 +16,7 @@ AVX2_CPU = {"kind": "llvm", "mcpu": "znver3", "num-cores": 2}  # AMD Zen 3: AVX2
 
 
 def host_has_avx2() -> bool:
-    import tvm
-    from tvm.target import codegen
-
-    return bool(codegen.target_has_features("avx2", tvm.target.Target(
-        {"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu()})))
+    return host_has("avx2")
 
 
 def avx2_kernels(phases) -> list[str]:

@@ -24,6 +24,8 @@ AVX512_HOST = AVX2_HOST | {"avx512f", "avx512bw", "avx512vnni"}
     ({"kind": "llvm", "mcpu": "icelake-server", "mattr": ["+amx-int8"]}, AVX512_HOST,
      "built for mcpu icelake-server (avx2, avx512f, avx512vnni, amxint8); this CPU lacks amxint8"),
     ({"kind": "llvm", "mcpu": "sapphirerapids", "mattr": ["-amx-tile", "-amx-int8"]}, AVX512_HOST, None),
+    ({"kind": "llvm", "mcpu": "znver4", "mattr": ["-avx512f"]}, AVX2_HOST, None),  # a VM hiding AVX-512
+    ({"kind": "llvm", "mcpu": "znver4", "mattr": ["-avx2"]}, AVX2_HOST - {"avx2"}, None),
     ({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a72"}, AVX512_HOST,
      "built for aarch64-linux-gnu; this machine is not that architecture"),
     ({"kind": "cuda", "arch": "sm_90"}, AVX512_HOST,
@@ -40,8 +42,14 @@ def test_a_library_runs_here_only_where_the_cpu_has_what_its_code_may_use(target
     ("rocketlake", AVX512_HOST | {"amx_tile"}, []),  # tiles without their int8 products
     ("sapphirerapids", AVX512_HOST, ["-amx-tile", "-amx-int8"]),  # a Linux that lists and grants no tiles
     ("icelake-server", AVX512_HOST, []),
+    ("znver4", AVX2_HOST, ["-avx512f"]),  # a Zen 4 VM whose hypervisor hides AVX-512: SIGILL without it
+    ("cascadelake", AVX512_HOST - {"avx512vnni"}, ["-avx512vnni"]),
+    ("haswell", AVX2_HOST - {"avx2"}, ["-avx2"]),
+    ("sapphirerapids", AVX2_HOST, ["-avx512f", "-amx-tile", "-amx-int8"]),
+    ("znver3", AVX2_HOST, []),
 ])
-def test_host_adds_or_removes_the_tile_extensions_by_what_the_cpu_runs_here(cpu, flags, extensions):
+def test_host_takes_away_or_adds_the_extensions_its_name_misstates_by_what_the_cpu_runs_here(cpu, flags,
+                                                                                             extensions):
     from modelbuild.recipe.targets import host_extensions
 
     assert host_extensions(cpu, {f.replace("_", "") for f in flags}) == extensions
@@ -51,10 +59,25 @@ def test_a_host_target_resolves_with_the_extensions_after_those_the_recipe_lists
     from modelbuild.recipe.targets import resolve_target
 
     monkeypatch.setattr("modelbuild.recipe.targets.resolve_host_cpu", lambda memo: "rocketlake")
-    monkeypatch.setattr("modelbuild.recipe.targets.host_features", lambda: {"avx512f", "amxtile", "amxint8"})
+    monkeypatch.setattr("modelbuild.recipe.targets.host_features", lambda: AVX512_HOST | {"amxtile", "amxint8"})
     resolved = resolve_target({"kind": "llvm", "mcpu": "host", "mattr": ["+avx512f"]}, tmp_path / "cpu.json")
     assert (resolved["mcpu"], resolved["mattr"]) == ("rocketlake", ["+avx512f", "+amx-tile", "+amx-int8"])
     assert needed_features(resolved) == ["avx2", "avx512f", "avx512vnni", "amxtile", "amxint8"]
+
+
+def test_a_host_target_leaves_out_what_the_cpu_name_implies_and_a_vm_hides(tmp_path, monkeypatch):
+    """A Zen 4 under a hypervisor that hides AVX-512: LLVM names it znver4, whose AVX-512 code dies of an
+    illegal instruction there. Its library is built for AVX2 and validated here; the recipe's own word on an
+    extension stands."""
+    from modelbuild.recipe.targets import resolve_target
+
+    monkeypatch.setattr("modelbuild.recipe.targets.resolve_host_cpu", lambda memo: "znver4")
+    monkeypatch.setattr("modelbuild.recipe.targets.host_features", lambda: AVX2_HOST)
+    resolved = resolve_target({"kind": "llvm", "mcpu": "host"}, tmp_path / "cpu.json")
+    assert (resolved["mcpu"], resolved["mattr"], needed_features(resolved)) == ("znver4", ["-avx512f"], ["avx2"])
+    assert why_not_run_here(resolved, AVX2_HOST) is None
+    chosen = resolve_target({"kind": "llvm", "mcpu": "host", "mattr": ["+avx512f"]}, tmp_path / "cpu.json")
+    assert chosen["mattr"] == ["+avx512f"]
 
 
 def test_arm_targets_need_no_x86_extension():

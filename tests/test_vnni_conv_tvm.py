@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.host_cpu import host_has
+
 pytestmark = pytest.mark.tvm
 
 VNNI_CPU = {"kind": "llvm", "mcpu": "cascadelake", "num-cores": 2}
@@ -12,11 +14,7 @@ PLAIN_CPU = {"kind": "llvm", "num-cores": 2}
 
 
 def host_has_vnni() -> bool:
-    import tvm
-    from tvm.target import codegen
-
-    return bool(codegen.target_has_features("avx512vnni", tvm.target.Target(
-        {"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu()})))
+    return host_has("avx512vnni")
 
 
 def conv_module(shape, weight, dtype, *, strides, padding, dilation, groups=1):
@@ -306,11 +304,7 @@ def test_a_padded_conv_reads_nothing_outside_its_input(groups, shape, strides, m
     import sys
     from pathlib import Path
 
-    import tvm
-    from tvm.target import codegen
-
-    host = tvm.target.Target({"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu()})
-    if not all(codegen.target_has_features(f, host) for f in features):
+    if not host_has(*features):
         pytest.skip(f"this CPU lacks {', '.join(features)}: the kernel cannot run here")
     root = str(Path(__file__).resolve().parents[1])
     code = GUARDED_RUN.format(root=root, groups=groups, mcpu=mcpu, shape=shape, strides=strides)

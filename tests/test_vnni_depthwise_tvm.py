@@ -6,20 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.host_cpu import host_has
 from tests.test_vnni_conv_tvm import build, conv_module, reference
 
 pytestmark = pytest.mark.tvm
 
 VBMI_CPU = {"kind": "llvm", "mcpu": "icelake-server", "num-cores": 2}  # VNNI and VBMI
 VNNI_ONLY_CPU = {"kind": "llvm", "mcpu": "cascadelake", "num-cores": 2}
-
-
-def host_has(*features: str) -> bool:
-    import tvm
-    from tvm.target import codegen
-
-    host = tvm.target.Target({"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu()})
-    return all(codegen.target_has_features(feature, host) for feature in features)
 
 
 def depthwise_module(shape, weight, dtype, *, strides, padding, dilation):

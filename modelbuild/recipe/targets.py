@@ -88,21 +88,26 @@ _AVX2 = _AVX512 | {"haswell", "broadwell", "skylake", "alderlake", "raptorlake",
                    "core_5th_gen_avx", "core_5th_gen_avx_tsx", "znver1", "znver2", "znver3", "bdver4", "x86-64-v3"}
 
 
+# Each level builds on the one before: taking one away (mattr "-avx2") takes away those after it, as LLVM does.
+_VECTOR_LEVELS = (("avx2", _AVX2), ("avx512f", _AVX512), ("avx512vnni", _AVX512_VNNI))
+
+
 def needed_features(target: dict) -> list[str]:
     """The x86 vector extensions an llvm target's code may use, by its mcpu and its +mattr (as /proc/cpuinfo
     names them, less underscores: avx2, avx512f, avx512vnni, amxint8); [] for other architectures."""
     if target.get("kind") != "llvm" or target_arch(target) != "x86_64":
         return []
     mcpu = str(target.get("mcpu", ""))
-    needed = [name for name, cpus in (("avx2", _AVX2), ("avx512f", _AVX512), ("avx512vnni", _AVX512_VNNI),
-                                      ("amxint8", _AMX_INT8)) if mcpu in cpus]
+    needed = [name for name, cpus in (*_VECTOR_LEVELS, ("amxint8", _AMX_INT8)) if mcpu in cpus]
+    levels = [name for name, _ in _VECTOR_LEVELS]
     mattr = target.get("mattr") or []
     for attr in mattr if isinstance(mattr, list) else [mattr]:
-        name = str(attr).lstrip("+").replace("_", "").replace("-", "")
+        name = str(attr).lstrip("+-").replace("_", "").replace("-", "")
         if str(attr).startswith("+") and name.startswith(("avx", "amx")) and name not in needed:
             needed.append(name)
-        elif str(attr).startswith("-") and name in needed:  # taken away from what the mcpu implies
-            needed.remove(name)
+        elif str(attr).startswith("-"):  # taken away from what the mcpu implies, with what builds on it
+            gone = levels[levels.index(name):] if name in levels else [name]
+            needed = [n for n in needed if n not in gone]
     return needed
 
 
@@ -180,12 +185,24 @@ def _ask_llvm_for_host_cpu() -> str:
 
 
 def host_extensions(cpu: str, features: set[str]) -> list[str]:
-    """The AMX tile extensions to add to or remove from LLVM's name for this CPU, as mattr, by its
-    /proc/cpuinfo flags (less underscores). LLVM names a CPU from its model number: a virtual machine's may
-    say less than its flags (a Sapphire Rapids VM with amx_tile and amx_int8 is "rocketlake" to LLVM), and a
+    """The extensions to add to or remove from LLVM's name for this CPU, as mattr, by its /proc/cpuinfo flags
+    (less underscores). LLVM names a CPU from its model number, and a virtual machine's may say more or less
+    than it can run: a Zen 4 whose hypervisor hides AVX-512 is "znver4" to LLVM, and its AVX-512 code dies
+    of an illegal instruction there; a Sapphire Rapids VM with amx_tile and amx_int8 is "rocketlake"; and a
     Sapphire Rapids under a Linux older than 5.16 (RHEL 8's 4.18) cannot use the tiles its name implies (the
     kernel neither lists them nor grants them). As with clang's -march=native, "host" means what the CPU can
     run here; the int8 convs take the tiles where it has them (amx_conv.py)."""
+    return [*_hidden_vectors(cpu, features), *_tiles(cpu, features)]
+
+
+def _hidden_vectors(cpu: str, features: set[str]) -> list[str]:
+    for name, cpus in _VECTOR_LEVELS:
+        if cpu in cpus and name not in features:
+            return [f"-{name}"]  # LLVM takes away the levels after it too
+    return []
+
+
+def _tiles(cpu: str, features: set[str]) -> list[str]:
     has_tiles = {"amxtile", "amxint8"} <= features
     if cpu in _AMX_INT8:
         return [] if has_tiles else ["-amx-tile", "-amx-int8"]
@@ -214,8 +231,8 @@ def resolve_host_cpu(memo_path: Path) -> str:
 
 def resolve_target(target: dict, memo_path: Path) -> dict:
     """The target table as it enters cache keys: `mcpu = "host"` replaced by the real CPU name (with the tile
-    extensions that name leaves out added, and those it implies that this machine lacks removed:
-    host_extensions), and the linker of its library with that linker's version (a new compiler links
+    extensions that name leaves out added, and the vector and tile extensions it implies that this machine
+    lacks removed: host_extensions), and the linker of its library with that linker's version (a new compiler links
     different bytes)."""
     resolved = dict(target)
     if target.get("mcpu") == HOST:
@@ -224,7 +241,8 @@ def resolve_target(target: dict, memo_path: Path) -> dict:
         if extensions:
             mattr = target.get("mattr") or []
             mattr = mattr if isinstance(mattr, list) else [mattr]
-            resolved["mattr"] = [*mattr, *(attr for attr in extensions if attr not in mattr)]
+            named = {str(attr).lstrip("+-") for attr in mattr}  # what the recipe says of an extension stands
+            resolved["mattr"] = [*mattr, *(attr for attr in extensions if attr.lstrip("+-") not in named)]
     command = linker_command(target)
     if command:
         resolved[LINKER] = linker_identity(command, memo_path.parent / "linkers.json")
