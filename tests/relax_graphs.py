@@ -5,12 +5,12 @@ from __future__ import annotations
 SHAPE = (1, 8, 16, 16)
 
 
-def build_module(body, shape=SHAPE):
+def build_module(body, shape=SHAPE, dtype: str = "float32"):
     """A main(x) whose dataflow block is written by `body(bb, x)` returning the output."""
     from tvm import relax
 
     bb = relax.BlockBuilder()
-    x = relax.Var("x", relax.TensorType(shape=shape, dtype="float32"))
+    x = relax.Var("x", relax.TensorType(shape=shape, dtype=dtype))
     with bb.function("main", [x]):
         with bb.dataflow():
             out = bb.emit_output(body(bb, x))
