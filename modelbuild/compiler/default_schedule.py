@@ -552,16 +552,18 @@ def _vectorize_innermost(sch, block) -> None:
 
 def _pads_along_rows(sch, block) -> bool:
     """Whether the block pads its input along its innermost axis (an NCHW row's columns): an if_then_else
-    whose condition varies across a vector's lanes, which TVM's vectoriser turns into a scalar loop."""
+    whose condition varies across a vector's lanes, which TVM's vectoriser turns into a scalar loop, with a
+    constant outside the input (a concatenation's if_then_else picks between inputs: not padding)."""
     from tvm import ir, tirx
 
     store = sch.get(block).body
     value = getattr(store, "value", None)
     if not (isinstance(value, ir.Call) and getattr(value.op, "name", None) == "prim.if_then_else"
-            and sch.get(block).iter_vars):
+            and isinstance(value.args[2], (tirx.IntImm, tirx.FloatImm)) and sch.get(block).iter_vars):
         return False
     innermost = sch.get(block).iter_vars[-1].var
-    return any(var.same_as(innermost) for var in tirx.analysis.undefined_vars(value.args[0]))
+    return (any(var.same_as(innermost) for var in tirx.analysis.undefined_vars(value.args[0]))
+            and sch.can_decompose_padding(block, sch.get_loops(block)[0]))
 
 
 def _schedule_spatial(sch, block, cores: int) -> None:
