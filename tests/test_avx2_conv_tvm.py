@@ -58,6 +58,30 @@ def test_an_int8_conv_on_avx2_is_vpmaddwd_and_bit_exact(geometry):
     assert got.dtype == np.int32 and np.array_equal(got, want)
 
 
+def test_a_conv_to_one_channel_with_an_epilogue_builds_and_computes_the_same():
+    """YOLOX's objectness conv: 96 -> 1 channel at 13x13, then sigmoid. Its epilogue has no loop of its own
+    below the conv's columns (13, not a whole number of 8-lane vectors), and splitting that loop off crashed
+    TVM (a segfault in loop_partition) and with it the int8 build; the conv's schedule refuses it instead."""
+    from tvm import relax
+
+    rng = np.random.default_rng(41)
+    x = rng.integers(-128, 128, (1, 96, 13, 13)).astype(np.int8)
+    weight = rng.integers(-128, 128, (1, 96, 1, 1)).astype(np.int8)
+    bb = relax.BlockBuilder()
+    data = relax.Var("x", relax.TensorType(shape=x.shape, dtype="int8"))
+    with bb.function("main", [data]):
+        with bb.dataflow():
+            conv = bb.emit(relax.op.nn.conv2d(data, relax.const(weight), out_dtype="int32"))
+            scaled = bb.emit(relax.op.multiply(relax.op.astype(conv, "float32"), relax.const(1e-4, "float32")))
+            y = bb.emit_output(relax.op.sigmoid(scaled))
+        bb.emit_func_output(y)
+    executable, _ = build(bb.get(), AVX2_CPU)
+    if not host_has_avx2():
+        pytest.skip("this CPU has no AVX2: the library is compiled, not run")
+    sums = np.einsum("nchw,oc->nohw", x.astype(np.int64), weight[:, :, 0, 0].astype(np.int64))
+    np.testing.assert_allclose(run(executable, x), 1 / (1 + np.exp(-sums * 1e-4)), rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("shape, channels, dtype", matmuls.SHAPES, ids=matmuls.IDS)
 def test_an_int8_matmul_on_avx2_is_vpmaddwd_and_bit_exact(shape, channels, dtype):
     x, module, want = matmuls.case(shape, channels, dtype)

@@ -431,6 +431,10 @@ def vectorise_row(sch, block, lanes: int) -> None:
         sch.vectorize(innermost)
         return
     if whole != columns:
+        if len(sch.get_child_blocks(innermost)) > 1:
+            # one output channel: the epilogue has no loop of its own, only the conv's; TVM 0.27's loop_partition
+            # crashed the process on such a loop (YOLOX's 96 -> 1 objectness conv at 13x13, 8 lanes)
+            raise ValueError("the epilogue's innermost loop is the conv's too")
         innermost, tail = sch.loop_partition(innermost, factors=[whole, None])  # replaces the block
         sch.vectorize(tail)
     vectors, vector = sch.split(innermost, factors=[None, lanes])
