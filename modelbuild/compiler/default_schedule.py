@@ -23,6 +23,9 @@ element-wise chains, reductions):
   row as one vector, its padding computed apart first (a 5x5 pool at 10x10: 60 -> 33 us);
 - a nearest-neighbour upsampling by whole factors (kernels/nearest_upsample.py) stays a block of its own,
   computed where its consumer reads each row, every 16 outputs one load and one shuffle;
+- padding whose condition varies across a vector's lanes (an NCHW row's columns, as an int8 depthwise conv
+  summed in float has) is kept apart from its reduction and written as the pad value over the whole buffer,
+  then the input copied in with no condition: TVM's vectoriser had run it lane by lane (23 -> 12 us);
 - other blocks are split by the vector width, or vectorised whole when their rows are short and the vector
   width does not divide them: the padding of a 5x5 conv's 96-column rows (100) had been split by 4, and
   4-lane vectors with a bounds select compiled to masked gathers (the classifier's fp32 build: 0.82 ->
