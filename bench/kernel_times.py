@@ -76,8 +76,8 @@ def kernels_of(ir: Path) -> tuple[collections.Counter, dict[str, list]]:
 
     module = tvm.ir.load_json(ir.read_text())
     cpu = codegen.llvm_get_system_cpu()
-    # as `mcpu = "host"` resolves: with the AMX extensions LLVM's CPU name may leave out, else the int8
-    # convs lower to VNNI kernels whose names the library (built with AMX kernels) does not have
+    # as `mcpu = "host"` resolves: with the AMX extensions LLVM's CPU name may leave out and without the
+    # vector extensions a VM hides, else the int8 convs lower to kernels whose names the library does not have
     target = tvm.target.Target({"kind": "llvm", "mcpu": cpu, "mattr": host_extensions(cpu, host_features())})
     with target, tvm.transform.PassContext(opt_level=3):
         phases = lowering.lower(module, target, fuse=True, layout="auto", schedule=True)

@@ -232,8 +232,8 @@ def resolve_host_cpu(memo_path: Path) -> str:
 def resolve_target(target: dict, memo_path: Path) -> dict:
     """The target table as it enters cache keys: `mcpu = "host"` replaced by the real CPU name (with the tile
     extensions that name leaves out added, and the vector and tile extensions it implies that this machine
-    lacks removed: host_extensions), and the linker of its library with that linker's version (a new compiler links
-    different bytes)."""
+    lacks removed: host_extensions), and the linker of its library with that linker's version (a new
+    compiler links different bytes)."""
     resolved = dict(target)
     if target.get("mcpu") == HOST:
         resolved["mcpu"] = resolve_host_cpu(memo_path)
