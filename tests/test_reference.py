@@ -33,3 +33,18 @@ def test_a_model_that_cannot_be_read_is_a_stage_error_not_a_traceback(tmp_path):
     broken.write_bytes(b"not a model")
     with pytest.raises(StageError, match="onnxruntime cannot load the model"):
         _run_onnxruntime(broken, {"x": np.zeros((1, 1), np.float32)}, {}, {})
+
+
+def test_a_pre_quantized_models_reference_is_its_exact_integer_result(tmp_path):
+    """onnxruntime's uint8 x int8 kernel on an AVX2 CPU without VNNI saturated this MatMulInteger's 16-bit
+    pair sums (28559 from the exact sum on a Zen 4 VM); the reference runs it with uint8 weights instead."""
+    import numpy as np
+
+    from modelbuild.stages.reference import _run_onnxruntime
+    from tests.onnx_models import INTEGER_OPS, integer_op
+
+    model = onnx.load(str(integer_op(tmp_path / "m.onnx", "MatMulInteger")))
+    constants = {t.name: onnx.numpy_helper.to_array(t).astype(np.int64) for t in model.graph.initializer}
+    x = np.full((1, *INTEGER_OPS["MatMulInteger"][0]), 255, np.uint8)
+    got = _run_onnxruntime(tmp_path / "m.onnx", {"x": x}, {}, {})["y"]
+    assert np.array_equal(got[0], (x[0].astype(np.int64) - constants["x_zero"]) @ (constants["w"] - constants["w_zero"]))

@@ -11,6 +11,7 @@ from modelbuild import signature
 from modelbuild.errors import last_line, StageError
 from modelbuild.recipe.params import ReferenceParams, parse
 from modelbuild.validation import golden
+from modelbuild.validation.unsigned_weights import unsigned_weights
 
 
 GOLDEN_FILE = "golden.npz"
@@ -64,6 +65,19 @@ def session_options(model: Path):
     return options
 
 
+def _exact_form(model: Path) -> str | bytes:
+    """What onnxruntime is given: the model, or where it has int8 weights on uint8 activations the same model
+    with them as uint8, whose sums onnxruntime computes exactly on every CPU (validation.unsigned_weights)."""
+    import onnx
+    from onnx.external_data_helper import uses_external_data
+
+    loaded = onnx.load(str(model), load_external_data=False)
+    if any(uses_external_data(t) for t in loaded.graph.initializer):  # weights beside it: read them too
+        loaded = onnx.load(str(model))
+    rewritten = unsigned_weights(loaded)
+    return str(model) if rewritten is None else rewritten.SerializeToString()
+
+
 def _run_onnxruntime(model: Path, samples: dict[str, np.ndarray], bound: dict[str, dict],
                      fed_back: dict[str, str], hint: str = "") -> dict[str, np.ndarray]:
     """The model's outputs on each sample; the bound inputs fed their values where the model still takes
@@ -72,7 +86,7 @@ def _run_onnxruntime(model: Path, samples: dict[str, np.ndarray], bound: dict[st
     import onnxruntime as ort
 
     try:  # reading the model's nodes for the options is reading the model too: a bad one is the same error
-        session = ort.InferenceSession(str(model), session_options(model), providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(_exact_form(model), session_options(model), providers=["CPUExecutionProvider"])
     except Exception as err:
         raise StageError(f"onnxruntime cannot load the model: {err}") from err
     names = [o.name for o in session.get_outputs()]
