@@ -7,7 +7,9 @@ is built by modelbuild's CLI, untuned, for this machine with 2 threads, then mea
 - the gates of the shipped validation preset it is built with (recipes/validation/: float-ci for classifiers,
   int8-ci for the pre-quantized one, detector-ci for the rest), as a user would include it: every gate that
   failed or did not apply;
-- cosine similarity of every output against onnxruntime on the same random input (the worst output);
+- cosine similarity of every output against onnxruntime on the same random input (the worst output; a
+  pre-quantized model's int8 weights given to onnxruntime as uint8, as the reference stage does, so that its
+  sums are exact on CPUs without VNNI: modelbuild's unsigned_weights);
 - modelbuild untuned / onnxruntime latency: medians of runs in alternating blocks, the same thread count
   each;
 - the three slowest of the build's eight heaviest kernels by FLOPs, each timed alone, with its GFLOP/s;
@@ -340,13 +342,19 @@ def random_inputs(model: ZooModel, names: list[str]) -> list:
 
 def measure_model(model: ZooModel, library: Path, analysis: Path, threads: int, seconds: float) -> dict:
     import numpy as np
+    import onnx
     import onnxruntime as ort
     import tvm
     from tvm import relax
 
+    from modelbuild.validation.unsigned_weights import unsigned_weights
+
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     session = ort.InferenceSession(str(model_path(model)), options, providers=["CPUExecutionProvider"])
+    exact = unsigned_weights(onnx.load(str(model_path(model))))  # timed as it is, compared with exact sums
+    reference = session if exact is None else ort.InferenceSession(exact.SerializeToString(), options,
+                                                                   providers=["CPUExecutionProvider"])
     # graph order: the library's argument order too, less the bound inputs, which onnxruntime is still fed
     names = [i.name for i in session.get_inputs() if i.name not in model.bound]
     arrays = random_inputs(model, names)
@@ -355,7 +363,7 @@ def measure_model(model: ZooModel, library: Path, analysis: Path, threads: int, 
     tensors = [tvm.runtime.tensor(a) for a in arrays]
     ours = vm["main"](*tensors)
     ours = [ours] if hasattr(ours, "numpy") else list(ours)  # one output is a tensor, several a tuple
-    theirs = session.run(None, feed)
+    theirs = reference.run(None, feed)
     cosines = [cosine(np.asarray(a.numpy()), b) for a, b in zip(ours, theirs)]
     medians = alternate({"onnxruntime": lambda: session.run(None, feed), "modelbuild": lambda: vm["main"](*tensors)},
                         seconds)
