@@ -136,3 +136,13 @@ def test_against_a_baseline_an_emulated_device_compares_accuracy_not_latency():
                              EMULATED, baseline))
     assert not gates["max_p99_increase"].applicable and gates["max_p99_increase"].passed
     assert gates["max_cosine_drop"].applicable and not gates["max_cosine_drop"].passed
+
+
+def test_a_latency_gate_timed_while_other_processes_kept_the_cpus_busy_says_so():
+    limits = spec(gates={"max_p50_ms": 1, "max_p99_ms": 1, "min_throughput": 500, "max_abs_error": 0.005})
+    busy = by_name(evaluate(limits, replace(METRICS, others_cpu=0.61)))
+    assert busy["max_p99_ms"].describe() == "max_p99_ms: 3 > 1 (timed while other processes used 61% of the CPUs)"
+    assert all("61%" in busy[name].detail for name in ("max_p50_ms", "min_throughput"))
+    assert "other processes" not in busy["max_abs_error"].detail
+    quiet = by_name(evaluate(limits, replace(METRICS, others_cpu=0.05)))
+    assert quiet["max_p99_ms"].detail == "" and quiet["max_p99_ms"].describe() == "max_p99_ms: 3 > 1"

@@ -115,3 +115,12 @@ def test_a_build_on_an_emulated_device_says_where_it_ran_and_that_its_latency_is
     assert "| max_p99_ms | - | 20 | n/a |" in details
     host = replace(finished_build([]), provenance={"machine": {"cpu": "Xeon", "cores": 2}}, latency_ms=FULL_LATENCY)
     assert "(emulated" not in outcome_line(host) and "- ran on: this machine (Xeon, 2 cores)" in "\n".join(_details(host))
+
+
+def test_a_latency_timed_while_other_processes_kept_the_cpus_busy_says_so():
+    busy = "\n".join(_details(replace(finished_build([]), latency_ms=FULL_LATENCY, others_cpu=0.61)))
+    assert "> Warning: other processes used 61% of this machine's CPUs while the library was timed" in busy
+    assert "1203/s  (busy machine: others used 61% of the CPUs)" in outcome_line(
+        replace(finished_build([]), latency_ms=FULL_LATENCY, others_cpu=0.61))
+    quiet = replace(finished_build([]), latency_ms=FULL_LATENCY, others_cpu=0.03)
+    assert "other processes" not in "\n".join(_details(quiet)) and "busy" not in outcome_line(quiet)

@@ -1,5 +1,7 @@
 """The timing loop: its minimums, and the bound that keeps a slow library's validation short."""
 
+import pytest
+
 from modelbuild.stages import measure
 
 
@@ -17,3 +19,44 @@ def test_timing_stops_at_max_seconds_before_min_runs_on_a_slow_library(monkeypat
 def test_timing_meets_both_minimums_when_there_is_time():
     latencies = measure._time(lambda arrays: None, [], warmup=0, min_runs=7, min_seconds=0.0, max_seconds=60.0)
     assert len(latencies) == 7
+
+
+def test_other_processes_busy_on_every_cpu_show_in_the_share_and_this_process_does_not():
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from modelbuild.validation import metrics
+
+    cpus = len(os.sched_getaffinity(0))
+    before = measure.cpu_clock()
+    started = time.monotonic()
+    while time.monotonic() - started < 0.5:  # this process busy: its own time, not others'
+        pass
+    busy_self = metrics.others_share(before, measure.cpu_clock())
+    spinners = [subprocess.Popen([sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 1.5: pass"])
+                for _ in range(cpus)]
+    time.sleep(0.3)  # started and spinning
+    before = measure.cpu_clock()
+    time.sleep(1.0)
+    busy_others = metrics.others_share(before, measure.cpu_clock())
+    for spinner in spinners:
+        spinner.wait()
+    assert busy_others > 0.6, busy_others  # every CPU taken by another process (less the ticks' granularity)
+    assert busy_others > busy_self + 0.3, (busy_self, busy_others)
+
+
+def test_the_cpu_clock_counts_busy_and_stolen_ticks_of_this_process_cpus_only(tmp_path):
+    import os
+
+    allowed = sorted(os.sched_getaffinity(0))
+    # user nice system idle iowait irq softirq steal guest guest_nice
+    lines = ["cpu  1 1 1 1 1 1 1 1 0 0"] + [f"cpu{i} 10 1 5 1000 50 2 3 4 7 0" for i in allowed]
+    lines.append(f"cpu{max(allowed) + 1} 999 999 999 0 0 0 0 0 0 0")  # not this process's: left out
+    stat = tmp_path / "stat"
+    stat.write_text("\n".join(lines + ["intr 12345", "ctxt 99"]) + "\n")
+    clock = measure.cpu_clock(stat)
+    assert clock.cpus == len(allowed)
+    assert clock.cpus_busy == pytest.approx(len(allowed) * 25 / os.sysconf("SC_CLK_TCK"))  # idle and iowait not
+    assert measure.cpu_clock(tmp_path / "absent") is None

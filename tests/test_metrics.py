@@ -103,3 +103,12 @@ def test_in_turns_alternates_the_order_every_round_until_the_first_has_its_runs_
 def test_in_turns_stops_at_the_bound_on_both_libraries_together():
     ours, theirs = metrics.in_turns(lambda: 1.0, lambda: 2.0, min_runs=100, min_seconds=0.0, max_seconds=5.0)
     assert (len(ours), len(theirs)) == (2, 2)  # 1 + 2 + 2 + 1 = 6 s: the round that crossed 5 s is the last
+
+
+def test_others_share_is_the_cpu_time_others_used_of_what_this_process_could_have():
+    before = metrics.CpuClock(cpus_busy=100.0, own=10.0, wall=50.0, cpus=2)
+    # 2 s on 2 CPUs: 4 CPU-seconds; 3 were busy, 1 of them this process's
+    assert metrics.others_share(before, metrics.CpuClock(103.0, 11.0, 52.0, 2)) == pytest.approx(0.5)
+    assert metrics.others_share(before, metrics.CpuClock(100.5, 11.0, 52.0, 2)) == 0.0  # counters' ticks lag
+    assert metrics.others_share(before, metrics.CpuClock(110.0, 10.0, 52.0, 2)) == 1.0
+    assert metrics.others_share(before, metrics.CpuClock(100.0, 10.0, 50.0, 2)) == 0.0  # no time passed

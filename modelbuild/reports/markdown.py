@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from modelbuild.reports.model import BuildReport, Report, StageRun
+from modelbuild.validation.gates import BUSY_SHARE
 
 
 def render(report: Report) -> str:
@@ -87,6 +88,10 @@ def _details(b: BuildReport) -> list[str]:
         out += _roofline(b.roofline)
         if t["cv"] > 0.05:
             out.append(f"\n> Warning: the coefficient of variation is {t['cv']:.0%}: the machine was noisy.")
+        if (b.others_cpu or 0) > BUSY_SHARE:
+            out.append(f"\n> Warning: other processes used {b.others_cpu:.0%} of this machine's CPUs while the "
+                       "library was timed: a parallel kernel waits for every thread it started, so this latency "
+                       "is the machine's as much as the library's (README: timing on a busy machine).")
     return out
 
 
@@ -291,7 +296,9 @@ def outcome_line(b: BuildReport) -> str:
     latency = b.latency_ms
     if latency:
         parts.append(f"p50 {latency['median']:.3g} ms  p99 {latency['p99']:.3g} ms  {latency['throughput']:.4g}/s"
-                     + ("  (emulated device)" if _machine(b).get("emulated") else ""))
+                     + ("  (emulated device)" if _machine(b).get("emulated") else "")
+                     + (f"  (busy machine: others used {b.others_cpu:.0%} of the CPUs)"
+                        if (b.others_cpu or 0) > BUSY_SHARE else ""))
     elif not b.validation.ran:
         parts.append(f"not validated: {b.validation.reason}")
     worst = worst_accuracy(b)

@@ -71,6 +71,7 @@ class BuildReport:
     accuracy_vs_qdq: dict[str, dict] | None = None
     latency_ms: dict | None = None
     cold_ms: float | None = None
+    others_cpu: float | None = None  # other processes' share of the CPUs while it was timed
     throughput: float | None = None
     scaling: dict | None = None
     roofline: dict | None = None
@@ -164,6 +165,7 @@ def _build(project, run: RunResult, name: str) -> BuildReport:
         accuracy_vs_qdq=measured.accuracy_vs_qdq,
         latency_ms=measured.latency_ms,
         cold_ms=measured.cold_ms,
+        others_cpu=measured.others_cpu,
         throughput=measured.latency_ms["throughput"] if measured.latency_ms else None,
         scaling=measured.scaling,
         roofline=measured.roofline,

@@ -8,6 +8,7 @@ usage: python -m modelbuild.stages.measure LIBRARY GOLDEN.npz SIGNATURE.json TIM
 from __future__ import annotations
 
 import json
+import os
 import resource
 import sys
 import time
@@ -48,11 +49,13 @@ def main(library: str, golden_path: str, signature_path: str, timing_json: str, 
 
     arrays = inputs_of(golden, input_names, 0)
     together = None
+    clock = cpu_clock()
     if baseline:  # on a device, the timer runs the two in turns there
         latencies, together = (timer(arrays, **timing) if timer
                                else _time_together(run, _load(baseline), arrays, **timing))
     else:
         latencies = timer(arrays, **timing) if timer else _time(run, arrays, **timing)
+    others = metrics.others_share(clock, cpu_clock()) if clock and not device else None
     kernels = json.loads(Path(analysis_path).read_text()).get("kernels") if analysis_path else None
     result = {
         "roofline": _roofline(library, kernels) if kernels else None,
@@ -61,6 +64,7 @@ def main(library: str, golden_path: str, signature_path: str, timing_json: str, 
         "cold_ms": cold_ms,
         "latency_ms": metrics.timing_summary(latencies),
         **({"baseline_latency_ms": metrics.timing_summary(together)} if together else {}),
+        "others_cpu": others,
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "machine": ({"device": device["key"], "tracker": device["tracker"], "via": "rpc", **described} if device
                     else host_machine()),
@@ -104,6 +108,24 @@ def _load(library: str):
         return [v.numpy() for v in values]
 
     return run
+
+
+def cpu_clock(stat: Path = Path("/proc/stat")) -> metrics.CpuClock | None:
+    """Now, for metrics.others_share; None where the kernel's CPU counters cannot be read (not Linux)."""
+    try:
+        lines = stat.read_text().splitlines()
+    except OSError:
+        return None
+    allowed = {f"cpu{i}" for i in os.sched_getaffinity(0)}
+    busy = 0
+    for fields in (line.split() for line in lines):
+        if fields and fields[0] in allowed:
+            user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields[1:9])
+            busy += user + nice + system + irq + softirq + steal  # guest time is in user already
+    times = os.times()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return metrics.CpuClock(cpus_busy=busy / ticks, own=times.user + times.system, wall=time.monotonic(),
+                            cpus=len(allowed))
 
 
 def _roofline(library: str, kernels: list[dict]) -> dict:

@@ -20,6 +20,8 @@ class Measured:
     scaling: dict | None = None  # scaling_summary(), where timing.scaling asked for it
     roofline: dict | None = None  # where timing.roofline asked for it
     artifact_bytes: int | None = None
+    # the share of this machine's CPUs other processes used while the library was timed (metrics.others_share)
+    others_cpu: float | None = None
     peak_rss_bytes: int | None = None
     machine: dict | None = None
     threads: int | None = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -64,6 +65,29 @@ def in_turns(ours, theirs, *, min_runs: int, min_seconds: float,
             runs.append(once())
             total += runs[-1]
     return times
+
+
+@dataclass(frozen=True)
+class CpuClock:
+    """Seconds of CPU time at one moment: what the CPUs this process may run on had spent busy (from
+    /proc/stat, stolen time included), what this process had used, and the wall clock."""
+
+    cpus_busy: float
+    own: float
+    wall: float
+    cpus: int
+
+
+def others_share(before: CpuClock, after: CpuClock) -> float:
+    """The share of this process's CPUs that other processes (or the hypervisor) used between two clocks,
+    0 to 1. A TVM library's parallel kernels wait for each worker thread, so when others keep the cores
+    busy a descheduled worker stalls every kernel: on 2 cores with 2 busy processes, the bundled classifier
+    ran 33 ms instead of 0.9."""
+    capacity = (after.wall - before.wall) * after.cpus
+    if capacity <= 0:
+        return 0.0
+    others = (after.cpus_busy - before.cpus_busy) - (after.own - before.own)
+    return min(1.0, max(0.0, others / capacity))
 
 
 def amdahl_fraction(threads: list[int], seconds: list[float]) -> float | None:
