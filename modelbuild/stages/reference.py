@@ -72,7 +72,9 @@ def _exact_form(model: Path) -> str | bytes:
     from onnx.external_data_helper import uses_external_data
 
     loaded = onnx.load(str(model), load_external_data=False)
-    if any(uses_external_data(t) for t in loaded.graph.initializer):  # weights beside it: read them too
+    if any(uses_external_data(t) for t in loaded.graph.initializer):  # weights beside it: read them too,
+        if not any(t.data_type == onnx.TensorProto.INT8 for t in loaded.graph.initializer):  # if any is int8
+            return str(model)
         loaded = onnx.load(str(model))
     rewritten = unsigned_weights(loaded)
     return str(model) if rewritten is None else rewritten.SerializeToString()
