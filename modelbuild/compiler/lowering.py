@@ -12,7 +12,9 @@ bundled classifier 271 operators become 69 kernels and the library shrinks from 
 
 Before legalisation, float convs are converted to channels-last (channels_last.py: `layout = "auto"`, the
 default), so the default schedule vectorises them over output channels rather than output columns.
-Transposed convs whose stride equals their kernel then become 1x1 convs and a depth-to-space
+Grouped convs whose groups are narrower than a vector are first merged into groups one vector wide, with
+zeros between the merged groups' weights (group_blocks.py), so that a vector of output channels reads one
+input channel, not a gather. Transposed convs whose stride equals their kernel then become 1x1 convs and a depth-to-space
 (conv_transpose.py), which is exact, convs on maps smaller than their kernel lose the kernel rows and
 columns that only ever multiply padding (padding_taps.py, exact too), matmuls and convs whose output
 channels no vector width divides compute them rounded up to whole vectors (channel_padding.py), and int8
@@ -29,7 +31,7 @@ import re
 from dataclasses import dataclass
 
 from modelbuild.compiler import (channel_padding, channels_last, constant_folding, conv_transpose, default_schedule,
-                                 fast_math, layer_names, padding_taps, pixel_rows)
+                                 fast_math, group_blocks, layer_names, padding_taps, pixel_rows)
 from modelbuild.compiler.analysis import KernelCall, Step
 from modelbuild.compiler.kernels import nearest_upsample, pairwise_pool
 from modelbuild.compiler.kernels.integer_kernels import (conv_instruction, legalize_conv2d, legalize_matmul,
@@ -58,7 +60,8 @@ def lower(module, target, *, fuse: bool, layout: str | None, database=None, sche
     from tvm import relax
     from tvm.relax.backend.cpu_generic import pipeline as cpu
 
-    module, used_layout = channels_last.convert(padding_taps.rewrite(conv_transpose.rewrite(module)), layout)
+    module = padding_taps.rewrite(conv_transpose.rewrite(group_blocks.rewrite(module)))
+    module, used_layout = channels_last.convert(module, layout)
     module = constant_folding.fold(channel_padding.rewrite(module))
     # computed once, used twice: smoothing gives each conv reading a tensor the same divisor, so the QDQ
     # graph quantizes that tensor once per conv with equal constants (6 of the DB detector's 10 quantize
