@@ -111,6 +111,9 @@ ZOO = [
     ZooModel("resnet_ish", "generated: ResNet basic blocks at 56x56, 64-128 channels, odd widths",
              "generated:resnet_ish", {"x": [1, 3, 114, 114]},
              int8=("random", {})),
+    ZooModel("resnext_ish", "generated: ResNeXt bottlenecks, grouped 3x3 convs of 4 and 8 channels a group",
+             "generated:resnext_ish", {"x": [1, 3, 114, 114]},
+             int8=("random", {})),
 ]
 
 
@@ -207,7 +210,48 @@ def resnet_ish(path: Path) -> None:
     onnx.save(model, str(path))
 
 
-GENERATORS = {"resnet_ish": resnet_ish, "orientation_qop": orientation_qop}
+def resnext_ish(path: Path) -> None:
+    """A stem and ResNeXt bottleneck blocks (1x1, grouped 3x3, 1x1, residual): groups of 4 and 8 channels as
+    ResNeXt and RegNet have them, and 13 groups of 8 (RegNet's odd counts, which group_blocks cannot merge)."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    nodes, inits = [], []
+
+    def conv(x, cin, cout, k, stride, name, groups=1):
+        w = numpy_helper.from_array((rng.standard_normal((cout, cin // groups, k, k)) / math.sqrt(cin // groups * k * k))
+                                    .astype(np.float32), f"{name}.w")
+        b = numpy_helper.from_array(rng.standard_normal(cout).astype(np.float32) * 0.1, f"{name}.b")
+        inits.extend([w, b])
+        nodes.append(helper.make_node("Conv", [x, w.name, b.name], [name], name=name, pads=[k // 2] * 4,
+                                      strides=[stride, stride], group=groups))
+        return name
+
+    def relu(x):
+        nodes.append(helper.make_node("Relu", [x], [x + ".relu"], name=x + ".relu"))
+        return x + ".relu"
+
+    x = relu(conv("x", 3, 64, 7, 2, "stem"))  # 114 -> 57: an odd width
+    # (in, grouped width, groups, out, stride)
+    for i, (cin, width, groups, cout, stride) in enumerate([(64, 128, 32, 256, 1), (256, 256, 32, 512, 2),
+                                                             (512, 104, 13, 512, 1)]):
+        y = relu(conv(x, cin, width, 1, 1, f"b{i}.reduce"))
+        y = relu(conv(y, width, width, 3, stride, f"b{i}.grouped", groups))
+        y = conv(y, width, cout, 1, 1, f"b{i}.expand")
+        skip = x if cin == cout and stride == 1 else conv(x, cin, cout, 1, stride, f"b{i}.proj")
+        nodes.append(helper.make_node("Add", [y, skip], [f"b{i}.sum"], name=f"b{i}.add"))
+        x = relu(f"b{i}.sum")
+    nodes.append(helper.make_node("GlobalAveragePool", [x], ["pooled"], name="pool"))
+    graph = helper.make_graph(nodes, "resnext_ish", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 114, 114])],
+                              [helper.make_tensor_value_info("pooled", TensorProto.FLOAT, None)], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+
+
+GENERATORS = {"resnet_ish": resnet_ish, "resnext_ish": resnext_ish, "orientation_qop": orientation_qop}
 
 
 # --- building ------------------------------------------------------------------------------------------------
