@@ -173,82 +173,79 @@ def orientation_qop(path: Path) -> None:
                         activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
 
 
-def resnet_ish(path: Path) -> None:
-    """A stem and four ResNet basic blocks (conv-bn folded-relu), widths that are not multiples of 16."""
-    import numpy as np
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
+class _ConvNet:
+    """A generated conv net's nodes and seeded weights (He-scaled), saved as an opset-13 model of input x."""
 
-    rng = np.random.default_rng(0)
-    nodes, inits = [], []
+    def __init__(self):
+        import numpy as np
 
-    def conv(x, cin, cout, k, stride, name):
-        w = numpy_helper.from_array((rng.standard_normal((cout, cin, k, k)) / math.sqrt(cin * k * k))
+        self.rng, self.nodes, self.inits = np.random.default_rng(0), [], []
+
+    def conv(self, x: str, cin: int, cout: int, k: int, stride: int, name: str, groups: int = 1) -> str:
+        import numpy as np
+        from onnx import helper, numpy_helper
+
+        fan_in = cin // groups * k * k
+        w = numpy_helper.from_array((self.rng.standard_normal((cout, cin // groups, k, k)) / math.sqrt(fan_in))
                                     .astype(np.float32), f"{name}.w")
-        b = numpy_helper.from_array(rng.standard_normal(cout).astype(np.float32) * 0.1, f"{name}.b")
-        inits.extend([w, b])
-        nodes.append(helper.make_node("Conv", [x, w.name, b.name], [name], name=name, pads=[k // 2] * 4,
-                                      strides=[stride, stride]))
+        b = numpy_helper.from_array(self.rng.standard_normal(cout).astype(np.float32) * 0.1, f"{name}.b")
+        self.inits.extend([w, b])
+        self.nodes.append(helper.make_node("Conv", [x, w.name, b.name], [name], name=name, pads=[k // 2] * 4,
+                                           strides=[stride, stride], **({"group": groups} if groups > 1 else {})))
         return name
 
-    def relu(x):
-        nodes.append(helper.make_node("Relu", [x], [x + ".relu"], name=x + ".relu"))
+    def relu(self, x: str) -> str:
+        from onnx import helper
+
+        self.nodes.append(helper.make_node("Relu", [x], [x + ".relu"], name=x + ".relu"))
         return x + ".relu"
 
-    x = relu(conv("x", 3, 64, 7, 2, "stem"))  # 114 -> 57: an odd width
+    def residual(self, y: str, skip: str, name: str) -> str:
+        from onnx import helper
+
+        self.nodes.append(helper.make_node("Add", [y, skip], [f"{name}.sum"], name=f"{name}.add"))
+        return self.relu(f"{name}.sum")
+
+    def save(self, x: str, name: str, shape: list[int], path: Path) -> None:
+        """The net ending in a global average pool of `x`."""
+        import onnx
+        from onnx import TensorProto, helper
+
+        self.nodes.append(helper.make_node("GlobalAveragePool", [x], ["pooled"], name="pool"))
+        graph = helper.make_graph(self.nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                                  [helper.make_tensor_value_info("pooled", TensorProto.FLOAT, None)],
+                                  initializer=self.inits)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+        model.ir_version = 8
+        onnx.save(model, str(path))
+
+
+def resnet_ish(path: Path) -> None:
+    """A stem and four ResNet basic blocks (conv-bn folded-relu), widths that are not multiples of 16."""
+    net = _ConvNet()
+    x = net.relu(net.conv("x", 3, 64, 7, 2, "stem"))  # 114 -> 57: an odd width
     for i, (cin, cout, stride) in enumerate([(64, 64, 1), (64, 96, 2), (96, 96, 1), (96, 128, 1)]):
-        y = relu(conv(x, cin, cout, 3, stride, f"b{i}.c1"))
-        y = conv(y, cout, cout, 3, 1, f"b{i}.c2")
-        skip = x if cin == cout and stride == 1 else conv(x, cin, cout, 1, stride, f"b{i}.proj")
-        nodes.append(helper.make_node("Add", [y, skip], [f"b{i}.sum"], name=f"b{i}.add"))
-        x = relu(f"b{i}.sum")
-    nodes.append(helper.make_node("GlobalAveragePool", [x], ["pooled"], name="pool"))
-    graph = helper.make_graph(nodes, "resnet_ish", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 114, 114])],
-                              [helper.make_tensor_value_info("pooled", TensorProto.FLOAT, None)], initializer=inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    onnx.save(model, str(path))
+        y = net.relu(net.conv(x, cin, cout, 3, stride, f"b{i}.c1"))
+        y = net.conv(y, cout, cout, 3, 1, f"b{i}.c2")
+        skip = x if cin == cout and stride == 1 else net.conv(x, cin, cout, 1, stride, f"b{i}.proj")
+        x = net.residual(y, skip, f"b{i}")
+    net.save(x, "resnet_ish", [1, 3, 114, 114], path)
 
 
 def resnext_ish(path: Path) -> None:
     """A stem and ResNeXt bottleneck blocks (1x1, grouped 3x3, 1x1, residual): groups of 4 and 8 channels as
     ResNeXt and RegNet have them, and 13 groups of 8 (RegNet's odd counts, which group_blocks cannot merge)."""
-    import numpy as np
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
-    rng = np.random.default_rng(0)
-    nodes, inits = [], []
-
-    def conv(x, cin, cout, k, stride, name, groups=1):
-        w = numpy_helper.from_array((rng.standard_normal((cout, cin // groups, k, k)) / math.sqrt(cin // groups * k * k))
-                                    .astype(np.float32), f"{name}.w")
-        b = numpy_helper.from_array(rng.standard_normal(cout).astype(np.float32) * 0.1, f"{name}.b")
-        inits.extend([w, b])
-        nodes.append(helper.make_node("Conv", [x, w.name, b.name], [name], name=name, pads=[k // 2] * 4,
-                                      strides=[stride, stride], group=groups))
-        return name
-
-    def relu(x):
-        nodes.append(helper.make_node("Relu", [x], [x + ".relu"], name=x + ".relu"))
-        return x + ".relu"
-
-    x = relu(conv("x", 3, 64, 7, 2, "stem"))  # 114 -> 57: an odd width
+    net = _ConvNet()
+    x = net.relu(net.conv("x", 3, 64, 7, 2, "stem"))  # 114 -> 57: an odd width
     # (in, grouped width, groups, out, stride)
     for i, (cin, width, groups, cout, stride) in enumerate([(64, 128, 32, 256, 1), (256, 256, 32, 512, 2),
                                                              (512, 104, 13, 512, 1)]):
-        y = relu(conv(x, cin, width, 1, 1, f"b{i}.reduce"))
-        y = relu(conv(y, width, width, 3, stride, f"b{i}.grouped", groups))
-        y = conv(y, width, cout, 1, 1, f"b{i}.expand")
-        skip = x if cin == cout and stride == 1 else conv(x, cin, cout, 1, stride, f"b{i}.proj")
-        nodes.append(helper.make_node("Add", [y, skip], [f"b{i}.sum"], name=f"b{i}.add"))
-        x = relu(f"b{i}.sum")
-    nodes.append(helper.make_node("GlobalAveragePool", [x], ["pooled"], name="pool"))
-    graph = helper.make_graph(nodes, "resnext_ish", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 114, 114])],
-                              [helper.make_tensor_value_info("pooled", TensorProto.FLOAT, None)], initializer=inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    onnx.save(model, str(path))
+        y = net.relu(net.conv(x, cin, width, 1, 1, f"b{i}.reduce"))
+        y = net.relu(net.conv(y, width, width, 3, stride, f"b{i}.grouped", groups))
+        y = net.conv(y, width, cout, 1, 1, f"b{i}.expand")
+        skip = x if cin == cout and stride == 1 else net.conv(x, cin, cout, 1, stride, f"b{i}.proj")
+        x = net.residual(y, skip, f"b{i}")
+    net.save(x, "resnext_ish", [1, 3, 114, 114], path)
 
 
 GENERATORS = {"resnet_ish": resnet_ish, "resnext_ish": resnext_ish, "orientation_qop": orientation_qop}
