@@ -14,9 +14,9 @@ Before legalisation, float convs are converted to channels-last (channels_last.p
 default), so the default schedule vectorises them over output channels rather than output columns.
 Grouped convs whose groups are narrower than a vector are first merged into groups one vector wide, with
 zeros between the merged groups' weights (group_blocks.py), so that a vector of output channels reads one
-input channel, not a gather. Transposed convs whose stride equals their kernel then become 1x1 convs and a depth-to-space
-(conv_transpose.py), which is exact, convs on maps smaller than their kernel lose the kernel rows and
-columns that only ever multiply padding (padding_taps.py, exact too), matmuls and convs whose output
+input channel, not a gather. Transposed convs whose stride equals their kernel then become 1x1 convs and a
+depth-to-space (conv_transpose.py), which is exact, convs on maps smaller than their kernel lose the kernel
+rows and columns that only ever multiply padding (padding_taps.py, exact too), matmuls and convs whose output
 channels no vector width divides compute them rounded up to whole vectors (channel_padding.py), and int8
 1x1 convs whose rows the packed kernels' vector lanes do not divide are computed on their pixels cut into
 rows that they do (pixel_rows.py).

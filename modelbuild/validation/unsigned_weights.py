@@ -62,8 +62,9 @@ def _read_names(graph) -> set[str]:
     for node in graph.node:
         names.update(node.input)
         for attribute in node.attribute:
-            for sub in [attribute.g, *attribute.graphs] if attribute.type in (onnx.AttributeProto.GRAPH,
-                                                                                onnx.AttributeProto.GRAPHS) else []:
+            if attribute.type == onnx.AttributeProto.GRAPH:
+                names |= _read_names(attribute.g)
+            for sub in attribute.graphs:
                 names |= _read_names(sub)
     return names
 
