@@ -61,6 +61,16 @@ def test_a_narrow_grouped_conv_is_merged_and_computes_the_same_outputs(groups, p
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+def test_a_grouped_conv_kept_in_the_models_layout_keeps_its_groups():
+    """NCHW vectors run over output columns: no gather to save, and merged groups would only add zeros."""
+    from tests.relax_graphs import scheduled_kernel
+
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((128, 4, 3, 3)).astype("float32")
+    script, _ = scheduled_kernel(grouped_module((1, 128, 12, 13), w, 32), "conv2d", schedule=True, layout="NCHW")
+    assert "T.Buffer((T.int64(128), T.int64(4), T.int64(3), T.int64(3))" in script
+
+
 def test_depthwise_int8_and_vector_wide_groups_are_left_as_they_are():
     rng = np.random.default_rng(0)
     depthwise = grouped_module((1, 32, 8, 8), rng.standard_normal((32, 1, 3, 3)).astype("float32"), 32)

@@ -11,7 +11,8 @@ and the conv computes k times the multiply-adds, the added ones by zero. The sum
 Eligible: conv2d as imported (NCHW data, OIHW weights, before channels_last.py), float32, static shapes, a
 constant weight, groups of more than one input channel and fewer than VECTOR_LANES output channels, and a k
 of at most MAX_MERGED that makes the merged groups whole vectors of output channels. Depthwise convs (one
-input channel a group) have a schedule of their own and are left alone.
+input channel a group) have a schedule of their own and are left alone. lowering.py merges only where the
+convs are then converted channels-last: in NCHW a vector runs over output columns, with no gather to save.
 """
 
 from __future__ import annotations

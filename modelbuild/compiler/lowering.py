@@ -12,9 +12,9 @@ bundled classifier 271 operators become 69 kernels and the library shrinks from 
 
 Before legalisation, float convs are converted to channels-last (channels_last.py: `layout = "auto"`, the
 default), so the default schedule vectorises them over output channels rather than output columns.
-Grouped convs whose groups are narrower than a vector are first merged into groups one vector wide, with
-zeros between the merged groups' weights (group_blocks.py), so that a vector of output channels reads one
-input channel, not a gather. Transposed convs whose stride equals their kernel then become 1x1 convs and a
+Grouped convs whose groups are narrower than a vector are merged into groups one vector wide on the way,
+with zeros between the merged groups' weights (group_blocks.py), so that a vector of output channels reads
+one input channel, not a gather. Transposed convs whose stride equals their kernel become 1x1 convs and a
 depth-to-space (conv_transpose.py), which is exact, convs on maps smaller than their kernel lose the kernel
 rows and columns that only ever multiply padding (padding_taps.py, exact too), matmuls and convs whose output
 channels no vector width divides compute them rounded up to whole vectors (channel_padding.py), and int8
@@ -60,8 +60,7 @@ def lower(module, target, *, fuse: bool, layout: str | None, database=None, sche
     from tvm import relax
     from tvm.relax.backend.cpu_generic import pipeline as cpu
 
-    module = padding_taps.rewrite(conv_transpose.rewrite(group_blocks.rewrite(module)))
-    module, used_layout = channels_last.convert(module, layout)
+    module, used_layout = _channels_last(padding_taps.rewrite(conv_transpose.rewrite(module)), layout)
     module = constant_folding.fold(channel_padding.rewrite(module))
     # computed once, used twice: smoothing gives each conv reading a tensor the same divisor, so the QDQ
     # graph quantizes that tensor once per conv with equal constants (6 of the DB detector's 10 quantize
@@ -88,6 +87,14 @@ def lower(module, target, *, fuse: bool, layout: str | None, database=None, sche
     lowered = seq(cpu.dataflow_lower_passes(target))(fused)
     planned = relax.transform.StaticPlanBlockMemory()(lowered)
     return Phases(legalized, grouped, fused, lowered, planned, used_layout)
+
+
+def _channels_last(module, layout: str | None):
+    """channels_last.convert, with grouped convs merged (group_blocks) where the convs do end up channels-last:
+    in the model's NCHW their vectors run over columns, where there is no gather to save and the merged
+    groups would only multiply more zeros."""
+    converted, used_layout = channels_last.convert(group_blocks.rewrite(module), layout)
+    return (converted, used_layout) if used_layout == channels_last.CONVERTED else channels_last.convert(module, layout)
 
 
 def finish_passes(target):
