@@ -308,6 +308,32 @@ def test_padding_rows_the_vector_width_does_not_divide_are_vectorised_whole():
     np.testing.assert_array_equal(padded(tvm.runtime.tensor(x)).numpy(), np.pad(x, [(0, 0), (0, 0), (2, 2), (2, 2)]))
 
 
+@pytest.mark.parametrize("widths, partitioned", [((64, 32, 16), True), ((40, 24), False)],
+                         ids=["whole-vectors", "not-whole-vectors"])
+def test_a_concatenation_along_the_vectors_axis_is_computed_input_by_input(widths, partitioned):
+    """Channels-last, a concatenation of n inputs is n nested if_then_else on the channel index, evaluated by
+    every lane of a vector (DenseNet's, 25 inputs at 14x14: 2.8 ms); cut at the inputs' bounds where those are
+    whole vectors, each piece is a copy."""
+    import numpy as np
+    import tvm
+    from tvm import relax
+
+    shapes = [(1, 5, 6, w) for w in widths]
+    bb = relax.BlockBuilder()
+    inputs = [relax.Var(f"x{i}", relax.TensorType(shape=s, dtype="float32")) for i, s in enumerate(shapes)]
+    with bb.function("main", inputs):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.nn.relu(relax.op.concat(inputs, axis=3)))
+        bb.emit_func_output(out)
+    script, main = scheduled_kernel(bb.get(), "concatenate", schedule=True)
+    starts = np.cumsum((0, *widths))
+    pieces = [f"T.vectorized(T.int64({a}), T.int64({b}))" for a, b in zip(starts[1:-1], starts[2:])]
+    assert all(piece in script for piece in pieces) == partitioned and '"modelbuild.refused_steps": 0' in script
+    arrays = [np.random.default_rng(i).standard_normal(s).astype("float32") for i, s in enumerate(shapes)]
+    got = main(*[tvm.runtime.tensor(a) for a in arrays]).numpy()
+    np.testing.assert_array_equal(got, np.maximum(np.concatenate(arrays, axis=3), 0))
+
+
 def test_a_refused_schedule_step_is_counted_and_any_other_error_fails_the_compile():
     import tvm
     from tvm.s_tir import ScheduleError
