@@ -35,14 +35,12 @@ def test_other_processes_busy_on_every_cpu_show_in_the_share_and_this_process_do
     while time.monotonic() - started < 0.5:  # this process busy: its own time, not others'
         pass
     busy_self = metrics.others_share(before, measure.cpu_clock())
-    spinners = [subprocess.Popen([sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 1.5: pass"])
-                for _ in range(cpus)]
-    time.sleep(0.3)  # started and spinning
     before = measure.cpu_clock()
-    time.sleep(1.0)
-    busy_others = metrics.others_share(before, measure.cpu_clock())
-    for spinner in spinners:
+    spinners = [subprocess.Popen([sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 1.0: pass"])
+                for _ in range(cpus)]
+    for spinner in spinners:  # blocked in wait(): the CPUs are theirs from start to exit
         spinner.wait()
+    busy_others = metrics.others_share(before, measure.cpu_clock())
     assert busy_others > 0.6, busy_others  # every CPU taken by another process (less the ticks' granularity)
     assert busy_others > busy_self + 0.3, (busy_self, busy_others)
 

@@ -26,6 +26,7 @@ from modelbuild.compiler.relax_rewrite import rewrite_calls
 from modelbuild.errors import last_line
 
 CHANNELS_LAST = {"relax.nn.conv2d": ["NHWC", "HWIO"]}
+LAYOUTS = ("auto", "NHWC")  # the recipe's layouts that convert convs
 CONVERTED = "channels-last"
 KEPT = "model"
 
@@ -35,7 +36,7 @@ def convert(module, layout: str | None):
     a conversion was asked for and TVM refused it."""
     from tvm import relax
 
-    if layout not in ("auto", "NHWC") or not _has_conv(module, floats_only=layout == "auto"):
+    if layout not in LAYOUTS or not _has_conv(module, floats_only=layout == "auto"):
         return module, KEPT
     try:
         converted = relax.transform.ConvertLayout({}, lambda call: _desired_layouts(call, layout))

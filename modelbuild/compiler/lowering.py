@@ -93,6 +93,8 @@ def _channels_last(module, layout: str | None):
     """channels_last.convert, with grouped convs merged (group_blocks) where the convs do end up channels-last:
     in the model's NCHW their vectors run over columns, where there is no gather to save and the merged
     groups would only multiply more zeros."""
+    if layout not in channels_last.LAYOUTS:  # nothing goes channels-last: no merge to try
+        return module, channels_last.KEPT
     converted, used_layout = channels_last.convert(group_blocks.rewrite(module), layout)
     return (converted, used_layout) if used_layout == channels_last.CONVERTED else channels_last.convert(module, layout)
 
