@@ -12,7 +12,8 @@ from modelbuild.cli import main
 from modelbuild.pipeline.doctor import assess, tracker_answers
 from tests.conftest import REPO
 
-CAPS = {"tvm": "0.27.0", "llvm": True, "llvm_version": 22, "cuda_codegen": True, "cuda_device": False}
+CAPS = {"tvm": "0.27.0", "llvm": True, "llvm_version": 22, "cuda_codegen": True, "gpus": [],
+        "no_gpu": "no CUDA driver on this machine (libcuda.so.1 not found)"}
 NOTHING = {}.get  # no tool on the path
 
 
@@ -47,9 +48,14 @@ def test_a_gpu_target_builds_on_a_machine_without_a_gpu_and_says_where_it_can_ru
     check = assess("gpu", {"kind": "cuda", "arch": "sm_80"}, CAPS, {"nvcc": "/usr/bin/nvcc"}.get, lambda _: False)
     assert check.builds_here and check.build_note.startswith("CUDA C source, compiled to cubin by NVRTC on the GPU")
     assert "pip install cuda-bindings nvidia-cuda-nvrtc-cu12" in check.build_note
-    on_gpu = assess("gpu", {"kind": "cuda", "arch": "sm_80"}, CAPS | {"cuda_device": True}, NOTHING, lambda _: False)
-    assert on_gpu.ready and on_gpu.build_note.startswith("cubin compiled here")
-    assert not check.ready and "no CUDA device or driver here" in check.validate_note
+    assert not check.ready and check.validate_note.startswith("no CUDA driver on this machine (libcuda.so.1 not")
+    h200 = {"gpu": "NVIDIA H200", "compute_capability": "9.0", "cuda_driver": "13.0"}
+    on_gpu = assess("gpu", {"kind": "cuda", "arch": "sm_80"}, CAPS | {"gpus": [h200]}, NOTHING, lambda _: False)
+    assert on_gpu.ready and on_gpu.validates == "here"
+    # the same library kind on every machine: CUDA C, compiled where it is loaded
+    assert on_gpu.build_note == check.build_note
+    too_old = assess("gpu", {"kind": "cuda", "arch": "sm_100"}, CAPS | {"gpus": [h200]}, NOTHING, lambda _: False)
+    assert not too_old.ready and "built for sm_100; this machine's GPU (NVIDIA H200) is sm_90" in too_old.validate_note
     assert not assess("gpu", {"kind": "cuda"}, CAPS | {"cuda_codegen": False}, NOTHING, lambda _: False).builds_here
 
 

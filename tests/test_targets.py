@@ -28,8 +28,7 @@ AVX512_HOST = AVX2_HOST | {"avx512f", "avx512bw", "avx512vnni"}
     ({"kind": "llvm", "mcpu": "znver4", "mattr": ["-avx2"]}, AVX2_HOST - {"avx2"}, None),
     ({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a72"}, AVX512_HOST,
      "built for aarch64-linux-gnu; this machine is not that architecture"),
-    ({"kind": "cuda", "arch": "sm_90"}, AVX512_HOST,
-     "a cuda library needs that device; this machine runs llvm (CPU) libraries only"),
+    ({"kind": "rocm"}, AVX512_HOST, "a rocm library needs that device; this machine runs llvm (CPU) libraries only"),
 ])
 def test_a_library_runs_here_only_where_the_cpu_has_what_its_code_may_use(target, host, reason, monkeypatch):
     monkeypatch.setattr("modelbuild.recipe.targets.host_arch", lambda: "x86_64")

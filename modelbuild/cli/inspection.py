@@ -61,8 +61,8 @@ def cmd_doctor(args, console) -> int:
             console.print(f"tvm: cannot be imported here: {caps.get('error')} (fix: pip install -e .)", markup=False)
         else:
             console.print(f"tvm {caps['tvm']}: llvm {caps['llvm_version'] or 'missing'}, cuda code generation "
-                          f"{'yes' if caps['cuda_codegen'] else 'no'}, a cuda device here "
-                          f"{'yes' if caps['cuda_device'] else 'no'}", markup=False)
+                          f"{'yes' if caps['cuda_codegen'] else 'no'}, a cuda GPU here: "
+                          f"{_gpus_here(caps)}", markup=False)
         console.print("toolchains: " + ", ".join(f"{name} {path or 'not found'}" for name, path in tools.items()),
                       markup=False)
         for c in checks:
@@ -70,3 +70,10 @@ def cmd_doctor(args, console) -> int:
             console.print(f"{c.target}: build {'yes' if c.builds_here else 'NO'} ({c.build_note}); validate "
                           f"{validates}", markup=False)
     return EXIT_OK if all(c.ready for c in checks) else EXIT_STALE
+
+
+def _gpus_here(caps: dict) -> str:
+    found = caps.get("gpus") or []
+    if not found:
+        return f"no ({caps.get('no_gpu') or 'none found'})"
+    return ", ".join(f"{g['gpu']} (compute {g['compute_capability']}, CUDA driver {g['cuda_driver']})" for g in found)

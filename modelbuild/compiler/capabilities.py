@@ -12,14 +12,11 @@ import tvm
 def capabilities() -> dict:
     info = tvm.support.libinfo()
     cuda_codegen = info.get("USE_CUDA") == "ON"
-    cuda_runtime = tvm.runtime.enabled("cuda")
     return {
         "tvm": tvm.__version__,
         "llvm": info.get("USE_LLVM") not in (None, "OFF"),
         "llvm_version": tvm.target.codegen.llvm_version_major() if tvm.runtime.enabled("llvm") else None,
         "cuda_codegen": cuda_codegen,
-        # the driver is what a library needs to run; the wheel has CUDA code generation without it
-        "cuda_device": bool(cuda_runtime and tvm.cuda().exist),
     }
 
 

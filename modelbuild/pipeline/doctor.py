@@ -15,6 +15,7 @@ import sys
 from dataclasses import dataclass
 from typing import Callable
 
+from modelbuild.recipe import gpus
 from modelbuild.recipe.targets import device_of, runs_on_host, why_not_run_here
 
 # cross toolchains by target triple prefix: (compiler, the Debian package that brings it)
@@ -49,10 +50,11 @@ def assess(name: str, target: dict, caps: dict, which: Callable[[str], str | Non
                            "" if ok else f"the RPC tracker {device['tracker']} does not answer (fix: start it, "
                                          f"or set MODELBUILD_RPC_TRACKER){_emulator_hint(target, device['key'])}")
     if kind == "cuda":
-        here = caps.get("cuda_device", False)
-        return TargetCheck(name, builds, build_note, "here" if here else None,
-                           "" if here else "no CUDA device or driver here (fix: a GPU machine, or a device over RPC: "
-                                           "rpc = { tracker, key } in the target)")
+        found = tuple(gpus.Gpu.described(fields) for fields in caps.get("gpus", ()))
+        not_here = gpus.why_not_on_gpu(target, found, caps.get("no_gpu") or "no CUDA GPU here")
+        return TargetCheck(name, builds, build_note, "here" if not_here is None else None,
+                           "" if not_here is None else f"{not_here} (fix: a GPU machine with one, or a device over "
+                                                       "RPC: rpc = { tracker, key } in the target)")
     not_here = why_not_run_here(target)
     if not_here is None:
         return TargetCheck(name, builds, build_note, "here", "")
@@ -85,16 +87,12 @@ def _builds(kind, target: dict, caps: dict, which) -> tuple[bool, str]:
     if kind == "cuda":
         if not caps.get("cuda_codegen"):
             return False, "this TVM was built without CUDA"
-        # TVM 0.27 compiles CUDA C to cubin with NVRTC (cuda-bindings) only where a CUDA driver is loaded;
-        # elsewhere the library carries the source, which TVM compiles the same way where it is loaded
-        if caps.get("cuda_device"):
-            return True, f"cubin compiled here by NVRTC ({NVRTC_PACKAGES} if missing)"
+        # the library carries CUDA C on every machine (compile.py), compiled where it is loaded
         return True, (f"CUDA C source, compiled to cubin by NVRTC on the GPU machine that loads it "
-                      f"({NVRTC_PACKAGES} there)")
+                      f"({gpus.NVRTC_PACKAGES} there)")
     return True, f"{kind} code by TVM"
 
 
-NVRTC_PACKAGES = "pip install cuda-bindings nvidia-cuda-nvrtc-cu12 nvidia-cuda-runtime-cu12 nvidia-cuda-cccl-cu12"
 
 
 def _family(arch: str) -> str:
@@ -102,12 +100,15 @@ def _family(arch: str) -> str:
 
 
 def probe_capabilities() -> dict:
-    """This TVM's abilities, from a subprocess (the command line never imports TVM)."""
+    """This TVM's abilities, from a subprocess (the command line never imports TVM), and this machine's GPUs."""
     done = subprocess.run([sys.executable, "-m", "modelbuild.compiler.capabilities"], capture_output=True,
                           text=True)
+    # the driver is what a cuda library needs to run; the wheel has CUDA code generation without one
+    found, no_gpu = gpus.local_gpus()
+    driver = {"gpus": [gpu.describe() for gpu in found], "no_gpu": no_gpu}
     if done.returncode != 0:
-        return {"tvm": None, "error": (done.stderr.strip().splitlines() or ["no output"])[-1]}
-    return json.loads(done.stdout)
+        return {"tvm": None, "error": (done.stderr.strip().splitlines() or ["no output"])[-1], **driver}
+    return json.loads(done.stdout) | driver
 
 
 def tracker_answers(address: str, timeout: float = 3.0) -> bool:

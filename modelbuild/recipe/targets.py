@@ -12,6 +12,7 @@ from pathlib import Path
 from modelbuild.errors import EnvironmentFailure, last_line, ModelbuildError
 from modelbuild.fsutil import write_atomic
 from modelbuild.hashing import digest_of
+from modelbuild.recipe import gpus
 from modelbuild.versions import tool_version
 
 _COMMON = ("kind", "keys", "tag", "device", "model", "libs", "host", "from_device", "target_device_type")
@@ -119,6 +120,8 @@ def host_features() -> set[str]:
 
 def why_not_run_here(target: dict, features: set[str] | None = None) -> str | None:
     """Why a library for this target cannot run on this machine; None when it can."""
+    if target.get("kind") == "cuda":
+        return gpus.why_not_on_gpu(target, *gpus.local_gpus())
     if target.get("kind") != "llvm":
         return f"a {target.get('kind')} library needs that device; this machine runs llvm (CPU) libraries only"
     if not runs_on_host(target):
@@ -148,6 +151,13 @@ def tvm_target(target: dict) -> dict:
 def host_machine() -> dict:
     """The CPU model and core count of this machine, as reports show them."""
     return {"cpu": _cpuinfo().get("model name", "unknown"), "cores": os.cpu_count()}
+
+
+def validating_machine(target: dict) -> dict:
+    """The machine a target's library is validated on here, as reports show it: this CPU, and for a cuda
+    target also the GPU it runs on (host_machine's alone where there is none)."""
+    found, _ = gpus.local_gpus() if target.get("kind") == "cuda" else ((), "")
+    return {**host_machine(), **found[0].describe()} if found else host_machine()
 
 
 def _cpu_fingerprint() -> dict:
