@@ -17,7 +17,7 @@ from modelbuild.pipeline.names import build_name, variant_of
 from modelbuild.pipeline.registry import ANALYSIS, FROZEN_ONNX, GOLDEN, IR, METRICS, QDQ_ONNX, SIGNATURE, TUNED_RECORDS
 from modelbuild.pipeline.sample_files import sample_files
 from modelbuild.recipe import LoadedRecipe
-from modelbuild.recipe.targets import (device_of, host_machine, LINKER, runs_on_host, tvm_target,
+from modelbuild.recipe.targets import (device_of, LINKER, runs_on_host, tvm_target, validating_machine,
                                       why_not_run_here)
 
 TargetResolver = Callable[[dict], dict]
@@ -174,10 +174,12 @@ def validate_node(build: str, target_name: str, target: dict, validation, import
         "runs_here": runs_here,
         "reason": "" if runs_here else not_here,
         # timings belong to the machine that measured them: a shared cache must not mix machines
-        "machine": {"device": device["key"], "tracker": device["tracker"], "via": "rpc"} if device else host_machine(),
+        "machine": {"device": device["key"], "tracker": device["tracker"], "via": "rpc"} if device else validating_machine(target),
     }
     if device:  # only then: the validate keys of recipes without devices stay as they were
         params["device"] = device
+    elif target.get("kind") == "cuda":
+        params["gpu"] = True
     variant = variant_of(build)
     library = compiler.params["library"]
     deps = {"library": (compiler.id, library), "golden": (reference, GOLDEN),

@@ -64,6 +64,7 @@ class ValidateParams(Strict):
     reason: str  # why not, where runs_here is false
     machine: dict[str, Any]  # the host the timings belong to: a shared cache must not mix machines
     device: dict[str, Any] | None = None  # {tracker, key, timeout}: validated through TVM's RPC tracker
+    gpu: bool = False  # a cuda library, run on this machine's first GPU
 
 
 Params = TypeVar("Params", bound=Strict)

@@ -8,6 +8,8 @@ are cached with the library.
 from __future__ import annotations
 
 import json
+import os
+from contextlib import contextmanager
 from pathlib import Path
 
 from modelbuild.compiler import analysis, lowering, tuning_db
@@ -56,13 +58,33 @@ def _build(module, target, options: CompileOptions, records: Path | None):
     import tvm
 
     if target.kind.name != "llvm":  # the phased pipeline mirrors the CPU one; other kinds use their own
-        return tvm.compile(module, target=target), None
+        with _device_code_as_source():
+            return tvm.compile(module, target=target), None
     database = _database(records) if records else None
     phases = lowering.lower(module, target, fuse=options.fuse, layout=options.layout, database=database,
                             schedule=options.schedule == "default")
     executable = tvm.relax.build(phases.planned, target=target, relax_pipeline=lowering.finish_passes(target),
                                  exec_mode=EXEC_MODE)
     return executable, phases
+
+
+@contextmanager
+def _device_code_as_source():
+    """TVM compiles a GPU library's kernels to binary (cubin) only where a driver is loaded, and keeps them as
+    source elsewhere: the same recipe would give other bytes on a GPU machine than in CI, under one key. Kept
+    as source everywhere, the library is compiled for the GPU that loads it (NVRTC, in the validate stage)."""
+    before = os.environ.get(FORCE_SOURCE)
+    os.environ[FORCE_SOURCE] = "1"  # read by TVM's codegen (CUDAModuleCreateWithFallback) at each build
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[FORCE_SOURCE]
+        else:
+            os.environ[FORCE_SOURCE] = before
+
+
+FORCE_SOURCE = "TVM_COMPILE_FORCE_FALLBACK"
 
 
 def _database(records: Path):

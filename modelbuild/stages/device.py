@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import socket
+from functools import partial
 
 from modelbuild.validation import metrics
 
@@ -32,44 +33,57 @@ def load(library: str, device: dict, baseline: str | None = None):
     a `baseline` library (baseline.timed_together), uploaded to the same device, (this library's seconds, the
     baseline's), the two run in turns; described: what the device says of itself (machine, os, emulated),
     {} where its server says nothing."""
-    import tvm
-
     session = connect(device)
     described = _described(session)
     vm = _loaded(session, library, device, "model")
     dev = session.cpu()
+    guard = partial(_guarded, device)
+    other = _loaded(session, baseline, device, "baseline") if baseline else None
+    timer, together = clocked_on_device(vm, dev, guard, other)
+    return vm_runner(vm, dev, guard), together or timer, described
+
+
+def vm_runner(vm, dev, guard=lambda call: call()):
+    """run(arrays) -> the VM's outputs as numpy arrays, its inputs copied to `dev` first."""
+    import tvm
 
     def run(arrays):
-        result = _guarded(device, lambda: vm["main"](*[tvm.runtime.tensor(a, dev) for a in arrays]))
+        result = guard(lambda: vm["main"](*[tvm.runtime.tensor(a, dev) for a in arrays]))
         values = [result] if hasattr(result, "numpy") else list(result)
         return [v.numpy() for v in values]
 
+    return run
+
+
+def clocked_on_device(vm, dev, guard=lambda call: call(), other=None):
+    """(timer, together) for a VM on `dev`, timed by the device's own clock (TVM's time_evaluator) with its
+    inputs already there: a host clock would count an RPC link's round trips, or a GPU's copies.
+
+    timer(arrays, warmup, min_runs, ...) -> seconds of each run; together(...) -> (this VM's seconds, the
+    `other` VM's) run in turns, or None without `other`."""
+    import tvm
+
     def timer(arrays, *, warmup: int, min_runs: int, min_seconds: float, max_seconds: float = float("inf"),
               **_) -> list[float]:
-        # timed on the device (time_evaluator): a host clock would count the network's round trips too
         args = [tvm.runtime.tensor(a, dev) for a in arrays]
         for _ in range(warmup):
-            _guarded(device, lambda: vm["main"](*args))
-        once = _guarded(device, lambda: vm.time_evaluator("main", dev, number=1, repeat=1)(*args).results[0])
+            guard(lambda: vm["main"](*args))
+        once = guard(lambda: vm.time_evaluator("main", dev, number=1, repeat=1)(*args).results[0])
         wanted = max(min_runs, int(min_seconds / once) + 1 if once > 0 else min_runs)
         runs = max(1, min(wanted, int(max_seconds / once) if once > 0 else wanted))
-        return list(_guarded(device, lambda: vm.time_evaluator("main", dev, number=1, repeat=runs)(*args).results))
-
-    if baseline is None:
-        return run, timer, described
-    other = _loaded(session, baseline, device, "baseline")
+        return list(guard(lambda: vm.time_evaluator("main", dev, number=1, repeat=runs)(*args).results))
 
     def together(arrays, *, warmup: int, min_runs: int, min_seconds: float, max_seconds: float = float("inf"),
                  **_) -> tuple[list[float], list[float]]:
         args = [tvm.runtime.tensor(a, dev) for a in arrays]
         for _ in range(warmup):
-            _guarded(device, lambda: (vm["main"](*args), other["main"](*args)))
+            guard(lambda: (vm["main"](*args), other["main"](*args)))
         ours, theirs = (m.time_evaluator("main", dev, number=1, repeat=1) for m in (vm, other))
-        return metrics.in_turns(lambda: _guarded(device, lambda: ours(*args).results[0]),
-                                lambda: _guarded(device, lambda: theirs(*args).results[0]),
+        return metrics.in_turns(lambda: guard(lambda: ours(*args).results[0]),
+                                lambda: guard(lambda: theirs(*args).results[0]),
                                 min_runs=min_runs, min_seconds=min_seconds, max_seconds=max_seconds)
 
-    return run, together, described
+    return timer, together if other is not None else None
 
 
 def _loaded(session, library: str, device: dict, name: str):

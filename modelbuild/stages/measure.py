@@ -2,7 +2,7 @@
 
 usage: python -m modelbuild.stages.measure LIBRARY GOLDEN.npz SIGNATURE.json TIMING_JSON OUT.json
                                          [--analysis ANALYSIS.json] [--qdq GOLDEN_QDQ.npz]
-                                         [--device DEVICE_JSON] [--baseline BASELINE_LIBRARY]
+                                         [--device DEVICE_JSON | --gpu] [--baseline BASELINE_LIBRARY]
 """
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ import numpy as np
 
 from modelbuild import signature
 from modelbuild.compiler import analysis
-from modelbuild.recipe.targets import host_machine
+from modelbuild.errors import last_line
+from modelbuild.recipe.gpus import NVRTC_PACKAGES
+from modelbuild.recipe.targets import host_machine, validating_machine
 from modelbuild.stages import device as remote
 from modelbuild.validation import metrics
 from modelbuild.validation.golden import feedback as fed_back_inputs
@@ -26,7 +28,8 @@ from modelbuild.validation.golden import feedback as fed_back_inputs
 
 
 def main(library: str, golden_path: str, signature_path: str, timing_json: str, out_path: str,
-         analysis_path: str = "", qdq_path: str = "", device_json: str = "", baseline: str = "") -> None:
+         analysis_path: str = "", qdq_path: str = "", device_json: str = "", baseline: str = "",
+         gpu: bool = False) -> None:
     timing = json.loads(timing_json)
     tensors = signature.read(Path(signature_path))
     golden = dict(np.load(golden_path))
@@ -37,7 +40,12 @@ def main(library: str, golden_path: str, signature_path: str, timing_json: str, 
 
     device = json.loads(device_json) if device_json else None
     started = time.perf_counter()
-    run, timer, described = remote.load(library, device, baseline or None) if device else (_load(library), None, {})
+    if device:
+        run, timer, described = remote.load(library, device, baseline or None)
+    elif gpu:
+        (run, timer), described = _on_gpu(library, baseline or None), {}
+    else:
+        run, timer, described = _load(library), None, {}
     first = run(inputs_of(golden, input_names, 0))
     cold_ms = (time.perf_counter() - started) * 1000
 
@@ -50,7 +58,7 @@ def main(library: str, golden_path: str, signature_path: str, timing_json: str, 
     arrays = inputs_of(golden, input_names, 0)
     together = None
     clock = cpu_clock()
-    if baseline:  # on a device, the timer runs the two in turns there
+    if baseline:  # on a device or a GPU, the timer runs the two in turns there
         latencies, together = (timer(arrays, **timing) if timer
                                else _time_together(run, _load(baseline), arrays, **timing))
     else:
@@ -67,7 +75,7 @@ def main(library: str, golden_path: str, signature_path: str, timing_json: str, 
         "others_cpu": others,
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "machine": ({"device": device["key"], "tracker": device["tracker"], "via": "rpc", **described} if device
-                    else host_machine()),
+                    else validating_machine({"kind": "cuda"}) if gpu else host_machine()),
         "samples": count,
     }
     Path(out_path).write_text(json.dumps(result))
@@ -108,6 +116,27 @@ def _load(library: str):
         return [v.numpy() for v in values]
 
     return run
+
+
+def _on_gpu(library: str, baseline: str | None):
+    """(run, timer) for a cuda library on this machine's first GPU: its CUDA C is compiled here, by NVRTC, as
+    TVM loads it; the timer is the GPU's own clock (with a baseline, the two timed in turns)."""
+    import tvm
+    import tvm.support.nvcc  # noqa: F401  (registers the NVRTC compiler TVM calls while loading CUDA C)
+    from tvm import relax
+
+    dev = tvm.cuda(0)
+    try:
+        vm, other = (relax.VirtualMachine(tvm.runtime.load_module(path), dev) if path else None
+                     for path in (library, baseline))
+    except Exception as err:  # noqa: BLE001  (TVM raises its own types; the NVRTC one names its package)
+        said = last_line(err)
+        if "cuda-bindings" in str(err) or "nvrtc" in said.lower():
+            raise remote.DeviceUnavailable(f"the GPU cannot load the cuda library: {said} (fix: "
+                                           f"{NVRTC_PACKAGES})") from None
+        raise
+    timer, together = remote.clocked_on_device(vm, dev, other=other)
+    return remote.vm_runner(vm, dev), together or timer
 
 
 def cpu_clock(stat: Path = Path("/proc/stat")) -> metrics.CpuClock | None:
@@ -213,9 +242,10 @@ if __name__ == "__main__":
     parser.add_argument("--qdq", default="")
     parser.add_argument("--device", default="")
     parser.add_argument("--baseline", default="")
+    parser.add_argument("--gpu", action="store_true")
     a = parser.parse_args()
     try:
-        main(a.library, a.golden, a.signature, a.timing, a.out, a.analysis, a.qdq, a.device, a.baseline)
+        main(a.library, a.golden, a.signature, a.timing, a.out, a.analysis, a.qdq, a.device, a.baseline, a.gpu)
     except remote.DeviceUnavailable as err:
         # the last line of stderr is what the validate stage reports (this process is its subprocess)
         sys.stderr.write(f"{err}\n")

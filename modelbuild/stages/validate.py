@@ -27,11 +27,13 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
         _write(out, {"ran": False, "reason": p.reason})
         return
     timing = p.timing.model_dump(exclude={"threads", "scaling", "roofline"})  # what measure.py times by
-    # a device's threads and peaks are its own: the scaling curve and the roofline are measured here only
-    measured = _measure(inputs, timing, p.threads, out, roofline=p.timing.roofline and not p.device,
-                       device=p.device)
+    # a device's threads and peaks are its own, and a GPU's kernels are not the CPU's: the scaling curve and
+    # the roofline are measured for this CPU only
+    on_cpu = not (p.device or p.gpu)
+    measured = _measure(inputs, timing, p.threads, out, roofline=p.timing.roofline and on_cpu, device=p.device,
+                       gpu=p.gpu)
     if p.timing.processes > 1:  # more processes, timing only: the variation between them is part of the noise
-        again = [_measure(inputs, {**timing, "latency_only": True}, p.threads, out, device=p.device)
+        again = [_measure(inputs, {**timing, "latency_only": True}, p.threads, out, device=p.device, gpu=p.gpu)
                  for _ in range(p.timing.processes - 1)]
         for timed in TIMED:
             if timed in measured:
@@ -39,7 +41,7 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
         shares = [m["others_cpu"] for m in (measured, *again) if m.get("others_cpu") is not None]
         measured["others_cpu"] = max(shares, default=None)
     measured.update(ran=True, artifact_bytes=inputs["library"].stat().st_size, threads=p.threads)
-    if p.timing.scaling and p.threads > 1 and not p.device:
+    if p.timing.scaling and p.threads > 1 and on_cpu:
         measured["scaling"] = _scaling(inputs, p.timing.max_seconds, p.threads, out)
     _write(out, measured)
 
@@ -60,9 +62,9 @@ def _scaling(inputs: dict[str, Path], max_seconds: float, threads: int, out: Pat
 
 
 def _measure(inputs: dict[str, Path], timing: dict, threads: int, out: Path, roofline: bool = False,
-             device: dict | None = None, scaling: bool = False) -> dict:
-    """Run measure.py in a fresh process with `threads` runtime threads (on `device` over RPC where given);
-    its JSON result."""
+             device: dict | None = None, scaling: bool = False, gpu: bool = False) -> dict:
+    """Run measure.py in a fresh process with `threads` runtime threads (on `device` over RPC where given, on
+    this machine's first GPU with `gpu`); its JSON result."""
     result = out / "measured.json"
     env = {**os.environ, "TVM_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
     proc = subprocess.run(
@@ -71,6 +73,7 @@ def _measure(inputs: dict[str, Path], timing: dict, threads: int, out: Path, roo
          *(["--analysis", str(inputs["analysis"])] if roofline and "analysis" in inputs else []),
          *(["--qdq", str(inputs["golden_qdq"])] if "golden_qdq" in inputs and not timing.get("latency_only") else []),
          *(["--device", json.dumps(device)] if device else []),
+         *(["--gpu"] if gpu else []),
          *(["--baseline", str(inputs["baseline_library"])] if "baseline_library" in inputs and not scaling else [])],
         env=env, capture_output=True, text=True,
     )
