@@ -62,3 +62,18 @@ def test_decide_compares_with_the_last_build(tmp_path):
     assert decision.reasons[0].as_dict() == {"kind": "file", "field": "model", "old": None, "new": None,
                                              "text": "model file changed"}
     assert texts(decide("import:a", "old", BASE, store).reasons) == ["cached output missing or damaged"]
+
+
+def test_a_doubted_result_is_stale_saying_what_it_failed(tmp_path):
+    from modelbuild.build.store import ActionResult
+
+    store = Store(tmp_path)
+    (tmp_path / "metrics.json").write_text("{}")
+    metrics = store.put_object(tmp_path / "metrics.json")
+    store.record("k", ActionResult("validate", "validate:a", {"metrics.json": metrics}, 1.0))
+    store.remember("validate:a", "k", BASE)
+    assert not decide("validate:a", "k", BASE, store).stale
+    store.doubt("k", "max_p99_ms, min_throughput")
+    decision = decide("validate:a", "k", BASE, store)
+    assert decision.stale and texts(decision.reasons) == [
+        "its cached result failed max_p99_ms, min_throughput last run: run again"]

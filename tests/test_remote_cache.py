@@ -69,6 +69,20 @@ def test_a_second_machine_builds_nothing_the_first_has_uploaded(fake_project, bu
     assert len(keys) == 4
 
 
+def test_a_doubted_result_leaves_the_team_cache_so_the_next_machine_runs_it_again(fake_project, bucket, monkeypatch,
+                                                                                  capsys, tmp_path_factory):
+    from modelbuild.pipeline.project import open_project
+
+    root, _ = fake_project
+    monkeypatch.setenv("MODELBUILD_REMOTE_CACHE", bucket)
+    run_cli(capsys, root, "build")
+    store = open_project(root / "deploy.toml").store
+    store.doubt(store.last_trace("compile:a@cpu")["key"], "max_p99_ms")  # as a failed timing gate does
+    code, out, err = run_cli(capsys, clone(root, tmp_path_factory), "build")
+    assert code == 0 and "3 results taken" in err
+    assert {node: status for node, status in statuses(out).items() if status == "built"} == {"compile:a@cpu": "built"}
+
+
 def test_a_tampered_remote_object_is_refused_and_its_stage_rebuilt(fake_project, bucket, monkeypatch, capsys,
                                                                   tmp_path_factory):
     root, _ = fake_project

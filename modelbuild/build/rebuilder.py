@@ -40,6 +40,9 @@ def decide(node_id: str, key: str, inputs: dict, store: Store) -> Decision:
     result = store.lookup(key)
     if result is not None:
         return Decision(node_id, key, result, inputs=inputs)
+    failed = store.doubted(key)
+    if failed is not None:
+        return Decision(node_id, key, None, [Reason("doubted", failed)], inputs)
     trace = store.last_trace(node_id)
     if trace is None:
         return Decision(node_id, key, None, [Reason("never-built")], inputs)
