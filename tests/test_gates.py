@@ -146,3 +146,7 @@ def test_a_latency_gate_timed_while_other_processes_kept_the_cpus_busy_says_so()
     assert "other processes" not in busy["max_abs_error"].detail
     quiet = by_name(evaluate(limits, replace(METRICS, others_cpu=0.05)))
     assert quiet["max_p99_ms"].detail == "" and quiet["max_p99_ms"].describe() == "max_p99_ms: 3 > 1"
+    throttled = by_name(evaluate(limits, replace(METRICS, others_cpu=0.61, throttled=0.4)))
+    assert throttled["max_p99_ms"].detail == ("timed while other processes used 61% of the CPUs and a CPU quota "
+                                              "withheld 40% of its CPUs' time")
+    assert by_name(evaluate(limits, replace(METRICS, throttled=0.005)))["max_p99_ms"].detail == ""

@@ -124,3 +124,7 @@ def test_a_latency_timed_while_other_processes_kept_the_cpus_busy_says_so():
         replace(finished_build([]), latency_ms=FULL_LATENCY, others_cpu=0.61))
     quiet = replace(finished_build([]), latency_ms=FULL_LATENCY, others_cpu=0.03)
     assert "other processes" not in "\n".join(_details(quiet)) and "busy" not in outcome_line(quiet)
+    throttled = replace(finished_build([]), latency_ms=FULL_LATENCY, throttled=0.4)
+    assert "> Warning: a CPU quota (its cgroup's" in "\n".join(_details(throttled))
+    assert "1203/s  (CPU quota: 40% of the CPUs' time withheld)" in outcome_line(throttled)
+    assert "quota" not in "\n".join(_details(quiet)) + outcome_line(quiet)

@@ -112,3 +112,13 @@ def test_others_share_is_the_cpu_time_others_used_of_what_this_process_could_hav
     assert metrics.others_share(before, metrics.CpuClock(100.5, 11.0, 52.0, 2)) == 0.0  # counters' ticks lag
     assert metrics.others_share(before, metrics.CpuClock(110.0, 10.0, 52.0, 2)) == 1.0
     assert metrics.others_share(before, metrics.CpuClock(100.0, 10.0, 50.0, 2)) == 0.0  # no time passed
+
+
+def test_throttled_share_is_the_time_a_cpu_quota_held_the_cgroup_back():
+    before = metrics.CpuClock(100.0, 10.0, 50.0, 2, throttled=3.0)
+    # 1 s of the 2 CPUs' 4 s withheld: the kernel sums throttled time over the CPUs
+    assert metrics.throttled_share(before, metrics.CpuClock(101.0, 11.0, 52.0, 2, throttled=4.0)) == pytest.approx(0.25)
+    assert metrics.throttled_share(before, metrics.CpuClock(101.0, 11.0, 52.0, 2, throttled=3.0)) == 0.0
+    assert metrics.throttled_share(before, metrics.CpuClock(101.0, 11.0, 52.0, 2, throttled=9.0)) == 1.0
+    assert metrics.throttled_share(before, metrics.CpuClock(101.0, 11.0, 52.0, 2)) is None  # no cgroup said
+    assert metrics.throttled_share(before, metrics.CpuClock(101.0, 11.0, 50.0, 2, throttled=3.5)) is None

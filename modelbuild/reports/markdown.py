@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from modelbuild.reports.model import BuildReport, Report, StageRun
-from modelbuild.validation.gates import BUSY_SHARE
+from modelbuild.validation.gates import BUSY_SHARE, THROTTLED_SHARE
 
 
 def render(report: Report) -> str:
@@ -92,6 +92,11 @@ def _details(b: BuildReport) -> list[str]:
             out.append(f"\n> Warning: other processes used {b.others_cpu:.0%} of this machine's CPUs while the "
                        "library was timed: a parallel kernel waits for every thread it started, so this latency "
                        "is the machine's as much as the library's (README: timing on a busy machine).")
+        if (b.throttled or 0) > THROTTLED_SHARE:
+            out.append(f"\n> Warning: a CPU quota (its cgroup's: a container's --cpus, a CI runner's limit) "
+                       f"withheld {b.throttled:.0%} of its CPUs' time while the library was timed: each throttled "
+                       "period stalls every thread until the next, so this latency is the quota's as much as the "
+                       "library's (README: timing on a busy machine).")
     return out
 
 
@@ -298,7 +303,9 @@ def outcome_line(b: BuildReport) -> str:
         parts.append(f"p50 {latency['median']:.3g} ms  p99 {latency['p99']:.3g} ms  {latency['throughput']:.4g}/s"
                      + ("  (emulated device)" if _machine(b).get("emulated") else "")
                      + (f"  (busy machine: others used {b.others_cpu:.0%} of the CPUs)"
-                        if (b.others_cpu or 0) > BUSY_SHARE else ""))
+                        if (b.others_cpu or 0) > BUSY_SHARE else "")
+                     + (f"  (CPU quota: {b.throttled:.0%} of the CPUs' time withheld)"
+                        if (b.throttled or 0) > THROTTLED_SHARE else ""))
     elif not b.validation.ran:
         parts.append(f"not validated: {b.validation.reason}")
     worst = worst_accuracy(b)

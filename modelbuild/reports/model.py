@@ -72,6 +72,7 @@ class BuildReport:
     latency_ms: dict | None = None
     cold_ms: float | None = None
     others_cpu: float | None = None  # other processes' share of the CPUs while it was timed
+    throttled: float | None = None  # the share of its CPUs' time a CPU quota withheld then
     throughput: float | None = None
     scaling: dict | None = None
     roofline: dict | None = None
@@ -166,6 +167,7 @@ def _build(project, run: RunResult, name: str) -> BuildReport:
         latency_ms=measured.latency_ms,
         cold_ms=measured.cold_ms,
         others_cpu=measured.others_cpu,
+        throttled=measured.throttled,
         throughput=measured.latency_ms["throughput"] if measured.latency_ms else None,
         scaling=measured.scaling,
         roofline=measured.roofline,

@@ -63,7 +63,9 @@ def main(library: str, golden_path: str, signature_path: str, timing_json: str, 
                                else _time_together(run, _load(baseline), arrays, **timing))
     else:
         latencies = timer(arrays, **timing) if timer else _time(run, arrays, **timing)
-    others = metrics.others_share(clock, cpu_clock()) if clock and not device else None
+    after = cpu_clock() if clock and not device else None  # a device's CPUs are not this machine's
+    others = metrics.others_share(clock, after) if after else None
+    throttled = metrics.throttled_share(clock, after) if after else None
     kernels = json.loads(Path(analysis_path).read_text()).get("kernels") if analysis_path else None
     result = {
         "roofline": _roofline(library, kernels) if kernels else None,
@@ -73,6 +75,7 @@ def main(library: str, golden_path: str, signature_path: str, timing_json: str, 
         "latency_ms": metrics.timing_summary(latencies),
         **({"baseline_latency_ms": metrics.timing_summary(together)} if together else {}),
         "others_cpu": others,
+        "throttled": throttled,
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "machine": ({"device": device["key"], "tracker": device["tracker"], "via": "rpc", **described} if device
                     else validating_machine({"kind": "cuda"}) if gpu else host_machine()),
@@ -154,7 +157,36 @@ def cpu_clock(stat: Path = Path("/proc/stat")) -> metrics.CpuClock | None:
     times = os.times()
     ticks = os.sysconf("SC_CLK_TCK")
     return metrics.CpuClock(cpus_busy=busy / ticks, own=times.user + times.system, wall=time.monotonic(),
-                            cpus=len(allowed))
+                            cpus=len(allowed), throttled=cgroup_throttled())
+
+
+def cgroup_throttled(membership: Path = Path("/proc/self/cgroup"), root: Path = Path("/sys/fs/cgroup")) -> float | None:
+    """Seconds this process's cgroup has been throttled by its CPU quota, ever; None where no cgroup CPU
+    controller says (not Linux, no cpu controller mounted). cgroup v1's cpu controller counts nanoseconds
+    (throttled_time), v2 microseconds (throttled_usec). Where the path /proc/self/cgroup names is not under
+    the mount (a container without its own cgroup namespace), the mount's own root is the container's."""
+    try:
+        lines = membership.read_text().splitlines()
+    except OSError:
+        return None
+    candidates = []
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if "cpu" in controllers.split(","):  # v1: "4:cpu,cpuacct:/docker/..."
+            for mount in (root / controllers, root / "cpu", root / "cpu,cpuacct"):
+                candidates += [(mount / path.lstrip("/") / "cpu.stat", "throttled_time", 1e-9),
+                               (mount / "cpu.stat", "throttled_time", 1e-9)]
+        elif controllers == "":  # v2: "0::/user.slice/..."
+            candidates += [(root / path.lstrip("/") / "cpu.stat", "throttled_usec", 1e-6),
+                           (root / "cpu.stat", "throttled_usec", 1e-6)]
+    for stat, field, unit in candidates:
+        try:
+            fields = dict(line.split() for line in stat.read_text().splitlines() if len(line.split()) == 2)
+        except OSError:
+            continue
+        if field in fields:
+            return int(fields[field]) * unit
+    return None
 
 
 def _roofline(library: str, kernels: list[dict]) -> dict:

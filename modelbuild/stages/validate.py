@@ -38,8 +38,9 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
         for timed in TIMED:
             if timed in measured:
                 measured[timed] = metrics.merge_blocks([measured[timed], *(a[timed] for a in again)])
-        shares = [m["others_cpu"] for m in (measured, *again) if m.get("others_cpu") is not None]
-        measured["others_cpu"] = max(shares, default=None)
+        for busy in ("others_cpu", "throttled"):  # the worst process's: its runs are in the merged samples
+            shares = [m[busy] for m in (measured, *again) if m.get(busy) is not None]
+            measured[busy] = max(shares, default=None)
     measured.update(ran=True, artifact_bytes=inputs["library"].stat().st_size, threads=p.threads)
     if p.timing.scaling and p.threads > 1 and on_cpu:
         measured["scaling"] = _scaling(inputs, p.timing.max_seconds, p.threads, out)

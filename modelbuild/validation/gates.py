@@ -76,13 +76,18 @@ GATES: dict[str, tuple[Reader, Callable[[float, float], bool]]] = {
     "min_throughput": (lambda m: (m.latency_ms["throughput"], busy(m)), operator.ge),
 }
 BUSY_SHARE = 0.25  # other processes' share of the CPUs above which a latency is flagged (quiet: a few %)
+THROTTLED_SHARE = 0.01  # throttled at all, in effect: each throttled period stalls every thread for its rest
 
 
 def busy(metrics: Measured) -> str:
     """Why a latency may be the machine's more than the library's: other processes kept its CPUs busy while
-    it was timed (metrics.others_share)."""
-    share = metrics.others_cpu or 0.0
-    return f"timed while other processes used {share:.0%} of the CPUs" if share > BUSY_SHARE else ""
+    it was timed (metrics.others_share), or a CPU quota held it back (metrics.throttled_share)."""
+    causes = []
+    if (metrics.others_cpu or 0.0) > BUSY_SHARE:
+        causes.append(f"other processes used {metrics.others_cpu:.0%} of the CPUs")
+    if (metrics.throttled or 0.0) > THROTTLED_SHARE:
+        causes.append(f"a CPU quota withheld {metrics.throttled:.0%} of its CPUs' time")
+    return f"timed while {' and '.join(causes)}" if causes else ""
 
 # baseline gate -> (statistic, the change as the gate states it (from current / baseline), a regression when)
 BASELINE_GATES = {

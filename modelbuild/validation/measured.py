@@ -22,6 +22,8 @@ class Measured:
     artifact_bytes: int | None = None
     # the share of this machine's CPUs other processes used while the library was timed (metrics.others_share)
     others_cpu: float | None = None
+    # the share of its CPUs' time a CPU quota withheld from its cgroup while it was timed (metrics.throttled_share)
+    throttled: float | None = None
     peak_rss_bytes: int | None = None
     machine: dict | None = None
     threads: int | None = None
