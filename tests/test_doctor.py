@@ -47,7 +47,7 @@ def test_a_target_with_a_device_is_ready_when_its_tracker_answers():
 def test_a_gpu_target_builds_on_a_machine_without_a_gpu_and_says_where_it_can_run():
     check = assess("gpu", {"kind": "cuda", "arch": "sm_80"}, CAPS, {"nvcc": "/usr/bin/nvcc"}.get, lambda _: False)
     assert check.builds_here and check.build_note.startswith("CUDA C source, compiled to cubin by NVRTC on the GPU")
-    assert "pip install cuda-bindings nvidia-cuda-nvrtc-cu12" in check.build_note
+    assert "pip install 'cuda-bindings<13' nvidia-cuda-nvrtc-cu12" in check.build_note
     assert not check.ready and check.validate_note.startswith("no CUDA driver on this machine (libcuda.so.1 not")
     h200 = {"gpu": "NVIDIA H200", "compute_capability": "9.0", "cuda_driver": "13.0"}
     on_gpu = assess("gpu", {"kind": "cuda", "arch": "sm_80"}, CAPS | {"gpus": [h200]}, NOTHING, lambda _: False)

@@ -209,6 +209,42 @@ def test_a_cuda_target_builds_the_same_kind_of_library_with_or_without_a_gpu_and
     assert report["latency_ms"]["median"] > 0 and report["scaling"] is None and report["roofline"] is None
 
 
+def test_each_cuda_presets_kernels_compile_with_nvrtc_to_a_cubin_of_its_arch(tiny, monkeypatch):
+    """What a GPU machine does when it loads the library, done here without one: NVRTC (the cuda extra)
+    compiles the CUDA C the compile stage keeps, with the headers modelbuild points TVM at."""
+    import shutil
+    import tomllib
+
+    import tvm
+    from tvm.support import nvcc
+
+    from modelbuild.compiler.nvrtc import toolkit_environment
+    from modelbuild.recipe.params import CompileOptions
+    from modelbuild.stages import compile as compile_stage
+
+    run, _ = build(tiny)
+    project = open_project(tiny / "deploy.toml")
+    ir = project.store.object_path(run.results["import:tiny"].outputs["ir.json"]).read_text()
+    for name, value in toolkit_environment(dict(os.environ), sys.path, shutil.which("nvcc")).items():
+        monkeypatch.setenv(name, value)
+    for preset, arch in (("cuda-sm80", 80), ("cuda-sm90", 90)):
+        target = tomllib.loads((REPO / f"recipes/targets/{preset}.toml").read_text())["targets"][preset]
+        executable, _ = compile_stage._build(tvm.ir.load_json(ir), tvm.target.Target(target),
+                                             CompileOptions(fuse=True, opt_level=3, layout="auto"), None)
+        source = next(m for m in _modules(executable.mod) if m.kind == "cuda").inspect_source("cuda")
+        assert 'extern "C" __global__' in source
+        cubin = bytes(nvcc.compile_cuda(source, target_format="cubin", arch=target["arch"]))
+        # an ELF for NVIDIA's GPUs (EM_CUDA, 190) whose flags name the preset's architecture
+        assert cubin[:4] == b"\x7fELF" and int.from_bytes(cubin[18:20], "little") == 190, preset
+        assert int.from_bytes(cubin[48:52], "little") & 0xFF == arch, preset
+
+
+def _modules(module):
+    yield module
+    for imported in module.imports:
+        yield from _modules(imported)
+
+
 def test_every_shipped_target_preset_builds_here_the_arm_ones_as_aarch64_objects(tiny):
     from modelbuild.cli import main
 

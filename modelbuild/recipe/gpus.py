@@ -16,7 +16,8 @@ DRIVER = "libcuda.so.1"
 _CAPABILITY_MAJOR, _CAPABILITY_MINOR = 75, 76  # CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_*
 _NO_DEVICE = 100  # CUDA_ERROR_NO_DEVICE
 # what a machine needs to load a cuda library: TVM compiles its CUDA C with NVRTC, through cuda-bindings
-NVRTC_PACKAGES = "pip install cuda-bindings nvidia-cuda-nvrtc-cu12 nvidia-cuda-runtime-cu12 nvidia-cuda-cccl-cu12"
+# (pyproject.toml's `cuda` extra names the same)
+NVRTC_PACKAGES = "pip install 'cuda-bindings<13' nvidia-cuda-nvrtc-cu12 nvidia-cuda-runtime-cu12 nvidia-cuda-cccl-cu12"
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -18,6 +19,7 @@ import numpy as np
 
 from modelbuild import signature
 from modelbuild.compiler import analysis
+from modelbuild.compiler.nvrtc import toolkit_environment
 from modelbuild.errors import last_line
 from modelbuild.recipe.gpus import NVRTC_PACKAGES
 from modelbuild.recipe.targets import host_machine, validating_machine
@@ -128,13 +130,14 @@ def _on_gpu(library: str, baseline: str | None):
     import tvm.support.nvcc  # noqa: F401  (registers the NVRTC compiler TVM calls while loading CUDA C)
     from tvm import relax
 
+    os.environ.update(toolkit_environment(dict(os.environ), sys.path, shutil.which("nvcc")))
     dev = tvm.cuda(0)
     try:
         vm, other = (relax.VirtualMachine(tvm.runtime.load_module(path), dev) if path else None
                      for path in (library, baseline))
     except Exception as err:  # noqa: BLE001  (TVM raises its own types; the NVRTC one names its package)
         said = last_line(err)
-        if "cuda-bindings" in str(err) or "nvrtc" in said.lower():
+        if "cuda-bindings" in str(err) or "nvrtc" in said.lower() or "Cannot find CUDA" in str(err):
             raise remote.DeviceUnavailable(f"the GPU cannot load the cuda library: {said} (fix: "
                                            f"{NVRTC_PACKAGES})") from None
         raise

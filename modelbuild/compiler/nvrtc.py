@@ -1,0 +1,40 @@
+"""Where TVM's NVRTC callback finds CUDA's headers on a machine with a GPU driver but no CUDA toolkit.
+
+Loading a cuda library compiles its CUDA C (stages/compile.py keeps it as source) through TVM's
+tvm_callback_cuda_compile, which looks for the headers under CUDA_PATH, else beside `nvcc`, else in
+/usr/local/cuda, and fails ("Cannot find CUDA path") where none is: an inference box often has the driver
+alone. pip's nvidia packages (the `cuda` extra) carry the headers NVRTC needs; this names them for TVM.
+Checked without a GPU: with nvidia-cuda-nvrtc-cu12 12.9 and these variables, the CUDA C of a library built
+for sm_80 and sm_90 compiled to cubins of those architectures.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+TOOLKIT = Path("/usr/local/cuda")
+
+
+def toolkit_environment(environ: dict[str, str], search_path: list[str], nvcc: str | None,
+                        toolkit: Path = TOOLKIT) -> dict[str, str]:
+    """The variables to set for TVM's NVRTC callback: CUDA_PATH at pip's CUDA runtime headers and their
+    companion C++ library headers (cccl) in TVM_CUDA_NVRTC_EXTRA_OPTS; {} where CUDA_PATH is set, where the
+    toolkit TVM would pick (the one of the `nvcc` on the path, else /usr/local/cuda) has the headers, or
+    where pip's packages are not there. An `nvcc` that is a wrapper outside its toolkit (/usr/local/bin/nvcc)
+    has TVM look in /usr/local and fail: pip's headers then."""
+    if "CUDA_PATH" in environ:
+        return {}
+    chosen = Path(os.path.realpath(Path(nvcc).parent.parent)) if nvcc else toolkit
+    if (chosen / "include" / "cuda_runtime.h").is_file():
+        return {}
+    for entry in search_path:
+        nvidia = Path(entry or ".") / "nvidia"
+        for header in sorted(nvidia.glob("*/include/cuda_runtime.h")):
+            include = header.parent
+            found = {"CUDA_PATH": str(include.parent)}
+            cccl = [d for d in (include / "cccl", nvidia / "cuda_cccl" / "include") if (d / "cuda" / "std").is_dir()]
+            if cccl and "TVM_CUDA_NVRTC_EXTRA_OPTS" not in environ:
+                found["TVM_CUDA_NVRTC_EXTRA_OPTS"] = f"-I{cccl[0]}"
+            return found
+    return {}
