@@ -48,30 +48,31 @@ def _range_hint(spec, tensors: dict) -> str:
 QDQ_OPS = {"QuantizeLinear", "DequantizeLinear"}
 
 
-def session_options(model: Path):
+def session_options(model: Path, graph=None):
     """onnxruntime's options for a reference run: one thread (right and reproducible, not fast), and for a QDQ
     model no graph optimisation, so that it computes what the QDQ graph says (dequantize, the float
     operator, quantize). Optimised, onnxruntime fuses it into its own 8-bit kernels, which on x86 CPUs
     without VNNI (vpmaddubsw) saturate 16-bit pair sums of full-range weights: on a Zen 3 machine its QDQ
-    result was up to 6 quantization steps from the exact one, and an exact int8 library failed against it."""
+    result was up to 6 quantization steps from the exact one, and an exact int8 library failed against it.
+    `graph`: the model's graph where the caller has read it already."""
     import onnx
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
-    graph = onnx.load(str(model), load_external_data=False).graph
+    graph = graph if graph is not None else onnx.load(str(model), load_external_data=False).graph
     if any(node.op_type in QDQ_OPS for node in graph.node):
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     return options
 
 
-def _exact_form(model: Path) -> str | bytes:
+def _exact_form(model: Path, loaded) -> str | bytes:
     """What onnxruntime is given: the model, or where it has int8 weights on uint8 activations the same model
-    with them as uint8, whose sums onnxruntime computes exactly on every CPU (validation.unsigned_weights)."""
+    with them as uint8, whose sums onnxruntime computes exactly on every CPU (validation.unsigned_weights).
+    `loaded`: the model as read without its external data."""
     import onnx
     from onnx.external_data_helper import uses_external_data
 
-    loaded = onnx.load(str(model), load_external_data=False)
     if any(uses_external_data(t) for t in loaded.graph.initializer):  # weights beside it: read them too,
         if not any(t.data_type == onnx.TensorProto.INT8 for t in loaded.graph.initializer):  # if any is int8
             return str(model)
@@ -85,10 +86,13 @@ def _run_onnxruntime(model: Path, samples: dict[str, np.ndarray], bound: dict[st
     """The model's outputs on each sample; the bound inputs fed their values where the model still takes
     them (the original model does; the quantize stage's QDQ model has them as constants). An input with
     feedback gets the previous sample's output, written into `samples`: the golden inputs are the stream."""
+    import onnx
     import onnxruntime as ort
 
     try:  # reading the model's nodes for the options is reading the model too: a bad one is the same error
-        session = ort.InferenceSession(_exact_form(model), session_options(model), providers=["CPUExecutionProvider"])
+        loaded = onnx.load(str(model), load_external_data=False)  # once, for the options and the exact form
+        session = ort.InferenceSession(_exact_form(model, loaded), session_options(model, loaded.graph),
+                                       providers=["CPUExecutionProvider"])
     except Exception as err:
         raise StageError(f"onnxruntime cannot load the model: {err}") from err
     names = [o.name for o in session.get_outputs()]
