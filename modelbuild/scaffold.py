@@ -19,6 +19,8 @@ TARGET_PRESETS: dict[str, tuple[str, dict]] = {
     "x86-server": ("an x86-64 server: this CPU, two cores (a CI runner)", {"kind": "llvm", "mcpu": "host", "num-cores": 2}),
     "rpi4": ("Raspberry Pi 4 (Cortex-A72, 64-bit OS); cross-compiled, objects unless a cross linker is set",
              {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a72", "mattr": ["+neon"], "num-cores": 4}),
+    "cuda": ("an NVIDIA GPU of compute capability 8.0 or newer (A100, L4, H100); validated where the CUDA driver "
+             "sees one, with pip install 'modelbuild[cuda]'", {"kind": "cuda", "arch": "sm_80"}),
 }
 
 VALIDATION_PRESETS = {

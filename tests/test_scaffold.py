@@ -65,7 +65,13 @@ def test_init_refuses_to_overwrite_and_names_unknown_presets(tmp_path, capsys):
     code, _, err = init(capsys, tmp_path, tmp_path / "two.onnx")
     assert code == 2 and "exists (fix: pass --force" in err and (tmp_path / "deploy.toml").read_text() == "# mine"
     code, _, err = init(capsys, tmp_path, tmp_path / "two.onnx", "--force", "--target", "gpu")
-    assert code == 2 and err.strip() == "error: no target preset 'gpu' (fix: use one of host, x86-server, rpi4)"
+    assert code == 2 and err.strip() == "error: no target preset 'gpu' (fix: use one of host, x86-server, rpi4, cuda)"
+
+
+def test_a_gpu_recipe_loads_as_written(tmp_path, capsys):
+    two_in_two_out(tmp_path / "two.onnx")
+    assert init(capsys, tmp_path, tmp_path / "two.onnx", "--target", "cuda")[0] == 0
+    assert load_recipe(tmp_path / "deploy.toml").spec.targets["cuda"] == {"kind": "cuda", "arch": "sm_80"}
 
 
 def test_the_kind_follows_the_outputs():

@@ -40,7 +40,8 @@ def argument_parser() -> argparse.ArgumentParser:
 
     init = sub.add_parser("init", help="write a deploy.toml for a model: inputs, a target and validation preset")
     init.add_argument("model", type=Path, help="the ONNX model")
-    init.add_argument("--target", default="host", help="target preset: host (this machine), x86-server, rpi4")
+    init.add_argument("--target", default="host",
+                      help="target preset: host (this machine), x86-server, rpi4, cuda (an sm_80+ GPU)")
     init.add_argument("--name", help="the model's name in the recipe (default: from the file name)")
     init.add_argument("-f", "--file", type=Path, default=Path("deploy.toml"), help="the recipe to write")
     init.add_argument("--force", action="store_true", help="overwrite an existing recipe")
