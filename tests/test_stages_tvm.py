@@ -147,6 +147,11 @@ def test_the_recipes_the_project_ships_build(tmp_path, recipe, classifier_store)
     report = json.loads((tmp_path / "build/report.json").read_text())
     assert report["passed"] and all(b["passed"] for b in report["builds"])  # its own gates, on this machine
     for b in report["builds"]:
+        if b["target"].startswith("cuda"):  # TVM's own GPU pipeline: no fusion figures; run where a GPU is
+            from modelbuild.recipe.gpus import local_gpus
+
+            assert b["fusion"] is None and b["validation"]["ran"] == bool(local_gpus()[0]), b["validation"]
+            continue
         fusion, memory = b["fusion"], b["memory"]
         assert fusion["kernels"] < fusion["operators"] and fusion["traffic_ratio"] > 1
         assert memory["lower_bound_bytes"] <= memory["planned_bytes"] <= memory["naive_bytes"]
