@@ -67,7 +67,7 @@ def collect_garbage(store: Store, *, max_bytes: int | None = None, max_age_days:
         alive = _fit(alive, sizes, max_bytes, keep, out)
     for entry in entries:
         if entry not in alive:
-            entry[2].unlink(missing_ok=True)
+            store.forget(entry[1])
             out.entries_removed += 1
     named = set().union(*(e[3] for e in alive)) if alive else set()
     for digest, size in sizes.items():

@@ -168,8 +168,9 @@ class Store:
         return self._from_remote(key) if self.remote is not None else None
 
     def forget(self, key: str) -> None:
-        """Drop a key's entry (its objects stay for any other entry that names them)."""
+        """Drop a key's entry, and any doubt of it (its objects stay for any other entry that names them)."""
         self._action_path(key).unlink(missing_ok=True)
+        self._doubt_path(key).unlink(missing_ok=True)
 
     def record(self, key: str, result: ActionResult) -> None:
         missing = [name for name, d in result.outputs.items() if not self.has_object(d)]
