@@ -22,6 +22,16 @@ def test_a_host_target_builds_and_validates_here():
     assert check.ready and check.validates == "here" and check.build_note == "a .so for this machine"
 
 
+def test_a_cpu_quota_below_the_targets_threads_is_said_with_the_fix():
+    x86 = {"kind": "llvm", "mcpu": "host", "num-cores": 2}
+    quota = assess("x86", x86, CAPS | {"cpu_quota": 1.0}, NOTHING, lambda _: False)
+    assert quota.ready and quota.validates == "here" and quota.validate_note == (
+        "but this cgroup's CPU quota is 1 CPU and the target runs 2 threads: its latency will stall on the quota "
+        "(fix: num-cores = 1, or a runner without the quota)")
+    assert assess("x86", x86, CAPS | {"cpu_quota": 2.0}, NOTHING, lambda _: False).validate_note == ""
+    assert assess("x86", x86, CAPS | {"cpu_quota": None}, NOTHING, lambda _: False).validate_note == ""
+
+
 def test_a_cross_target_says_which_package_brings_its_linker_and_where_it_could_be_validated():
     pi = {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a72"}
     check = assess("rpi4", pi, CAPS, NOTHING, lambda _: False)

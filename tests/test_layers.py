@@ -27,8 +27,8 @@ ALLOWED = {
     "quantization": {"validation"},
     "pipeline": {"build", "recipe", "compiler.tuning_db"},  # tuning databases are named by target
     # adapters: params in (typed by recipe.params), calls out
-    "stages": {"compiler", "quantization", "validation", "recipe.targets", "recipe.gpus", "recipe.params",
-               "recipe.schema", "frontend"},
+    "stages": {"compiler", "quantization", "validation", "recipe.targets", "recipe.gpus", "recipe.cgroup",
+               "recipe.params", "recipe.schema", "frontend"},
     "reports": {"build", "pipeline", "recipe", "validation"},
     # a search builds candidates as a build does and reads their reports
     "search": {"build", "pipeline", "recipe", "reports", "validation"},

@@ -67,6 +67,8 @@ def cmd_doctor(args, console) -> int:
                       markup=False)
         for c in checks:
             validates = c.validates or f"no: {c.validate_note}"
+            if c.validates and c.validate_note:
+                validates += f", {c.validate_note}"
             console.print(f"{c.target}: build {'yes' if c.builds_here else 'NO'} ({c.build_note}); validate "
                           f"{validates}", markup=False)
     return EXIT_OK if all(c.ready for c in checks) else EXIT_STALE

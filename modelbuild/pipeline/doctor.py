@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass
 from typing import Callable
 
-from modelbuild.recipe import gpus
+from modelbuild.recipe import cgroup, gpus
 from modelbuild.recipe.targets import device_of, runs_on_host, why_not_run_here
 
 # cross toolchains by target triple prefix: (compiler, the Debian package that brings it)
@@ -57,10 +57,21 @@ def assess(name: str, target: dict, caps: dict, which: Callable[[str], str | Non
                                                        "RPC: rpc = { tracker, key } in the target)")
     not_here = why_not_run_here(target)
     if not_here is None:
-        return TargetCheck(name, builds, build_note, "here", "")
+        return TargetCheck(name, builds, build_note, "here", _quota_note(target, caps.get("cpu_quota")))
     return TargetCheck(name, builds, build_note, None,
                        f"{not_here} (fix: a device over RPC: rpc = {{ tracker = \"host:port\", key = \"...\" }} "
                        f"in the target){_emulator_hint(target, name)}")
+
+
+def _quota_note(target: dict, quota: float | None) -> str:
+    """Where this machine's cgroup may use fewer CPUs than the target runs threads: its timings will stall
+    (README: timing on a busy machine)."""
+    threads = target.get("num-cores")
+    if quota is None or not threads or threads <= quota:
+        return ""
+    cpus = f"{quota:g} CPU{'' if quota == 1 else 's'}"
+    return (f"but this cgroup's CPU quota is {cpus} and the target runs {threads} threads: its latency will stall "
+            f"on the quota (fix: num-cores = {max(1, int(quota))}, or a runner without the quota)")
 
 
 def _emulator_hint(target: dict, key: str) -> str:
@@ -100,12 +111,13 @@ def _family(arch: str) -> str:
 
 
 def probe_capabilities() -> dict:
-    """This TVM's abilities, from a subprocess (the command line never imports TVM), and this machine's GPUs."""
+    """This TVM's abilities, from a subprocess (the command line never imports TVM), this machine's GPUs and
+    its cgroup's CPU quota."""
     done = subprocess.run([sys.executable, "-m", "modelbuild.compiler.capabilities"], capture_output=True,
                           text=True)
     # the driver is what a cuda library needs to run; the wheel has CUDA code generation without one
     found, no_gpu = gpus.local_gpus()
-    driver = {"gpus": [gpu.describe() for gpu in found], "no_gpu": no_gpu}
+    driver = {"gpus": [gpu.describe() for gpu in found], "no_gpu": no_gpu, "cpu_quota": cgroup.cpu_quota()}
     if done.returncode != 0:
         return {"tvm": None, "error": (done.stderr.strip().splitlines() or ["no output"])[-1], **driver}
     return json.loads(done.stdout) | driver

@@ -21,6 +21,7 @@ from modelbuild import signature
 from modelbuild.compiler import analysis
 from modelbuild.compiler.nvrtc import toolkit_environment
 from modelbuild.errors import last_line
+from modelbuild.recipe.cgroup import throttled_seconds
 from modelbuild.recipe.gpus import NVRTC_PACKAGES
 from modelbuild.recipe.targets import host_machine, validating_machine
 from modelbuild.stages import device as remote
@@ -160,36 +161,7 @@ def cpu_clock(stat: Path = Path("/proc/stat")) -> metrics.CpuClock | None:
     times = os.times()
     ticks = os.sysconf("SC_CLK_TCK")
     return metrics.CpuClock(cpus_busy=busy / ticks, own=times.user + times.system, wall=time.monotonic(),
-                            cpus=len(allowed), throttled=cgroup_throttled())
-
-
-def cgroup_throttled(membership: Path = Path("/proc/self/cgroup"), root: Path = Path("/sys/fs/cgroup")) -> float | None:
-    """Seconds this process's cgroup has been throttled by its CPU quota, ever; None where no cgroup CPU
-    controller says (not Linux, no cpu controller mounted). cgroup v1's cpu controller counts nanoseconds
-    (throttled_time), v2 microseconds (throttled_usec). Where the path /proc/self/cgroup names is not under
-    the mount (a container without its own cgroup namespace), the mount's own root is the container's."""
-    try:
-        lines = membership.read_text().splitlines()
-    except OSError:
-        return None
-    candidates = []
-    for line in lines:
-        _, controllers, path = line.split(":", 2)
-        if "cpu" in controllers.split(","):  # v1: "4:cpu,cpuacct:/docker/..."
-            for mount in (root / controllers, root / "cpu", root / "cpu,cpuacct"):
-                candidates += [(mount / path.lstrip("/") / "cpu.stat", "throttled_time", 1e-9),
-                               (mount / "cpu.stat", "throttled_time", 1e-9)]
-        elif controllers == "":  # v2: "0::/user.slice/..."
-            candidates += [(root / path.lstrip("/") / "cpu.stat", "throttled_usec", 1e-6),
-                           (root / "cpu.stat", "throttled_usec", 1e-6)]
-    for stat, field, unit in candidates:
-        try:
-            fields = dict(line.split() for line in stat.read_text().splitlines() if len(line.split()) == 2)
-        except OSError:
-            continue
-        if field in fields:
-            return int(fields[field]) * unit
-    return None
+                            cpus=len(allowed), throttled=throttled_seconds())
 
 
 def _roofline(library: str, kernels: list[dict]) -> dict:
