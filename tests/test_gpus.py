@@ -52,4 +52,5 @@ def test_this_machines_gpus_or_why_there_are_none():
         assert Gpu.described(gpu.describe()) == gpu
     target = {"kind": "cuda", "arch": "sm_50"}
     assert why_not_run_here(target) == (None if found else reason)
-    assert validating_machine(target) == {**validating_machine({"kind": "llvm"}), **(found[0].describe() if found else {})}
+    gpu = found[0].describe() if found else {}
+    assert validating_machine(target) == {**validating_machine({"kind": "llvm"}), **gpu}

@@ -174,7 +174,8 @@ def validate_node(build: str, target_name: str, target: dict, validation, import
         "runs_here": runs_here,
         "reason": "" if runs_here else not_here,
         # timings belong to the machine that measured them: a shared cache must not mix machines
-        "machine": {"device": device["key"], "tracker": device["tracker"], "via": "rpc"} if device else validating_machine(target),
+        "machine": ({"device": device["key"], "tracker": device["tracker"], "via": "rpc"} if device
+                    else validating_machine(target)),
     }
     if device:  # only then: the validate keys of recipes without devices stay as they were
         params["device"] = device

@@ -147,7 +147,8 @@ def _on_gpu(library: str, baseline: str | None):
 
 
 def cpu_clock(stat: Path = Path("/proc/stat")) -> metrics.CpuClock | None:
-    """Now, for metrics.others_share; None where the kernel's CPU counters cannot be read (not Linux)."""
+    """Now, for metrics.others_share and throttled_share; None where the kernel's CPU counters cannot be read
+    (not Linux)."""
     try:
         lines = stat.read_text().splitlines()
     except OSError:
