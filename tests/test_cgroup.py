@@ -55,7 +55,9 @@ def test_a_process_held_back_by_a_cpu_quota_shows_throttled_time(tmp_path):
                 "before = throttled_seconds()\n"
                 "t = time.time()\n"
                 "while time.time() - t < 0.6: pass\n"
-                "print(before, throttled_seconds())\n")
+                "print(before, throttled_seconds())\n"
+                # back to the parent before exiting, so the group is empty when it is removed
+                f"open({str(group.parent / 'cgroup.procs')!r}, 'w').write(str(os.getpid()))\n")
         done = subprocess.run([sys.executable, "-c", spin], capture_output=True, text=True, check=True,
                               env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
         before, after = (float(v) for v in done.stdout.split())
