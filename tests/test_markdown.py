@@ -128,3 +128,15 @@ def test_a_latency_timed_while_other_processes_kept_the_cpus_busy_says_so():
     assert "> Warning: a CPU quota (its cgroup's" in "\n".join(_details(throttled))
     assert "1203/s  (CPU quota: 40% of the CPUs' time withheld)" in outcome_line(throttled)
     assert "quota" not in "\n".join(_details(quiet)) + outcome_line(quiet)
+    limited = replace(throttled, provenance={"machine": {"cpu": "Xeon", "cores": 2, "cpu_quota": 1.0}})
+    details = "\n".join(_details(limited))
+    assert "- ran on: this machine (Xeon, 2 cores, a CPU quota of 1 CPU)" in details
+    assert ("The quota is 1 CPU: time and deploy the library with at most 1 thread (`timing.threads`, "
+            "`num-cores`), or with TVM_THREAD_POOL_SPIN_COUNT=0.") in details
+
+
+def test_a_gpu_build_says_which_gpu_it_ran_on():
+    machine = {"cpu": "AMD EPYC", "cores": 16, "gpu": "NVIDIA H200", "compute_capability": "9.0", "cuda_driver": "13.0"}
+    b = replace(finished_build([]), provenance={"machine": machine}, latency_ms=FULL_LATENCY)
+    assert ("- ran on: this machine (AMD EPYC, 16 cores, GPU NVIDIA H200, compute capability 9.0, CUDA driver 13.0)"
+            in "\n".join(_details(b)))

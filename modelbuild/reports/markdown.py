@@ -93,10 +93,14 @@ def _details(b: BuildReport) -> list[str]:
                        "library was timed: a parallel kernel waits for every thread it started, so this latency "
                        "is the machine's as much as the library's (README: timing on a busy machine).")
         if (b.throttled or 0) > THROTTLED_SHARE:
+            quota = _machine(b).get("cpu_quota")
             out.append(f"\n> Warning: a CPU quota (its cgroup's: a container's --cpus, a CI runner's limit) "
                        f"withheld {b.throttled:.0%} of its CPUs' time while the library was timed: each throttled "
                        "period stalls every thread until the next, so this latency is the quota's as much as the "
-                       "library's (README: timing on a busy machine).")
+                       "library's (README: timing on a busy machine)."
+                       + (f" The quota is {_cpus(quota)}: time and deploy the library with at most "
+                          f"{_threads(max(1, int(quota)))} (`timing.threads`, `num-cores`), or with "
+                          "TVM_THREAD_POOL_SPIN_COUNT=0." if quota else ""))
     return out
 
 
@@ -278,6 +282,14 @@ def summary_line(b: BuildReport) -> str | None:
             f"memory {mb(m['naive_bytes'])} -> {mb(m['planned_bytes'])} (bound {mb(m['lower_bound_bytes'])})")
 
 
+def _cpus(count: float) -> str:
+    return f"{count:g} CPU{'' if count == 1 else 's'}"
+
+
+def _threads(count: int) -> str:
+    return f"{count} thread{'' if count == 1 else 's'}"
+
+
 def _machine(b: BuildReport) -> dict:
     return (b.provenance or {}).get("machine") or {}
 
@@ -286,7 +298,15 @@ def ran_on(b: BuildReport) -> str | None:
     """Where the library was measured: this machine's CPU, or a device over RPC as it describes itself."""
     machine = _machine(b)
     if machine.get("via") != "rpc":
-        return f"this machine ({machine['cpu']}, {machine['cores']} cores)" if "cpu" in machine else None
+        if "cpu" not in machine:
+            return None
+        parts = [machine["cpu"], f"{machine['cores']} cores"]
+        if machine.get("cpu_quota") is not None:
+            parts.append(f"a CPU quota of {_cpus(machine['cpu_quota'])}")
+        if machine.get("gpu"):
+            parts.append(f"GPU {machine['gpu']}, compute capability {machine['compute_capability']}, CUDA driver "
+                         f"{machine['cuda_driver']}")
+        return f"this machine ({', '.join(parts)})"
     described = ", ".join(machine[k] for k in ("machine", "os") if machine.get(k))
     where = f"device {machine['device']!r} from the RPC tracker at {machine['tracker']}"
     where += f" ({described})" if described else ""

@@ -21,7 +21,7 @@ from modelbuild import signature
 from modelbuild.compiler import analysis
 from modelbuild.compiler.nvrtc import toolkit_environment
 from modelbuild.errors import last_line
-from modelbuild.recipe.cgroup import throttled_seconds
+from modelbuild.recipe.cgroup import cpu_quota, throttled_seconds
 from modelbuild.recipe.gpus import NVRTC_PACKAGES
 from modelbuild.recipe.targets import host_machine, validating_machine
 from modelbuild.stages import device as remote
@@ -81,7 +81,7 @@ def main(library: str, golden_path: str, signature_path: str, timing_json: str, 
         "throttled": throttled,
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "machine": ({"device": device["key"], "tracker": device["tracker"], "via": "rpc", **described} if device
-                    else validating_machine({"kind": "cuda"}) if gpu else host_machine()),
+                    else _this_machine(gpu)),
         "samples": count,
     }
     Path(out_path).write_text(json.dumps(result))
@@ -122,6 +122,14 @@ def _load(library: str):
         return [v.numpy() for v in values]
 
     return run
+
+
+def _this_machine(gpu: bool) -> dict:
+    """The CPU (and the GPU it ran on) as reports show them, with the cgroup's CPU quota where there is one:
+    a quota below the library's threads stalls it (recipe/cgroup.py)."""
+    quota = cpu_quota()
+    machine = validating_machine({"kind": "cuda"}) if gpu else host_machine()
+    return {**machine, "cpu_quota": quota} if quota is not None else machine
 
 
 def _on_gpu(library: str, baseline: str | None):
