@@ -64,7 +64,7 @@ def test_decide_compares_with_the_last_build(tmp_path):
     assert texts(decide("import:a", "old", BASE, store).reasons) == ["cached output missing or damaged"]
 
 
-def test_a_doubted_result_is_stale_saying_what_it_failed(tmp_path):
+def test_a_cached_result_the_plan_doubts_is_stale_saying_what_it_fails(tmp_path):
     from modelbuild.build.store import ActionResult
 
     store = Store(tmp_path)
@@ -72,8 +72,14 @@ def test_a_doubted_result_is_stale_saying_what_it_failed(tmp_path):
     metrics = store.put_object(tmp_path / "metrics.json")
     store.record("k", ActionResult("validate", "validate:a", {"metrics.json": metrics}, 1.0))
     store.remember("validate:a", "k", BASE)
-    assert not decide("validate:a", "k", BASE, store).stale
-    store.doubt("k", "max_p99_ms, min_throughput")
-    decision = decide("validate:a", "k", BASE, store)
-    assert decision.stale and texts(decision.reasons) == [
-        "its cached result failed max_p99_ms, min_throughput last run: run again"]
+    seen = []
+
+    def doubt(result):
+        seen.append(result.outputs)
+        return "max_p99_ms, min_throughput"
+
+    decision = decide("validate:a", "k", BASE, store, doubt)
+    assert decision.stale and texts(decision.reasons) == ["its cached result fails max_p99_ms, min_throughput: run again"]
+    assert seen == [{"metrics.json": metrics}]  # asked of the cached result itself
+    assert not decide("validate:a", "k", BASE, store, lambda result: None).stale
+    assert decide("validate:a", "other", BASE, store, doubt).stale and len(seen) == 1  # a miss: nothing to doubt

@@ -23,16 +23,6 @@ def test_record_then_lookup(tmp_path):
     assert store.lookup("k2") is None
 
 
-def test_a_doubted_result_is_not_served_until_the_key_is_recorded_again(tmp_path):
-    store, digest = stored(tmp_path)
-    store.record("k", ActionResult("validate", "validate:a@x", {"metrics.json": digest}, 1.0))
-    store.doubt("k", "max_p99_ms")
-    assert store.lookup("k") is None and store.doubted("k") == "max_p99_ms"
-    assert store.read_entry("k") is not None  # kept: only not reused
-    store.record("k", ActionResult("validate", "validate:a@x", {"metrics.json": digest}, 1.0))
-    assert store.lookup("k") is not None and store.doubted("k") is None
-
-
 def test_a_damaged_object_is_caught_when_used_and_removed_so_the_next_lookup_misses(tmp_path):
     store, digest = stored(tmp_path)
     store.record("k", ActionResult("compile", "n", {"lib.so": digest}, 1.0))

@@ -32,7 +32,7 @@ class Reason:
 SENTENCES = {
     "never-built": "never built",
     "damaged": "cached output missing or damaged",
-    "doubted": "its cached result failed {field} last run: run again",
+    "doubted": "its cached result fails {field}: run again",
     "key-changed": "key inputs changed",
     "input": "input {field} changed {change}",
     "target": "target {field} changed {change}",

@@ -7,6 +7,7 @@ comparing its key inputs with those of its last build.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from modelbuild.build.keys import action_key, key_inputs
@@ -29,20 +30,25 @@ class Decision:
         return self.result is None
 
 
-def decide_node(node: Node, stage: Stage, *, files: dict[str, str], upstream: dict[str, str], store: Store) -> Decision:
+# what a cached result fails (a check the plan makes of it, such as a timing gate), or None to reuse it
+Doubt = Callable[[ActionResult], "str | None"]
+
+
+def decide_node(node: Node, stage: Stage, *, files: dict[str, str], upstream: dict[str, str], store: Store,
+                doubt: Doubt | None = None) -> Decision:
     """The node's key from what it reads (its files' and upstream outputs' digests), then `decide`."""
     inputs = key_inputs(node, stage, files=files, upstream=upstream)
-    return decide(node.id, action_key(inputs), inputs, store)
+    return decide(node.id, action_key(inputs), inputs, store, doubt)
 
 
-def decide(node_id: str, key: str, inputs: dict, store: Store) -> Decision:
-    """Reuse a cached result for `key`, or say why the node must run."""
+def decide(node_id: str, key: str, inputs: dict, store: Store, doubt: Doubt | None = None) -> Decision:
+    """Reuse a cached result for `key` unless `doubt` finds it wanting, or say why the node must run."""
     result = store.lookup(key)
+    failed = doubt(result) if result is not None and doubt is not None else None
+    if failed:
+        return Decision(node_id, key, None, [Reason("doubted", failed)], inputs)
     if result is not None:
         return Decision(node_id, key, result, inputs=inputs)
-    failed = store.doubted(key)
-    if failed is not None:
-        return Decision(node_id, key, None, [Reason("doubted", failed)], inputs)
     trace = store.last_trace(node_id)
     if trace is None:
         return Decision(node_id, key, None, [Reason("never-built")], inputs)

@@ -90,16 +90,6 @@ class Remote:
         if self.writable:
             self._guard(upload)
 
-    def drop(self, key: str) -> None:
-        """Remove a key's entry (its objects stay, as other entries may name them): no machine takes it again."""
-        def remove(fs) -> None:
-            try:
-                fs.rm_file(self._entry_path(key))
-            except FileNotFoundError:
-                pass
-        if self.writable:
-            self._guard(remove)
-
     def note(self, message: str) -> None:
         if message not in self.notes:
             self.notes.append(message)

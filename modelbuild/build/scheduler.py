@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,9 +57,12 @@ class Options:
 
 
 class Scheduler:
-    """Runs one plan against one store, publishing artifacts under `build_dir`."""
-    def __init__(self, plan: Plan, store: Store, build_dir: Path, reporter: Reporter = silent) -> None:
+    """Runs one plan against one store, publishing artifacts under `build_dir`. `doubt` says what a node's cached
+    result fails, if anything: such a result is not reused but run again (as Bazel never reuses a failed test)."""
+    def __init__(self, plan: Plan, store: Store, build_dir: Path, reporter: Reporter = silent,
+                 doubt: Callable[[Node, ActionResult], str | None] | None = None) -> None:
         self.plan = plan
+        self.doubt = doubt
         self.store = store
         self.build_dir = Path(build_dir)
         self.report = reporter
@@ -162,8 +166,9 @@ class Scheduler:
 
     def _visit(self, node: Node, options: Options) -> None:
         started = time.perf_counter()
+        doubt = (lambda result: self.doubt(node, result)) if self.doubt else None
         decision = decide_node(node, self.plan.stages[node.stage], files=self._file_digests(node),
-                               upstream=self._upstream_digests(node), store=self.store)
+                               upstream=self._upstream_digests(node), store=self.store, doubt=doubt)
         inputs = decision.inputs
         if not decision.stale:
             try:
@@ -225,7 +230,7 @@ class Scheduler:
                 continue
             self._queued.remove(item)
             done_meanwhile = self.store.lookup(decision.key)  # by another run, since this one looked
-            if done_meanwhile is not None:
+            if done_meanwhile is not None and not (self.doubt and self.doubt(node, done_meanwhile)):
                 lock.release()
                 self._reuse(node, Decision(node.id, decision.key, done_meanwhile, inputs=inputs), inputs,
                             time.perf_counter(), publish=True)

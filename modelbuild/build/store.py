@@ -4,7 +4,6 @@
 - actions/ab/<key>.json: the outputs (name -> digest) a stage wrote for a key, the action cache, each entry
   sealed with its own digest (and a team's signature where a key is set: build/sealing.py);
 - traces/<node>.json: the key inputs of each node's last build, so a rebuild can say what changed;
-- doubts/ab/<key>.json: results a later check found wanting (a timing gate failed), run again by the next build;
 - locks/: one per key being built, and the store's own (build/locks.py);
 - stats.json: hits and misses, with their seconds, across runs.
 
@@ -158,9 +157,7 @@ class Store:
 
     def lookup(self, key: str) -> ActionResult | None:
         """The recorded result for a key, only if its entry is sealed and every object it names is present:
-        from the local store, else from the remote (objects verified on the way in). None for a doubted key."""
-        if self.doubted(key) is not None:
-            return None
+        from the local store, else from the remote (objects verified on the way in)."""
         result = self.read_entry(key)
         if result is not None and all(self.has_object(d) for d in result.outputs.values()):
             self._touch(key)
@@ -168,9 +165,8 @@ class Store:
         return self._from_remote(key) if self.remote is not None else None
 
     def forget(self, key: str) -> None:
-        """Drop a key's entry, and any doubt of it (its objects stay for any other entry that names them)."""
+        """Drop a key's entry (its objects stay for any other entry that names them)."""
         self._action_path(key).unlink(missing_ok=True)
-        self._doubt_path(key).unlink(missing_ok=True)
 
     def record(self, key: str, result: ActionResult) -> None:
         missing = [name for name, d in result.outputs.items() if not self.has_object(d)]
@@ -178,7 +174,6 @@ class Store:
             raise RuntimeError(f"refusing to record {key}: outputs {missing} are not in the store")
         sealed = seal(asdict(result), self.key)
         write_atomic(self._action_path(key), sealed)
-        self._doubt_path(key).unlink(missing_ok=True)
         if self.remote is not None:
             self.remote.put({d: self.object_path(d) for d in result.outputs.values()}, key, sealed)
 
@@ -212,25 +207,6 @@ class Store:
     def store_lock(self, *, shared: bool) -> Lock:
         """Held shared by every build, exclusively by whatever empties or evicts."""
         return Lock(self.root / "store.lock", shared=shared)
-
-    # doubts: a result that a check after the build found wanting is not reused, as Bazel reruns a test that
-    # failed: a latency that failed its gate may be the machine's (busy, throttled) more than the library's
-    def _doubt_path(self, key: str) -> Path:
-        return self.root / "doubts" / key[:2] / f"{key}.json"
-
-    def doubt(self, key: str, failed: str) -> None:
-        """The next build runs `key` again instead of reusing it; `failed` says what it failed. A writable remote
-        drops its entry too, so a fresh CI machine does not take the doubted result from the team's cache."""
-        write_atomic(self._doubt_path(key), json.dumps({"failed": failed}).encode())
-        if self.remote is not None:
-            self.remote.drop(key)
-
-    def doubted(self, key: str) -> str | None:
-        """What a doubted key's result failed; None when it is not doubted."""
-        try:
-            return str(json.loads(self._doubt_path(key).read_text())["failed"])
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
 
     # traces of the last build of each node, for "why is this stale?"
     def _trace_path(self, node_id: str) -> Path:
@@ -279,7 +255,7 @@ class Store:
         key_locks = list((self.root / "locks").glob("*/*.lock"))  # one per key ever built, free once no build runs
         if not (scratch or key_locks or self.remote):
             return []  # a half-written object or entry is left only by a build that also left these
-        partial = [p for folder in ("objects", "actions", "doubts") for p in (self.root / folder).glob("*/.*.tmp")]
+        partial = [p for folder in ("objects", "actions") for p in (self.root / folder).glob("*/.*.tmp")]
         partial += [*self.root.glob(".*.tmp"), *(self.root / "traces").glob(".*.tmp")]  # memos, stats, traces
         return scratch + partial + key_locks
 

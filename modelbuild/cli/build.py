@@ -18,6 +18,7 @@ from modelbuild.pipeline.names import model_of, quantization_of, select, target_
 
 def cmd_build(args, console) -> int:
     from modelbuild.console import LiveReporter
+    from modelbuild.reports.remeasure import timing_doubts
 
     if args.jobs < 1:
         raise ModelbuildError(f"-j must be at least 1, got {args.jobs}")
@@ -25,7 +26,7 @@ def cmd_build(args, console) -> int:
     plan = select(project.plan, args.selectors)
     options = Options(jobs=args.jobs, keep_going=args.keep_going, dry_run=args.dry_run)
     with LiveReporter(console if not args.json else _null_console(), list(plan.nodes)) as reporter:
-        run = project.run(args.selectors, options, reporter)
+        run = project.run(args.selectors, options, reporter, doubt=timing_doubts(project))
     results = list(run.results.values())
     if args.dry_run:
         for r in results:
@@ -35,7 +36,6 @@ def cmd_build(args, console) -> int:
             console.print("nothing to do: every stage is cached", markup=False)
         return EXIT_OK
     report = write_reports(project, run)
-    time_again_next_run(project, report)
     if args.json:
         print(json.dumps(_summary_json(project, run, report), indent=2))
     else:
@@ -53,22 +53,6 @@ def write_reports(project, run, cache: dict | None = None):
     report = collect(project, run, cache=cache)
     write_reports(report, project.build_dir)
     return report
-
-
-def time_again_next_run(project, report) -> None:
-    """Doubt the validation of each build that failed a timing gate, so the next build measures it again
-    (as Bazel reruns a failed test) instead of failing from the cache; accuracy is not the machine's and is
-    trusted. A read-only cache keeps its results."""
-    from modelbuild.validation.gates import TIMING_GATES
-
-    for build in report.builds:
-        failed = [g.name for g in build.gates if not g.passed and g.name in TIMING_GATES and g.value is not None]
-        validate = build.stages.get("validate")
-        if failed and validate and validate.key:
-            if not project.store.writable:
-                project.store.note("the cache is read-only: a validation that failed a timing gate stays cached")
-                return
-            project.store.doubt(validate.key, ", ".join(failed))
 
 
 def _exit_code(run, report) -> int:

@@ -12,8 +12,10 @@ from modelbuild.cli.common import EXIT_OK, EXIT_STALE, project_of, relative
 
 
 def cmd_status(args, console) -> int:
+    from modelbuild.reports.remeasure import timing_doubts
+
     project = project_of(args)
-    run = project.run(args.selectors, Options(dry_run=True))
+    run = project.run(args.selectors, Options(dry_run=True), doubt=timing_doubts(project))
     stale = [r for r in run.results.values() if r.status is Status.STALE]
     if args.json:
         print(json.dumps({"stale": [{"node": r.node, "reasons": [x.as_dict() for x in r.reasons]} for r in stale]},

@@ -33,8 +33,9 @@ class Project:
     def tuning_root(self) -> Path:
         return self.store.root / "tuning"
 
-    def run(self, selectors: list[str], options: Options, reporter: Reporter = silent) -> RunResult:
-        return Scheduler(select(self.plan, selectors), self.store, self.build_dir, reporter).run(options)
+    def run(self, selectors: list[str], options: Options, reporter: Reporter = silent, doubt=None) -> RunResult:
+        """`doubt`: see Scheduler."""
+        return Scheduler(select(self.plan, selectors), self.store, self.build_dir, reporter, doubt).run(options)
 
 
 def open_project(recipe_path: Path, *, cache_dir: Path | None = None, build_dir: Path | None = None,

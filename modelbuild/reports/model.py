@@ -150,7 +150,7 @@ def _build(project, run: RunResult, name: str) -> BuildReport:
     figures = _output_json(project, nodes.get("compile"), ANALYSIS) or {}
     quantization = _output_json(project, nodes.get("quantize"), QUANTIZE_SUMMARY)
     spec = project.recipe.validation_for(project.recipe.build_spec(model, target, quantization_of(name)))
-    baseline = _baseline(project, spec, name)
+    baseline = baseline_of(project, spec, name)
     results = gates.evaluate(spec, metrics, baseline)
     stages_ok = all(r.status in (Status.BUILT, Status.CACHED) for r in nodes.values())
     measured = metrics or NOT_MEASURED
@@ -248,7 +248,7 @@ def _artifact(project, run: RunResult, name: str) -> str | None:
     return None
 
 
-def _baseline(project, spec, name: str) -> dict | None:
+def baseline_of(project, spec, name: str) -> dict | None:
     """This build in its baseline report: None where there is no report, {} where the report lacks it."""
     report = project.recipe.baseline_report(spec)
     if report is None:

@@ -98,7 +98,7 @@ BASELINE_GATES = {
 
 
 # the gates a timing decides: a machine's figure as much as a library's (busy, throttled, noisy), so a build
-# that failed one is timed again by the next build rather than failing from the cache
+# whose cached figures fail one times it again rather than failing from the cache (reports/remeasure.py)
 TIMING_GATES = ("max_p50_ms", "max_p99_ms", "min_throughput", *BASELINE_GATES)
 
 
