@@ -79,7 +79,8 @@ def test_a_cached_result_the_plan_doubts_is_stale_saying_what_it_fails(tmp_path)
         return "max_p99_ms, min_throughput"
 
     decision = decide("validate:a", "k", BASE, store, doubt)
-    assert decision.stale and texts(decision.reasons) == ["its cached result fails max_p99_ms, min_throughput: run again"]
+    assert decision.stale and texts(decision.reasons) == [
+        "its cached result fails max_p99_ms, min_throughput: run again"]
     assert seen == [{"metrics.json": metrics}]  # asked of the cached result itself
     assert not decide("validate:a", "k", BASE, store, lambda result: None).stale
     assert decide("validate:a", "other", BASE, store, doubt).stale and len(seen) == 1  # a miss: nothing to doubt
