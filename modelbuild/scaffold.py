@@ -6,6 +6,7 @@ stage's reader) and writes the file.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 
@@ -52,7 +53,7 @@ def write_recipe(*, model_path: str, signature: Signature, target: str = "host",
     name = name or recipe_name(model_path)
     kind = model_kind(signature)
     lines = [f"# Written by `modelbuild init {model_path}`. `modelbuild` builds it; `modelbuild schema` lists",
-             "# every field, and the README explains them.", "", f"[models.{name}]", f'path = "{model_path}"']
+             "# every field, and the README explains them.", "", f"[models.{_key(name)}]", f"path = {_toml(model_path)}"]
     lines += [line for input_name, spec in signature.inputs.items() for line in _input_lines(input_name, spec)]
     description, table = TARGET_PRESETS[target]
     lines += ["", f"# target preset {target!r}: {description}", f"[targets.{target}]"]
@@ -62,7 +63,7 @@ def write_recipe(*, model_path: str, signature: Signature, target: str = "host",
               "golden = { count = 8 }  # random inputs; real ones: source = \"images\" or \"npz\", path = ...",
               "timing = { warmup = 10, min_runs = 50, min_seconds = 1.0 }", "", "[validation.gates]"]
     lines += [f"{gate} = {_toml(limit)}" for gate, limit in gates.items()]
-    lines += ["", "[[builds]]", f'model = "{name}"', f'targets = ["{target}"]', ""]
+    lines += ["", "[[builds]]", f"model = {_toml(name)}", f'targets = ["{target}"]', ""]
     return "\n".join(lines)
 
 
@@ -74,7 +75,7 @@ def _input_lines(name: str, spec: dict) -> list[str]:
     shape = spec["shape"]
     dynamic = dynamic_dims(shape)
     fixed = [PLACEHOLDER if i in dynamic else d for i, d in enumerate(shape)]
-    line = f'inputs.{name} = {{ shape = {_toml(fixed)}, dtype = "{spec["dtype"]}" }}'
+    line = f'inputs.{_key(name)} = {{ shape = {_toml(fixed)}, dtype = "{spec["dtype"]}" }}'
     if not dynamic:
         return [line]
     which = ", ".join(f"{i} ({shape[i]!r})" for i in dynamic)
@@ -83,11 +84,17 @@ def _input_lines(name: str, spec: dict) -> list[str]:
             "to build for", line]
 
 
+def _key(name: str) -> str:
+    """A name as a TOML key: bare where TOML allows, else quoted (an ONNX name may hold ':' or '/', and a '.'
+    in a bare key would make nested tables)."""
+    return name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else _toml(name)
+
+
 def _toml(value) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
-        return f'"{value}"'
+        return json.dumps(value)  # a TOML basic string: the same escapes'
     if isinstance(value, list):
         return "[" + ", ".join(_toml(v) for v in value) + "]"
     return repr(value)

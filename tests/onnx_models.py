@@ -56,19 +56,21 @@ def two_convs(path: Path, *, channels: int = 16, seed: int = 0, same_upper: bool
     return path
 
 
-def two_in_two_out(path: Path) -> Path:
+def two_in_two_out(path: Path, names: tuple[str, str, str, str] = ("zeta", "alpha", "z_out", "a_out")) -> Path:
     """Inputs zeta, alpha and outputs z_out [1, 4], a_out [1, 1], each listed against alphabetical order:
-    z_out = zeta - alpha tells swapped inputs apart although their shapes agree."""
+    z_out = zeta - alpha tells swapped inputs apart although their shapes agree. `names` renames them, in
+    that order (as exporters name tensors: "input:0", "input.1")."""
+    zeta, alpha, z_out, a_out = names
     nodes = [
-        helper.make_node("Sub", ["zeta", "alpha"], ["z_out"], name="sub"),
-        helper.make_node("ReduceSum", ["zeta"], ["a_out"], name="sum", keepdims=1),
+        helper.make_node("Sub", [zeta, alpha], [z_out], name="sub"),
+        helper.make_node("ReduceSum", [zeta], [a_out], name="sum", keepdims=1),
     ]
     graph = helper.make_graph(
         nodes, "two_in_two_out",
-        [helper.make_tensor_value_info("zeta", TensorProto.FLOAT, [1, 4]),
-         helper.make_tensor_value_info("alpha", TensorProto.FLOAT, [1, 4])],
-        [helper.make_tensor_value_info("z_out", TensorProto.FLOAT, [1, 4]),
-         helper.make_tensor_value_info("a_out", TensorProto.FLOAT, [1, 1])],
+        [helper.make_tensor_value_info(zeta, TensorProto.FLOAT, [1, 4]),
+         helper.make_tensor_value_info(alpha, TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info(z_out, TensorProto.FLOAT, [1, 4]),
+         helper.make_tensor_value_info(a_out, TensorProto.FLOAT, [1, 1])],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8

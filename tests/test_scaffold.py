@@ -82,9 +82,23 @@ def test_the_kind_follows_the_outputs():
     assert "min_top1_agreement" not in write_recipe(model_path="m.onnx", signature=maps)
 
 
+# as tf2onnx and torch name tensors: TOML needs these keys quoted, and a '.' in a bare key would nest tables
+EXPORTED = ("serving_default_zeta:0", "alpha.1", "StatefulPartitionedCall:1", "StatefulPartitionedCall:0")
+
+
+def test_names_as_exporters_write_them_are_quoted_keys_the_loader_reads_back(tmp_path, capsys):
+    two_in_two_out(tmp_path / "two.v2.onnx", names=EXPORTED)
+    assert init(capsys, tmp_path, tmp_path / "two.v2.onnx")[0] == 0
+    text = (tmp_path / "deploy.toml").read_text()
+    assert '[models."two.v2"]' in text and 'inputs."serving_default_zeta:0" = ' in text
+    assert 'inputs."alpha.1" = ' in text and 'model = "two.v2"' in text
+    spec = load_recipe(tmp_path / "deploy.toml").spec
+    assert list(spec.models["two.v2"].inputs) == ["serving_default_zeta:0", "alpha.1"]
+
+
 @pytest.mark.tvm
 def test_a_static_model_builds_and_validates_from_its_written_recipe_with_no_edits(tmp_path):
-    two_in_two_out(tmp_path / "two.onnx")
+    two_in_two_out(tmp_path / "two.onnx", names=EXPORTED)
     run = lambda *a: subprocess.run([sys.executable, "-m", "modelbuild", *a], cwd=tmp_path, capture_output=True,
                                     text=True)
     assert run("init", "two.onnx").returncode == 0

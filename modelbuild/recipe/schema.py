@@ -7,6 +7,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")]
+# a tensor is named as its model names it: exporters write "input:0" (tf2onnx), "input.1", "onnx::Conv_0" (torch)
+TensorName = Annotated[str, StringConstraints(min_length=1)]
 DType = Literal["float32", "float16", "float64", "int64", "int32", "int16", "int8", "uint8", "bool"]
 
 
@@ -31,7 +33,7 @@ class InputSpec(Strict):
     value: Value | None = Field(
         default=None, description="Bind the input to this constant before simplification: control flow and shape "
                                   "arithmetic on it fold away, and it leaves the library's signature.")
-    feedback: Name | None = Field(
+    feedback: TensorName | None = Field(
         default=None, description="An output fed back into this input from one golden sample to the next (a "
                                   "streaming model's state): the samples are consecutive chunks of one stream, "
                                   "the first starting from zeros; the library is fed its own outputs.")
@@ -69,7 +71,7 @@ class ModelSpec(Strict):
     """An ONNX model and the shapes it is built for."""
 
     path: str
-    inputs: dict[Name, InputSpec] = Field(
+    inputs: dict[TensorName, InputSpec] = Field(
         default_factory=dict, description="Shapes to build for; an input left out keeps the model's own shape, "
                                           "which must then be static.")
     simplify: bool = Field(default=True, description="Simplify with onnxslim before import.")
