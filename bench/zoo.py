@@ -106,6 +106,9 @@ ZOO = [
     ZooModel("silero_vad_sr", "voice activity detector: LSTM, a scalar sample rate choosing a branch by If",
              "pypi:silero-vad==6.2.3:silero_vad/data/silero_vad.onnx",
              {"input": [1, 576], "state": [2, 1, 128]}, bound={"sr": (16000, "int64")}, feedback={"state": "stateN"}),
+    ZooModel("basic_pitch", "audio: note transcription from a waveform, 3 outputs, tf2onnx names (Spotify)",
+             "pypi:basic-pitch==0.4.0:basic_pitch/saved_models/icassp_2022/nmp.onnx",
+             {"serving_default_input_2:0": [1, 43844, 1]}),
     ZooModel("orientation_qop", "generated: the orientation classifier quantized by onnxruntime (QOperator, "
              "QLinearConv)", "generated:orientation_qop", {"x": [1, 3, 224, 224]}, preset="int8-ci"),
     ZooModel("resnet_ish", "generated: ResNet basic blocks at 56x56, 64-128 channels, odd widths",
@@ -269,11 +272,12 @@ def recipe(models: list[ZooModel], threads: int, options: list[str] = (), preset
 
 def model_section(m: ZooModel) -> list[str]:
     lines = [f"[models.{m.name}]", f'path = "{model_path(m)}"']
-    lines += [f'inputs.{k} = {{ shape = {v}, dtype = "{m.dtypes.get(k, "float32")}"'
+    # input names quoted: a model names its tensors as its exporter did ("serving_default_input_2:0")
+    lines += [f'inputs.{json.dumps(k)} = {{ shape = {v}, dtype = "{m.dtypes.get(k, "float32")}"'
               + (f", range = {list(m.int_range)}" if m.dtypes.get(k, "float32").startswith("int") else "")
               + (f', feedback = "{m.feedback[k]}"' if k in m.feedback else "") + " }"
               for k, v in m.inputs.items()]
-    lines += [f'inputs.{k} = {{ value = {value}, dtype = "{dtype}" }}' for k, (value, dtype) in m.bound.items()]
+    lines += [f'inputs.{json.dumps(k)} = {{ value = {value}, dtype = "{dtype}" }}' for k, (value, dtype) in m.bound.items()]
     return [*lines, ""]
 
 

@@ -469,9 +469,12 @@ def _sum_in_lanes(sch, block, spatial, reduce):
     for `_partial_sums_from_zero` once the block is placed, or None if the axes are too short or uneven,
     leaving the schedule as it was. Expects the loops ordered spatial, reduce."""
     reduce = _contiguous_reduction(sch, block, reduce)
-    if not _summable_in_lanes(_extent(sch, reduce[-1])):
+    # the innermost axis that is not a unit: a conv1d's taps as an NHWC conv2d with one input channel
+    axis = next((loop for loop in reversed(reduce) if _extent(sch, loop) != 1), reduce[-1])
+    width = _partial_sum_lanes(_extent(sch, axis), _work(sch, reduce))
+    if width is None:
         return None
-    _, lanes = sch.split(reduce[-1], factors=[None, VECTOR_LANES])
+    _, lanes = sch.split(axis, factors=[None, width])
     # the lanes last in the partial sums' buffer and the partial sums computed under each output: one
     # output's sums are one vector, in a register. With the lanes first and the partial sums apart, every
     # vector add read and wrote its sums VECTOR_LANES outputs apart (a gather and a scatter), on one core
@@ -519,6 +522,18 @@ def _is_const(expr, value: int) -> bool:
     from tvm.tirx import IntImm
 
     return isinstance(expr, IntImm) and int(expr) == value
+
+
+def _partial_sum_lanes(extent: int | None, steps: int) -> int | None:
+    """How many partial sums a reduction with no vector axis in its output sums its innermost axis in (of
+    `steps` steps in all): VECTOR_LANES where that axis is long and even enough, else half as many where
+    it is a whole number of half vectors and the steps fill four of them: an NHWC conv to one output channel
+    sums its eight input channels in one vector at each of its 25 taps (basic-pitch's 5x5 conv, 8 -> 1
+    channel at 172x264, had run one lane at a time)."""
+    if _summable_in_lanes(extent):
+        return VECTOR_LANES
+    half = VECTOR_LANES // 2
+    return half if extent and extent % half == 0 and steps >= 4 * half else None
 
 
 def _summable_in_lanes(extent: int | None) -> bool:
