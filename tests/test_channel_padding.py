@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from modelbuild.compiler.channel_padding import padded_channels
+from modelbuild.compiler.channel_padding import padded_channels, padded_inputs
 
 
 @pytest.mark.parametrize("channels, computed", [
@@ -18,3 +18,14 @@ from modelbuild.compiler.channel_padding import padded_channels
 ])
 def test_channels_no_vector_width_divides_are_rounded_up_to_whole_vectors(channels, computed):
     assert padded_channels(channels) == computed
+
+
+@pytest.mark.parametrize("inputs, outputs, read", [
+    (33, 1, 40),  # basic-pitch's last conv: a concatenation of 32 and 1 channels, to one
+    (9, 3, 16), (33, 6, 40),
+    (32, 1, 32), (40, 2, 40),  # whole half vectors already
+    (3, 1, 3), (7, 1, 7),  # fewer than half a vector: an image's channels
+    (33, 4, 33), (33, 16, 33), (33, 8, 33),  # the outputs make vectors: the inputs are not summed in lanes
+])
+def test_a_narrow_heads_input_channels_are_rounded_up_to_whole_half_vectors(inputs, outputs, read):
+    assert padded_inputs(inputs, outputs) == read

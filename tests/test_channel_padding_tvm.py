@@ -23,15 +23,15 @@ def matmul_head(columns: int):
     return build_module(body, (40, 32)), lambda x: x @ weight + bias
 
 
-def conv_head(channels: int):
+def conv_head(channels: int, inputs: int = 8):
     from tvm import relax
 
-    weight = np.random.default_rng(9).standard_normal((channels, 8, 3, 3)).astype("float32")
+    weight = np.random.default_rng(9).standard_normal((channels, inputs, 3, 3)).astype("float32")
 
     def body(bb, x):
         return bb.emit(relax.op.sigmoid(bb.emit(relax.op.nn.conv2d(x, relax.const(weight), padding=1))))
 
-    return build_module(body, (1, 8, 6, 10)), weight
+    return build_module(body, (1, inputs, 6, 10)), weight
 
 
 def test_a_matmul_head_of_37_columns_computes_48_and_returns_37_equal_to_numpy():
@@ -57,6 +57,20 @@ def test_a_channels_last_conv_of_37_channels_is_padded_and_matches_the_stock_nch
     x = tvm.runtime.tensor(np.random.default_rng(11).standard_normal((1, 8, 6, 10)).astype("float32"))
     out = run(x).numpy()
     assert out.shape == (1, 37, 6, 10)
+    np.testing.assert_allclose(out, stock(x).numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_a_conv_from_33_channels_to_one_reads_40_summed_in_lanes_and_matches_the_stock_nchw_conv():
+    import tvm
+
+    module, _ = conv_head(1, inputs=33)
+    assert any([3, 3, 40, 1] in shapes for shapes in kernel_shapes(module, "auto").values())
+    script, run = scheduled_kernel(module, "conv2d", schedule=True, layout="auto")
+    assert '_rf_update"' in script and "T.vectorized(T.int64(8))" in script
+    _, stock = scheduled_kernel(conv_head(1, inputs=33)[0], "conv2d", schedule=False, layout="NCHW")
+    x = tvm.runtime.tensor(np.random.default_rng(12).standard_normal((1, 33, 6, 10)).astype("float32"))
+    out = run(x).numpy()
+    assert out.shape == (1, 1, 6, 10)
     np.testing.assert_allclose(out, stock(x).numpy(), rtol=1e-5, atol=1e-5)
 
 

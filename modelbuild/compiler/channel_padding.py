@@ -1,4 +1,5 @@
-"""Output channels padded to a whole number of vectors, where no vector width divides them.
+"""Output channels padded to a whole number of vectors, where no vector width divides them (and a narrow
+head's input channels to whole half vectors: `padded_inputs`).
 
 The default schedule vectorises a matmul over its output columns and an NHWC conv over its output channels.
 Real models keep those at multiples of 8 or 16, except their heads: a recogniser's 6625 or 18710 classes, a
@@ -27,11 +28,41 @@ def _whole_vectors(mutator, call):
     weight_axis = _weight_channel_axis(call)
     if weight_axis is None or not _constant(mutator, call.args[1]):
         return call
-    channels = int(call.args[1].ty.shape.values[weight_axis])
+    shape = [int(d) for d in call.args[1].ty.shape.values]
+    channels = shape[weight_axis]
     padded = padded_channels(channels)
-    if padded == channels:
-        return call
-    return _padded(mutator.builder_, call, weight_axis, channels, padded)
+    if padded != channels:
+        return _padded(mutator.builder_, call, weight_axis, channels, padded)
+    if weight_axis == 3 and padded_inputs(shape[2], channels) != shape[2]:
+        return _inputs_padded(mutator.builder_, call, shape[2], padded_inputs(shape[2], channels))
+    return call
+
+
+def padded_inputs(inputs: int, outputs: int) -> int:
+    """The input channels an NHWC conv to `outputs` channels reads: where no vector width divides its outputs
+    (one channel, a map's head) the schedule sums its input channels in vector lanes instead, and needs whole
+    half vectors of them: the next multiple of VECTOR_LANES / 2, the padding zeros. Basic-pitch's last conv, 3x3
+    from 33 channels (a concatenation of 32 and 1) to one, ran a lane at a time at 3.5 GFLOP/s. Otherwise,
+    and for fewer than half a vector of inputs (an RGB image), `inputs`."""
+    half = VECTOR_LANES // 2
+    if any(outputs % width == 0 for width in VECTOR_WIDTHS) or inputs < half or inputs % half == 0:
+        return inputs
+    return -(-inputs // half) * half
+
+
+def _inputs_padded(bb, call, channels: int, padded: int):
+    """The conv reading `padded` input channels: its input widened with zeros (one copy, fused into the
+    input's producer where that is a concatenation or an element-wise kernel), its weights with zero rows."""
+    from tvm import relax
+
+    data, weight = call.args[0], call.args[1]
+    data_pad = [0] * (2 * len(data.ty.shape.values))
+    data_pad[-1] = padded - channels
+    weight_pad = [0] * (2 * len(weight.ty.shape.values))
+    weight_pad[2 * 2 + 1] = padded - channels  # HWIO: the input channels are axis 2
+    wide_data = bb.emit(relax.op.nn.pad(data, data_pad))
+    wide_weight = bb.emit(relax.op.nn.pad(weight, weight_pad))
+    return relax.Call(call.op, [wide_data, wide_weight, *call.args[2:]], call.attrs, call.ty_args)
 
 
 def _constant(mutator, expr) -> bool:
