@@ -10,6 +10,7 @@ import json
 import os
 import re
 
+from modelbuild.recipe.schema import toml_key
 from modelbuild.signature import Signature
 
 # Written where the model leaves a dimension dynamic; the recipe loader names it as a placeholder to set.
@@ -53,7 +54,7 @@ def write_recipe(*, model_path: str, signature: Signature, target: str = "host",
     name = name or recipe_name(model_path)
     kind = model_kind(signature)
     lines = [f"# Written by `modelbuild init {model_path}`. `modelbuild` builds it; `modelbuild schema` lists",
-             "# every field, and the README explains them.", "", f"[models.{_key(name)}]", f"path = {_toml(model_path)}"]
+             "# every field, and the README explains them.", "", f"[models.{toml_key(name)}]", f"path = {_toml(model_path)}"]
     lines += [line for input_name, spec in signature.inputs.items() for line in _input_lines(input_name, spec)]
     description, table = TARGET_PRESETS[target]
     lines += ["", f"# target preset {target!r}: {description}", f"[targets.{target}]"]
@@ -75,19 +76,13 @@ def _input_lines(name: str, spec: dict) -> list[str]:
     shape = spec["shape"]
     dynamic = dynamic_dims(shape)
     fixed = [PLACEHOLDER if i in dynamic else d for i, d in enumerate(shape)]
-    line = f'inputs.{_key(name)} = {{ shape = {_toml(fixed)}, dtype = "{spec["dtype"]}" }}'
+    line = f'inputs.{toml_key(name)} = {{ shape = {_toml(fixed)}, dtype = "{spec["dtype"]}" }}'
     if not dynamic:
         return [line]
     which = ", ".join(f"{i} ({shape[i]!r})" for i in dynamic)
     return [f"# TODO: dimension{'s' if len(dynamic) > 1 else ''} {which} of {name!r} "
             f"{'are' if len(dynamic) > 1 else 'is'} dynamic in the model: replace each {PLACEHOLDER} with the size "
             "to build for", line]
-
-
-def _key(name: str) -> str:
-    """A name as a TOML key: bare where TOML allows, else quoted (an ONNX name may hold ':' or '/', and a '.'
-    in a bare key would make nested tables)."""
-    return name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else _toml(name)
 
 
 def _toml(value) -> str:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pytest
 from onnx import TensorProto, helper
 
+from modelbuild.errors import InputError, StageError
 from modelbuild.stages import onnx_import
 
 
@@ -42,3 +44,50 @@ def test_an_output_shape_simplification_cannot_infer_stays_as_declared():
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.example", 1)])
     simplified = onnx_import._simplify(model)
     assert [d.dim_value for d in simplified.graph.output[0].type.tensor_type.shape.dim] == [1, 6]
+
+
+def logistic_regression(path, *, zipmap: bool):
+    """A classifier as skl2onnx writes one (ai.onnx.ml operators), its probabilities a sequence of maps unless
+    `zipmap` is off, as onnxruntime's own logreg_iris.onnx has them."""
+    ml = dict(domain="ai.onnx.ml")
+    nodes = [helper.make_node("LinearClassifier", ["x"], ["label", "scores"], name="lin", coefficients=[0.5] * 6,
+                              intercepts=[0.0, 0.1, 0.2], classlabels_ints=[0, 1, 2], **ml)]
+    outputs = [helper.make_tensor_value_info("label", TensorProto.INT64, [2])]
+    if zipmap:
+        nodes.append(helper.make_node("ZipMap", ["scores"], ["probabilities"], classlabels_int64s=[0, 1, 2], **ml))
+        outputs.append(helper.make_value_info("probabilities", helper.make_sequence_type_proto(
+            helper.make_map_type_proto(TensorProto.INT64, helper.make_tensor_type_proto(TensorProto.FLOAT, [])))))
+    else:
+        outputs.append(helper.make_tensor_value_info("scores", TensorProto.FLOAT, [2, 3]))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2])], outputs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("ai.onnx.ml", 1)])
+    onnx.save(model, str(path))
+    return path
+
+
+def test_an_output_that_is_no_tensor_is_named_with_the_fix_not_a_traceback(tmp_path):
+    with pytest.raises(InputError) as caught:
+        onnx_import.model_signature(logistic_regression(tmp_path / "m.onnx", zipmap=True))
+    assert caught.value.message == (
+        "output 'probabilities' is a sequence of maps, not a tensor, and a library takes and returns tensors only "
+        "(fix: export the model with tensor outputs, e.g. skl2onnx's options={'zipmap': False} for a classifier's "
+        "probabilities)")
+
+
+def test_an_operator_of_a_domain_tvm_lacks_is_named_before_simplification(tmp_path):
+    model = logistic_regression(tmp_path / "m.onnx", zipmap=False)
+    with pytest.raises(StageError) as caught:  # onnxslim itself failed on it, saying nothing of the operator
+        onnx_import.run(inputs={"model": model}, params={"inputs": {}, "simplify": True}, out=tmp_path)
+    assert caught.value.message == (
+        "operator ai.onnx.ml.LinearClassifier (node 'lin') is not supported by TVM; it is a classical "
+        "machine-learning operator (scikit-learn's, through skl2onnx), and TVM compiles neural networks: run this "
+        "model with onnxruntime")
+
+
+def test_the_fix_for_an_undeclared_dynamic_input_quotes_a_name_toml_cannot_take_bare():
+    graph = helper.make_graph([helper.make_node("Relu", ["serving_default_x:0"], ["y"])], "g",
+                              [helper.make_tensor_value_info("serving_default_x:0", TensorProto.FLOAT, ["n", 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])])
+    with pytest.raises(InputError, match=r'\(fix: inputs\."serving_default_x:0" = \{ shape = \[\.\.\.\], dtype = '
+                                         r'"float32" \} under the model\)'):
+        onnx_import.freeze_inputs(helper.make_model(graph), {})

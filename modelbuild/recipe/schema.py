@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
@@ -9,6 +11,12 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_vali
 Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")]
 # a tensor is named as its model names it: exporters write "input:0" (tf2onnx), "input.1", "onnx::Conv_0" (torch)
 TensorName = Annotated[str, StringConstraints(min_length=1)]
+
+
+def toml_key(name: str) -> str:
+    """A name as a recipe writes it as a key: bare where TOML allows, else quoted (an ONNX name may hold ':' or
+    '/', and a '.' in a bare key would make nested tables)."""
+    return name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else json.dumps(name)  # a TOML basic string
 DType = Literal["float32", "float16", "float64", "int64", "int32", "int16", "int8", "uint8", "bool"]
 
 

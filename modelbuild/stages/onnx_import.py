@@ -21,7 +21,7 @@ from modelbuild.errors import InputError, last_line, StageError
 from modelbuild.compiler import integer_ops, layer_names
 from modelbuild.frontend import auto_pad, batchnorm, qoperator, recurrent
 from modelbuild.recipe.params import ImportParams, parse
-from modelbuild.recipe.schema import InputSpec
+from modelbuild.recipe.schema import InputSpec, toml_key
 
 IR_FILE = "ir.json"
 ONNX_FILE = "model.onnx"  # the frozen, simplified model: what the quantize stage calibrates
@@ -35,6 +35,7 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
     bound = {name: spec for name, spec in p.inputs.items() if spec.value is not None}
     bind_inputs(model, bound)
     frozen = freeze_inputs(model, {name: spec for name, spec in p.inputs.items() if name not in bound})
+    _check_domains(model)
     if p.simplify:
         model = _simplify(model)
     module = to_relax(model, frozen)
@@ -49,9 +50,32 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
 
 def _load(path: Path):
     try:
-        return onnx.load(str(path))
+        model = onnx.load(str(path))
     except Exception as err:
         raise InputError(f"{path.name} is not a readable ONNX model: {last_line(err)}") from err
+    _only_tensors(model)
+    return model
+
+
+# what a graph input or output holds where it is no tensor, in the words of the ONNX type it is
+NOT_TENSORS = {"sequence_type": "a sequence", "map_type": "a map", "optional_type": "an optional value",
+               "sparse_tensor_type": "a sparse tensor", None: "of no type"}
+
+
+def _only_tensors(model) -> None:
+    """A library takes and returns dense tensors: a classifier exported by skl2onnx returns its probabilities
+    as a sequence of maps (ZipMap), which has no dtype and stopped `init` with a traceback."""
+    for role, values in (("input", _real_inputs(model).values()), ("output", model.graph.output)):
+        for value in values:
+            kind = value.type.WhichOneof("value")
+            if kind == "tensor_type" and value.type.tensor_type.elem_type != onnx.TensorProto.UNDEFINED:
+                continue
+            what = NOT_TENSORS.get(kind, f"a {kind}") if kind != "tensor_type" else "a tensor of no element type"
+            if kind == "sequence_type" and value.type.sequence_type.elem_type.WhichOneof("value") == "map_type":
+                what = "a sequence of maps"
+            raise InputError(f"{role} {value.name!r} is {what}, not a tensor, and a library takes and returns "
+                             f"tensors only (fix: export the model with tensor {role}s, e.g. skl2onnx's "
+                             "options={'zipmap': False} for a classifier's probabilities)")
 
 
 def bind_inputs(model, bound: dict[str, InputSpec]) -> None:
@@ -113,8 +137,8 @@ def _static_spec(name: str, dims, dtype: str, actual: str) -> InputSpec:
     """An undeclared input's own shape, when the model fixes every dimension of it."""
     shape = _dims(dims)  # [] is a scalar: static
     if not all(isinstance(d, int) and d > 0 for d in shape):
-        raise InputError(f"input {name!r} has dynamic dimensions {shape}: declare the shape to build for "
-                         f"(fix: inputs.{name} = {{ shape = [...], dtype = \"{dtype}\" }} under the model){actual}")
+        raise InputError(f"input {name!r} has dynamic dimensions {shape}: declare the shape to build for (fix: "
+                         f"inputs.{toml_key(name)} = {{ shape = [...], dtype = \"{dtype}\" }} under the model){actual}")
     return InputSpec(shape=shape, dtype=dtype)
 
 
@@ -183,12 +207,20 @@ def is_quantized(model) -> bool:
     return any(node.op_type in QUANTIZED_OPS for node in model.graph.node)
 
 
+def _check_domains(model, known: tuple[str, ...] = ("", "ai.onnx", qoperator.CONTRIB)) -> None:
+    """Name the first operator of a domain TVM has no converter for at all, before onnxslim (which failed on
+    scikit-learn's ai.onnx.ml operators with "'NoneType' object has no attribute 'opset_import'"). Before the
+    rewrites, onnxruntime's own domain is let through: they turn its QOperator operators into ONNX ones."""
+    for node in model.graph.node:
+        if node.domain not in known:
+            raise StageError(f"operator {node.domain}.{node.op_type} (node {node.name!r}) is not supported by TVM"
+                             + DOMAIN_HINTS.get(node.domain, ""))
+
+
 def _check_supported(model, table: dict) -> None:
     """Name the first operator TVM lacks, with its node, before TVM fails somewhere deep."""
+    _check_domains(model, ("", "ai.onnx"))
     for node in model.graph.node:
-        if node.domain not in ("", "ai.onnx"):
-            raise StageError(f"operator {node.domain}.{node.op_type} (node {node.name!r}) is not supported by TVM"
-                             + (CONTRIB_HINT if node.domain == qoperator.CONTRIB else ""))
         if node.op_type not in table:
             raise StageError(f"operator {node.op_type} (node {node.name!r}) is not supported by TVM's ONNX frontend"
                              + _foldable_hint(model, node))
@@ -196,6 +228,9 @@ def _check_supported(model, table: dict) -> None:
 
 CONTRIB_HINT = ("; it is onnxruntime's own operator, written by its graph optimizer or QOperator quantizer: export "
                 "the model before onnxruntime optimizes it, or quantize in the QDQ format")
+DOMAIN_HINTS = {qoperator.CONTRIB: CONTRIB_HINT,
+                "ai.onnx.ml": "; it is a classical machine-learning operator (scikit-learn's, through skl2onnx), and "
+                              "TVM compiles neural networks: run this model with onnxruntime"}
 CONTROL_FLOW = {"If": "its condition", "Loop": "its trip count and condition", "Scan": "its inputs"}
 
 
@@ -207,7 +242,8 @@ def _foldable_hint(model, node) -> str:
     if not inputs:  # onnxslim folds control flow on constants: only simplify = false leaves it
         return (f"; {CONTROL_FLOW[node.op_type]} is computed from constants alone: simplify = true (the default) "
                 f"folds it away")
-    fixes = " and ".join(f"inputs.{name} = {{ value = ..., dtype = \"{_dtype(value)}\" }}" for name, value in inputs.items())
+    fixes = " and ".join(f"inputs.{toml_key(name)} = {{ value = ..., dtype = \"{_dtype(value)}\" }}"
+                         for name, value in inputs.items())
     return (f"; {CONTROL_FLOW[node.op_type]} depends on input {', '.join(map(repr, inputs))}: bind it to a constant "
             f"and the {node.op_type} folds away (fix: {fixes} under the model)")
 

@@ -10,6 +10,7 @@ import numpy as np
 from modelbuild import signature
 from modelbuild.errors import last_line, StageError
 from modelbuild.recipe.params import ReferenceParams, parse
+from modelbuild.recipe.schema import toml_key
 from modelbuild.validation import golden
 from modelbuild.validation.unsigned_weights import unsigned_weights
 
@@ -42,7 +43,7 @@ def _range_hint(spec, tensors: dict) -> str:
     if spec.source != "generate" or spec.fill != "random" or not unranged:
         return ""
     return (f"; integer inputs were generated as 0 to 9: declare the values the model takes "
-            f"(fix: inputs.{unranged[0]} = {{ ..., range = [low, high] }})")
+            f"(fix: inputs.{toml_key(unranged[0])} = {{ ..., range = [low, high] }})")
 
 
 QDQ_OPS = {"QuantizeLinear", "DequantizeLinear"}
