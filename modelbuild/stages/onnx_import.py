@@ -265,6 +265,15 @@ def _upstream_inputs(model, tensors) -> dict:
     return {name: value for name, value in graph_inputs.items() if name in found}
 
 
+def holds_float16(path: Path) -> bool:
+    """Whether the model keeps float16 values: weights (initializers or Constant nodes), inputs or outputs."""
+    model = _load(path)
+    half = onnx.TensorProto.FLOAT16
+    constants = [a.t for node in model.graph.node if node.op_type == "Constant" for a in node.attribute if a.name == "value"]
+    return (any(tensor.data_type == half for tensor in [*model.graph.initializer, *constants])
+            or any(value.type.tensor_type.elem_type == half for value in [*model.graph.input, *model.graph.output]))
+
+
 def model_signature(path: Path) -> signature.Signature:
     """The inputs and outputs an ONNX file declares, dynamic dimensions as their names (or '?')."""
     return _signature(_load(path), {})
