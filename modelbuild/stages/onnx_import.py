@@ -19,7 +19,7 @@ from onnx import numpy_helper
 from modelbuild import signature
 from modelbuild.errors import InputError, last_line, StageError
 from modelbuild.compiler import integer_ops, layer_names
-from modelbuild.frontend import auto_pad, batchnorm, qoperator, recurrent
+from modelbuild.frontend import auto_pad, batchnorm, float16, qoperator, recurrent
 from modelbuild.recipe.params import ImportParams, parse
 from modelbuild.recipe.schema import InputSpec, toml_key
 
@@ -266,12 +266,8 @@ def _upstream_inputs(model, tensors) -> dict:
 
 
 def holds_float16(path: Path) -> bool:
-    """Whether the model keeps float16 values: weights (initializers or Constant nodes), inputs or outputs."""
-    model = _load(path)
-    half = onnx.TensorProto.FLOAT16
-    constants = [a.t for node in model.graph.node if node.op_type == "Constant" for a in node.attribute if a.name == "value"]
-    return (any(tensor.data_type == half for tensor in [*model.graph.initializer, *constants])
-            or any(value.type.tensor_type.elem_type == half for value in [*model.graph.input, *model.graph.output]))
+    """Whether the model keeps float16 values: weights, inputs or outputs."""
+    return float16.holds_float16(_load(path))
 
 
 def model_signature(path: Path) -> signature.Signature:

@@ -23,6 +23,7 @@ from pathlib import Path
 from modelbuild import signature
 from modelbuild.compiler import integer_ops
 from modelbuild.errors import last_line, StageError
+from modelbuild.frontend import float16
 from modelbuild.recipe.params import QuantizeParams, parse
 from modelbuild.recipe.schema import CalibrationSpec, QuantizationSpec
 from modelbuild.quantization import activations, bias_correction, sensitivity, smoothing, weight_rounding
@@ -43,7 +44,7 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
     from modelbuild.stages.onnx_import import to_relax
 
     spec, declared = parse(QuantizeParams, params).quantization, signature.read(inputs["signature"]).inputs
-    model = _with_opset(onnx.load(str(inputs["onnx"])), spec)
+    model = float16.computed_in_float32(_with_opset(onnx.load(str(inputs["onnx"])), spec))
     samples = _calibration_samples(inputs, declared, spec.calibration)
     result = quantized(model, samples, spec)
     onnx.save(result.qdq, str(out / QDQ_FILE))
