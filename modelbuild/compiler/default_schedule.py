@@ -83,12 +83,15 @@ class Machine:
 
 # AVX-512 has 32 vector registers: a 6 x 4 tile keeps 24 accumulators in them. Measured on 1x1 and 3x3 convs
 # and a matmul head (NHWC, 2 cores), GFLOP/s went from 46-60 with the 4 x 1 tile to 80-140; 4 x 4 and 2 x 8
-# came close. With 16 registers (AVX2, NEON) a 16-lane vector takes two or four of them, so the narrow tile
-# stays.
+# came close. With 16 registers (AVX2) a 16-lane vector takes two, so one vector wide: 6 x 1 is 12
+# accumulators, two weight registers and a broadcast (onnxruntime's AVX2 kernel is the same 6 x 16 floats;
+# NEON's 32 registers of 4 lanes hold it too). On a Zen 4 with AVX2 alone, against 4 x 1: ViT-B/16's matmuls
+# 67-85 -> 100-134 GFLOP/s (the model 0.81x call by call), resnet_ish 0.83x, the zoo's other libraries
+# 0.92-1.03x.
 WIDE_REGISTERS = Machine(rows=6, vectors=4)
 FEWER_ROWS = 2  # a register tile may have this many rows fewer, where that divides its rows and `rows` does not
 MIN_TILE_ROWS = 3  # fewer rows reuse each loaded weight vector too little
-NARROW_REGISTERS = Machine(rows=4, vectors=1)
+NARROW_REGISTERS = Machine(rows=6, vectors=1)
 
 
 def machine(target) -> Machine:
