@@ -307,7 +307,8 @@ def model_section(m: ZooModel) -> list[str]:
               + (f", range = {list(m.int_range)}" if m.dtypes.get(k, "float32").startswith("int") else "")
               + (f', feedback = "{m.feedback[k]}"' if k in m.feedback else "") + " }"
               for k, v in m.inputs.items()]
-    lines += [f'inputs.{json.dumps(k)} = {{ value = {value}, dtype = "{dtype}" }}' for k, (value, dtype) in m.bound.items()]
+    lines += [f'inputs.{json.dumps(k)} = {{ value = {value}, dtype = "{dtype}" }}'
+              for k, (value, dtype) in m.bound.items()]
     return [*lines, ""]
 
 

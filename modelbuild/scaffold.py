@@ -63,7 +63,8 @@ def write_recipe(*, model_path: str, signature: Signature, target: str = "host",
     name = name or recipe_name(model_path)
     kind = model_kind(signature)
     lines = [f"# Written by `modelbuild init {model_path}`. `modelbuild` builds it; `modelbuild schema` lists",
-             "# every field, and the README explains them.", "", f"[models.{toml_key(name)}]", f"path = {_toml(model_path)}"]
+             "# every field, and the README explains them.", "", f"[models.{toml_key(name)}]",
+             f"path = {_toml(model_path)}"]
     lines += [line for input_name, spec in signature.inputs.items() for line in _input_lines(input_name, spec)]
     description, table = TARGET_PRESETS[target]
     lines += ["", f"# target preset {target!r}: {description}", f"[targets.{target}]"]
