@@ -40,6 +40,11 @@ HALF_PRECISION_GATES = {"classifier": {"min_cosine": 0.9999, "min_top1_agreement
                         "detector": {"min_cosine": 0.9999, "min_sqnr_db": 40}}
 
 
+# a byte input is most often an image's pixels: golden and calibration data drawn from every value a byte
+# holds, not the loader's default of 0 to 9 for integers
+BYTE_RANGES = {"uint8": [0, 256], "int8": [-128, 128]}
+
+
 def model_kind(signature: Signature) -> str:
     """'classifier' when every output is [batch, classes]; otherwise 'detector' (maps, boxes, embeddings)."""
     def scores(shape: list) -> bool:
@@ -89,7 +94,9 @@ def _input_lines(name: str, spec: dict) -> list[str]:
     shape = spec["shape"]
     dynamic = dynamic_dims(shape)
     fixed = [PLACEHOLDER if i in dynamic else d for i, d in enumerate(shape)]
-    line = f'inputs.{toml_key(name)} = {{ shape = {_toml(fixed)}, dtype = "{spec["dtype"]}" }}'
+    whole_range = BYTE_RANGES.get(spec["dtype"])
+    extra = f", range = {_toml(whole_range)}" if whole_range else ""
+    line = f'inputs.{toml_key(name)} = {{ shape = {_toml(fixed)}, dtype = "{spec["dtype"]}"{extra} }}'
     if not dynamic:
         return [line]
     which = ", ".join(f"{i} ({shape[i]!r})" for i in dynamic)

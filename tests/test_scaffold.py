@@ -122,3 +122,13 @@ def test_a_float16_model_gets_gates_of_float16s_precision(tmp_path, capsys, keep
     assert "min_sqnr_db = 40" in text and "max_abs_error" not in text
     code, out, _ = init(capsys, tmp_path, tmp_path / "net.onnx", "--force")
     assert "(detector preset, target host)" in out and "min_sqnr_db = 60" in (tmp_path / "deploy.toml").read_text()
+
+
+def test_a_byte_input_draws_its_data_from_every_value_a_byte_holds():
+    """A uint8 input is most often an image: random golden data of 0 to 9 exercises a sliver of it."""
+    signature = Signature(inputs={"image_tensor:0": {"shape": [1, 32, 32, 3], "dtype": "uint8"},
+                                  "ids": {"shape": [1, 16], "dtype": "int64"}},
+                          outputs={"scores": {"shape": [1, 8], "dtype": "float32"}})
+    text = write_recipe(model_path="m.onnx", signature=signature)
+    assert 'inputs."image_tensor:0" = { shape = [1, 32, 32, 3], dtype = "uint8", range = [0, 256] }' in text
+    assert 'inputs.ids = { shape = [1, 16], dtype = "int64" }' in text  # token ids: the vocabulary is the user's
