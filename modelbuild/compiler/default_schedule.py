@@ -79,6 +79,7 @@ class Machine:
     cores: int = 1
     rows: int = 4
     vectors: int = 1
+    fewer_rows: int = 2  # how many rows fewer a tile over a long loop may take rather than a tail
 
 
 # AVX-512 has 32 vector registers: a 6 x 4 tile keeps 24 accumulators in them. Measured on 1x1 and 3x3 convs
@@ -89,9 +90,17 @@ class Machine:
 # 67-85 -> 100-134 GFLOP/s (the model 0.81x call by call), resnet_ish 0.83x, the zoo's other libraries
 # 0.92-1.03x.
 WIDE_REGISTERS = Machine(rows=6, vectors=4)
-FEWER_ROWS = 2  # a register tile may have this many rows fewer, where that divides its rows and `rows` does not
 MIN_TILE_ROWS = 3  # fewer rows reuse each loaded weight vector too little
-NARROW_REGISTERS = Machine(rows=6, vectors=1)
+FEWER_ROWS = 2  # a tile may take this many rows fewer, where that divides its rows and `rows` does not
+LONG_ROWS = 8  # tiles a loop must hold for its tail to cost less than a smaller tile (Machine.fewer_rows)
+# Tails are split off a tile's loop (compile stage: LoopPartition's partition_const_loop), so the tile's body
+# has no bounds test. On AVX2, over a loop of 8 tiles or more, 6 rows with a tail beat 4 without, and 5 without
+# did not lose to them; call by call against 4-row tiles: the BERT-style encoder's [128, K] matmuls 0.82x,
+# magika's conv1d over 508 rows 0.92x, YOLOv8n (160/80/40/20 rows: 5-row tiles either way) 0.98-1.03x; a batch
+# of 8 rows (MTCNN's dense layers) lost 4-5% to 6 + 2 and keeps 4-row tiles. The wide tile was measured
+# before tails were split off (magika: 74 GFLOP/s in 6-row tiles with a tail, 120 in 4-row ones) and still
+# takes up to two rows fewer.
+NARROW_REGISTERS = Machine(rows=6, vectors=1, fewer_rows=1)
 
 
 def machine(target) -> Machine:
@@ -101,7 +110,7 @@ def machine(target) -> Machine:
     cores = int(target.attrs["num-cores"]) if "num-cores" in target.attrs else 1
     wide = target.kind.name == "llvm" and bool(codegen.target_has_features("avx512f", target))
     tile = WIDE_REGISTERS if wide else NARROW_REGISTERS
-    return Machine(cores, tile.rows, tile.vectors)
+    return Machine(cores, tile.rows, tile.vectors, tile.fewer_rows)
 
 
 REFUSED = "modelbuild.refused_steps"  # PrimFunc attribute: how many schedule steps TVM refused for it
@@ -378,7 +387,7 @@ def _schedule_reduction(sch, block, on: Machine) -> None:
             _partial_sums_from_zero(sch, *partial)
         return
     outer, inner = split
-    block_loop = _row_block(sch, spatial[:-1], on.rows)
+    block_loop = _row_block(sch, spatial[:-1], on.rows, on.fewer_rows)
     if block_loop is not None:
         index, (rows_outer, rows) = block_loop
         leading, tile = [*spatial[:index], rows_outer, *spatial[index + 1:-1]], [rows]
@@ -544,18 +553,21 @@ def _summable_in_lanes(extent: int | None) -> bool:
     return bool(extent) and extent % VECTOR_LANES == 0 and extent >= 2 * VECTOR_LANES
 
 
-def _row_block(sch, spatial, rows: int):
+def _row_block(sch, spatial, rows: int, fewer: int):
     """Split one of the outer spatial loops (given without the vector loop) into (outer, rows), the rows of
     the register tile: the output rows of an NHWC conv [n, h, w] or the channels of an NCHW one [n, c, h]
     come second from the end, the rows of a matmul [i] last. A loop `rows` divides is preferred, then one a
-    tile of up to FEWER_ROWS fewer rows divides; else the first long enough is split with a tail, whose bounds
+    tile of up to FEWER_ROWS fewer rows divides (over a long loop, up to `fewer`); else the first long enough is split with a tail, whose bounds
     test does not depend on the vector lanes, so the vectors stay whole (an NHWC conv at 26x26: 17 GFLOP/s
     untiled, 50-60 tiled with a tail, as at 32x32). The tail's test sits inside the reduction, though: magika's
     conv1d over 508 rows ran at 74 GFLOP/s in 6-row tiles with a tail and 120 in 4-row tiles without."""
     order = [i for i in (len(spatial) - 2, len(spatial) - 1, *range(len(spatial) - 3, -1, -1)) if i >= 0]
     extents = {i: _extent(sch, spatial[i]) for i in order}
     for count in range(rows, max(rows - FEWER_ROWS, MIN_TILE_ROWS) - 1, -1):
-        divisible = [i for i in order if extents[i] and extents[i] >= count and extents[i] % count == 0]
+        # a long loop takes a tail rather than a tile more than `fewer` rows smaller; a short one (a batch of
+        # 8 rows) would spend too much of itself in the tail
+        divisible = [i for i in order if extents[i] and extents[i] >= count and extents[i] % count == 0
+                     and (count >= rows - fewer or extents[i] < LONG_ROWS * rows)]
         if divisible:
             return divisible[0], sch.split(spatial[divisible[0]], factors=[None, count])
     with_tail = [i for i in order if extents[i] and extents[i] > rows]
