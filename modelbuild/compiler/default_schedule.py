@@ -557,10 +557,12 @@ def _row_block(sch, spatial, rows: int, fewer: int):
     """Split one of the outer spatial loops (given without the vector loop) into (outer, rows), the rows of
     the register tile: the output rows of an NHWC conv [n, h, w] or the channels of an NCHW one [n, c, h]
     come second from the end, the rows of a matmul [i] last. A loop `rows` divides is preferred, then one a
-    tile of up to FEWER_ROWS fewer rows divides (over a long loop, up to `fewer`); else the first long enough is split with a tail, whose bounds
-    test does not depend on the vector lanes, so the vectors stay whole (an NHWC conv at 26x26: 17 GFLOP/s
-    untiled, 50-60 tiled with a tail, as at 32x32). The tail's test sits inside the reduction, though: magika's
-    conv1d over 508 rows ran at 74 GFLOP/s in 6-row tiles with a tail and 120 in 4-row tiles without."""
+    tile of up to FEWER_ROWS fewer rows divides (over a loop of LONG_ROWS tiles or more, up to `fewer`); else
+    the first long enough is split with a tail, whose bounds test does not depend on the vector lanes, so the
+    vectors stay whole (an NHWC conv at 26x26: 17 GFLOP/s untiled, 50-60 tiled with a tail, as at 32x32). The
+    compile stage splits the tail off the tile's loop (stages/compile.py, SPLIT_TAILS); before it did, the
+    tail's test sat inside the reduction: magika's conv1d over 508 rows ran at 74 GFLOP/s in 6-row tiles with a
+    tail and 120 in 4-row tiles without (the wide tile)."""
     order = [i for i in (len(spatial) - 2, len(spatial) - 1, *range(len(spatial) - 3, -1, -1)) if i >= 0]
     extents = {i: _extent(sch, spatial[i]) for i in order}
     for count in range(rows, max(rows - FEWER_ROWS, MIN_TILE_ROWS) - 1, -1):
