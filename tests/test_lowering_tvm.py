@@ -592,9 +592,9 @@ def test_a_tensor_divided_and_quantized_alike_for_two_convs_is_quantized_once_wh
 
 @pytest.mark.parametrize("rows, tile", [(128, 6), (8, 4)], ids=["long-takes-a-tail", "short-takes-4"])
 def test_without_avx512_a_long_loop_takes_six_rows_and_a_tail_a_short_one_a_tile_that_divides_it(rows, tile):
-    """[rows, 64] x [64, 64]: 128 rows in 6-row tiles and a tail of 2, split off the tile's loop by the compile
-    stage (a BERT-style encoder's matmuls 0.82-0.93x against 4-row tiles); a batch of 8 rows in two 4-row tiles
-    (6 + 2 cost MTCNN's dense layers 4-5%)."""
+    """[rows, 64] x [64, 64]: 128 rows in 6-row tiles and a tail of 2 (a BERT-style encoder's matmuls
+    0.82-0.93x against 4-row tiles); a batch of 8 rows in two 4-row tiles (6 + 2 cost MTCNN's dense layers
+    4-5%)."""
     import numpy as np
     import tvm
     from tvm import relax

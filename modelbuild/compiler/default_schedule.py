@@ -93,13 +93,11 @@ WIDE_REGISTERS = Machine(rows=6, vectors=4)
 MIN_TILE_ROWS = 3  # fewer rows reuse each loaded weight vector too little
 FEWER_ROWS = 2  # a tile may take this many rows fewer, where that divides its rows and `rows` does not
 LONG_ROWS = 8  # tiles a loop must hold for its tail to cost less than a smaller tile (Machine.fewer_rows)
-# Tails are split off a tile's loop (compile stage: LoopPartition's partition_const_loop), so the tile's body
-# has no bounds test. On AVX2, over a loop of 8 tiles or more, 6 rows with a tail beat 4 without, and 5 without
-# did not lose to them; call by call against 4-row tiles: the BERT-style encoder's [128, K] matmuls 0.82x,
-# magika's conv1d over 508 rows 0.92x, YOLOv8n (160/80/40/20 rows: 5-row tiles either way) 0.98-1.03x; a batch
-# of 8 rows (MTCNN's dense layers) lost 4-5% to 6 + 2 and keeps 4-row tiles. The wide tile was measured
-# before tails were split off (magika: 74 GFLOP/s in 6-row tiles with a tail, 120 in 4-row ones) and still
-# takes up to two rows fewer.
+# On AVX2, over a loop of 8 tiles or more, 6 rows with a tail beat 4 without, and 5 without did not lose to
+# them; call by call against 4-row tiles: the BERT-style encoder's [128, K] matmuls 0.82-0.93x, magika's conv1d
+# over 508 rows 0.88-0.92x, YOLOv8n (160/80/40/20 rows: 5-row tiles either way) 0.98-1.03x; a batch of 8 rows
+# (MTCNN's dense layers) lost 4-5% to 6 + 2 and keeps 4-row tiles. The wide tile (AVX-512) was measured the
+# other way (magika: 74 GFLOP/s in 6-row tiles with a tail, 120 in 4-row ones) and takes up to two rows fewer.
 NARROW_REGISTERS = Machine(rows=6, vectors=1, fewer_rows=1)
 
 
@@ -560,9 +558,9 @@ def _row_block(sch, spatial, rows: int, fewer: int):
     tile of up to FEWER_ROWS fewer rows divides (over a loop of LONG_ROWS tiles or more, up to `fewer`); else
     the first long enough is split with a tail, whose bounds test does not depend on the vector lanes, so the
     vectors stay whole (an NHWC conv at 26x26: 17 GFLOP/s untiled, 50-60 tiled with a tail, as at 32x32). The
-    compile stage splits the tail off the tile's loop (stages/compile.py, SPLIT_TAILS); before it did, the
-    tail's test sat inside the reduction: magika's conv1d over 508 rows ran at 74 GFLOP/s in 6-row tiles with a
-    tail and 120 in 4-row tiles without (the wide tile)."""
+    tail's test sits inside the reduction, though: on the wide tile magika's conv1d over 508 rows ran at 74
+    GFLOP/s in 6-row tiles with a tail and 120 in 4-row tiles without; on the narrow one the tail cost less than
+    two rows fewer (NARROW_REGISTERS)."""
     order = [i for i in (len(spatial) - 2, len(spatial) - 1, *range(len(spatial) - 3, -1, -1)) if i >= 0]
     extents = {i: _extent(sch, spatial[i]) for i in order}
     for count in range(rows, max(rows - FEWER_ROWS, MIN_TILE_ROWS) - 1, -1):

@@ -24,11 +24,6 @@ EXEC_MODE = "compiled"
 IR_FILES = {"ir_before_fusion.py": "legalized", "ir_after_fusion.py": "fused", "ir_planned.py": "planned"}
 
 
-# a register tile's tail split off the tile's loop, so the tile's body has no bounds test
-# (default_schedule.NARROW_REGISTERS: what a 6-row tile with a tail costs then)
-SPLIT_TAILS = {"s_tir.LoopPartition": {"partition_const_loop": True}}
-
-
 def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
     """Write params['library'] (model.so, or model.tar of objects when cross-compiling with no cross
     compiler), analysis.json and the IR texts."""
@@ -38,8 +33,7 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
     module = tvm.ir.load_json(inputs["ir"].read_text())
     target = _target(p.target)
     try:
-        split_tails = SPLIT_TAILS if target.kind.name == "llvm" else {}
-        with target, tvm.transform.PassContext(opt_level=p.options.opt_level, config=split_tails):
+        with target, tvm.transform.PassContext(opt_level=p.options.opt_level):
             executable, phases = _build(module, target, p.options, inputs.get("tuning"))
     except StageError:
         raise
