@@ -177,25 +177,73 @@ def quantized_without_and_with(model, samples: list[dict], step: str) -> tuple:
     return quantized(model, samples, spec), quantized(model, samples, spec.model_copy(update={step: True}))
 
 
-def branch_on_rate(path: Path) -> Path:
+def branch_on_rate(path: Path, *, else_repeats: int = 1) -> Path:
     """x[1,4] float and a scalar int64 `sr`: y = x * 2 when sr == 16000, else x * 3, through an `If`, as
-    streaming audio models select their path by sample rate."""
-    def branch(name: str, factor: float):
+    streaming audio models select their path by sample rate. With else_repeats > 1 the else branch returns
+    x * 3 tiled that many times along the width: branches of different shapes, which no select can join."""
+    def branch(name: str, factor: float, repeats: int = 1):
         constant = helper.make_node("Constant", [], [f"{name}_k"],
                                     value=numpy_helper.from_array(np.array(factor, np.float32), f"{name}_value"))
-        scale = helper.make_node("Mul", ["x", f"{name}_k"], [f"{name}_y"], name=f"{name}_mul")
-        return helper.make_graph([constant, scale], name, [],
-                                 [helper.make_tensor_value_info(f"{name}_y", TensorProto.FLOAT, [1, 4])])
+        scale = helper.make_node("Mul", ["x", f"{name}_k"], [f"{name}_y" if repeats == 1 else f"{name}_one"],
+                                 name=f"{name}_mul")
+        nodes = [constant, scale]
+        if repeats > 1:
+            tiles = helper.make_node("Constant", [], [f"{name}_tiles"],
+                                     value=numpy_helper.from_array(np.array([1, repeats], np.int64), "tiles"))
+            nodes += [tiles, helper.make_node("Tile", [f"{name}_one", f"{name}_tiles"], [f"{name}_y"])]
+        return helper.make_graph(nodes, name, [],
+                                 [helper.make_tensor_value_info(f"{name}_y", TensorProto.FLOAT, [1, 4 * repeats])])
 
     rate = numpy_helper.from_array(np.array(16000, np.int64), "rate16k")
     nodes = [helper.make_node("Equal", ["sr", "rate16k"], ["is16k"], name="is16k"),
              helper.make_node("If", ["is16k"], ["y"], name="by_rate", then_branch=branch("then", 2.0),
-                              else_branch=branch("else", 3.0))]
+                              else_branch=branch("else", 3.0, else_repeats))]
     graph = helper.make_graph(nodes, "branch_on_rate",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4]),
                                helper.make_tensor_value_info("sr", TensorProto.INT64, [])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], initializer=[rate])
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT,
+                                                             [1, 4 if else_repeats == 1 else "width"])],
+                              initializer=[rate])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+def branch_on_score(path: Path, *, nested: bool = False) -> Path:
+    """x[2,4] float: when the sum of x is positive, y = tanh(x @ w) + b (a second network, as openWakeWord's
+    verifier runs when its detector fires), else y = x * 0.5. Both branches compute a value named `t`, one
+    holds its own weights, and `score` = sum(x) comes out too. With `nested`, the first branch adds 1 more
+    where max(x) > 1, through an If of its own."""
+    rng = np.random.default_rng(0)
+
+    def graph(name, nodes, output, initializer=()):
+        return helper.make_graph(nodes, name, [], [helper.make_tensor_value_info(output, TensorProto.FLOAT, [2, 4])],
+                                 initializer=list(initializer))
+
+    network = [helper.make_node("MatMul", ["x", "w"], ["t"]), helper.make_node("Tanh", ["t"], ["u"]),
+               helper.make_node("Add", ["u", "b"], ["fired"])]
+    if nested:
+        plus_one = graph("plus_one", [helper.make_node("Add", ["fired", "one"], ["lifted"])], "lifted")
+        keep = graph("keep", [helper.make_node("Identity", ["fired"], ["kept"])], "kept")
+        network += [helper.make_node("ReduceMax", ["x"], ["peak"], keepdims=0),
+                    helper.make_node("Greater", ["peak", "one"], ["high"]),
+                    helper.make_node("If", ["high"], ["verified"], then_branch=plus_one, else_branch=keep)]
+    weights = [numpy_helper.from_array(rng.standard_normal((4, 4)).astype(np.float32), "w")]
+    then_branch = graph("verify", network, "verified" if nested else "fired", weights)
+    else_branch = graph("pass", [helper.make_node("Mul", ["x", "half"], ["t"])], "t")
+    constants = [numpy_helper.from_array(np.array(value, np.float32), name)
+                 for name, value in (("zero", 0.0), ("half", 0.5), ("one", 1.0))]
+    constants.append(numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "b"))
+    nodes = [helper.make_node("ReduceSum", ["x"], ["score"], keepdims=1),
+             helper.make_node("Greater", ["score", "zero"], ["positive"]),
+             helper.make_node("If", ["positive"], ["y"], name="verifier", then_branch=then_branch,
+                              else_branch=else_branch)]
+    model = helper.make_model(helper.make_graph(
+        nodes, "branch_on_score", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4]),
+         helper.make_tensor_value_info("score", TensorProto.FLOAT, [1, 1])], initializer=constants),
+        opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.save(model, str(path))
     return path

@@ -8,7 +8,7 @@ import textwrap
 import pytest
 
 from modelbuild.cli import main
-from tests.onnx_models import branch_on_rate, scaled_by_scalar
+from tests.onnx_models import branch_on_rate, branch_on_score, scaled_by_scalar
 
 pytestmark = pytest.mark.tvm
 
@@ -67,8 +67,25 @@ def test_a_bound_input_folds_its_if_and_leaves_the_library_signature(tmp_path, c
     np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(x)).numpy(), x * 3.0)  # the else branch: one argument
 
 
-def test_an_if_on_an_unbound_input_fails_import_with_the_fix(tmp_path, capsys):
-    branch_on_rate(tmp_path / "net.onnx")
+def test_an_if_on_the_data_builds_as_both_branches_and_a_select(tmp_path, capsys):
+    import numpy as np
+    import onnxruntime as ort
+    import tvm
+    from tvm import relax
+
+    branch_on_score(tmp_path / "net.onnx", nested=True)
+    code, built = build(tmp_path, "inputs.x = { shape = [2, 4], range = [-1, 1] }", capsys)
+    assert code == 0, (built["gates"], built["stages"])
+    vm = relax.VirtualMachine(tvm.runtime.load_module(str(tmp_path / "build/net/cpu/model.so")), tvm.cpu())
+    session = ort.InferenceSession(str(tmp_path / "net.onnx"), providers=["CPUExecutionProvider"])
+    for x in (-np.ones((2, 4), np.float32), np.full((2, 4), 0.5, np.float32), np.eye(2, 4, dtype=np.float32) * 3):
+        got = vm["main"](tvm.runtime.tensor(x))
+        for value, want in zip(got, session.run(None, {"x": x})):
+            np.testing.assert_allclose(value.numpy(), want, rtol=1e-5, atol=1e-6)
+
+
+def test_an_if_of_differently_shaped_branches_on_an_unbound_input_fails_import_with_the_fix(tmp_path, capsys):
+    branch_on_rate(tmp_path / "net.onnx", else_repeats=2)
     code, built = build(tmp_path, 'inputs.sr = { shape = [], dtype = "int64" }', capsys)
     assert code == 3  # a stage failed
     assert "bind it to a constant and the If folds away (fix: inputs.sr = { value = ..., dtype = \"int64\" }" in \
