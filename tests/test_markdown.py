@@ -140,3 +140,12 @@ def test_a_gpu_build_says_which_gpu_it_ran_on():
     b = replace(finished_build([]), provenance={"machine": machine}, latency_ms=FULL_LATENCY)
     assert ("- ran on: this machine (AMD EPYC, 16 cores, GPU NVIDIA H200, compute capability 9.0, CUDA driver 13.0)"
             in "\n".join(_details(b)))
+
+
+def test_a_name_holding_a_pipe_stays_one_cell_of_its_row():
+    build = replace(finished_build([GateResult("min_cosine", 0.99991, 0.9999, True)]), latency_ms={},
+                    accuracy={"logits|scores": {"cosine": 1.0, "max_abs": 0.0, "max_rel": 0.0, "sqnr_db": 90.0}})
+    row = next(line for line in _details(build) if "logits" in line)
+    assert row.startswith("| logits\\|scores | ")
+    header = "| output | max abs | max rel | cosine | SQNR dB | top-1 |"
+    assert len(row.replace("\\|", "").split("|")) == len(header.split("|"))

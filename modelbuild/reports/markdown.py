@@ -11,7 +11,7 @@ def render(report: Report) -> str:
     lines = [f"# modelbuild report: {verdict}", "", "| build | status | p50 ms | p99 ms | throughput/s | gates |",
              "| --- | --- | --- | --- | --- | --- |"]
     for b in report.builds:
-        lines.append(f"| {b.name} | {status(b)} | {_ms(b, 'median')} | {_ms(b, 'p99')} | "
+        lines.append(f"| {cell(b.name)} | {status(b)} | {_ms(b, 'median')} | {_ms(b, 'p99')} | "
                      f"{_fmt(b.throughput)} | {_gates(b)} |")
     for b in report.builds:
         lines += ["", f"## {b.name}", ""] + _details(b)
@@ -20,6 +20,12 @@ def render(report: Report) -> str:
               f"mean hit {c['mean_hit_seconds'] * 1000:.1f} ms, mean miss {c['mean_miss_seconds']:.2f} s, "
               f"T_avg {c['mean_access_seconds']:.3f} s"]
     return "\n".join(lines) + "\n"
+
+
+def cell(text: str) -> str:
+    """A name as one table cell: tensor and node names are the exporter's, and a `|` in one (or a line break)
+    would split the row."""
+    return str(text).replace("|", "\\|").replace("\n", " ")
 
 
 def status(b: BuildReport) -> str:
@@ -61,7 +67,7 @@ def _details(b: BuildReport) -> list[str]:
                 for g in b.gates]
     if b.accuracy:
         out += ["", "| output | max abs | max rel | cosine | SQNR dB | top-1 |", "| --- | --- | --- | --- | --- | --- |"]
-        out += [f"| {name} | {_fmt(a['max_abs'])} | {_fmt(a['max_rel'])} | {_fmt(a['cosine'])} | "
+        out += [f"| {cell(name)} | {_fmt(a['max_abs'])} | {_fmt(a['max_rel'])} | {_fmt(a['cosine'])} | "
                 f"{_fmt(a['sqnr_db'])} | {_fmt(a.get('top1_agreement'))} |" for name, a in b.accuracy.items()]
     if b.vs_baseline:
         out += _vs_baseline(b)
@@ -155,7 +161,8 @@ def _quantization(b: BuildReport) -> list[str]:
                     f"`{v.build}`: {v.latency_ratio:.2f}x."]
     if b.accuracy_vs_qdq:
         out += ["", "| output | vs onnxruntime QDQ: max abs | cosine |", "| --- | --- | --- |"]
-        out += [f"| {name} | {_fmt(a['max_abs'])} | {_fmt(a['cosine'])} |" for name, a in b.accuracy_vs_qdq.items()]
+        out += [f"| {cell(name)} | {_fmt(a['max_abs'])} | {_fmt(a['cosine'])} |"
+                for name, a in b.accuracy_vs_qdq.items()]
     if q.get("float_candidates") and b.accuracy_gate_failed:
         out += _float_candidates(q)
     if q.get("layers") and b.accuracy_gate_failed:
@@ -164,7 +171,7 @@ def _quantization(b: BuildReport) -> list[str]:
         out += ["", lead + "SQNR of int8 against fp32 activations, in execution order"
                 + (f"; the error first jumps at `{jump}`: try `exclude_nodes` for it." if jump else "."), "",
                 "| tensor | op | node | SQNR dB |", "| --- | --- | --- | --- |"]
-        out += [f"| {r['tensor']} | {r['op']} | {r['node']} | {r['sqnr_db']:.1f}"
+        out += [f"| {cell(r['tensor'])} | {r['op']} | {cell(r['node'])} | {r['sqnr_db']:.1f}"
                 + (" **<- first jump**" if r["tensor"] == jump else "") + " |" for r in q["layers"]]
     return out
 
@@ -190,7 +197,7 @@ def _float_candidates(q: dict) -> list[str]:
                 f"Or keep them integer with int16 inputs, at twice their int8 cost: `int16_nodes = [{names}]`."),
            "",
            "| node | op | share of error | output SQNR alone dB |", "| --- | --- | --- | --- |"]
-    return out + [f"| {r['node']} | {r['op']} | {r['share']:.1%} | {r['sqnr_db']:.1f} |" for r in chosen]
+    return out + [f"| {cell(r['node'])} | {r['op']} | {r['share']:.1%} | {r['sqnr_db']:.1f} |" for r in chosen]
 
 
 def _these(count: int) -> str:
@@ -212,7 +219,8 @@ def _roofline(r: dict | None) -> list[str]:
            f"{r['peak_bytes_per_s'] / 1e9:.1f} GB/s; ridge {r['ridge_flops_per_byte']:.1f} FLOP/byte):", "",
            "| kernel | layers | calls | GFLOP/s | GB/s | FLOP/byte | bound | of roof |",
            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    out += [f"| {k['kernel']} | {layers_in_brief(k.get('layers'))} | {k['calls']} | {k['flops_per_s'] / 1e9:.2f} | {k['bytes_per_s'] / 1e9:.2f} | "
+    out += [f"| {k['kernel']} | {cell(layers_in_brief(k.get('layers')))} | {k['calls']} | "
+            f"{k['flops_per_s'] / 1e9:.2f} | {k['bytes_per_s'] / 1e9:.2f} | "
             f"{k['intensity']:.1f} | {k['bound']} | {of_roof(k['roof_fraction'])} |" for k in r["kernels"]]
     out += ["", "The bandwidth peak is a 64 MB copy, i.e. main memory: a kernel whose data stays in cache can pass it."]
     return out
@@ -239,7 +247,8 @@ def _fusion_and_memory(b: BuildReport) -> list[str]:
                 f"{mb(f['traffic_bytes_before'])} -> {mb(f['traffic_bytes_after'])} (/{f['traffic_ratio']:.2f})."]
         if f["groups"]:
             out += ["", "| fused kernel | operators | ONNX layers | calls |", "| --- | --- | --- | --- |"]
-            out += [f"| {g['kernel']} | {' + '.join(g['ops'])} | {layers_in_brief(g.get('layers'))} | {g['calls']} |"
+            out += [f"| {g['kernel']} | {' + '.join(g['ops'])} | {cell(layers_in_brief(g.get('layers')))} "
+                    f"| {g['calls']} |"
                     for g in f["groups"][:10]]
             if len(f["groups"]) > 10:
                 out.append(f"| ... {len(f['groups']) - 10} more | | | |")
