@@ -67,7 +67,7 @@ def logistic_regression(path, *, zipmap: bool):
 
 def test_an_output_that_is_no_tensor_is_named_with_the_fix_not_a_traceback(tmp_path):
     with pytest.raises(InputError) as caught:
-        onnx_import.model_signature(logistic_regression(tmp_path / "m.onnx", zipmap=True))
+        onnx_import.model_facts(logistic_regression(tmp_path / "m.onnx", zipmap=True))
     assert caught.value.message == (
         "output 'probabilities' is a sequence of maps, not a tensor, and a library takes and returns tensors only "
         "(fix: export the model with tensor outputs, e.g. skl2onnx's options={'zipmap': False} for a classifier's "
@@ -91,3 +91,35 @@ def test_the_fix_for_an_undeclared_dynamic_input_quotes_a_name_toml_cannot_take_
     with pytest.raises(InputError, match=r'\(fix: inputs\."serving_default_x:0" = \{ shape = \[\.\.\.\], dtype = '
                                          r'"float32" \} under the model\)'):
         onnx_import.freeze_inputs(helper.make_model(graph), {})
+
+
+def pooled_then(*tail: str) -> onnx.ModelProto:
+    """x [1, 3, 8, 8] -> Conv -> GlobalAveragePool -> Flatten, then `tail` (op types): features, or scores."""
+    rng = np.random.default_rng(0)
+    weights = {"w": rng.standard_normal((4, 3, 3, 3)), "fc": rng.standard_normal((4, 5)), "two": np.array(2.0)}
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("GlobalAveragePool", ["c"], ["p"]),
+             helper.make_node("Flatten", ["p"], ["t0"])]
+    for i, op in enumerate(tail):
+        second = {"MatMul": ["fc"], "Div": ["two"]}.get(op, [])
+        nodes.append(helper.make_node(op, [f"t{i}", *second], [f"t{i + 1}"]))
+    nodes.append(helper.make_node("Identity", [f"t{len(tail)}"], ["y"]))
+    initializers = [onnx.numpy_helper.from_array(v.astype(np.float32), k) for k, v in weights.items()]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializers)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+@pytest.mark.parametrize("tail, pooled", [((), True), (("Div",), True), (("MatMul",), False),
+                                          (("MatMul", "Softmax"), False), (("Relu",), False)])
+def test_an_output_straight_from_a_pooling_is_a_feature_vector_and_one_after_a_layer_is_not(tail, pooled):
+    assert onnx_import.pooled_outputs(pooled_then(*tail)) == (("y",) if pooled else ())
+
+
+def test_the_facts_init_reads_say_whether_a_model_arrives_quantized(tmp_path):
+    from tests.onnx_models import conv_relu, quantized_qdq
+
+    float_model = conv_relu(tmp_path / "f.onnx")
+    quantized = quantized_qdq(float_model, tmp_path / "q.onnx", [1, 3, 8, 8])
+    facts = [onnx_import.model_facts(path) for path in (float_model, quantized)]
+    assert [f.quantized for f in facts] == [False, True] and [f.float16 for f in facts] == [False, False]
+    assert list(facts[1].signature.inputs) == ["x"]

@@ -10,7 +10,7 @@ import pytest
 from modelbuild.cli import main
 from modelbuild.errors import RecipeError
 from modelbuild.recipe import load_recipe
-from modelbuild.scaffold import model_kind, write_recipe
+from modelbuild.scaffold import Preset, model_kind, write_recipe
 from modelbuild.signature import Signature
 from tests.conftest import REPO
 from tests.onnx_models import conv_relu, two_in_two_out
@@ -80,6 +80,18 @@ def test_the_kind_follows_the_outputs():
                                          "boxes": {"shape": [1, 100, 4], "dtype": "float32"}})
     assert (model_kind(scores), model_kind(maps)) == ("classifier", "detector")
     assert "min_top1_agreement" not in write_recipe(model_path="m.onnx", signature=maps)
+    assert model_kind(scores, pooled=("p",)) == "detector"  # an embedding: its top-1 means nothing
+
+
+def test_a_model_that_arrives_quantized_gets_the_tolerances_of_two_int8_implementations():
+    """onnxruntime's int8 kernels and its float emulation of one QDQ ResNet-50 agree at cosine 0.9975: the float
+    presets' 0.9999 and 1e-4 failed a correct library of EfficientWord-Net's pre-quantized model."""
+    scores = Signature(inputs={}, outputs={"p": {"shape": [1, 1000], "dtype": "float32"}})
+    text = write_recipe(model_path="m.onnx", signature=scores, preset=Preset.of(scores, quantized=True))
+    assert "min_cosine = 0.99\n" in text and "min_top1_agreement = 0.99\n" in text and "max_abs_error" not in text
+    assert "it arrives quantized" in text
+    assert Preset.of(scores, quantized=True, pooled=("p",)).gates == {"min_cosine": 0.99}
+    assert Preset.of(scores, quantized=True).title == "classifier int8"
 
 
 # as tf2onnx and torch name tensors: TOML needs these keys quoted, and a '.' in a bare key would nest tables
@@ -132,3 +144,12 @@ def test_a_byte_input_draws_its_data_from_every_value_a_byte_holds():
     text = write_recipe(model_path="m.onnx", signature=signature)
     assert 'inputs."image_tensor:0" = { shape = [1, 32, 32, 3], dtype = "uint8", range = [0, 256] }' in text
     assert 'inputs.ids = { shape = [1, 16], dtype = "int64" }' in text  # token ids: the vocabulary is the user's
+
+
+def test_init_writes_the_int8_tolerances_for_a_model_that_arrives_quantized(tmp_path, capsys):
+    from tests.onnx_models import quantized_qdq
+
+    quantized_qdq(conv_relu(tmp_path / "net.onnx"), tmp_path / "q.onnx", [1, 3, 8, 8])
+    code, out, _ = init(capsys, tmp_path, tmp_path / "q.onnx")
+    assert code == 0 and "(detector int8 preset, target host)" in out
+    assert "[validation.gates]\nmin_cosine = 0.99\n" in (tmp_path / "deploy.toml").read_text()

@@ -12,7 +12,7 @@ from modelbuild.errors import ModelbuildError
 def cmd_init(args, console) -> int:
     from modelbuild import scaffold
     from modelbuild.errors import StageError
-    from modelbuild.stages.onnx_import import holds_float16, model_signature
+    from modelbuild.stages.onnx_import import model_facts
 
     if args.target not in scaffold.TARGET_PRESETS:
         raise ModelbuildError(f"no target preset {args.target!r} (fix: use one of "
@@ -22,16 +22,16 @@ def cmd_init(args, console) -> int:
     if not args.model.is_file():
         raise ModelbuildError(f"{args.model}: no such model file")
     try:
-        signature = model_signature(args.model)
+        facts = model_facts(args.model)
     except StageError as err:
         raise ModelbuildError(f"{args.model}: {err.message}") from None
     model_path = os.path.relpath(args.model.resolve(), args.file.resolve().parent)
-    half = holds_float16(args.model)
-    args.file.write_text(scaffold.write_recipe(model_path=model_path, signature=signature, target=args.target,
-                                               name=args.name, half_precision=half))
-    dynamic = [name for name, spec in signature.inputs.items() if scaffold.dynamic_dims(spec["shape"])]
-    kind = scaffold.model_kind(signature) + (" float16" if half else "")
-    console.print(f"wrote {relative(args.file)} ({kind} preset, target {args.target})", markup=False)
+    preset = scaffold.Preset.of(facts.signature, pooled=facts.pooled_outputs, float16=facts.float16,
+                                quantized=facts.quantized)
+    args.file.write_text(scaffold.write_recipe(model_path=model_path, signature=facts.signature, preset=preset,
+                                               target=args.target, name=args.name))
+    dynamic = [name for name, spec in facts.signature.inputs.items() if scaffold.dynamic_dims(spec["shape"])]
+    console.print(f"wrote {relative(args.file)} ({preset.title} preset, target {args.target})", markup=False)
     if dynamic:
         console.print(f"set the sizes to build for where it says TODO (dynamic in the model: "
                       f"{', '.join(dynamic)}), then run `modelbuild`", markup=False)

@@ -10,6 +10,7 @@ should not wait seconds for them."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -266,14 +267,40 @@ def _upstream_inputs(model, tensors) -> dict:
     return {name: value for name, value in graph_inputs.items() if name in found}
 
 
-def holds_float16(path: Path) -> bool:
-    """Whether the model keeps float16 values: weights, inputs or outputs."""
-    return float16.holds_float16(_load(path))
+@dataclass(frozen=True)
+class ModelFacts:
+    """What `modelbuild init` reads of a model to write its recipe, from one load of it."""
+    signature: signature.Signature  # the inputs and outputs it declares, dynamic dimensions named (or '?')
+    float16: bool  # it keeps float16 values: weights, inputs or outputs
+    quantized: bool  # it arrives quantized (QDQ or QOperator)
+    pooled_outputs: tuple[str, ...]  # outputs that are pooled features (an embedding), not scores per class
 
 
-def model_signature(path: Path) -> signature.Signature:
-    """The inputs and outputs an ONNX file declares, dynamic dimensions as their names (or '?')."""
-    return _signature(_load(path), {})
+def model_facts(path: Path) -> ModelFacts:
+    model = _load(path)
+    return ModelFacts(signature=_signature(model, {}), float16=float16.holds_float16(model),
+                      quantized=is_quantized(model), pooled_outputs=pooled_outputs(model))
+
+
+POOLING = {"GlobalAveragePool", "GlobalMaxPool", "AveragePool", "MaxPool", "ReduceMean", "ReduceMax"}
+# what an embedding passes through after its pooling: shape ops, its normalisations (x / |x| is a Div), an
+# exporter's (de)quantizing
+AFTER_POOLING = {"Flatten", "Reshape", "Squeeze", "Unsqueeze", "Identity", "Transpose", "Cast", "BatchNormalization",
+                 "LpNormalization", "Div", "QuantizeLinear", "DequantizeLinear"}
+
+
+def pooled_outputs(model) -> tuple[str, ...]:
+    """The outputs computed by a pooling with no layer after it (a feature vector, as an embedding model's
+    [1, 2048]), where a classifier's [batch, classes] comes from a Gemm, MatMul or Softmax."""
+    producers = {out: node for node in model.graph.node for out in node.output}
+
+    def pooled(tensor: str) -> bool:
+        node = producers.get(tensor)
+        while node is not None and node.op_type in AFTER_POOLING:
+            node = producers.get(node.input[0])
+        return node is not None and node.op_type in POOLING
+
+    return tuple(value.name for value in model.graph.output if pooled(value.name))
 
 
 def _signature(model, declared: dict[str, InputSpec]) -> signature.Signature:
