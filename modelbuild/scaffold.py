@@ -54,9 +54,8 @@ class Preset:
     precision: str  # "float32", "float16" or "int8" (it arrives quantized)
 
     @classmethod
-    def of(cls, signature: Signature, *, pooled: tuple[str, ...] = (), float16: bool = False,
-           quantized: bool = False) -> Preset:
-        return cls(model_kind(signature, pooled), "int8" if quantized else "float16" if float16 else "float32")
+    def of(cls, signature: Signature, *, float16: bool = False, quantized: bool = False) -> Preset:
+        return cls(model_kind(signature), "int8" if quantized else "float16" if float16 else "float32")
 
     @property
     def title(self) -> str:
@@ -79,14 +78,14 @@ class Preset:
 BYTE_RANGES = {"uint8": [0, 256], "int8": [-128, 128]}
 
 
-def model_kind(signature: Signature, pooled: tuple[str, ...] = ()) -> str:
+def model_kind(signature: Signature) -> str:
     """'classifier' when every output is [batch, classes] scores; otherwise 'detector' (maps, boxes, and
-    embeddings: a `pooled` output is a feature vector, whose top-1 means nothing)."""
-    def scores(name: str, shape: list) -> bool:
-        return len(shape) == 2 and isinstance(shape[1], int) and shape[1] >= 2 and name not in pooled
+    embeddings, whose top-1 means nothing)."""
+    def scores(spec: dict) -> bool:
+        shape = spec["shape"]
+        return len(shape) == 2 and isinstance(shape[1], int) and shape[1] >= 2 and not spec.get("features")
 
-    return "classifier" if signature.outputs and all(scores(n, o["shape"]) for n, o in signature.outputs.items()) \
-        else "detector"
+    return "classifier" if signature.outputs and all(scores(o) for o in signature.outputs.values()) else "detector"
 
 
 def recipe_name(model_file: str) -> str:

@@ -16,7 +16,8 @@ FILE = "signature.json"
 
 @dataclass(frozen=True)
 class Signature:
-    # name -> {"shape": [...], "dtype": "float32"}, in graph order; an input may add "range": [low, high)
+    # name -> {"shape": [...], "dtype": "float32"}, in graph order; an input may add "range": [low, high), and
+    # an output "features": true where it is an embedding (normalised pooled features), not scores per class
     inputs: dict[str, dict]
     outputs: dict[str, dict]
     # inputs the recipe bound to a constant: name -> {"dtype", "value"}; not arguments of the library, but the

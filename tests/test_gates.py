@@ -98,8 +98,9 @@ def test_top1_on_a_model_without_class_scores_is_not_applicable_rather_than_fail
     detector = replace(METRICS, accuracy={"boxes": {"max_abs": 2e-3, "cosine": 1.0, "sqnr_db": 90.0}})
     gate = by_name(evaluate(spec(gates={"min_top1_agreement": 1.0}), detector))["min_top1_agreement"]
     assert gate.passed and not gate.applicable
-    assert gate.describe() == ("min_top1_agreement: not applicable (no output is [batch, classes]: top-1 is "
-                               "measured on classifiers' scores only)")
+    assert gate.describe() == ("min_top1_agreement: not applicable (no output is [batch, classes] scores: top-1 is "
+                               "measured on classifiers' scores only (not on maps, boxes or an embedding's "
+                               "features))")
 
 
 def test_a_gate_on_a_library_that_produced_no_accuracy_still_fails():

@@ -58,3 +58,13 @@ def test_the_cpu_clock_counts_busy_and_stolen_ticks_of_this_process_cpus_only(tm
     assert clock.cpus == len(allowed)
     assert clock.cpus_busy == pytest.approx(len(allowed) * 25 / os.sysconf("SC_CLK_TCK"))  # idle and iowait not
     assert measure.cpu_clock(tmp_path / "absent") is None
+
+
+def test_top1_is_measured_on_class_scores_and_not_on_an_embeddings_features():
+    import numpy as np
+
+    expected = np.random.default_rng(0).standard_normal((4, 1, 16)).astype(np.float32)
+    actual = expected + 0.01
+    assert {"top1_agreement", "top5_agreement"} <= set(measure._accuracy(actual, expected))
+    features = measure._accuracy(actual, expected, scores=False)
+    assert "top1_agreement" not in features and features["cosine"] > 0.99

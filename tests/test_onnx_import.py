@@ -96,11 +96,12 @@ def test_the_fix_for_an_undeclared_dynamic_input_quotes_a_name_toml_cannot_take_
 def pooled_then(*tail: str) -> onnx.ModelProto:
     """x [1, 3, 8, 8] -> Conv -> GlobalAveragePool -> Flatten, then `tail` (op types): features, or scores."""
     rng = np.random.default_rng(0)
-    weights = {"w": rng.standard_normal((4, 3, 3, 3)), "fc": rng.standard_normal((4, 5)), "two": np.array(2.0)}
+    weights = {"w": rng.standard_normal((4, 3, 3, 3)), "fc": rng.standard_normal((4, 5)), "two": np.array(2.0),
+               "s": np.ones(4), "b": np.zeros(4)}
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("GlobalAveragePool", ["c"], ["p"]),
              helper.make_node("Flatten", ["p"], ["t0"])]
     for i, op in enumerate(tail):
-        second = {"MatMul": ["fc"], "Div": ["two"]}.get(op, [])
+        second = {"MatMul": ["fc"], "Div": ["two"], "BatchNormalization": ["s", "b", "b", "s"]}.get(op, [])
         nodes.append(helper.make_node(op, [f"t{i}", *second], [f"t{i + 1}"]))
     nodes.append(helper.make_node("Identity", [f"t{len(tail)}"], ["y"]))
     initializers = [onnx.numpy_helper.from_array(v.astype(np.float32), k) for k, v in weights.items()]
@@ -109,10 +110,15 @@ def pooled_then(*tail: str) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
 
 
-@pytest.mark.parametrize("tail, pooled", [((), True), (("Div",), True), (("MatMul",), False),
-                                          (("MatMul", "Softmax"), False), (("Relu",), False)])
-def test_an_output_straight_from_a_pooling_is_a_feature_vector_and_one_after_a_layer_is_not(tail, pooled):
-    assert onnx_import.pooled_outputs(pooled_then(*tail)) == (("y",) if pooled else ())
+@pytest.mark.parametrize("tail, features", [(("Div",), True), (("BatchNormalization", "Div"), True),
+                                            ((), False), (("MatMul",), False), (("Div", "MatMul"), False),
+                                            (("MatMul", "Softmax"), False), (("Relu",), False)])
+def test_normalised_pooled_features_are_an_embedding_and_a_layer_after_them_or_no_normalisation_is_not(tail,
+                                                                                                     features):
+    """A bare pooling can be a classifier's logits (SqueezeNet pools its last conv's 1000 channels)."""
+    model = pooled_then(*tail)
+    assert onnx_import.feature_outputs(model) == (("y",) if features else ())
+    assert onnx_import._signature(model, {}).outputs["y"].get("features", False) is features
 
 
 def test_the_facts_init_reads_say_whether_a_model_arrives_quantized(tmp_path):

@@ -80,7 +80,8 @@ def test_the_kind_follows_the_outputs():
                                          "boxes": {"shape": [1, 100, 4], "dtype": "float32"}})
     assert (model_kind(scores), model_kind(maps)) == ("classifier", "detector")
     assert "min_top1_agreement" not in write_recipe(model_path="m.onnx", signature=maps)
-    assert model_kind(scores, pooled=("p",)) == "detector"  # an embedding: its top-1 means nothing
+    embedding = Signature(inputs={}, outputs={"p": {"shape": [1, 2048], "dtype": "float32", "features": True}})
+    assert model_kind(embedding) == "detector"  # its top-1 means nothing
 
 
 def test_a_model_that_arrives_quantized_gets_the_tolerances_of_two_int8_implementations():
@@ -90,7 +91,8 @@ def test_a_model_that_arrives_quantized_gets_the_tolerances_of_two_int8_implemen
     text = write_recipe(model_path="m.onnx", signature=scores, preset=Preset.of(scores, quantized=True))
     assert "min_cosine = 0.99\n" in text and "min_top1_agreement = 0.99\n" in text and "max_abs_error" not in text
     assert "it arrives quantized" in text
-    assert Preset.of(scores, quantized=True, pooled=("p",)).gates == {"min_cosine": 0.99}
+    embedding = Signature(inputs={}, outputs={"p": {"shape": [1, 2048], "dtype": "float32", "features": True}})
+    assert Preset.of(embedding, quantized=True).gates == {"min_cosine": 0.99}
     assert Preset.of(scores, quantized=True).title == "classifier int8"
 
 

@@ -26,8 +26,7 @@ def cmd_init(args, console) -> int:
     except StageError as err:
         raise ModelbuildError(f"{args.model}: {err.message}") from None
     model_path = os.path.relpath(args.model.resolve(), args.file.resolve().parent)
-    preset = scaffold.Preset.of(facts.signature, pooled=facts.pooled_outputs, float16=facts.float16,
-                                quantized=facts.quantized)
+    preset = scaffold.Preset.of(facts.signature, float16=facts.float16, quantized=facts.quantized)
     args.file.write_text(scaffold.write_recipe(model_path=model_path, signature=facts.signature, preset=preset,
                                                target=args.target, name=args.name))
     dynamic = [name for name, spec in facts.signature.inputs.items() if scaffold.dynamic_dims(spec["shape"])]

@@ -273,34 +273,36 @@ class ModelFacts:
     signature: signature.Signature  # the inputs and outputs it declares, dynamic dimensions named (or '?')
     float16: bool  # it keeps float16 values: weights, inputs or outputs
     quantized: bool  # it arrives quantized (QDQ or QOperator)
-    pooled_outputs: tuple[str, ...]  # outputs that are pooled features (an embedding), not scores per class
 
 
 def model_facts(path: Path) -> ModelFacts:
     model = _load(path)
     return ModelFacts(signature=_signature(model, {}), float16=float16.holds_float16(model),
-                      quantized=is_quantized(model), pooled_outputs=pooled_outputs(model))
+                      quantized=is_quantized(model))
 
 
 POOLING = {"GlobalAveragePool", "GlobalMaxPool", "AveragePool", "MaxPool", "ReduceMean", "ReduceMax"}
-# what an embedding passes through after its pooling: shape ops, its normalisations (x / |x| is a Div), an
-# exporter's (de)quantizing
-AFTER_POOLING = {"Flatten", "Reshape", "Squeeze", "Unsqueeze", "Identity", "Transpose", "Cast", "BatchNormalization",
-                 "LpNormalization", "Div", "QuantizeLinear", "DequantizeLinear"}
+NORMALISING = {"Div", "LpNormalization", "BatchNormalization"}  # x / |x|, and a BatchNorm1d on the features
+# what else a feature vector passes through after its pooling: shape ops, a normalisation's folded scale and
+# shift, an exporter's (de)quantizing
+AFTER_POOLING = NORMALISING | {"Flatten", "Reshape", "Squeeze", "Unsqueeze", "Identity", "Transpose", "Cast", "Mul",
+                               "Add", "Sub", "QuantizeLinear", "DequantizeLinear"}
 
 
-def pooled_outputs(model) -> tuple[str, ...]:
-    """The outputs computed by a pooling with no layer after it (a feature vector, as an embedding model's
-    [1, 2048]), where a classifier's [batch, classes] comes from a Gemm, MatMul or Softmax."""
+def feature_outputs(model) -> tuple[str, ...]:
+    """The outputs that are normalised pooled features (an embedding model's [1, 2048], L2-normalised), whose
+    top-1 means nothing. A pooling with no normalisation after it can be a classifier's logits (SqueezeNet
+    pools its last conv's 1000 channels), and a classifier's scores come from a Gemm, MatMul or Softmax."""
     producers = {out: node for node in model.graph.node for out in node.output}
 
-    def pooled(tensor: str) -> bool:
-        node = producers.get(tensor)
+    def normalised_pooling(tensor: str) -> bool:
+        node, normalised = producers.get(tensor), False
         while node is not None and node.op_type in AFTER_POOLING:
+            normalised |= node.op_type in NORMALISING
             node = producers.get(node.input[0])
-        return node is not None and node.op_type in POOLING
+        return normalised and node is not None and node.op_type in POOLING
 
-    return tuple(value.name for value in model.graph.output if pooled(value.name))
+    return tuple(value.name for value in model.graph.output if normalised_pooling(value.name))
 
 
 def _signature(model, declared: dict[str, InputSpec]) -> signature.Signature:
@@ -310,6 +312,8 @@ def _signature(model, declared: dict[str, InputSpec]) -> signature.Signature:
         return {v.name: {"shape": _dims(v.type.tensor_type.shape.dim), "dtype": _dtype(v)} for v in values}
 
     inputs, outputs = tensors(_real_inputs(model).values()), tensors(model.graph.output)
+    for name in feature_outputs(model):
+        outputs[name]["features"] = True
     for name, spec in inputs.items():
         if name in declared and declared[name].range is not None:
             spec["range"] = list(declared[name].range)

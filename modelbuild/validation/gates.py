@@ -58,7 +58,8 @@ def _worst(metrics: Measured, field: str, pick) -> tuple[float | None, str]:
 
 # why an accuracy figure can be missing from every output of a model
 NOT_APPLICABLE = {
-    "top1_agreement": "no output is [batch, classes]: top-1 is measured on classifiers' scores only",
+    "top1_agreement": "no output is [batch, classes] scores: top-1 is measured on classifiers' scores only (not "
+                      "on maps, boxes or an embedding's features)",
     "top5_agreement": "no output is [batch, classes] with at least 5 classes",
 }
 ACCURACY_GATES = ("max_abs_error", "max_rel_error", "min_cosine", "min_sqnr_db", "min_top1_agreement")
