@@ -22,6 +22,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from modelbuild.errors import StageError
+from modelbuild.frontend import opset
 
 CONTRIB = "com.microsoft"
 # contrib op -> (float op, how many quantized inputs; None: QLinearConcat's variadic list)
@@ -37,9 +38,7 @@ def to_qdq(model: onnx.ModelProto) -> onnx.ModelProto:
     """The model with every QOperator node in QDQ form; the model itself when it has none."""
     if not any(_rewritten(node) for node in model.graph.node):
         return model
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
-    if opset < PER_AXIS_OPSET:
-        model = _converted(model, opset)
+    model = opset.raised_to(model, PER_AXIS_OPSET, needed_for="the QOperator model's per-channel dequantize")
     out = onnx.ModelProto()
     out.CopyFrom(model)
     del out.graph.node[:]
@@ -83,17 +82,6 @@ def _elementwise(node, prefix: str):
               helper.make_node("QuantizeLinear", [f"{prefix}/y", out_scale] + ([out_zero] if out_zero else []),
                                [node.output[0]], name=f"{prefix}/q_y")]
     return nodes, []
-
-
-def _converted(model, opset: int):
-    from onnx import version_converter
-
-    try:
-        return version_converter.convert_version(model, PER_AXIS_OPSET)
-    except Exception as err:
-        raise StageError(f"the QOperator model is opset {opset}; per-channel dequantize needs opset "
-                         f"{PER_AXIS_OPSET}, and onnx could not convert it ({err}): re-export at opset "
-                         f"{PER_AXIS_OPSET} or later") from err
 
 
 def _attributes(node) -> dict:

@@ -20,7 +20,7 @@ from onnx import numpy_helper
 from modelbuild import signature
 from modelbuild.errors import InputError, last_line, StageError
 from modelbuild.compiler import integer_ops, layer_names
-from modelbuild.frontend import auto_pad, batchnorm, float16, predication, qoperator, recurrent
+from modelbuild.frontend import auto_pad, batchnorm, float16, opset, predication, qoperator, recurrent
 from modelbuild.recipe.params import ImportParams, parse
 from modelbuild.recipe.schema import InputSpec, toml_key
 
@@ -188,7 +188,8 @@ def to_relax(model, declared: dict):
     """The ONNX model as a Relax module with the declared input shapes and dtypes."""
     from tvm.relax.frontend.onnx import onnx_frontend
 
-    model = predication.predicate(model)  # TVM has no If; first, so that a branch's LSTM is unrolled too
+    model = opset.importable(model)  # first: the rewrites below write the operators of opset 13
+    model = predication.predicate(model)  # TVM has no If; before the LSTM rewrite, which unrolls a branch's too
     model = qoperator.to_qdq(recurrent.decompose(model))  # TVM has no LSTM, GRU or QLinearConv converter
     model = batchnorm.fold(model)  # what onnxslim could not fold into a (quantized) conv
     model = auto_pad.resolve(model)  # SAME padding as the conv's own, not a pad kernel before it

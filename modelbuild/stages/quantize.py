@@ -23,7 +23,7 @@ from pathlib import Path
 from modelbuild import signature
 from modelbuild.compiler import integer_ops
 from modelbuild.errors import last_line, StageError
-from modelbuild.frontend import float16
+from modelbuild.frontend import float16, opset
 from modelbuild.recipe.params import QuantizeParams, parse
 from modelbuild.recipe.schema import CalibrationSpec, QuantizationSpec
 from modelbuild.quantization import activations, bias_correction, sensitivity, smoothing, weight_rounding
@@ -131,16 +131,10 @@ def _check_node_names(model, spec: QuantizationSpec, field_name: str) -> None:
 
 
 def _with_opset(model, spec: QuantizationSpec):
-    from onnx import version_converter
-
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
-    if spec.per_channel and opset < PER_CHANNEL_OPSET:
-        try:
-            return version_converter.convert_version(model, PER_CHANNEL_OPSET)
-        except Exception as err:
-            raise StageError(f"cannot convert opset {opset} to {PER_CHANNEL_OPSET} for per-channel weights "
-                             f"({last_line(err)}); set per_channel = false") from err
-    return model
+    if not spec.per_channel:
+        return model
+    return opset.raised_to(model, PER_CHANNEL_OPSET, needed_for="per-channel quantization",
+                           fix="set per_channel = false")
 
 
 def _smoothed(model, samples: list[dict], spec: QuantizationSpec):

@@ -1,0 +1,45 @@
+"""A model's ONNX opset, and the model converted to a newer one where a reader needs it.
+
+TVM's ONNX frontend picks, for each operator, its newest converter at or below the model's opset, and its
+oldest where the model is older than all of them. Several operators have only an opset-13 converter, which
+reads as inputs what opsets before 10 keep in attributes: AECMOS (speechmos==0.0.1.1, opset 9) failed
+import at a Slice of its GRUs' initial state with "Cannot cast <class 'NoneType'> to list of Expr". onnx's
+version converter rewrites those forms; a model it cannot convert is reported with the fix.
+"""
+
+from __future__ import annotations
+
+import onnx
+
+from modelbuild.errors import StageError, last_line
+
+OLDEST_IMPORTED = 10  # Slice's starts and ends, TopK's k: inputs from here on, as TVM's converters read them
+IMPORTED_AS = 13  # what an older model becomes: the opset every one of TVM's converters reads
+
+
+def default_opset(model: onnx.ModelProto) -> int:
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+
+
+def raised_to(model: onnx.ModelProto, version: int, *, needed_for: str, fix: str = "") -> onnx.ModelProto:
+    """The model at `version` where it is older (the model itself otherwise); a StageError with the fix where
+    onnx cannot convert it. `needed_for`: what needs the newer opset, in the error's words; `fix`: another
+    way out than re-exporting the model."""
+    opset = default_opset(model)
+    if opset >= version:
+        return model
+    from onnx import version_converter
+
+    try:
+        return version_converter.convert_version(model, version)
+    except Exception as err:
+        raise StageError(f"the model is opset {opset}; {needed_for} needs opset {version}, and onnx could not "
+                         f"convert it ({last_line(err)}) (fix: re-export the model at opset {version} or later"
+                         f"{' or ' + fix if fix else ''})") from err
+
+
+def importable(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The model in a form TVM's converters read: opset 13 where it is older than 10."""
+    if default_opset(model) >= OLDEST_IMPORTED:
+        return model
+    return raised_to(model, IMPORTED_AS, needed_for="TVM's ONNX import")
