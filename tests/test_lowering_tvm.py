@@ -357,6 +357,28 @@ def test_a_concatenation_along_the_vectors_axis_is_computed_input_by_input(width
     np.testing.assert_array_equal(got, np.maximum(np.concatenate(arrays, axis=3), 0))
 
 
+def test_a_long_piece_of_a_concatenation_is_cut_into_vectors_not_vectorised_whole():
+    """YOLOv8-seg's head concatenates 6400, 1600 and 400 anchors along its last axis: each piece vectorised
+    whole was a float32x6400 vector, and LLVM did not finish compiling the kernel in 15 minutes."""
+    import numpy as np
+    import tvm
+    from tvm import relax
+
+    shapes = [(1, 3, w) for w in (640, 160, 48)]
+    bb = relax.BlockBuilder()
+    inputs = [relax.Var(f"x{i}", relax.TensorType(shape=s, dtype="float32")) for i, s in enumerate(shapes)]
+    with bb.function("main", inputs):
+        with bb.dataflow():
+            out = bb.emit_output(relax.op.sigmoid(relax.op.concat(inputs, axis=2)))
+        bb.emit_func_output(out)
+    script, main = scheduled_kernel(bb.get(), "concatenate", schedule=True)
+    assert script.count("T.vectorized(T.int64(16))") == 3 and '"modelbuild.refused_steps": 0' in script
+    assert "range(T.int64(40), T.int64(50))" in script  # the loop over vectors, cut where x1 starts
+    arrays = [np.random.default_rng(i).standard_normal(s).astype("float32") for i, s in enumerate(shapes)]
+    got = main(*[tvm.runtime.tensor(a) for a in arrays]).numpy()
+    np.testing.assert_allclose(got, 1 / (1 + np.exp(-np.concatenate(arrays, axis=2))), rtol=1e-5)
+
+
 def test_a_refused_schedule_step_is_counted_and_any_other_error_fails_the_compile():
     import tvm
     from tvm.s_tir import ScheduleError

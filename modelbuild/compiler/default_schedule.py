@@ -612,11 +612,23 @@ def _schedule_spatial(sch, block, cores: int) -> None:
     pieces = _concatenated_pieces(sch, block)
     if pieces:
         outer = sch.get_loops(block)[:-1]
-        for piece in sch.loop_partition(sch.get_loops(block)[-1], factors=[*pieces[:-1], None]):
+        for piece in _cut_at(sch, sch.get_loops(block)[-1], pieces):
             sch.vectorize(piece)
         _parallelize(sch, outer, cores, _work(sch, outer) * sum(pieces) >= PARALLEL_MIN_WORK)
         return
     _schedule_loops(sch, block, cores)
+
+
+def _cut_at(sch, loop, pieces: list[int]) -> list:
+    """The loops to vectorise, the innermost `loop` cut at the pieces' bounds: each piece whole where all are
+    short, else the loop split into vectors first and the loop over them cut (a piece vectorised whole is one
+    vector of its length: YOLOv8-seg's head concatenates 6400, 1600 and 400 anchors, and LLVM had not compiled
+    its float32x6400 in 15 minutes)."""
+    if max(pieces) <= WHOLE_ROW_LANES:
+        return sch.loop_partition(loop, factors=[*pieces[:-1], None])
+    vectors, _ = sch.split(loop, [None, VECTOR_LANES])
+    cuts = sch.loop_partition(vectors, factors=[piece // VECTOR_LANES for piece in pieces[:-1]] + [None])
+    return [sch.get_loops(sch.get_child_blocks(cut)[0])[-1] for cut in cuts]
 
 
 def _concatenated_pieces(sch, block) -> list[int] | None:
