@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from modelbuild.compiler import (channel_padding, channels_last, constant_folding, conv_transpose, default_schedule,
                                  fast_math, float16_compute, group_blocks, layer_names, padding_taps, pixel_rows)
 from modelbuild.compiler.analysis import KernelCall, Step
-from modelbuild.compiler.kernels import nearest_upsample, pairwise_pool
+from modelbuild.compiler.kernels import nearest_upsample, packed_gemv, pairwise_pool
 from modelbuild.compiler.kernels.integer_kernels import (conv_instruction, legalize_conv2d, legalize_matmul,
                                                          legalize_quantize)
 
@@ -73,7 +73,7 @@ def lower(module, target, *, fuse: bool, layout: str | None, database=None, sche
     seq = tvm.transform.Sequential
 
     legalize = relax.transform.LegalizeOps(customize_legalize_map={
-        "relax.quantize": legalize_quantize, "relax.nn.conv2d": legalize_conv2d, "relax.matmul": legalize_matmul,
+        "relax.quantize": legalize_quantize, "relax.nn.conv2d": legalize_conv2d, "relax.matmul": _legalize_matmul,
         "relax.image.resize2d": nearest_upsample.legalize_resize2d,
         "relax.nn.max_pool2d": pairwise_pool.legalize_max_pool2d, **fast_math.legalizations()})
     legalized = seq(cpu.library_dispatch_passes(target) + [legalize,
@@ -88,6 +88,12 @@ def lower(module, target, *, fuse: bool, layout: str | None, database=None, sche
     lowered = seq(cpu.dataflow_lower_passes(target))(fused)
     planned = relax.transform.StaticPlanBlockMemory()(lowered)
     return Phases(legalized, grouped, fused, lowered, planned, used_layout)
+
+
+def _legalize_matmul(bb, call):
+    """A float GEMV by constant weights on packed weights (packed_gemv.py); any other matmul as the integer
+    kernels legalise it (int8 by constant int8 weights), or TVM."""
+    return packed_gemv.legalize(bb, call) if packed_gemv.eligible(call) else legalize_matmul(bb, call)
 
 
 def _channels_last(module, layout: str | None):
