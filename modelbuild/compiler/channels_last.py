@@ -10,7 +10,8 @@ it can infer a layout for, so the transposes sit at the model's edges and the we
   kernels are written for. `"NHWC"` converts them too; `"NCHW"` (or None) keeps the model's layout.
 - Transposed convs keep NCHW, the only layout TVM legalises them in.
 - clip, which TVM 0.27 infers no layout for, is rewritten first as a maximum and a minimum, which it does:
-  the hard-swish activations of a DB text detector had put 16 transposes around their clips.
+  the hard-swish activations of a DB text detector had put 16 transposes around their clips. So is a
+  leaky ReLU (as the maximum of x and alpha * x): each of AECMOS's went back to NCHW, and its max pool with it.
 - TVM's layout inference fails on a reduction over a freshly stacked axis ("Invalid SLayout"), as in
   magika's max(stack([a, b]), axis=0); such a reduction is rewritten first as the element-wise maximum,
   minimum or sum of the stacked tensors, which it is.
@@ -80,17 +81,25 @@ ELEMENTWISE_OF_REDUCTION = {"relax.max": "maximum", "relax.min": "minimum", "rel
 
 def plain_elementwise(module):
     """The module with the element-wise work that the importer writes in other forms (see _as_inferable)
-    written as relax's element-wise operators, which layout inference, and pixel_rows.py, see through."""
-    return rewrite_calls(module, _as_inferable)
+    written as relax's element-wise operators, which layout inference, and pixel_rows.py, see through. The
+    calls a rewrite leaves unused go too: layout inference would convert them all the same."""
+    from tvm import relax
+
+    return relax.transform.DeadCodeElimination()(rewrite_calls(module, _as_inferable))
 
 
 def _as_inferable(mutator, call):
     """The call as operators TVM infers layouts through, or the call itself:
     - a float clip(x, lo, hi) as minimum(maximum(x, lo), hi), the same values in any layout;
+    - a float leakyrelu(x, alpha) as maximum(x, x * alpha) where 0 <= alpha <= 1 (minimum where alpha > 1):
+      the same products, chosen by the same sign;
     - the ONNX importer's clip of opset 11 and later (bounds as inputs): a call_tir of its own maximum or
       minimum kernel by a scalar, as the relax operator (see _tir_bound);
     - an element-wise operator with a constant holding one value ([1] beside [1, C, H, W], which layout
       inference gives up on: the hard-swish's + 3 and / 6), with that value as a scalar;
+    - one with a constant of lower rank beside a 4-D operand ([C, 1, 1] beside [1, C, H, W], tf2onnx's batch
+      normalisation), which layout inference gives up on too, with the constant's shape led by ones (a 3-D
+      tensor beside a constant of its rank got transposes where it had none: magika's);
     - max / min / sum over axis k of stack([a, b, ...], axis=k), without keepdims, as maximum(a, b, ...)."""
     from tvm import relax
 
@@ -100,23 +109,77 @@ def _as_inferable(mutator, call):
         return bounded
     if op in BROADCASTING and any(_single_value(arg) is not None for arg in call.args):
         return relax.Call(call.op, [_scalar(arg) for arg in call.args], call.attrs)
+    ranks = [_rank(arg) for arg in call.args] if op in BROADCASTING else []
+    if len(ranks) == 2 and 4 in ranks and ranks[0] != ranks[1]:
+        return relax.Call(call.op, [_constant_of_rank(arg, 4) for arg in call.args], call.attrs)
     if op == "relax.clip" and _is_float(call.args[0]):
         x, dtype = call.args[0], str(call.args[0].ty.dtype)
         low, high = (relax.const(float(bound.value), dtype) for bound in call.args[1:3])
         return relax.op.minimum(mutator.builder_.emit(relax.op.maximum(x, low)), high)
+    if op == "relax.nn.leakyrelu" and _is_float(call.args[0]) and float(call.attrs.alpha) >= 0:
+        return _leaky_as_bound(mutator, call.args[0], float(call.attrs.alpha))
     if op in ELEMENTWISE_OF_REDUCTION and isinstance(call.args[0], relax.Var):
-        stacked = mutator.lookup_binding(call.args[0])
-        if (isinstance(stacked, relax.Call) and getattr(stacked.op, "name", None) == "relax.stack"
-                and call.attrs.axis is not None and len(call.attrs.axis) == 1 and not call.attrs.keepdims
-                and int(call.attrs.axis[0]) == int(stacked.attrs.axis)):
-            combine = getattr(relax.op, ELEMENTWISE_OF_REDUCTION[op])
-            parts = list(stacked.args[0].fields) if hasattr(stacked.args[0], "fields") else None
-            if parts:
-                result = parts[0]
-                for part in parts[1:]:
-                    result = mutator.builder_.emit(combine(result, part))
-                return result
+        return _reduced_stack_as_elementwise(mutator, call, op)
     return call
+
+
+def _reduced_stack_as_elementwise(mutator, call, op: str):
+    """max / min / sum over the stacked axis of stack([a, b, ...]) as maximum(a, b, ...) (else the call). TVM's
+    importer stacks ONNX's Max, Min and Sum of several inputs so, each broadcast to the output's shape first, and
+    broadcast_to stops layout inference too: an input already of that shape is taken as it is, a constant of one
+    value as a scalar (tf2onnx's Max(x, 0) after each of openWakeWord's leaky ReLUs)."""
+    from tvm import relax
+
+    stacked = mutator.lookup_binding(call.args[0])
+    if not (isinstance(stacked, relax.Call) and getattr(stacked.op, "name", None) == "relax.stack"
+            and call.attrs.axis is not None and len(call.attrs.axis) == 1 and not call.attrs.keepdims
+            and int(call.attrs.axis[0]) == int(stacked.attrs.axis) and hasattr(stacked.args[0], "fields")
+            and len(stacked.args[0].fields) > 0):
+        return call
+    parts = [_unbroadcast(mutator, part) for part in stacked.args[0].fields]
+    if not any(_same_shape(part, call) for part in parts):  # nothing left to give the result its shape
+        parts = list(stacked.args[0].fields)
+    if len(parts) == 1:
+        return call
+    combine = getattr(relax.op, ELEMENTWISE_OF_REDUCTION[op])
+    result = parts[0]
+    for part in parts[1:-1]:
+        result = mutator.builder_.emit(combine(result, part))
+    return combine(result, parts[-1])  # not emitted: a binding of one variable to another stops layout inference
+
+
+def _unbroadcast(mutator, part):
+    """What broadcast_to(x, shape) broadcast, where an element-wise operator broadcasts it alike: x if it has
+    that shape already, a constant of one value as a scalar; else the part itself."""
+    from tvm import relax
+
+    bound = mutator.lookup_binding(part) if isinstance(part, relax.Var) else None
+    if not (isinstance(bound, relax.Call) and getattr(bound.op, "name", None) == "relax.broadcast_to"):
+        return part
+    source = bound.args[0]
+    if _single_value(source) is not None:
+        return _scalar(source)
+    return source if _same_shape(source, part) else part
+
+
+def _same_shape(a, b) -> bool:
+    shape_a, shape_b = getattr(a.ty, "shape", None), getattr(b.ty, "shape", None)
+    if shape_a is None or shape_b is None or not hasattr(shape_a, "values") or not hasattr(shape_b, "values"):
+        return False
+    try:
+        return [int(d) for d in shape_a.values] == [int(d) for d in shape_b.values]
+    except TypeError:  # a symbolic dimension
+        return False
+
+
+def _leaky_as_bound(mutator, x, alpha: float):
+    """leakyrelu(x, alpha), alpha >= 0, which is x where x > 0 and x * alpha elsewhere: with alpha <= 1, x * alpha
+    is at most x where x > 0 and at least x elsewhere, so the maximum picks leaky's value; with alpha > 1 the
+    minimum does."""
+    from tvm import relax
+
+    scaled = mutator.builder_.emit(relax.op.multiply(x, relax.const(alpha, str(x.ty.dtype))))
+    return relax.op.maximum(x, scaled) if alpha <= 1 else relax.op.minimum(x, scaled)
 
 
 BROADCASTING = {"relax.add", "relax.subtract", "relax.multiply", "relax.divide", "relax.maximum", "relax.minimum",
@@ -131,6 +194,22 @@ def _single_value(expr):
     if not shape or any(d != 1 for d in shape):  # a scalar already, or more than one value: never copied out
         return None
     return expr.value.numpy().reshape(())
+
+
+def _rank(expr) -> int:
+    shape = getattr(expr.ty, "shape", None)
+    return len(shape) if shape is not None and hasattr(shape, "values") else -1
+
+
+def _constant_of_rank(expr, rank: int):
+    """A constant of lower rank reshaped to `rank` dimensions, ones leading (the same broadcast); else expr."""
+    from tvm import relax
+    from tvm.ir import Constant
+
+    if not isinstance(expr, Constant) or not 1 <= _rank(expr) < rank:  # a scalar broadcasts in any layout
+        return expr
+    value = expr.value.numpy()
+    return relax.const(value.reshape((1,) * (rank - value.ndim) + value.shape), str(value.dtype))
 
 
 def _scalar(expr):
