@@ -9,6 +9,8 @@ it can infer a layout for, so the transposes sit at the model's edges and the we
 - `layout = "auto"` (the default) converts float convs only: integer convs keep NCHW, the layout their VNNI and sdot
   kernels are written for. `"NHWC"` converts them too; `"NCHW"` (or None) keeps the model's layout.
 - Transposed convs keep NCHW, the only layout TVM legalises them in.
+- A conv1d goes NWC / WIO where that pays (`_channels_last_pays`): its vectors then run over channels, not
+  over the few time steps a streaming audio model gives it.
 - clip, which TVM 0.27 infers no layout for, is rewritten first as a maximum and a minimum, which it does:
   the hard-swish activations of a DB text detector had put 16 transposes around their clips. So is a
   leaky ReLU (as the maximum of x and alpha * x): each of AECMOS's went back to NCHW, and its max pool with it.
@@ -26,7 +28,8 @@ import re
 from modelbuild.compiler.relax_rewrite import rewrite_calls
 from modelbuild.errors import last_line
 
-CHANNELS_LAST = {"relax.nn.conv2d": ["NHWC", "HWIO"]}
+CHANNELS_LAST = {"relax.nn.conv2d": ["NHWC", "HWIO"], "relax.nn.conv1d": ["NWC", "WIO"]}
+CONVS = tuple(CHANNELS_LAST)
 LAYOUTS = ("auto", "NHWC")  # the recipe's layouts that convert convs
 CONVERTED = "channels-last"
 KEPT = "model"
@@ -52,8 +55,8 @@ def _has_conv(module, *, floats_only: bool) -> bool:
     found = []
 
     def visit(expr):
-        if (isinstance(expr, relax.Call) and getattr(expr.op, "name", None) == "relax.nn.conv2d"
-                and (not floats_only or _is_float(expr.args[0]))):
+        if (isinstance(expr, relax.Call) and getattr(expr.op, "name", None) in CONVS
+                and (not floats_only or _is_float(expr.args[0])) and _channels_last_pays(expr)):
             found.append(expr)
 
     for func in module.functions.values():
@@ -73,7 +76,25 @@ def _desired_layouts(call, layout: str) -> dict:
         return {op: ["NCHW", "IOHW"]}
     if layout == "auto" and op == "relax.nn.conv2d" and not _is_float(call.args[0]):
         return {}
+    if op == "relax.nn.conv1d" and ((layout == "auto" and not _is_float(call.args[0]))
+                                    or not _channels_last_pays(call)):
+        return {op: ["NCW", "OIW"]}  # asked for: with no wish, it would take its input's layout, NWC
     return CHANNELS_LAST
+
+
+def _channels_last_pays(conv) -> bool:
+    """Every conv2d; a conv1d where its output channels make whole 8-lane vectors and it has one group. A
+    conv1d's output rows are a clip's time steps, often 1 to 4 in a streaming model (silero's encoder:
+    129 -> 128 channels over 4 steps, 11.9 us in NCW, 3.2 us NWC); but DNSMOS's 161 spectrogram bins over
+    900 steps ran 18x slower NWC, in vectors its channels do not fill."""
+    if getattr(conv.op, "name", None) != "relax.nn.conv1d":
+        return True
+    shape = getattr(conv.ty, "shape", None)
+    try:
+        channels = int(shape.values[1]) if shape is not None and hasattr(shape, "values") else 0
+    except TypeError:  # a symbolic dimension
+        return False
+    return int(conv.attrs.groups) == 1 and channels % 8 == 0 and conv.attrs.data_layout == "NCW"
 
 
 ELEMENTWISE_OF_REDUCTION = {"relax.max": "maximum", "relax.min": "minimum", "relax.sum": "add"}
@@ -100,6 +121,8 @@ def _as_inferable(mutator, call):
     - one with a constant of lower rank beside a 4-D operand ([C, 1, 1] beside [1, C, H, W], tf2onnx's batch
       normalisation), which layout inference gives up on too, with the constant's shape led by ones (a 3-D
       tensor beside a constant of its rank got transposes where it had none: magika's);
+    - a squeeze of negative axes as the same axes counted from the front: ConvertLayout failed with
+      std::bad_alloc on silero's squeeze(x, axis=[-1]);
     - max / min / sum over axis k of stack([a, b, ...], axis=k), without keepdims, as maximum(a, b, ...)."""
     from tvm import relax
 
@@ -116,6 +139,9 @@ def _as_inferable(mutator, call):
         x, dtype = call.args[0], str(call.args[0].ty.dtype)
         low, high = (relax.const(float(bound.value), dtype) for bound in call.args[1:3])
         return relax.op.minimum(mutator.builder_.emit(relax.op.maximum(x, low)), high)
+    if op == "relax.squeeze" and call.attrs.axis is not None and any(int(a) < 0 for a in call.attrs.axis):
+        rank = _rank(call.args[0])
+        return relax.op.squeeze(call.args[0], [int(a) % rank for a in call.attrs.axis]) if rank > 0 else call
     if op == "relax.nn.leakyrelu" and _is_float(call.args[0]) and float(call.attrs.alpha) >= 0:
         return _leaky_as_bound(mutator, call.args[0], float(call.attrs.alpha))
     if op in ELEMENTWISE_OF_REDUCTION and isinstance(call.args[0], relax.Var):
