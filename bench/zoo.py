@@ -156,6 +156,8 @@ ZOO = [
     ZooModel("resnext_ish", "generated: ResNeXt bottlenecks, grouped 3x3 convs of 4 and 8 channels a group",
              "generated:resnext_ish", {"x": [1, 3, 114, 114]},
              int8=("random", {})),
+    ZooModel("tdnn_ish", "generated: an x-vector speaker embedding, dilated conv1d over 200 fbank frames, "
+             "statistics pooling", "generated:tdnn_ish", {"feats": [1, 80, 200]}),
 ]
 
 
@@ -390,8 +392,51 @@ def text_cls_fp16(path: Path) -> None:
     onnx.save(convert_float_to_float16(onnx.load(str(REPO / "models" / "text_direction_cls.onnx"))), str(path))
 
 
+def tdnn_ish(path: Path) -> None:
+    """An x-vector speaker embedding (Snyder et al., 2018) as speech toolkits export one: five TDNN layers,
+    conv1d over [1, 80, 200] filterbank frames with 5-, 3- and 3-tap kernels dilated 1, 2 and 3, then 1x1,
+    ReLU after each; the mean and standard deviation over time concatenated, and a dense layer to a 192-value
+    embedding. Seeded random weights (He-scaled); no such model ships in a PyPI package this zoo could use."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    inits, nodes = [], []
+
+    def const(name, value):
+        inits.append(numpy_helper.from_array(np.asarray(value, dtype=np.float32), name))
+        return name
+
+    def node(op, inputs, name, **attrs):
+        nodes.append(helper.make_node(op, inputs, [name], name=name, **attrs))
+        return name
+
+    x, cin = "feats", 80
+    for i, (cout, taps, dilation) in enumerate([(512, 5, 1), (512, 3, 2), (512, 3, 3), (512, 1, 1), (1500, 1, 1)]):
+        w = const(f"tdnn{i}.w", rng.standard_normal((cout, cin, taps)) / math.sqrt(cin * taps))
+        b = const(f"tdnn{i}.b", rng.standard_normal(cout) * 0.1)
+        conv = node("Conv", [x, w, b], f"tdnn{i}", dilations=[dilation], pads=[dilation * (taps // 2)] * 2)
+        x, cin = node("Relu", [conv], f"tdnn{i}.relu"), cout
+    mean = node("ReduceMean", [x], "stats.mean", axes=[2], keepdims=1)
+    centred = node("Sub", [x, mean], "stats.centred")
+    var = node("ReduceMean", [node("Mul", [centred, centred], "stats.sq")], "stats.var", axes=[2], keepdims=0)
+    std = node("Sqrt", [node("Add", [var, const("stats.eps", 1e-5)], "stats.var_eps")], "stats.std")
+    flat_mean = node("Squeeze", [mean, "stats.axis"], "stats.flat_mean")
+    inits.append(numpy_helper.from_array(np.array([2], dtype=np.int64), "stats.axis"))
+    stats = node("Concat", [flat_mean, std], "stats", axis=1)
+    node("Gemm", [stats, const("embed.w", rng.standard_normal((192, 2 * cin)) / math.sqrt(2 * cin)),
+                  const("embed.b", np.zeros(192))], "embedding", transB=1)
+    graph = helper.make_graph(nodes, "tdnn_ish", [helper.make_tensor_value_info("feats", TensorProto.FLOAT,
+                                                                                [1, 80, 200])],
+                              [helper.make_tensor_value_info("embedding", TensorProto.FLOAT, [1, 192])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+
+
 GENERATORS = {"resnet_ish": resnet_ish, "resnext_ish": resnext_ish, "orientation_qop": orientation_qop,
-              "text_cls_fp16": text_cls_fp16, "bert_ish": bert_ish}
+              "text_cls_fp16": text_cls_fp16, "bert_ish": bert_ish, "tdnn_ish": tdnn_ish}
 
 
 # --- building ------------------------------------------------------------------------------------------------
