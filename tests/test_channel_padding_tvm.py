@@ -78,3 +78,52 @@ def test_heads_the_vector_width_divides_or_narrower_than_a_vector_are_left_as_th
     for columns in (48, 10):
         module, _ = matmul_head(columns)
         assert any([32, columns] in shapes for shapes in kernel_shapes(module, "auto").values())
+
+
+def conv1d_head(channels: int, inputs: int, taps: int, stride: int, steps: int):
+    from tvm import relax
+
+    weight = np.random.default_rng(13).standard_normal((channels, inputs, taps)).astype("float32")
+
+    def body(bb, x):
+        return bb.emit(relax.op.nn.relu(bb.emit(relax.op.nn.conv1d(x, relax.const(weight), strides=stride))))
+
+    return build_module(body, (1, inputs, (steps - 1) * stride + taps))
+
+
+@pytest.mark.parametrize("channels, inputs, taps, stride, steps, computed", [
+    (161, 16, 1, 1, 90, 176),  # DNSMOS's spectrogram bins: 18x slower NWC in vectors they do not fill
+    (258, 1, 256, 128, 4, 272),  # silero's STFT: a 256-tap conv of the waveform
+])
+def test_a_conv1d_goes_channels_last_in_whole_vectors_and_matches_the_stock_ncw_conv(channels, inputs, taps, stride,
+                                                                                    steps, computed):
+    """Padded to whole vectors, a conv1d's channels are worth computing NWC (161 over 900 steps 0.7x NCW's
+    time, silero's STFT 0.5x)."""
+    import tvm
+
+    module = conv1d_head(channels, inputs, taps, stride, steps)
+    assert any([taps, inputs, computed] in shapes for shapes in kernel_shapes(module, "auto").values())  # WIO
+    _, run = scheduled_kernel(module, "conv1d", schedule=True, layout="auto")
+    _, stock = scheduled_kernel(conv1d_head(channels, inputs, taps, stride, steps), "conv1d", schedule=False,
+                                layout="NCHW")
+    x = tvm.runtime.tensor(np.random.default_rng(14).standard_normal((1, inputs, (steps - 1) * stride + taps))
+                           .astype("float32"))
+    out = run(x).numpy()
+    assert out.shape == (1, channels, steps)
+    np.testing.assert_allclose(out, stock(x).numpy(), rtol=1e-4, atol=1e-3)
+
+
+def test_a_conv1d_whose_taps_alone_fill_a_weight_pass_is_scheduled_for_avx512():
+    """256 taps of 129 channels to 256, NWC: a 6 x 4 tile of AVX-512 vectors reads 64 KB of weights per input
+    channel, more than a pass holds (WEIGHT_PASS_BYTES), and the default schedule crashed looking for a block
+    of no channels (StopIteration, the whole compile with it). Lowered only: this CPU may lack AVX-512."""
+    import tvm
+
+    from modelbuild.compiler import lowering
+
+    module = conv1d_head(256, 129, 256, 128, 8)
+    target = tvm.target.Target({"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2})
+    with target, tvm.transform.PassContext(opt_level=3):
+        phases = lowering.lower(module, target, fuse=True, layout="auto", schedule=True)
+    conv = next(f for gv, f in phases.fused.functions.items() if "conv1d" in gv.name_hint)
+    assert "T.vectorized(" in conv.script()  # scheduled, not left as TVM's loops

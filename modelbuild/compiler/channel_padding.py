@@ -94,10 +94,10 @@ def padded_channels(channels: int) -> int:
 
 
 def _weight_channel_axis(call) -> int | None:
-    """The weights' output-channel axis of a float matmul by a [K, N] matrix or an ungrouped NHWC / HWIO conv,
-    with static shapes; None for any other call."""
+    """The weights' output-channel axis of a float matmul by a [K, N] matrix or an ungrouped NHWC / HWIO conv2d
+    or NWC / WIO conv1d, with static shapes; None for any other call."""
     op = getattr(call.op, "name", None)
-    if op not in ("relax.matmul", "relax.nn.conv2d") or len(call.args) < 2:
+    if op not in ("relax.matmul", "relax.nn.conv2d", "relax.nn.conv1d") or len(call.args) < 2:
         return None
     try:
         data = [int(d) for d in call.args[0].ty.shape.values]
@@ -111,7 +111,9 @@ def _weight_channel_axis(call) -> int | None:
         return 1 if len(weight) == 2 else None
     attrs = call.attrs
     layouts = (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout or attrs.data_layout))
-    return 3 if layouts == ("NHWC", "HWIO", "NHWC") and int(attrs.groups) == 1 else None
+    if int(attrs.groups) != 1:
+        return None
+    return {("NHWC", "HWIO", "NHWC"): 3, ("NWC", "WIO", "NWC"): 2}.get(layouts)
 
 
 def _padded(bb, call, weight_axis: int, channels: int, padded: int):

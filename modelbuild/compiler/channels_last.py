@@ -83,10 +83,13 @@ def _desired_layouts(call, layout: str) -> dict:
 
 
 def _channels_last_pays(conv) -> bool:
-    """Every conv2d; a conv1d where its output channels make whole 8-lane vectors and it has one group. A
-    conv1d's output rows are a clip's time steps, often 1 to 4 in a streaming model (silero's encoder:
-    129 -> 128 channels over 4 steps, 11.9 us in NCW, 3.2 us NWC); but DNSMOS's 161 spectrogram bins over
-    900 steps ran 18x slower NWC, in vectors its channels do not fill."""
+    """Every conv2d; a conv1d with one group whose output channels make whole 8-lane vectors, as computed
+    (channel_padding rounds 161 up to 176, 1500 to 1504). A conv1d's output rows are a clip's time steps, often
+    1 to 4 in a streaming model: silero's encoder, 129 -> 128 channels over 4 steps, ran 11.9 us NCW and 3.2 us
+    NWC; but a conv1d to 161 channels over 900 steps (DNSMOS's spectrogram) 18x slower NWC, where its channels
+    made no whole vectors, 0.7x padded to 176."""
+    from modelbuild.compiler.channel_padding import padded_channels
+
     if getattr(conv.op, "name", None) != "relax.nn.conv1d":
         return True
     shape = getattr(conv.ty, "shape", None)
@@ -94,7 +97,8 @@ def _channels_last_pays(conv) -> bool:
         channels = int(shape.values[1]) if shape is not None and hasattr(shape, "values") else 0
     except TypeError:  # a symbolic dimension
         return False
-    return int(conv.attrs.groups) == 1 and channels % 8 == 0 and conv.attrs.data_layout == "NCW"
+    return (int(conv.attrs.groups) == 1 and channels > 0 and padded_channels(channels) % 8 == 0
+            and conv.attrs.data_layout == "NCW")
 
 
 ELEMENTWISE_OF_REDUCTION = {"relax.max": "maximum", "relax.min": "minimum", "relax.sum": "add"}

@@ -435,7 +435,10 @@ def _channel_blocks(sch, reduce, lanes: int):
     per_channel = _work(sch, reduce[:-1]) * lanes * 4  # bytes of float32 weights per input channel
     if channels is None or channels * per_channel <= WEIGHT_PASS_BYTES:
         return None
-    block = packed_conv.largest_divisor(channels, WEIGHT_PASS_BYTES // per_channel)
+    fitting = WEIGHT_PASS_BYTES // per_channel
+    if fitting < MIN_CHANNEL_BLOCK:  # one channel's taps alone fill a pass (a 256-tap conv1d): no block helps
+        return None
+    block = packed_conv.largest_divisor(channels, fitting)
     if block < MIN_CHANNEL_BLOCK:
         return None
     return tuple(sch.split(reduce[-1], factors=[None, block]))
