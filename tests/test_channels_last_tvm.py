@@ -10,6 +10,46 @@ from tests.relax_graphs import build_module, kernel_shapes
 pytestmark = pytest.mark.tvm
 
 
+def run(module, x: np.ndarray) -> np.ndarray:
+    """main(x) of the module, built by stock TVM."""
+    import tvm
+    from tvm import relax
+
+    executable = tvm.compile(module, target="llvm")
+    return relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+
+
+def onnx_between_convs(name: str, nodes: list, constants: dict):
+    """Conv(x, w1) -> `nodes` (from "a" to "e") -> Conv(e, w2) as an ONNX graph of opset 13, x [1, 8, 10, 12]."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(25)
+    constants = {"w1": rng.standard_normal((16, 8, 3, 3)), "w2": rng.standard_normal((16, 16, 1, 1)), **constants}
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1]), *nodes,
+             helper.make_node("Conv", ["e", "w2"], ["y"])]
+    graph = helper.make_graph(nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 10, 12])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 10, 12])],
+                              [numpy_helper.from_array(v.astype(np.float32), k) for k, v in constants.items()])
+    return onnx.helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def assert_channels_last_throughout(model, seed: int) -> None:
+    """The imported model converts, its activations leave channels-last once (at the output), and it computes
+    what the unconverted module does."""
+    from modelbuild.compiler import channels_last, layer_names
+
+    module = layer_names.from_onnx(model, {"x": [1, 8, 10, 12]}, {"x": "float32"})
+    converted, used = channels_last.convert(module, "auto")
+    assert used == channels_last.CONVERTED
+    activations = [line for line in converted.script().splitlines()
+                   if "R.permute_dims(" in line and ("(1, 16, 10, 12)" in line or "(1, 10, 12, 16)" in line)]
+    assert len(activations) == 1
+    x = np.random.default_rng(seed).uniform(-8, 8, (1, 8, 10, 12)).astype("float32")
+    outputs = [run(mod, x) for mod in (module, converted)]
+    np.testing.assert_allclose(outputs[1], outputs[0], rtol=1e-5, atol=1e-4)
+
+
 def float_and_integer_convs(bb, x):
     """A float conv 8 -> 16 channels, and an int8 conv 8 -> 24 channels of the same input cast to int8."""
     from tvm import relax
@@ -49,9 +89,6 @@ def hard_swish_between_convs(bb, x):
 
 
 def test_a_clip_between_convs_keeps_them_channels_last_and_computes_the_same():
-    import tvm
-    from tvm import relax
-
     from modelbuild.compiler import channels_last
 
     module = build_module(hard_swish_between_convs, (1, 8, 10, 12))
@@ -60,10 +97,7 @@ def test_a_clip_between_convs_keeps_them_channels_last_and_computes_the_same():
     assert converted.script().count("R.permute_dims(x") == 1  # into channels-last once, at the input
     assert "R.clip(" not in converted.script()
     x = np.random.default_rng(16).uniform(-8, 8, (1, 8, 10, 12)).astype("float32")
-    outputs = []
-    for mod in (module, converted):
-        executable = tvm.compile(mod, target="llvm")
-        outputs.append(relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy())
+    outputs = [run(mod, x) for mod in (module, converted)]
     np.testing.assert_allclose(outputs[1], outputs[0], rtol=1e-5, atol=1e-4)
 
 
@@ -85,9 +119,6 @@ def leaky_relu_and_pool_between_convs(alpha: float):
 def test_a_leaky_relu_between_convs_keeps_them_and_the_pool_channels_last_and_computes_the_same(alpha):
     """TVM 0.27 infers no layout for leakyrelu: the conv's output went back to NCHW, and the pool after it.
     A negative alpha (no maximum or minimum is leaky's value) is left as it is."""
-    import tvm
-    from tvm import relax
-
     from modelbuild.compiler import channels_last
 
     module = leaky_relu_and_pool_between_convs(alpha)
@@ -101,76 +132,41 @@ def test_a_leaky_relu_between_convs_keeps_them_and_the_pool_channels_last_and_co
     else:
         assert "leakyrelu" in script
     x = np.random.default_rng(36).uniform(-8, 8, (1, 8, 10, 12)).astype("float32")
-    outputs = []
-    for mod in (module, converted):
-        executable = tvm.compile(mod, target="llvm")
-        outputs.append(relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy())
+    outputs = [run(mod, x) for mod in (module, converted)]
     np.testing.assert_allclose(outputs[1], outputs[0], rtol=1e-5, atol=1e-4)
 
 
 def onnx_hard_swish_between_convs():
-    """conv -> x * Clip(x + 3, 0, 6) / 6 -> conv as an ONNX graph of opset 13: Clip's bounds are inputs and
-    3 and 6 tensors of shape [1], as the layout detector of the zoo has it."""
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
+    """conv -> x * Clip(x + 3, 0, 6) / 6 -> conv: Clip's bounds are inputs and 3 and 6 tensors of shape [1], as
+    the layout detector of the zoo has it."""
+    from onnx import helper
 
-    rng = np.random.default_rng(25)
-    constants = {"w1": rng.standard_normal((16, 8, 3, 3)), "w2": rng.standard_normal((16, 16, 1, 1)),
-                 "three": np.array([3.0]), "six": np.array([6.0]), "zero": np.array(0.0), "top": np.array(6.0)}
-    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1]),
-             helper.make_node("Add", ["a", "three"], ["b"]),
+    nodes = [helper.make_node("Add", ["a", "three"], ["b"]),
              helper.make_node("Clip", ["b", "zero", "top"], ["c"]),
              helper.make_node("Mul", ["a", "c"], ["d"]),
-             helper.make_node("Div", ["d", "six"], ["e"]),
-             helper.make_node("Conv", ["e", "w2"], ["y"])]
-    graph = helper.make_graph(nodes, "hard_swish", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 10, 12])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 10, 12])],
-                              [numpy_helper.from_array(v.astype(np.float32), k) for k, v in constants.items()])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+             helper.make_node("Div", ["d", "six"], ["e"])]
+    return onnx_between_convs("hard_swish", nodes, {"three": np.array([3.0]), "six": np.array([6.0]),
+                                                     "zero": np.array(0.0), "top": np.array(6.0)})
 
 
 def test_an_onnx_clip_with_input_bounds_and_one_value_constants_keep_the_convs_channels_last():
     """TVM's importer makes that Clip two call_tir kernels and keeps 3 and 6 as [1] tensors; layout inference
     stopped at each (two transposes per activation, 46% of the layout net's kernel time)."""
-    import tvm
-    from tvm import relax
-
-    from modelbuild.compiler import channels_last, layer_names
-
-    module = layer_names.from_onnx(onnx_hard_swish_between_convs(), {"x": [1, 8, 10, 12]}, {"x": "float32"})
-    converted, used = channels_last.convert(module, "auto")
-    assert used == channels_last.CONVERTED
-    activations = [line for line in converted.script().splitlines()
-                   if "R.permute_dims(" in line and ("(1, 16, 10, 12)" in line or "(1, 10, 12, 16)" in line)]
-    assert len(activations) == 1  # out of channels-last once, at the output
-    x = np.random.default_rng(26).uniform(-8, 8, (1, 8, 10, 12)).astype("float32")
-    outputs = []
-    for mod in (module, converted):
-        executable = tvm.compile(mod, target="llvm")
-        outputs.append(relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy())
-    np.testing.assert_allclose(outputs[1], outputs[0], rtol=1e-5, atol=1e-4)
+    assert_channels_last_throughout(onnx_hard_swish_between_convs(), seed=26)
 
 
 def onnx_tf_style_block():
     """conv -> Mul and Add by [C, 1, 1] constants (tf2onnx's batch normalisation) -> LeakyRelu -> Max with a
     one-value constant -> conv, as openWakeWord's speech embedding repeats it 19 times."""
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import helper
 
     rng = np.random.default_rng(45)
-    constants = {"w1": rng.standard_normal((16, 8, 3, 3)), "w2": rng.standard_normal((16, 16, 1, 1)),
-                 "scale": rng.uniform(0.5, 2, (16, 1, 1)), "shift": rng.standard_normal((16, 1, 1)),
-                 "floor": np.array([-0.4])}
-    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1]),
-             helper.make_node("Mul", ["a", "scale"], ["b"]),
+    nodes = [helper.make_node("Mul", ["a", "scale"], ["b"]),
              helper.make_node("Add", ["b", "shift"], ["c"]),
              helper.make_node("LeakyRelu", ["c"], ["d"], alpha=0.2),
-             helper.make_node("Max", ["d", "floor"], ["e"]),
-             helper.make_node("Conv", ["e", "w2"], ["y"])]
-    graph = helper.make_graph(nodes, "tf_block", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 10, 12])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 10, 12])],
-                              [numpy_helper.from_array(v.astype(np.float32), k) for k, v in constants.items()])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+             helper.make_node("Max", ["d", "floor"], ["e"])]
+    return onnx_between_convs("tf_block", nodes, {"scale": rng.uniform(0.5, 2, (16, 1, 1)),
+                                                   "shift": rng.standard_normal((16, 1, 1)), "floor": np.array([-0.4])})
 
 
 def test_a_tf2onnx_block_of_batch_norm_leaky_relu_and_max_stays_channels_last_and_computes_the_same():
@@ -178,23 +174,7 @@ def test_a_tf2onnx_block_of_batch_norm_leaky_relu_and_max_stays_channels_last_an
     broadcast_to that TVM's importer puts before the stack of Max's inputs (and, unused once the stack is
     rewritten, until it is removed), and the binding of one variable to another that the stack's rewrite
     left. Fails without any one of them."""
-    import tvm
-    from tvm import relax
-
-    from modelbuild.compiler import channels_last, layer_names
-
-    module = layer_names.from_onnx(onnx_tf_style_block(), {"x": [1, 8, 10, 12]}, {"x": "float32"})
-    converted, used = channels_last.convert(module, "auto")
-    assert used == channels_last.CONVERTED
-    activations = [line for line in converted.script().splitlines()
-                   if "R.permute_dims(" in line and ("(1, 16, 10, 12)" in line or "(1, 10, 12, 16)" in line)]
-    assert len(activations) == 1  # out of channels-last once, at the output
-    x = np.random.default_rng(46).uniform(-8, 8, (1, 8, 10, 12)).astype("float32")
-    outputs = []
-    for mod in (module, converted):
-        executable = tvm.compile(mod, target="llvm")
-        outputs.append(relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy())
-    np.testing.assert_allclose(outputs[1], outputs[0], rtol=1e-5, atol=1e-4)
+    assert_channels_last_throughout(onnx_tf_style_block(), seed=46)
 
 
 def reduced_stack(keepdims: bool):
@@ -262,6 +242,8 @@ def test_a_conv1d_goes_channels_last_where_its_channels_fill_vectors(second_chan
     import tvm
     from tvm import relax
 
+    from modelbuild.compiler import lowering
+
     module = conv1d_encoder(second_channels, groups)
     shapes = kernel_shapes(module, "auto")
     assert any([1, 4, 128] in s for name, s in shapes.items() if "conv1d" in name)  # the first: NWC
@@ -270,8 +252,6 @@ def test_a_conv1d_goes_channels_last_where_its_channels_fill_vectors(second_chan
     x = np.random.default_rng(56).standard_normal((1, 64, 4)).astype("float32")
     outputs = []
     for layout in ("NCHW", "auto"):
-        from modelbuild.compiler import lowering
-
         target = tvm.target.Target({"kind": "llvm", "num-cores": 2})
         with target, tvm.transform.PassContext(opt_level=3):
             phases = lowering.lower(module, target, fuse=True, layout=layout, schedule=True)
@@ -283,7 +263,6 @@ def test_a_conv1d_goes_channels_last_where_its_channels_fill_vectors(second_chan
 def test_a_squeeze_of_a_negative_axis_converts_and_computes_the_same():
     """ConvertLayout failed with std::bad_alloc on squeeze(x, axis=[-1]), as silero's encoder ends, so the
     whole model kept its layout."""
-    import tvm
     from tvm import relax
 
     from modelbuild.compiler import channels_last
@@ -297,9 +276,6 @@ def test_a_squeeze_of_a_negative_axis_converts_and_computes_the_same():
     converted, used = channels_last.convert(module, "auto")
     assert used == channels_last.CONVERTED
     x = np.random.default_rng(66).standard_normal((1, 64, 1)).astype("float32")
-    outputs = []
-    for mod in (module, converted):
-        executable = tvm.compile(mod, target="llvm")
-        outputs.append(relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy())
+    outputs = [run(mod, x) for mod in (module, converted)]
     assert outputs[1].shape == (1, 128)
     np.testing.assert_allclose(outputs[1], outputs[0], rtol=1e-5, atol=1e-4)
