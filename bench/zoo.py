@@ -157,7 +157,7 @@ ZOO = [
              "generated:resnext_ish", {"x": [1, 3, 114, 114]},
              int8=("random", {})),
     ZooModel("tdnn_ish", "generated: an x-vector speaker embedding, dilated conv1d over 200 fbank frames, "
-             "statistics pooling", "generated:tdnn_ish", {"feats": [1, 80, 200]}),
+             "statistics pooling", "generated:tdnn_ish", {"feats": [1, 80, 200]}, int8=("random", {})),
 ]
 
 

@@ -56,6 +56,29 @@ def two_convs(path: Path, *, channels: int = 16, seed: int = 0, same_upper: bool
     return path
 
 
+def two_conv1ds(path: Path, *, channels: int = 16, seed: int = 0) -> Path:
+    """x[1,8,T] -> Conv (5 taps) -> Relu -> Conv (3 taps, dilated 2, stride 2) -> y: the 1-D convs of a speech
+    model (a TDNN's dilations), for the integer rewrite."""
+    rng = np.random.default_rng(seed)
+    w1 = numpy_helper.from_array(rng.standard_normal((channels, 8, 5)).astype(np.float32), "w1")
+    w2 = numpy_helper.from_array(rng.standard_normal((channels, channels, 3)).astype(np.float32), "w2")
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", pads=[2, 2]),
+        helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+        helper.make_node("Conv", ["r1", "w2"], ["y"], name="conv2", pads=[2, 2], dilations=[2], strides=[2]),
+    ]
+    graph = helper.make_graph(
+        nodes, "two_conv1ds",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, "t"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, channels, "t2"])],
+        initializer=[w1, w2],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
 def two_in_two_out(path: Path, names: tuple[str, str, str, str] = ("zeta", "alpha", "z_out", "a_out")) -> Path:
     """Inputs zeta, alpha and outputs z_out [1, 4], a_out [1, 1], each listed against alphabetical order:
     z_out = zeta - alpha tells swapped inputs apart although their shapes agree. `names` renames them, in

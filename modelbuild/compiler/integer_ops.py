@@ -46,6 +46,8 @@ def rewrite(module):
         def visit_call_(self, call):
             call = super().visit_call_(call)
             name = getattr(call.op, "name", None)
+            if name == "relax.nn.conv1d":
+                return self._conv1d(call)
             if name not in _OPS:
                 return call
             data = self._dequantized(call.args[0], _EIGHT_BIT + (_SPLIT,))
@@ -53,6 +55,27 @@ def rewrite(module):
             if data is None or weight is None or not _channels_supported(call, weight[1], weight[3]):
                 return call
             return _integer(self.builder_, call, data, weight)
+
+        def _conv1d(self, call):
+            """A conv1d over dequantized 8-bit data and constant weights as the integer conv2d of one row, the
+            same sums: onnxruntime quantizes a speech model's conv1d as any conv, and it ran in float."""
+            data = self._dequantized(call.args[0], _EIGHT_BIT + (_SPLIT,))
+            weight = self._dequantized(call.args[1], _EIGHT_BIT)
+            attrs = call.attrs
+            per_channel = weight is not None and np.asarray(weight[1]).size > 1
+            if (data is None or weight is None or not isinstance(weight[0], Constant)
+                    or (per_channel and weight[3] % 3 != 0)  # scales along the output channels, or one
+                    or (str(attrs.data_layout), str(attrs.kernel_layout)) != ("NCW", "OIW")):
+                return call
+            row = self.builder_.emit(relax.op.expand_dims(data[0], 2))
+            taps = relax.const(constant_value(weight[0])[:, :, None, :], str(weight[0].ty.dtype))
+            as_2d = self.builder_.normalize(relax.op.nn.conv2d(
+                relax.op.dequantize(row, relax.const(data[1]), relax.const(data[2]), axis=1),
+                relax.op.dequantize(taps, relax.const(weight[1]), relax.const(weight[2]), axis=0),
+                strides=(1, int(attrs.strides[0])), padding=(0, int(attrs.padding[0]), 0, int(attrs.padding[1])),
+                dilation=(1, int(attrs.dilation[0])), groups=int(attrs.groups), out_dtype=str(call.ty.dtype)))
+            rows = self.builder_.emit(_integer(self.builder_, as_2d, (row, *data[1:]), (taps, *weight[1:])))
+            return relax.op.squeeze(rows, [2])
 
         def _transposed_constant(self, expr):
             """As _dequantized, for a transpose of a dequantized 8-bit constant, with the constant transposed:
