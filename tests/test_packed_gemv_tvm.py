@@ -50,3 +50,26 @@ def test_other_matmuls_keep_their_weights_as_they_are(rows, n):
     script, got, want = step(rows, 32, n)
     assert 'T.int64(32), T.int64(16)), "float32")' not in script and "T.Buffer((T.int64(32), T.int64(" in script
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.tvm
+def test_a_gemv_by_a_gemms_transposed_weights_is_packed_too():
+    """onnx's Gemm(transB = 1), how PyTorch's Linear exports, imports as matmul(x, permute_dims(w)); folded, the
+    weights are a variable bound to a constant, which the packed kernel did not take (openWakeWord's detector)."""
+    import tvm
+    from tvm import relax
+
+    from tests.relax_graphs import scheduled_kernel
+
+    rng = np.random.default_rng(3)
+    weight, data = rng.standard_normal((64, 512)).astype("float32"), rng.standard_normal((1, 512)).astype("float32")
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(shape=(1, 512), dtype="float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            transposed = bb.emit(relax.op.permute_dims(relax.const(weight), [1, 0]))
+            out = bb.emit_output(relax.op.matmul(x, transposed))
+        bb.emit_func_output(out)
+    script, main = scheduled_kernel(bb.get(), "matmul", schedule=True)
+    assert 'T.Buffer((T.int64(4), T.int64(512), T.int64(16)), "float32")' in script
+    np.testing.assert_allclose(main(tvm.runtime.tensor(data)).numpy(), data @ weight.T, rtol=1e-4, atol=1e-4)

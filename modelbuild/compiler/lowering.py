@@ -93,7 +93,22 @@ def lower(module, target, *, fuse: bool, layout: str | None, database=None, sche
 def _legalize_matmul(bb, call):
     """A float GEMV by constant weights on packed weights (packed_gemv.py); any other matmul as the integer
     kernels legalise it (int8 by constant int8 weights), or TVM."""
+    call = _with_constant_weights(bb, call)
     return packed_gemv.legalize(bb, call) if packed_gemv.eligible(call) else legalize_matmul(bb, call)
+
+
+def _with_constant_weights(bb, call):
+    """The matmul reading as a constant the weights a variable names where it is bound to one: a Gemm's
+    transposed weights, folded by constant_folding, stay a binding, and the packed kernels take constants only
+    (openWakeWord's detector's GEMVs, Gemm layers of PyTorch's Linear, were not packed)."""
+    from tvm import relax
+    from tvm.ir import Constant
+
+    weights = call.args[1]
+    bound = bb.lookup_binding(weights) if isinstance(weights, relax.Var) else None
+    if not isinstance(bound, Constant):
+        return call
+    return bb.normalize(relax.Call(call.op, [call.args[0], bound], call.attrs))
 
 
 def _channels_last(module, layout: str | None):
