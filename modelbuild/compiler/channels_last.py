@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import re
 
-from modelbuild.compiler.relax_rewrite import rewrite_calls
+from modelbuild.compiler.channel_padding import padded_channels
+from modelbuild.compiler.relax_rewrite import known_shape, rewrite_calls
 from modelbuild.errors import last_line
 
 CHANNELS_LAST = {"relax.nn.conv2d": ["NHWC", "HWIO"], "relax.nn.conv1d": ["NWC", "WIO"]}
@@ -88,16 +89,10 @@ def _channels_last_pays(conv) -> bool:
     1 to 4 in a streaming model: silero's encoder, 129 -> 128 channels over 4 steps, ran 11.9 us NCW and 3.2 us
     NWC; but a conv1d to 161 channels over 900 steps (DNSMOS's spectrogram) 18x slower NWC, where its channels
     made no whole vectors, 0.7x padded to 176."""
-    from modelbuild.compiler.channel_padding import padded_channels
-
     if getattr(conv.op, "name", None) != "relax.nn.conv1d":
         return True
-    shape = getattr(conv.ty, "shape", None)
-    try:
-        channels = int(shape.values[1]) if shape is not None and hasattr(shape, "values") else 0
-    except TypeError:  # a symbolic dimension
-        return False
-    return (int(conv.attrs.groups) == 1 and channels > 0 and padded_channels(channels) % 8 == 0
+    shape = known_shape(conv)
+    return (shape is not None and int(conv.attrs.groups) == 1 and padded_channels(shape[1]) % 8 == 0
             and conv.attrs.data_layout == "NCW")
 
 
@@ -193,13 +188,8 @@ def _unbroadcast(mutator, part):
 
 
 def _same_shape(a, b) -> bool:
-    shape_a, shape_b = getattr(a.ty, "shape", None), getattr(b.ty, "shape", None)
-    if shape_a is None or shape_b is None or not hasattr(shape_a, "values") or not hasattr(shape_b, "values"):
-        return False
-    try:
-        return [int(d) for d in shape_a.values] == [int(d) for d in shape_b.values]
-    except TypeError:  # a symbolic dimension
-        return False
+    shape = known_shape(a)
+    return shape is not None and shape == known_shape(b)
 
 
 def _leaky_as_bound(mutator, x, alpha: float):

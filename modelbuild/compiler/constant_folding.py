@@ -10,7 +10,7 @@ zero point subtracted in int32, one float32 multiply). What is left on constants
 
 from __future__ import annotations
 
-from modelbuild.compiler.relax_rewrite import rewrite_calls
+from modelbuild.compiler.relax_rewrite import known_shape, rewrite_calls
 
 
 def fold(module):
@@ -19,7 +19,7 @@ def fold(module):
 
 
 def _reshape(call, values):
-    return values[0].reshape(_shape(call))
+    return values[0].reshape(known_shape(call))
 
 
 def _permute_dims(call, values):
@@ -64,7 +64,7 @@ def _folded(mutator, call):
     from tvm import relax
 
     compute = FOLDED.get(getattr(call.op, "name", ""))
-    if compute is None or _shape(call) is None:
+    if compute is None or known_shape(call) is None:  # symbolic: FoldConstant's
         return call
     tensors = [a for a in call.args if not isinstance(a, relax.ShapeExpr)]  # reshape's shape is its attribute
     values = [_value(mutator, a) for a in tensors]
@@ -86,12 +86,3 @@ def _value(mutator, expr):
         expr = mutator.lookup_binding(expr)
     return expr.value.numpy() if isinstance(expr, Constant) else None
 
-
-def _shape(expr) -> list[int] | None:
-    """The expression's shape, or None where a dimension is symbolic (FoldConstant's, then)."""
-    from tvm import tirx
-
-    dims = getattr(getattr(expr.ty, "shape", None), "values", None)
-    if dims is None or not all(isinstance(d, tirx.IntImm) for d in dims):
-        return None
-    return [int(d) for d in dims]

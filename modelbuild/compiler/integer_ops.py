@@ -69,11 +69,10 @@ def rewrite(module):
                 return call
             row = self.builder_.emit(relax.op.expand_dims(data[0], 2))
             taps = relax.const(constant_value(weight[0])[:, :, None, :], str(weight[0].ty.dtype))
-            as_2d = self.builder_.normalize(relax.op.nn.conv2d(
-                relax.op.dequantize(row, relax.const(data[1]), relax.const(data[2]), axis=1),
-                relax.op.dequantize(taps, relax.const(weight[1]), relax.const(weight[2]), axis=0),
-                strides=(1, int(attrs.strides[0])), padding=(0, int(attrs.padding[0]), 0, int(attrs.padding[1])),
-                dilation=(1, int(attrs.dilation[0])), groups=int(attrs.groups), out_dtype=str(call.ty.dtype)))
+            as_2d = self.builder_.normalize(relax.op.nn.conv2d(  # what _integer computes, in its attributes
+                row, taps, strides=(1, int(attrs.strides[0])),
+                padding=(0, int(attrs.padding[0]), 0, int(attrs.padding[1])), dilation=(1, int(attrs.dilation[0])),
+                groups=int(attrs.groups), out_dtype=str(call.ty.dtype)))
             rows = self.builder_.emit(_integer(self.builder_, as_2d, (row, *data[1:]), (taps, *weight[1:])))
             return relax.op.squeeze(rows, [2])
 

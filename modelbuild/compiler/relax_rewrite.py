@@ -1,5 +1,5 @@
 """One way to rewrite the calls of a Relax module, shared by the graph rewrites before legalisation
-(conv_transpose.py, channel_padding.py, channels_last.py)."""
+(conv_transpose.py, channel_padding.py, channels_last.py), and what those rewrites ask of an expression."""
 
 from __future__ import annotations
 
@@ -26,3 +26,13 @@ def rewrite_calls(module, rule):
                 if added.name_hint not in present:
                     module[added] = function
     return module
+
+
+def known_shape(expr) -> list[int] | None:
+    """The expression's shape, or None where it has none or a dimension is symbolic."""
+    from tvm import tirx
+
+    dims = getattr(getattr(expr.ty, "shape", None), "values", None)
+    if dims is None or not all(isinstance(d, tirx.IntImm) for d in dims):
+        return None
+    return [int(d) for d in dims]

@@ -16,6 +16,7 @@ import math
 import numpy as np
 
 from modelbuild.compiler.integer_ops import constant_value
+from modelbuild.compiler.relax_rewrite import known_shape
 
 LANES = 16  # output columns per packed run: the default schedule's float vector (VECTOR_LANES)
 
@@ -29,12 +30,8 @@ def eligible(call) -> bool:
     if not (isinstance(weight, Constant) and str(weight.ty.dtype) == "float32" and len(weight.ty.shape) == 2
             and str(data.ty.dtype) == "float32" and str(call.attrs.out_dtype) in ("float32", "None", "void", "")):
         return False
-    shape = getattr(data.ty, "shape", None)
-    if shape is None or not hasattr(shape, "values") or len(shape.values) < 2:
-        return False
-    try:
-        dims = [int(d) for d in shape.values]
-    except TypeError:  # a symbolic dimension
+    dims = known_shape(data)
+    if dims is None or len(dims) < 2:
         return False
     return math.prod(dims[:-1]) == 1 and int(weight.ty.shape.values[1]) % LANES == 0
 
