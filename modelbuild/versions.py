@@ -25,14 +25,15 @@ def tool_version(name: str) -> str:
     """The installed version of a tool by its short name ('modelbuild', 'tvm', ...), or 'missing'."""
     if name == "modelbuild":
         return __version__
-    return _dist_info_version(DISTRIBUTIONS[name]) or _metadata_version(DISTRIBUTIONS[name])
+    return dist_info_version(DISTRIBUTIONS[name]) or _metadata_version(DISTRIBUTIONS[name])
 
 
-def _dist_info_version(distribution: str) -> str | None:
-    """The version in the name of the first `<name>-<version>.dist-info` folder on sys.path, as Python's own
-    lookup finds it. Listing a folder is cheap; importing importlib.metadata costs a no-op build 30 ms."""
+def dist_info_version(distribution: str, search_path: list[str] | None = None) -> str | None:
+    """The version in the name of the first `<name>-<version>.dist-info` folder on sys.path (or search_path),
+    as Python's own lookup finds it. Listing a folder is cheap; importing importlib.metadata costs a no-op
+    build 30 ms."""
     wanted = re.sub(r"[-_.]+", "_", distribution).lower()
-    for entry in sys.path:
+    for entry in sys.path if search_path is None else search_path:
         for folder in _dist_infos(entry):
             stem, _, version = folder.removesuffix(".dist-info").partition("-")
             if re.sub(r"[-_.]+", "_", stem).lower() == wanted:

@@ -241,7 +241,17 @@ def test_each_cuda_presets_kernels_compile_with_nvrtc_to_a_cubin_of_its_arch(tin
         cubin = bytes(nvcc.compile_cuda(source, target_format="cubin", arch=target["arch"]))
         # an ELF for NVIDIA's GPUs (EM_CUDA, 190) whose flags name the preset's architecture
         assert cubin[:4] == b"\x7fELF" and int.from_bytes(cubin[18:20], "little") == 190, preset
-        assert int.from_bytes(cubin[48:52], "little") & 0xFF == arch, preset
+        assert _cubin_arch(cubin) == arch, preset
+    # NVRTC 12 writes sm_100 in CUDA's second ELF ABI, as NVRTC 13 (an H200's toolkit) writes every arch
+    newer = bytes(nvcc.compile_cuda(source, target_format="cubin", arch="sm_100"))
+    assert newer[8] == 8 and _cubin_arch(newer) == 100
+
+
+def _cubin_arch(cubin: bytes) -> int:
+    """The SM a cubin is for, from its ELF flags: their low byte in CUDA's first ELF ABI (e_ident's ABI
+    version 7), their second byte in the next (version 8)."""
+    flags = int.from_bytes(cubin[48:52], "little")
+    return (flags >> 8) & 0xFF if cubin[8] >= 8 else flags & 0xFF
 
 
 def _modules(module):

@@ -16,6 +16,25 @@ from pathlib import Path
 TOOLKIT = Path("/usr/local/cuda")
 
 
+def loader_here(environ: dict[str, str], search_path: list[str], nvcc: str | None,
+                toolkit: Path = TOOLKIT) -> dict[str, str | None]:
+    """What loading a cuda library needs on this machine, found without importing it: cuda-bindings' version
+    (its NVRTC compiles the CUDA C) and the folder of the cuda_runtime.h TVM's callback will use; None where
+    missing. Read by `modelbuild doctor` on a machine whose GPU could run the library."""
+    from modelbuild.versions import dist_info_version
+
+    bindings = dist_info_version("cuda-bindings", search_path)
+    found = toolkit_environment(environ, search_path, nvcc, toolkit)
+    root = environ.get("CUDA_PATH") or found.get("CUDA_PATH") or str(_toolkit_of(nvcc, toolkit))
+    headers = Path(root) / "include"
+    return {"bindings": bindings,
+            "headers": str(headers) if (headers / "cuda_runtime.h").is_file() else None}
+
+
+def _toolkit_of(nvcc: str | None, toolkit: Path) -> Path:
+    return Path(os.path.realpath(Path(nvcc).parent.parent)) if nvcc else toolkit
+
+
 def toolkit_environment(environ: dict[str, str], search_path: list[str], nvcc: str | None,
                         toolkit: Path = TOOLKIT) -> dict[str, str]:
     """The variables to set for TVM's NVRTC callback: CUDA_PATH at pip's CUDA runtime headers and their
@@ -25,7 +44,7 @@ def toolkit_environment(environ: dict[str, str], search_path: list[str], nvcc: s
     has TVM look in /usr/local and fail: pip's headers then."""
     if "CUDA_PATH" in environ:
         return {}
-    chosen = Path(os.path.realpath(Path(nvcc).parent.parent)) if nvcc else toolkit
+    chosen = _toolkit_of(nvcc, toolkit)
     if (chosen / "include" / "cuda_runtime.h").is_file():
         return {}
     for entry in search_path:

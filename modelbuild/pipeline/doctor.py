@@ -8,6 +8,7 @@ the probes that gather those facts are small functions beside it, so the tests g
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -15,6 +16,7 @@ import sys
 from dataclasses import dataclass
 from typing import Callable
 
+from modelbuild.compiler import nvrtc
 from modelbuild.recipe import cgroup, gpus
 from modelbuild.recipe.targets import device_of, runs_on_host, why_not_run_here
 
@@ -52,9 +54,13 @@ def assess(name: str, target: dict, caps: dict, which: Callable[[str], str | Non
     if kind == "cuda":
         found = tuple(gpus.Gpu.described(fields) for fields in caps.get("gpus", ()))
         not_here = gpus.why_not_on_gpu(target, found, caps.get("no_gpu") or "no CUDA GPU here")
-        return TargetCheck(name, builds, build_note, "here" if not_here is None else None,
-                           "" if not_here is None else f"{not_here} (fix: a GPU machine with one, or a device over "
-                                                       "RPC: rpc = { tracker, key } in the target)")
+        if not_here is None:
+            missing = _nvrtc_missing(caps.get("nvrtc") or {})
+            return TargetCheck(name, builds, build_note, None if missing else "here",
+                               f"this GPU loads the library with NVRTC, and {missing} (fix: {gpus.NVRTC_PACKAGES})"
+                               if missing else "")
+        return TargetCheck(name, builds, build_note, None, f"{not_here} (fix: a GPU machine with one, or a device "
+                                                           "over RPC: rpc = { tracker, key } in the target)")
     not_here = why_not_run_here(target)
     if not_here is None:
         return TargetCheck(name, builds, build_note, "here", _quota_note(target, caps.get("cpu_quota")))
@@ -99,9 +105,20 @@ def _builds(kind, target: dict, caps: dict, which) -> tuple[bool, str]:
         if not caps.get("cuda_codegen"):
             return False, "this TVM was built without CUDA"
         # the library carries CUDA C on every machine (compile.py), compiled where it is loaded
+        loader = caps.get("nvrtc") or {}
+        if caps.get("gpus") and not _nvrtc_missing(loader):
+            return True, (f"CUDA C source, compiled to cubin by NVRTC when loaded (here: cuda-bindings "
+                          f"{loader['bindings']}, CUDA headers in {loader['headers']})")
         return True, (f"CUDA C source, compiled to cubin by NVRTC on the GPU machine that loads it "
                       f"({gpus.NVRTC_PACKAGES} there)")
     return True, f"{kind} code by TVM"
+
+
+def _nvrtc_missing(loader: dict) -> str:
+    """What of NVRTC's needs (compiler/nvrtc.py's loader_here) this machine lacks; '' where it has both."""
+    if not loader.get("bindings"):
+        return "cuda-bindings (NVRTC's Python binding) is not installed"
+    return "" if loader.get("headers") else "no CUDA headers were found for it"
 
 
 
@@ -117,7 +134,8 @@ def probe_capabilities() -> dict:
                           text=True)
     # the driver is what a cuda library needs to run; the wheel has CUDA code generation without one
     found, no_gpu = gpus.local_gpus()
-    driver = {"gpus": [gpu.describe() for gpu in found], "no_gpu": no_gpu, "cpu_quota": cgroup.cpu_quota()}
+    driver = {"gpus": [gpu.describe() for gpu in found], "no_gpu": no_gpu, "cpu_quota": cgroup.cpu_quota(),
+              "nvrtc": nvrtc.loader_here(dict(os.environ), sys.path, shutil.which("nvcc"))}
     if done.returncode != 0:
         return {"tvm": None, "error": (done.stderr.strip().splitlines() or ["no output"])[-1], **driver}
     return json.loads(done.stdout) | driver
