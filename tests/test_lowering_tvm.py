@@ -240,6 +240,23 @@ def test_a_global_pool_over_rows_no_vector_width_divides_sums_rows_and_columns_a
                                rtol=1e-5, atol=1e-6)
 
 
+def test_a_global_pool_over_sizes_no_vector_width_divides_sums_each_row_as_one_vector():
+    """A pool at 29x29 (ResNeXt's head in an int8 build, NCHW): neither 29 nor 841 splits into whole vectors,
+    and the pool was summed one float at a time (512 channels: 217 -> 50 us). Each channel's rows are added
+    as vectors of 29 lanes, which are summed once at the end."""
+    import numpy as np
+    import tvm
+    from tvm import relax
+
+    shape = (1, 4, 29, 29)
+    module = build_module(lambda bb, x: bb.emit(relax.op.mean(x, axis=[2, 3], keepdims=True)), shape)
+    script, pooled = scheduled_kernel(module, "mean", schedule=True)
+    assert '_rf_update"' in script and "T.vectorized(T.int64(29))" in script
+    x = np.random.default_rng(7).standard_normal(shape).astype("float32")
+    np.testing.assert_allclose(pooled(tvm.runtime.tensor(x)).numpy(), x.mean(axis=(2, 3), keepdims=True),
+                               rtol=1e-5, atol=1e-6)
+
+
 def test_a_large_global_pool_computes_its_partial_sums_in_the_parallel_loop():
     """The partial sums are the pool's work: they run under the parallel loop over channels, each channel's
     in one vector. Before, they ran on one core and only the final adds of 16 lanes were parallel."""
