@@ -63,6 +63,9 @@ PARALLEL_MIN_MACS = 1 << 20  # the same for a reduction, counted in multiply-add
 # blocks of 8-64 channels 79-102, of 128 (295 KB) 41; a 1x1 256 -> 256 conv at 14x14 (64 KB) 50-55, in
 # blocks of 128 (32 KB) 75-86. Blocks of half the largest that fits cost 3x3 and 5-tap convs 3-10%.
 WEIGHT_PASS_BYTES = 48 * 1024
+# a concatenation's pieces are cut apart in vectors of the lanes that divide them all, at least this many
+# (YOLOv8's head concatenates 1600, 400 and 100 anchors: 4 lanes)
+MIN_PIECE_LANES = 4
 MIN_CHANNEL_BLOCK = 8  # fewer channels a pass would load and store the tile's outputs for too little work
 # kernels legalised with blocks of these names have their own schedule(sch, cores), and some a finish(func)
 # for what the scheduled function needs besides its loops (amx_conv: the tile state)
@@ -634,8 +637,9 @@ def _cut_at(sch, loop, pieces: list[int]) -> list:
     its float32x6400 in 15 minutes)."""
     if max(pieces) <= WHOLE_ROW_LANES:
         return sch.loop_partition(loop, factors=[*pieces[:-1], None])
-    vectors, _ = sch.split(loop, [None, VECTOR_LANES])
-    cuts = sch.loop_partition(vectors, factors=[piece // VECTOR_LANES for piece in pieces[:-1]] + [None])
+    lanes = math.gcd(VECTOR_LANES, *pieces)
+    vectors, _ = sch.split(loop, [None, lanes])
+    cuts = sch.loop_partition(vectors, factors=[piece // lanes for piece in pieces[:-1]] + [None])
     return [sch.get_loops(sch.get_child_blocks(cut)[0])[-1] for cut in cuts]
 
 
@@ -659,7 +663,7 @@ def _concatenated_pieces(sch, block) -> list[int] | None:
             starts.add(int(node.args[0].a.value))
     bounds = [0, *sorted(b for b in starts if 0 < b < extent), extent]
     pieces = [b - a for a, b in zip(bounds, bounds[1:])]
-    return pieces if len(pieces) > 1 and not any(p % VECTOR_LANES for p in pieces) else None
+    return pieces if len(pieces) > 1 and math.gcd(VECTOR_LANES, *pieces) >= MIN_PIECE_LANES else None
 
 
 def _subexpressions(expr):
