@@ -209,52 +209,40 @@ def test_a_depthwise_conv_reads_its_padding_in_place_and_computes_the_same():
 
 def test_a_global_pool_sums_each_channel_in_vector_lanes_and_computes_the_mean():
     """One sum per channel leaves no output axis to vectorise; the reduction axis is summed in 16 lanes."""
-    import numpy as np
-    import tvm
-    from tvm import relax
-
-    shape = (1, 8, 6, 96)
-    module = build_module(lambda bb, x: bb.emit(relax.op.mean(x, axis=[2, 3], keepdims=True)), shape)
-    script, pooled = scheduled_kernel(module, "mean", schedule=True)
+    script = scheduled_global_mean((1, 8, 6, 96))
     assert '_rf_update"' in script and "T.vectorized(T.int64(16))" in script  # partial sums, a vector add a step
     # each channel's 16 partial sums side by side (one vector), not 16 channels apart (a gather and a scatter)
     assert "_rf = T.sblock_alloc_buffer((T.int64(1), T.int64(8), T.int64(1), T.int64(1), T.int64(16)))" in script
-    x = np.random.default_rng(3).standard_normal(shape).astype("float32")
-    np.testing.assert_allclose(pooled(tvm.runtime.tensor(x)).numpy(), x.mean(axis=(2, 3), keepdims=True),
-                               rtol=1e-5, atol=1e-6)
 
 
 def test_a_global_pool_over_rows_no_vector_width_divides_sums_rows_and_columns_as_one_axis():
     """A pool at 40x40 (a DB detector's squeeze-and-excitation in an int8 build, NCHW): 40 columns make no
     whole vectors, and the pool was summed one float at a time; its 1600 contiguous floats make 100."""
-    import numpy as np
-    import tvm
-    from tvm import relax
-
-    shape = (1, 4, 40, 40)
-    module = build_module(lambda bb, x: bb.emit(relax.op.mean(x, axis=[2, 3], keepdims=True)), shape)
-    script, pooled = scheduled_kernel(module, "mean", schedule=True)
+    script = scheduled_global_mean((1, 4, 40, 40))
     assert '_rf_update"' in script and "range(T.int64(100))" in script
-    x = np.random.default_rng(6).standard_normal(shape).astype("float32")
-    np.testing.assert_allclose(pooled(tvm.runtime.tensor(x)).numpy(), x.mean(axis=(2, 3), keepdims=True),
-                               rtol=1e-5, atol=1e-6)
 
 
 def test_a_global_pool_over_sizes_no_vector_width_divides_sums_each_row_as_one_vector():
     """A pool at 29x29 (ResNeXt's head in an int8 build, NCHW): neither 29 nor 841 splits into whole vectors,
     and the pool was summed one float at a time (512 channels: 217 -> 50 us). Each channel's rows are added
     as vectors of 29 lanes, which are summed once at the end."""
+    script = scheduled_global_mean((1, 4, 29, 29))
+    assert '_rf_update"' in script and "T.vectorized(T.int64(29))" in script
+
+
+def scheduled_global_mean(shape) -> str:
+    """The script of a mean over the rows and columns of an NCHW tensor, once its output is checked against
+    numpy."""
     import numpy as np
     import tvm
     from tvm import relax
 
-    shape = (1, 4, 29, 29)
     module = build_module(lambda bb, x: bb.emit(relax.op.mean(x, axis=[2, 3], keepdims=True)), shape)
     script, pooled = scheduled_kernel(module, "mean", schedule=True)
-    assert '_rf_update"' in script and "T.vectorized(T.int64(29))" in script
-    x = np.random.default_rng(7).standard_normal(shape).astype("float32")
+    x = np.random.default_rng(3).standard_normal(shape).astype("float32")
     np.testing.assert_allclose(pooled(tvm.runtime.tensor(x)).numpy(), x.mean(axis=(2, 3), keepdims=True),
                                rtol=1e-5, atol=1e-6)
+    return script
 
 
 def test_a_large_global_pool_computes_its_partial_sums_in_the_parallel_loop():
@@ -377,34 +365,28 @@ def test_a_concatenation_along_the_vectors_axis_is_computed_input_by_input(width
 def test_a_long_piece_of_a_concatenation_is_cut_into_vectors_not_vectorised_whole():
     """YOLOv8-seg's head concatenates 6400, 1600 and 400 anchors along its last axis: each piece vectorised
     whole was a float32x6400 vector, and LLVM did not finish compiling the kernel in 15 minutes."""
-    import numpy as np
-    import tvm
-    from tvm import relax
-
-    shapes = [(1, 3, w) for w in (640, 160, 48)]
-    bb = relax.BlockBuilder()
-    inputs = [relax.Var(f"x{i}", relax.TensorType(shape=s, dtype="float32")) for i, s in enumerate(shapes)]
-    with bb.function("main", inputs):
-        with bb.dataflow():
-            out = bb.emit_output(relax.op.sigmoid(relax.op.concat(inputs, axis=2)))
-        bb.emit_func_output(out)
-    script, main = scheduled_kernel(bb.get(), "concatenate", schedule=True)
+    script = scheduled_sigmoid_of_concatenated(640, 160, 48)
     assert script.count("T.vectorized(T.int64(16))") == 3 and '"modelbuild.refused_steps": 0' in script
     assert "range(T.int64(40), T.int64(50))" in script  # the loop over vectors, cut where x1 starts
-    arrays = [np.random.default_rng(i).standard_normal(s).astype("float32") for i, s in enumerate(shapes)]
-    got = main(*[tvm.runtime.tensor(a) for a in arrays]).numpy()
-    np.testing.assert_allclose(got, 1 / (1 + np.exp(-np.concatenate(arrays, axis=2))), rtol=1e-5)
 
 
 def test_a_concatenation_of_pieces_no_full_vector_divides_is_cut_into_vectors_that_divide_them_all():
     """YOLOv8's head concatenates 1600, 400 and 100 anchors: 100 is no whole number of 16-lane vectors, and
     the kernel (with the reshapes and the split around it, int8 build) ran each lane's nested selects and
     index arithmetic, 559 us; cut into 4-lane vectors, its library 0.85-0.87x (fp32's 0.93-0.95x)."""
+    script = scheduled_sigmoid_of_concatenated(1600, 400, 100)
+    assert script.count("T.vectorized(T.int64(4))") == 3 and '"modelbuild.refused_steps": 0' in script
+    assert "range(T.int64(400), T.int64(500))" in script  # the loop over vectors, cut where x1 starts
+
+
+def scheduled_sigmoid_of_concatenated(*widths: int) -> str:
+    """The script of sigmoid(concat) of [1, 3, width] inputs along the last axis (a detector's anchors), once
+    its output is checked against numpy."""
     import numpy as np
     import tvm
     from tvm import relax
 
-    shapes = [(1, 3, w) for w in (1600, 400, 100)]
+    shapes = [(1, 3, w) for w in widths]
     bb = relax.BlockBuilder()
     inputs = [relax.Var(f"x{i}", relax.TensorType(shape=s, dtype="float32")) for i, s in enumerate(shapes)]
     with bb.function("main", inputs):
@@ -412,11 +394,10 @@ def test_a_concatenation_of_pieces_no_full_vector_divides_is_cut_into_vectors_th
             out = bb.emit_output(relax.op.sigmoid(relax.op.concat(inputs, axis=2)))
         bb.emit_func_output(out)
     script, main = scheduled_kernel(bb.get(), "concatenate", schedule=True)
-    assert script.count("T.vectorized(T.int64(4))") == 3 and '"modelbuild.refused_steps": 0' in script
-    assert "range(T.int64(400), T.int64(500))" in script  # the loop over vectors, cut where x1 starts
     arrays = [np.random.default_rng(i).standard_normal(s).astype("float32") for i, s in enumerate(shapes)]
     got = main(*[tvm.runtime.tensor(a) for a in arrays]).numpy()
     np.testing.assert_allclose(got, 1 / (1 + np.exp(-np.concatenate(arrays, axis=2))), rtol=1e-5)
+    return script
 
 
 def test_a_refused_schedule_step_is_counted_and_any_other_error_fails_the_compile():
@@ -572,7 +553,6 @@ def test_bindings_named_alike_are_told_apart_by_the_memory_figures():
     """A Softmax on axis 1 at opset 11 imports as reshape, softmax, reshape, each binding named after the
     node: a reshape of a binding with its own name. Keyed by name, the alias walk looped forever (the
     PP-OCR v4 recogniser's compile hung); keyed by variable, nothing aliases itself."""
-    import onnx
     import tvm
     from onnx import TensorProto, helper
 
