@@ -28,7 +28,7 @@ ALLOWED = {
     "pipeline": {"build", "recipe", "compiler.tuning_db"},  # tuning databases are named by target
     # adapters: params in (typed by recipe.params), calls out
     "stages": {"compiler", "quantization", "validation", "recipe.targets", "recipe.gpus", "recipe.cgroup",
-               "recipe.params", "recipe.schema", "frontend"},
+               "recipe.nvrtc", "recipe.params", "recipe.schema", "frontend"},
     "reports": {"build", "pipeline", "recipe", "validation"},
     # a search builds candidates as a build does and reads their reports
     "search": {"build", "pipeline", "recipe", "reports", "validation"},

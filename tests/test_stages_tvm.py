@@ -223,7 +223,7 @@ def test_each_cuda_presets_kernels_compile_with_nvrtc_to_a_cubin_of_its_arch(tin
     import tvm
     from tvm.support import nvcc
 
-    from modelbuild.compiler.nvrtc import toolkit_environment
+    from modelbuild.recipe.nvrtc import toolkit_environment
     from modelbuild.recipe.params import CompileOptions
     from modelbuild.stages import compile as compile_stage
 

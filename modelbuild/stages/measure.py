@@ -19,7 +19,7 @@ import numpy as np
 
 from modelbuild import signature
 from modelbuild.compiler import analysis
-from modelbuild.compiler.nvrtc import toolkit_environment
+from modelbuild.recipe.nvrtc import toolkit_environment
 from modelbuild.errors import last_line
 from modelbuild.recipe.cgroup import cpu_quota, throttled_seconds
 from modelbuild.recipe.gpus import NVRTC_PACKAGES

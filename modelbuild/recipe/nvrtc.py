@@ -5,7 +5,9 @@ tvm_callback_cuda_compile, which looks for the headers under CUDA_PATH, else bes
 /usr/local/cuda, and fails ("Cannot find CUDA path") where none is: an inference box often has the driver
 alone. pip's nvidia packages (the `cuda` extra) carry the headers NVRTC needs; this names them for TVM.
 Checked without a GPU: with nvidia-cuda-nvrtc-cu12 12.9 and these variables, the CUDA C of a library built
-for sm_80 and sm_90 compiled to cubins of those architectures.
+for sm_80 and sm_90 compiled to cubins of those architectures; on an H200 with the CUDA 13 toolkit, TVM
+found its headers itself. A probe of the machine, as gpus.py is (no TVM import): `modelbuild doctor` asks it
+what loading would use, the validate stage sets what it finds.
 """
 
 from __future__ import annotations
