@@ -87,7 +87,7 @@ def legalize_conv2d(bb, call):
         if vnni_depthwise.supported(target) and vnni_depthwise.eligible(call):
             return vnni_depthwise.legalize(bb, call)
         if _reduction_length(call) <= EXACT_FLOAT_PRODUCTS // (2 if str(call.args[0].ty.dtype) == "uint8" else 1):
-            if _channels_last_pays(call):
+            if _sums_grouped_channels_last(call):
                 return _channels_last_grouped_conv2d(bb, call)
             return _float_accumulated_conv2d(bb, call)
     return ir.Op.get("relax.nn.conv2d").get_attr("FLegalize")(bb, call)
@@ -131,7 +131,7 @@ def _float_accumulated_conv2d(bb, call):
     from tvm import te, topi
 
     attrs = call.attrs
-    ints = {name: [int(v) for v in getattr(attrs, name)] for name in ("strides", "padding", "dilation")}
+    ints = _window(attrs)
 
     def conv(data, weight):
         # converted once per element, not once per use: a 3x3 depthwise conv reads each input nine times
@@ -147,7 +147,12 @@ def _float_accumulated_conv2d(bb, call):
     return bb.call_te(conv, call.args[0], call.args[1], primfunc_name_hint="conv2d_int8")
 
 
-def _channels_last_pays(call) -> bool:
+def _window(attrs) -> dict[str, list[int]]:
+    """A conv's strides, padding and dilation as the integer lists topi takes."""
+    return {name: [int(v) for v in getattr(attrs, name)] for name in ("strides", "padding", "dilation")}
+
+
+def _sums_grouped_channels_last(call) -> bool:
     """A strided grouped conv of several input channels a group, NCHW, with a constant weight (see
     _channels_last_grouped_conv2d). Measured on ResNeXt's three grouped 3x3 convs (int8, 2 cores, Zen 5),
     NCHW -> channels-last: 256 channels at stride 2 to 29x29 2018 -> 462 us; at stride 1, 128 channels at
@@ -184,7 +189,7 @@ def _channels_last_grouped_conv2d(bb, call):
     if k is not None:
         weight, groups = group_blocks.block_diagonal(weight, groups, k), groups // k
     hwio = np.ascontiguousarray(weight.transpose(2, 3, 1, 0).astype(np.float32))
-    ints = {name: [int(v) for v in getattr(attrs, name)] for name in ("strides", "padding", "dilation")}
+    ints = _window(attrs)
 
     def conv(data, weights):
         n, c, h, w = data.shape
