@@ -149,7 +149,7 @@ EMULATED_ARM64_NEEDS = ("qemu-aarch64-static", "aarch64-linux-gnu-gcc", "apt-get
 
 def serve_emulated_arm64(key: str, tracker: str) -> subprocess.Popen:
     """scripts/emulated_arm64.py serving device `key` and a tracker at `tracker` (127.0.0.1:PORT), once the
-    tracker answers (the device registers about 20 s later); skips where the emulator's tools are missing."""
+    tracker answers (the device registers about 10 s later); skips where the emulator's tools are missing."""
     missing = [tool for tool in EMULATED_ARM64_NEEDS if shutil.which(tool) is None]
     if missing:  # .ci/run installs them
         pytest.skip(f"needs {', '.join(missing)} (Debian: apt-get install qemu-user-static gcc-aarch64-linux-gnu)")
@@ -158,7 +158,7 @@ def serve_emulated_arm64(key: str, tracker: str) -> subprocess.Popen:
     server = subprocess.Popen([sys.executable, str(REPO / "scripts/emulated_arm64.py"), "serve",
                                "--key", key, "--tracker", tracker, "--port", str(free_port())],
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    # the first run downloads the environment (about 120 MB) before it starts the tracker
+    # the first run downloads the environment (about 200 MB) before it starts the tracker
     wait_for_port(int(tracker.rpartition(":")[2]), server, timeout=600)
     return server
 
@@ -174,7 +174,7 @@ def classifier_store(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def arm64_tracker():
     """An emulated Arm device (scripts/emulated_arm64.py, key EMULATED_ARM64_KEY) and a tracker (the script
-    starts one where none listens); yields 'host:port'. One for the whole session: it takes about 30 s to
+    starts one where none listens); yields 'host:port'. One for the whole session: it takes about 20 s to
     start, TVM importing under qemu."""
     address = f"127.0.0.1:{free_port()}"
     server = serve_emulated_arm64(EMULATED_ARM64_KEY, address)

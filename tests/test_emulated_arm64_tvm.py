@@ -230,3 +230,21 @@ def test_a_stopped_device_leaves_no_process_behind():
     while (alive := [pid for pid in started if os.path.exists(f"/proc/{pid}")]) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert alive == []
+
+
+def test_the_device_runs_tvms_runtime_alone_as_a_board_would(arm64_tracker):
+    (device,) = [pid for pid in os.listdir("/proc") if pid.isdigit() and device_of(pid, arm64_tracker)]
+    command = open(f"/proc/{device}/cmdline", "rb").read().decode().split("\0")
+    root = command[command.index("-L") + 1]
+    maps = open(f"/proc/{device}/maps").read()  # qemu-user maps the guest's libraries as files of its own
+    assert "libtvm_runtime.so" in maps and "libtvm_runtime_extra.so" in maps  # the runner's random fill
+    assert "libtvm_compiler.so" not in maps
+    assert not os.path.exists(f"{root}/site/tvm/lib/libtvm_compiler.so")  # nor on its disk: 240 MB
+
+
+def device_of(pid: str, tracker: str) -> bool:
+    try:
+        command = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+    except OSError:  # gone since listed
+        return False
+    return b"device" in command and tracker.encode() in command and any(b"qemu" in part for part in command[:1])
