@@ -146,19 +146,6 @@ def _tracker(device: dict):
     return tracker, servers
 
 
-def time_library(path: str, device: dict, arrays, *, number: int, repeat: int, min_repeat_ms: int) -> list[float]:
-    """Seconds of each repeat of a kernel library's "main" on the device, as a tuning candidate is timed."""
-    import tvm
-
-    session = connect(device)
-    session.upload(path)
-    module = session.load_module(os.path.basename(path))
-    dev = session.cpu()
-    args = [tvm.runtime.tensor(a, dev) for a in arrays]
-    timer = module.time_evaluator("main", dev, number=number, repeat=repeat, min_repeat_ms=min_repeat_ms)
-    return list(_guarded(device, lambda: timer(*args).results))
-
-
 def _within(seconds: float, call, message: str):
     """`call()`, or DeviceUnavailable(message) once `seconds` have passed (SIGALRM: measure.py's main thread)."""
     def expired(signum, frame):

@@ -35,6 +35,7 @@ from modelbuild.recipe.params import TuneParams, parse
 from modelbuild.recipe.schema import TuningSpec
 from modelbuild.sources import imported_closure, source_digest
 from modelbuild.stages import device as remote
+from modelbuild.stages.candidate_builder import pooled_builder
 
 
 RECORDS_FILE = "records.json"
@@ -57,13 +58,14 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
         _seed_database(folder, p.target, inputs.get("records"))
         database = ms.database.JSONDatabase(work_dir=str(folder))
         hashes = [database.commit_workload(t.dispatched[0]).as_json()[0] for t in tasks]
-        baseline = _defaults(folder, tasks, hashes, target, tuning, measurer)
+        runner = functools.cache(lambda: measurer.runner(tuning))  # its workers start when first needed
+        baseline = _defaults(folder, tasks, hashes, target, measurer, runner)
         trials = tuning_db.read(folder)["trials"]
         todo = _deficits(hashes, trials, tuning, _heaviest(tasks, hashes, baseline, tuning.tasks))
         if todo:
             before = dict(trials)
             ledger = Ledger(folder, trials, [hashes[i] for i in todo], [int(tasks[i].weight) for i in todo])
-            _search([tasks[i] for i in todo], todo, tuning, database, ledger, measurer)
+            _search([tasks[i] for i in todo], todo, tuning, database, ledger, measurer, runner())
             ledger.finished(list(todo.values()), before)
         data = tuning_db.read(folder)
     best = _best_records(data, hashes, baseline)
@@ -182,11 +184,9 @@ class Measurer:
         return cls(p.device, p.cross_compiler, devices)
 
     def builder(self, tuning: TuningSpec, target_kind: str):
-        from tvm.s_tir import meta_schedule as ms
-
+        """A context: the builder's worker processes end with it."""
         export = functools.partial(export_shared, compiler=self.cross_compiler) if self.cross_compiler else None
-        return ms.builder.LocalBuilder(timeout_sec=tuning.timeout_s, f_export=export,
-                                       initializer=functools.partial(import_tensor_intrinsics, target_kind))
+        return pooled_builder(tuning.timeout_s, export, functools.partial(import_tensor_intrinsics, target_kind))
 
     @contextlib.contextmanager
     def exported(self, module):
@@ -224,7 +224,8 @@ def export_shared(module, compiler: str) -> str:
     return path
 
 
-def _search(tasks, owed: dict[int, int], tuning: TuningSpec, database, ledger: Ledger, measurer: Measurer) -> None:
+def _search(tasks, owed: dict[int, int], tuning: TuningSpec, database, ledger: Ledger, measurer: Measurer,
+            runner) -> None:
     import importlib.util
 
     from tvm.s_tir import meta_schedule as ms
@@ -240,16 +241,16 @@ def _search(tasks, owed: dict[int, int], tuning: TuningSpec, database, ledger: L
         contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
             tasks, work_dir=work_dir, strategy=tuning.strategy, seed=tuning.seed)
         planned = dict(enumerate(owed.values()))
-        builder, runner = measurer.builder(tuning, target_kind), measurer.runner(tuning)
         callbacks = [*ms.measure_callback.MeasureCallback.create("default"), _progress_callback(ledger, planned)]
-        try:
-            ms.tune_tasks(tasks=contexts, task_weights=weights, work_dir=work_dir,
-                          max_trials_global=sum(owed.values()), max_trials_per_task=per_task,
-                          num_trials_per_iter=min(64, per_task), database=database,
-                          cost_model=tuning.cost_model, measure_callbacks=callbacks,
-                          builder=builder, runner=runner)
-        except Exception as err:
-            raise StageError(f"MetaSchedule tuning failed: {last_line(err)}") from err
+        with measurer.builder(tuning, target_kind) as builder:
+            try:
+                ms.tune_tasks(tasks=contexts, task_weights=weights, work_dir=work_dir,
+                              max_trials_global=sum(owed.values()), max_trials_per_task=per_task,
+                              num_trials_per_iter=min(64, per_task), database=database,
+                              cost_model=tuning.cost_model, measure_callbacks=callbacks,
+                              builder=builder, runner=runner)
+            except Exception as err:
+                raise StageError(f"MetaSchedule tuning failed: {last_line(err)}") from err
 
 
 # TVM's GPU and Hexagon tensor intrinsics, which no CPU target tensorises with: 6.5 of the 7.4 s the package
@@ -323,50 +324,50 @@ def _mean_seconds(record: list) -> float:
     return statistics.fmean(float(s) for s in run_secs)
 
 
-def _defaults(folder: Path, tasks, hashes: list[str], target, tuning: TuningSpec,
-              measurer: Measurer) -> dict[str, float | None]:
+def _defaults(folder: Path, tasks, hashes: list[str], target, measurer: Measurer, runner) -> dict[str, float | None]:
     """Each task's time under the default schedule: measured once per workload and version of the compile code
     (its source digest: the default schedule changes without a version bump), then kept in the database (and
-    its exports), so every later run and every clone compares against the same."""
+    its exports), so every later run and every clone compares against the same. `runner()` gives the
+    search's runner."""
     version = source_digest(imported_closure(default_schedule.__name__))
     data = tuning_db.read(folder)
     known = data["defaults"]
-    changed = False
-    for done, (task, shash) in enumerate(zip(tasks, hashes)):
-        entry = known.get(shash)
-        if not entry or entry.get("modelbuild") != version:
-            progress.report(message=f"timing the default schedule of task {done + 1}/{len(tasks)}")
-            known[shash] = {"modelbuild": version, "seconds": _default_seconds(task, target, tuning, measurer)}
-            changed = True
-    if changed:
+    stale = [i for i, shash in enumerate(hashes) if known.get(shash, {}).get("modelbuild") != version]
+    if stale:
+        progress.report(message=f"timing the default schedule of {len(stale)} of {len(tasks)} tasks")
+        seconds = _default_seconds([tasks[i] for i in stale], target, measurer, runner())
+        known.update({hashes[i]: {"modelbuild": version, "seconds": s} for i, s in zip(stale, seconds)})
         tuning_db.write(folder, {**data, "defaults": known})
     return {h: known[h]["seconds"] for h in hashes}
 
 
-def _default_seconds(task, target, tuning: TuningSpec, measurer: Measurer) -> float | None:
-    """How fast the task's kernel runs with modelbuild's default schedule, timed like a tuning candidate (on
-    the candidates' device, where they have one), so a tuned record is applied only where it beats it. None
-    when the default schedule cannot be timed."""
-    import numpy as np
+def _default_seconds(tasks, target, measurer: Measurer, runner) -> list[float | None]:
+    """How fast each task's kernel runs with modelbuild's default schedule, timed as its tuning candidates are
+    (by the search's runner: on the candidates' device, N devices timing N kernels at once), so a tuned
+    record is applied only where it beats it. None where the default schedule cannot be timed."""
     import tvm
+    from tvm.s_tir.meta_schedule.arg_info import ArgInfo
+    from tvm.s_tir.meta_schedule.runner import RunnerInput
 
-    func = task.dispatched[0]["main"]
-    scheduled = default_schedule.schedule_function(func, default_schedule.machine(target)) or func
-    try:
-        library = tvm.compile(tvm.IRModule({"main": scheduled}), target=target)
-        rng = np.random.default_rng(0)
-        arrays = [rng.standard_normal([int(d) for d in p.shape]).astype(str(p.dtype))
-                  if str(p.dtype).startswith("float") else np.zeros([int(d) for d in p.shape], str(p.dtype))
-                  for p in scheduled.params]
-        runtime_module = getattr(library, "mod", library)  # tvm.compile returns an Executable around it
-        timing = {"number": tuning.number, "repeat": tuning.repeat, "min_repeat_ms": tuning.min_repeat_ms}
-        if measurer.device:
-            with measurer.exported(runtime_module) as path:
-                return float(np.median(remote.time_library(path, measurer.device, arrays, **timing)))
-        timer = runtime_module.time_evaluator("main", tvm.cpu(), **timing)
-        return float(np.median(timer(*[tvm.runtime.tensor(a) for a in arrays]).results))
-    except Exception:  # an untimable default never blocks a tuned record
-        return None
+    device_type = tvm.runtime.device(target.get_target_device_type()).type  # "cpu" for llvm
+    with contextlib.ExitStack() as exported:
+        inputs: dict[int, RunnerInput] = {}
+        for i, task in enumerate(tasks):
+            func = task.dispatched[0]["main"]
+            scheduled = default_schedule.schedule_function(func, default_schedule.machine(target)) or func
+            try:
+                library = tvm.compile(tvm.IRModule({"main": scheduled}), target=target)
+                # tvm.compile returns an Executable around the module
+                path = exported.enter_context(measurer.exported(getattr(library, "mod", library)))
+            except Exception:  # an untimable default never blocks a tuned record
+                continue
+            inputs[i] = RunnerInput(path, device_type, ArgInfo.from_prim_func(scheduled))
+        results = [future.result() for future in runner.run(list(inputs.values()))]
+    seconds: list[float | None] = [None] * len(tasks)
+    for i, result in zip(inputs, results):
+        if result.error_msg is None and result.run_secs:
+            seconds[i] = statistics.median(float(getattr(s, "value", s)) for s in result.run_secs)
+    return seconds
 
 
 def _best_records(data: dict, hashes: list[str], baseline: dict[str, float | None]) -> dict:
