@@ -6,8 +6,8 @@ model's compile before the change and after it. This script loads the latest two
 ratio is immune to the machine's drift, which moved whole zoo runs by 10-60%), and says whether the two
 libraries are the same file and whether their outputs are bit-identical.
 
-Usage: python bench/zoo.py --only NAME ... (after the change), then
-       python bench/ab_builds.py NAME ... [--back 1] [--seconds 2] [--threads 2]
+Usage: python bench/zoo.py [--int8] --only NAME ... (after the change), then
+       python bench/ab_builds.py NAME ... [--int8] [--back 1] [--seconds 2] [--threads 2]
 """
 
 from __future__ import annotations
@@ -24,12 +24,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import zoo  # noqa: E402
 
 
-def compiled_libraries(cache: Path, name: str) -> list[Path]:
-    """The model's compiled libraries in the zoo's cache, oldest first."""
+def compiled_libraries(cache: Path, name: str, int8: bool = False) -> list[Path]:
+    """The model's compiled libraries in the zoo's cache (its int8 build's: `bench/zoo.py --int8`), oldest
+    first."""
+    node = f"compile:{name}+{name}_int8@cpu" if int8 else f"compile:{name}@cpu"
     found = []
     for action in cache.glob("actions/*/*.json"):
         record = json.loads(action.read_text())
-        if record.get("node") == f"compile:{name}@cpu":
+        if record.get("node") == node:
             digest = record["outputs"]["model.so"]
             found.append((record.get("created", 0), cache / "objects" / digest[:2] / digest))
     return [path for _, path in sorted(found)]
@@ -63,13 +65,14 @@ def main() -> int:
     parser.add_argument("--back", type=int, default=1, help="compare with the build this many before the latest")
     parser.add_argument("--seconds", type=float, default=2.0, help="timing per library, in alternating blocks")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--int8", action="store_true", help="the models' int8 builds (bench/zoo.py --int8)")
     args = parser.parse_args()
     os.environ.setdefault("TVM_NUM_THREADS", str(args.threads))  # read when TVM's thread pool starts
     print("| model | before ms | after ms | after / before | same library | outputs |")
     print("| --- | --- | --- | --- | --- | --- |")
     for name in args.names:
         model = next((m for m in zoo.ZOO if m.name == name), None)
-        libraries = compiled_libraries(zoo.CACHE / "cache", name)
+        libraries = compiled_libraries(zoo.CACHE / "cache", name, args.int8)
         if model is None or len(libraries) <= args.back:
             print(f"| {name} | no {'such zoo model' if model is None else f'{args.back + 1} builds in the cache'} |")
             continue
