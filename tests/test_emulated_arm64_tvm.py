@@ -247,4 +247,4 @@ def device_of(pid: str, tracker: str) -> bool:
         command = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
     except OSError:  # gone since listed
         return False
-    return b"device" in command and tracker.encode() in command and any(b"qemu" in part for part in command[:1])
+    return b"qemu" in command[0] and b"device" in command and tracker.encode() in command
