@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
 
 import pytest
 
@@ -42,7 +43,11 @@ def export_noting_worker(folder: str):
 
 
 def workers_of(batch, folder) -> set[int]:
+    """The pids of the workers that built the batch; its artifacts are removed (as the search's callback
+    removes them)."""
     assert all(result.error_msg is None and os.path.exists(result.artifact_path) for result in batch)
+    for result in batch:
+        shutil.rmtree(os.path.dirname(result.artifact_path))
     pids = {int(p) for p in os.listdir(folder)}
     for p in os.listdir(folder):
         os.remove(os.path.join(folder, p))
