@@ -12,9 +12,9 @@ summed per inference; a kernel alone runs with warm caches, so the sum is a litt
 latency.
 
 With --pair and two builds, a float one then an int8 one, every conv of the second is printed beside the
-fastest conv of the first with the same geometry (channels, sizes, kernel; a depthwise conv by its channels
-and sizes alone, as the int8 kernel's packed taps do not say its kernel size), both per inference: which
-int8 kernels gain least over float.
+fastest conv of the first with the same geometry (channels, sizes, kernel; a depthwise conv by its kernel
+rows and groups of four kernel columns, all the int8 kernel's packed taps say: 5x5 and 7x7 look alike), both
+per inference: which int8 kernels gain least over float.
 
 Usage: python bench/kernel_times.py --build LIBRARY NODE [--build LIBRARY NODE ...] [--cache .cache]
                                     [--top K] [--threads T] [--pair]
@@ -115,14 +115,17 @@ def timed_kernels(library: str, ir: Path):
 def conv_geometry(name: str, args: list) -> tuple | None:
     """(in channels, height, width, out channels, out height, out width, kernel h, kernel w) of a conv kernel,
     float (NHWC with HWIO weights, or NCHW with OIHW) or packed int8 ([O/lanes, C/group, KH, KW, lanes, group]
-    weights); ("depthwise", channels, height, width, out height, out width) for a depthwise one; else None."""
+    weights); ("depthwise", channels, height, width, out height, out width, kernel h, groups of 4 kernel columns)
+    for a depthwise one (the int8 kernel's packed taps say no more); else None."""
     if "conv2d" not in name or len(args) < 3:
         return None
     data, weight, out = args[0][0], args[1][0], args[-1][0]
     if len(data) != 4 or len(out) != 4:
         return None
-    if "vnni_depthwise" in name:
-        return ("depthwise", data[1], data[2], data[3], out[2], out[3])
+    if "vnni_depthwise" in name:  # weights [C, KH, groups of 4 taps, 4]
+        if len(weight) != 4:
+            return None
+        return ("depthwise", data[1], data[2], data[3], out[2], out[3], weight[1], weight[2])
     if "vnni" in name or "avx2" in name or "conv2d_amx" in name:
         if len(weight) not in (6, 7):  # [O/lanes, C/group, KH, KW, lanes, group]; AMX's groups a step more
             return None
@@ -136,7 +139,7 @@ def conv_geometry(name: str, args: list) -> tuple | None:
         channels, height, width, kernel, per_group = data[1], data[2], data[3], weight[2:], weight[1]
         out_channels, out_size = out[1], out[2:]
     if per_group == 1 and channels == out_channels > 1:
-        return ("depthwise", channels, height, width, *out_size)
+        return ("depthwise", channels, height, width, *out_size, kernel[0], -(-kernel[1] // 4))
     return pointwise_by_pixels((channels, height, width, out_channels, *out_size, *kernel))
 
 
