@@ -10,7 +10,9 @@ Measuring dominates on a board when each candidate is timed long enough to be tr
 here: at least 1 s each, `min_repeat_ms = 1000`) and candidates are cheap to propose (`replay-trace`). With
 the evolutionary search and no minimum (`--strategy evolutionary --min-repeat-ms 0`), this 2-core machine
 spends its time proposing and compiling candidates, which more devices do not shorten. The emulators and
-the compiler share these 2 cores too, where real boards bring their own.
+the compiler share these 2 cores too, where real boards bring their own. Each run prints where the stage's
+seconds went (the report's `tuning.seconds_now`): timing the default schedules, and of the search the
+waits on the builder and on the devices; the rest is proposing candidates on this host.
 
 Usage: python bench/rpc_tuning.py [--trials 16] [--rounds 2] [--min-repeat-ms 1000] [--strategy replay-trace]
 """
@@ -53,7 +55,8 @@ def start_devices(tracker: str) -> list[subprocess.Popen]:
         time.sleep(1)
 
 
-def tune_seconds(key: str, tracker: str, trials: int, min_repeat_ms: int, strategy: str) -> float:
+def tune_seconds(key: str, tracker: str, trials: int, min_repeat_ms: int, strategy: str) -> tuple[float, dict]:
+    """The tune stage's seconds, and where they went (the report's tuning.seconds_now)."""
     with tempfile.TemporaryDirectory(prefix="rpc-tuning-") as folder:
         root = Path(folder)
         two_convs(root / "net.onnx")
@@ -89,7 +92,13 @@ tuning = "quick"
         report = json.loads((root / "build/report.json").read_text())["builds"][0]
         measured = report["tuning"]["trials_measured_now"]
         assert measured == 4 * trials, f"{measured} trials measured, expected {4 * trials}"
-        return report["stages"]["tune"]["seconds"]
+        return report["stages"]["tune"]["seconds"], report["tuning"]["seconds_now"]
+
+
+def breakdown(parts: dict) -> str:
+    host = parts["search"] - parts["builder"] - parts["runner_waits"]
+    return (f"defaults {parts['defaults']:.1f} s, search {parts['search']:.1f} s: waiting on the builder "
+            f"{parts['builder']:.1f} s, on the devices {parts['runner_waits']:.1f} s, the rest {host:.1f} s")
 
 
 def main() -> None:
@@ -109,8 +118,10 @@ def main() -> None:
         seconds: dict[str, list[float]] = {key: [] for key in KEYS}
         for round_ in range(args.rounds):
             for key in (KEYS if round_ % 2 == 0 else reversed(KEYS)):  # alternate which goes first
-                seconds[key].append(tune_seconds(key, tracker, args.trials, args.min_repeat_ms, args.strategy))
-                print(f"round {round_ + 1}: {key} ({KEYS[key]} device(s)): tune {seconds[key][-1]:.1f} s", flush=True)
+                stage, parts = tune_seconds(key, tracker, args.trials, args.min_repeat_ms, args.strategy)
+                seconds[key].append(stage)
+                print(f"round {round_ + 1}: {key} ({KEYS[key]} device(s)): tune {stage:.1f} s ({breakdown(parts)})",
+                      flush=True)
         one, two = (statistics.median(seconds[k]) for k in KEYS)
         print(f"\n{4 * args.trials} trials ({args.strategy}, min_repeat_ms {args.min_repeat_ms}), median of "
               f"{args.rounds}: one device {one:.1f} s, two devices {two:.1f} s: "

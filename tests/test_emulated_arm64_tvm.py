@@ -163,6 +163,7 @@ def test_tuning_the_pi_target_measures_every_candidate_on_the_emulated_device(ar
     assert code == 0, out
     tuning = json.loads((tmp_path / "build/report.json").read_text())["builds"][0]["tuning"]
     assert tuning["trials_measured_now"] == 2
+    assert tuning["seconds_now"]["runner_waits"] > 0  # the search waited on the device's measurements
     database = next((tmp_path / ".cache/tuning").rglob("database_tuning_record.json"))
     seconds = [json.loads(line)[1][1] for line in database.read_text().splitlines()]
     # an aarch64 candidate runs nowhere on this machine: each time is the device's (a failure records 1e10)

@@ -99,6 +99,11 @@ def test_tuning_is_paid_once_continues_when_raised_and_is_shared_by_workload(roo
     reported = json.loads((root / "build/report.json").read_text())["builds"][0]["tuning"]
     assert reported["trials_measured_now"] == 2 and reported["tasks"] == 1
     assert "2 measured by this run" in (root / "build/report.md").read_text()
+    # where the stage's time went: the waits on builder and runner are within the search's own seconds (the
+    # local runner's results are in before they are asked for: its waits are about 0)
+    seconds = reported["seconds_now"]
+    assert set(seconds) == {"defaults", "search", "builder", "runner_waits"} and seconds["defaults"] > 0
+    assert seconds["builder"] > 0 and seconds["builder"] + seconds["runner_waits"] <= seconds["search"]
     records_after_first = len(database(root)["records"])
     assert records_after_first >= 1
     task = first["tasks"][0]
@@ -109,6 +114,7 @@ def test_tuning_is_paid_once_continues_when_raised_and_is_shared_by_workload(roo
 
     statuses = build(root, capsys)  # a second build measures nothing
     assert set(statuses.values()) == {"cached"}
+    assert json.loads((root / "build/report.json").read_text())["builds"][0]["tuning"]["seconds_now"] == {}
 
     write(root, trials=3)  # raising the trials continues from the records already there
     build(root, capsys)

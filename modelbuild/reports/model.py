@@ -197,14 +197,16 @@ def _not_validated(nodes: dict[str, NodeResult], metrics: Measured | None) -> st
 
 
 def _tuning(summary: dict | None, result: NodeResult | None) -> dict | None:
-    """What tuning gave this build: kernels with a tuned schedule, and trials measured by this run (none when
-    the tune stage was cached, however many it measured when it ran)."""
+    """What tuning gave this build: kernels with a tuned schedule, and trials measured by this run and where
+    its seconds went (none when the tune stage was cached, however many it measured when it ran)."""
     if summary is None or result is None:
         return None
+    now = result.status == Status.BUILT
     return {"tasks": len(summary["tasks"]), "tuned_tasks": summary["tuned_tasks"],
             "trials_total": sum(t["trials"] for t in summary["tasks"]),
-            "trials_measured_now": summary["measured_now"] if result.status == Status.BUILT else 0,
-            "estimated_latency_us": summary["estimated_latency_us"]}
+            "trials_measured_now": summary["measured_now"] if now else 0,
+            "estimated_latency_us": summary["estimated_latency_us"],
+            "seconds_now": summary.get("seconds", {}) if now else {}}
 
 
 def _stage(result: NodeResult) -> StageRun:

@@ -8,7 +8,7 @@ Candidates are measured on this machine, or, for a target with an rpc device, on
 at the tracker, one candidate at a time on each (stages/device.py).
 
 Outputs: records.json (the best record of each of this build's tasks, which the compile stage applies) and
-tune.json (tasks, trials, and best latency per task).
+tune.json (tasks, trials, best latency per task, and where the stage's seconds went).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import time
 import types
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,18 +60,20 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
         database = ms.database.JSONDatabase(work_dir=str(folder))
         hashes = [database.commit_workload(t.dispatched[0]).as_json()[0] for t in tasks]
         runner = functools.cache(lambda: measurer.runner(tuning))  # its workers start when first needed
+        started = time.monotonic()
         baseline = _defaults(folder, tasks, hashes, target, measurer, runner)
+        seconds = {"defaults": time.monotonic() - started}
         trials = tuning_db.read(folder)["trials"]
         todo = _deficits(hashes, trials, tuning, _heaviest(tasks, hashes, baseline, tuning.tasks))
         if todo:
             before = dict(trials)
             ledger = Ledger(folder, trials, [hashes[i] for i in todo], [int(tasks[i].weight) for i in todo])
-            _search([tasks[i] for i in todo], todo, tuning, database, ledger, measurer, runner())
+            seconds |= _search([tasks[i] for i in todo], todo, tuning, database, ledger, measurer, runner())
             ledger.finished(list(todo.values()), before)
         data = tuning_db.read(folder)
     best = _best_records(data, hashes, baseline)
     (out / RECORDS_FILE).write_text(json.dumps(best, sort_keys=True))
-    (out / SUMMARY_FILE).write_text(json.dumps(_summary(tasks, hashes, data, todo, best, baseline), indent=1))
+    (out / SUMMARY_FILE).write_text(json.dumps(_summary(tasks, hashes, data, todo, best, baseline, seconds), indent=1))
 
 
 def _seed_database(folder: Path, target: dict, records: Path | None) -> None:
@@ -224,8 +227,14 @@ def export_shared(module, compiler: str) -> str:
     return path
 
 
+# MetaSchedule's profiler's names for the search's waits on the builder and on the runner's results
+SEARCH_PHASES = {"builder": "SendToBuilder", "runner_waits": "JoinRunnerFutures"}
+
+
 def _search(tasks, owed: dict[int, int], tuning: TuningSpec, database, ledger: Ledger, measurer: Measurer,
-            runner) -> None:
+            runner) -> dict[str, float]:
+    """Search the tasks for what they are owed; returns the search's seconds, and of them the waits on the
+    builder and on the runner (where more devices help: the rest is proposing candidates on this host)."""
     import importlib.util
 
     from tvm.s_tir import meta_schedule as ms
@@ -242,7 +251,8 @@ def _search(tasks, owed: dict[int, int], tuning: TuningSpec, database, ledger: L
             tasks, work_dir=work_dir, strategy=tuning.strategy, seed=tuning.seed)
         planned = dict(enumerate(owed.values()))
         callbacks = [*ms.measure_callback.MeasureCallback.create("default"), _progress_callback(ledger, planned)]
-        with measurer.builder(tuning, target_kind) as builder:
+        started = time.monotonic()
+        with measurer.builder(tuning, target_kind) as builder, ms.Profiler() as profiler:
             try:
                 ms.tune_tasks(tasks=contexts, task_weights=weights, work_dir=work_dir,
                               max_trials_global=sum(owed.values()), max_trials_per_task=per_task,
@@ -251,6 +261,9 @@ def _search(tasks, owed: dict[int, int], tuning: TuningSpec, database, ledger: L
                               builder=builder, runner=runner)
             except Exception as err:
                 raise StageError(f"MetaSchedule tuning failed: {last_line(err)}") from err
+        phases = profiler.get()
+    return {"search": time.monotonic() - started,
+            **{name: float(phases.get(phase, 0.0)) for name, phase in SEARCH_PHASES.items()}}
 
 
 # TVM's GPU and Hexagon tensor intrinsics, which no CPU target tensorises with: 6.5 of the 7.4 s the package
@@ -385,7 +398,7 @@ def _best_records(data: dict, hashes: list[str], baseline: dict[str, float | Non
             "records": [[n, best[h]] for n, h in enumerate(chosen)], "trials": {}, "defaults": {}}
 
 
-def _summary(tasks, hashes, data, todo, best, baseline) -> dict:
+def _summary(tasks, hashes, data, todo, best, baseline, seconds: dict[str, float]) -> dict:
     applied = {w[0]: _mean_seconds(r) for w, (_, r) in zip(best["workloads"], best["records"])}
     def used(h):  # the seconds of what the compile stage will use for this task
         return applied.get(h, baseline.get(h)) or 0.0
@@ -400,4 +413,5 @@ def _summary(tasks, hashes, data, todo, best, baseline) -> dict:
         "measured_now": sum(todo.values()),
         "tuned_tasks": len(applied),
         "estimated_latency_us": sum(used(h) * t.weight for t, h in zip(tasks, hashes)) * 1e6,
+        "seconds": {name: round(value, 3) for name, value in seconds.items()},
     }
