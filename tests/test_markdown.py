@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from modelbuild.reports.markdown import _details, _fusion_and_memory, _quantization, outcome_line
+from modelbuild.reports.markdown import _details, _fusion_and_memory, _quantization, _tuning, outcome_line
 from modelbuild.reports.model import BuildReport, Validation
 from modelbuild.validation.gates import GateResult
 
@@ -149,3 +149,15 @@ def test_a_name_holding_a_pipe_stays_one_cell_of_its_row():
     assert row.startswith("| logits\\|scores | ")
     header = "| output | max abs | max rel | cosine | SQNR dB | top-1 |"
     assert len(row.replace("\\|", "").split("|")) == len(header.split("|"))
+
+
+def test_tuning_says_where_this_runs_seconds_went_and_nothing_of_them_when_cached():
+    tuning = {"tuned_tasks": 1, "tasks": 4, "trials_total": 32, "trials_measured_now": 32,
+              "seconds_now": {"defaults": 7.46, "search": 11.1, "builder": 2.3, "runner_waits": 8.6}}
+    (line,) = [text for text in _tuning(tuning) if text]
+    assert line.endswith("32 measured by this run. Its seconds: 7.5 timing the default schedules, 11.1 searching, "
+                         "of which 2.3 waiting on the builder and 8.6 on measurements.")
+    tuning |= {"trials_measured_now": 0, "seconds_now": {}}
+    assert _tuning(tuning)[1].endswith("0 measured by this run.")
+    defaults_only = _tuning(tuning | {"seconds_now": {"defaults": 1.0}})[1]  # every workload already tuned
+    assert defaults_only.endswith("Its seconds: 1.0 timing the default schedules.")

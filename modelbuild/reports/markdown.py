@@ -141,9 +141,21 @@ def _vs_baseline(b: BuildReport) -> list[str]:
 def _tuning(t: dict | None) -> list[str]:
     if not t:
         return []
-    return ["", f"Tuning: {t['tuned_tasks']} of {t['tasks']} kernels use a tuned schedule (the others the default, "
-                f"which was faster or not searched); {t['trials_total']} trials in the database, "
-                f"{t['trials_measured_now']} measured by this run."]
+    line = (f"Tuning: {t['tuned_tasks']} of {t['tasks']} kernels use a tuned schedule (the others the default, "
+            f"which was faster or not searched); {t['trials_total']} trials in the database, "
+            f"{t['trials_measured_now']} measured by this run.")
+    return ["", line + _tuning_seconds(t.get("seconds_now") or {})]
+
+
+def _tuning_seconds(seconds: dict) -> str:
+    """Where this run's tune stage spent its time, where it ran."""
+    if not seconds:
+        return ""
+    said = f" Its seconds: {seconds['defaults']:.1f} timing the default schedules"
+    if "search" not in seconds:
+        return said + "."
+    return (said + f", {seconds['search']:.1f} searching, of which {seconds['builder']:.1f} waiting on the "
+            f"builder and {seconds['runner_waits']:.1f} on measurements.")
 
 
 def _quantization(b: BuildReport) -> list[str]:
