@@ -148,7 +148,7 @@ def _tuning(t: dict | None) -> list[str]:
 
 
 def _tuning_seconds(seconds: dict) -> str:
-    """Where this run's tune stage spent its time, where it ran."""
+    """Where this run's tune stage spent its seconds; nothing when the stage was cached."""
     if not seconds:
         return ""
     said = f" Its seconds: {seconds['defaults']:.1f} timing the default schedules"

@@ -124,7 +124,8 @@ def _compute(x, w, correction, *, strides, padding, dilation, kernel):
     # 14 -> 7 5x5 conv at stride 2, took it 3.4x the float kernel: 590 KB written for 50 KB of input)
     pitch = ceil_div(width + left + right, PAD_VECTOR) * PAD_VECTOR
     last_load = sw * (lanes_w - LANES) + (groups - 1) * GROUP * dw  # first column of a row's last load
-    reach = ((out_h - 1) * sh + (kh - 1) * dh) * pitch + last_load + load_width(sw, dw)  # the last row's
+    # bytes of a channel's padded rows that the last output row's last load reaches
+    reach = ((out_h - 1) * sh + (kh - 1) * dh) * pitch + last_load + load_width(sw, dw)
     rows = max(ceil_div(reach, pitch), height + top + bottom)  # those past the input's padding are padding too
     shift = 128 if str(x.dtype) == "int8" else 0
 
