@@ -526,6 +526,11 @@ def register_intrinsics(instruction: Instruction, llvm_intrinsic: str) -> dict[s
     data_vector, weight_vector, accumulators = f"{dtype}x{lanes * group}", f"{wtype}x{lanes * group}", f"int32x{lanes}"
     data_word, weight_word = f"{dtype}x{group}", f"{wtype}x{group}"  # 32 bits each
 
+    def broadcast_word(word, lanes, vector):
+        # an expression, never assigned to a name: TVMScript makes a name a 1-element "local" buffer, which
+        # TVM allocates from its workspace pool at every iteration of the loop around the tensorised one
+        return T.reinterpret(T.broadcast(T.reinterpret(word, dtype="int32"), lanes), dtype=vector)
+
     def dot(c, data, weights):
         if instruction.accumulates:
             return T.call_llvm_pure_intrin(op, c.vload([0], dtype=accumulators), data, weights, dtype=accumulators)
@@ -551,8 +556,7 @@ def register_intrinsics(instruction: Instruction, llvm_intrinsic: str) -> dict[s
         with T.sblock("root"):
             T.reads(c[0:lanes], a[0:group], b[0:lanes, 0:group])
             T.writes(c[0:lanes])
-            a_word = T.reinterpret(a.vload([0], data_word), dtype="int32")
-            c[T.ramp(T.int32(0), 1, lanes)] = dot(c, T.reinterpret(T.broadcast(a_word, lanes), dtype=data_vector),
+            c[T.ramp(T.int32(0), 1, lanes)] = dot(c, broadcast_word(a.vload([0], data_word), lanes, data_vector),
                                                   b.vload([0, 0], dtype=weight_vector))
 
     @T.prim_func(s_tir=True)
@@ -575,9 +579,8 @@ def register_intrinsics(instruction: Instruction, llvm_intrinsic: str) -> dict[s
         with T.sblock("root"):
             T.reads(c[0:lanes], a[0:lanes, 0:group], b[0:group])
             T.writes(c[0:lanes])
-            b_word = T.reinterpret(b.vload([0], weight_word), dtype="int32")
             c[T.ramp(T.int32(0), 1, lanes)] = dot(c, a.vload([0, 0], dtype=data_vector),
-                                                  T.reinterpret(T.broadcast(b_word, lanes), dtype=weight_vector))
+                                                  broadcast_word(b.vload([0], weight_word), lanes, weight_vector))
 
     TensorIntrin.register(names[instruction.block], channels_description, channels_implementation, override=True)
     TensorIntrin.register(names[instruction.column_block], columns_description, columns_implementation,
