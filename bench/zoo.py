@@ -234,32 +234,54 @@ def orientation_qop(path: Path) -> None:
                         activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
 
 
-class _ConvNet:
+class _Graph:
+    """A generated model's nodes and initialisers, each node named after its one output."""
+
+    def __init__(self):
+        self.nodes, self.inits = [], []
+
+    def const(self, name: str, value, dtype="float32") -> str:
+        import numpy as np
+        from onnx import numpy_helper
+
+        self.inits.append(numpy_helper.from_array(np.asarray(value, dtype=dtype), name))
+        return name
+
+    def node(self, op: str, inputs: list[str], name: str, **attrs) -> str:
+        from onnx import helper
+
+        self.nodes.append(helper.make_node(op, inputs, [name], name=name, **attrs))
+        return name
+
+    def save(self, name: str, inputs: list, outputs: list, opset: int, path: Path) -> None:
+        """Saved with `inputs` and `outputs` (onnx value infos) as an IR-version-8 model."""
+        import onnx
+        from onnx import helper
+
+        graph = helper.make_graph(self.nodes, name, inputs, outputs, initializer=self.inits)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+        model.ir_version = 8
+        onnx.save(model, str(path))
+
+
+class _ConvNet(_Graph):
     """A generated conv net's nodes and seeded weights (He-scaled), saved as an opset-13 model of input x."""
 
     def __init__(self):
         import numpy as np
 
-        self.rng, self.nodes, self.inits = np.random.default_rng(0), [], []
+        super().__init__()
+        self.rng = np.random.default_rng(0)
 
     def conv(self, x: str, cin: int, cout: int, k: int, stride: int, name: str, groups: int = 1) -> str:
-        import numpy as np
-        from onnx import helper, numpy_helper
-
         fan_in = cin // groups * k * k
-        w = numpy_helper.from_array((self.rng.standard_normal((cout, cin // groups, k, k)) / math.sqrt(fan_in))
-                                    .astype(np.float32), f"{name}.w")
-        b = numpy_helper.from_array(self.rng.standard_normal(cout).astype(np.float32) * 0.1, f"{name}.b")
-        self.inits.extend([w, b])
-        self.nodes.append(helper.make_node("Conv", [x, w.name, b.name], [name], name=name, pads=[k // 2] * 4,
-                                           strides=[stride, stride], **({"group": groups} if groups > 1 else {})))
-        return name
+        w = self.const(f"{name}.w", self.rng.standard_normal((cout, cin // groups, k, k)) / math.sqrt(fan_in))
+        b = self.const(f"{name}.b", self.rng.standard_normal(cout).astype("float32") * 0.1)
+        return self.node("Conv", [x, w, b], name, pads=[k // 2] * 4, strides=[stride, stride],
+                         **({"group": groups} if groups > 1 else {}))
 
     def relu(self, x: str) -> str:
-        from onnx import helper
-
-        self.nodes.append(helper.make_node("Relu", [x], [x + ".relu"], name=x + ".relu"))
-        return x + ".relu"
+        return self.node("Relu", [x], x + ".relu")
 
     def residual(self, y: str, skip: str, name: str) -> str:
         from onnx import helper
@@ -269,16 +291,11 @@ class _ConvNet:
 
     def save(self, x: str, name: str, shape: list[int], path: Path) -> None:
         """The net ending in a global average pool of `x`."""
-        import onnx
         from onnx import TensorProto, helper
 
         self.nodes.append(helper.make_node("GlobalAveragePool", [x], ["pooled"], name="pool"))
-        graph = helper.make_graph(self.nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
-                                  [helper.make_tensor_value_info("pooled", TensorProto.FLOAT, None)],
-                                  initializer=self.inits)
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-        model.ir_version = 8
-        onnx.save(model, str(path))
+        super().save(name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                     [helper.make_tensor_value_info("pooled", TensorProto.FLOAT, None)], 13, path)
 
 
 def resnet_ish(path: Path) -> None:
@@ -318,24 +335,15 @@ def bert_ish(path: Path) -> None:
     mask added as -10000 where it is 0, a GELU (Erf) feed-forward, the first token's vector through a tanh
     pooler; seeded random weights, BERT's sizes scaled down (BERT above)."""
     import numpy as np
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import TensorProto, helper
 
     rng = np.random.default_rng(0)
     hidden, heads, seq = BERT["hidden"], BERT["heads"], BERT["seq"]
-    inits, nodes = [], []
+    g = _Graph()
+    const, node = g.const, g.node
 
     def weight(name, *shape, scale=0.05):
-        inits.append(numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name))
-        return name
-
-    def const(name, value, dtype=np.float32):
-        inits.append(numpy_helper.from_array(np.array(value, dtype=dtype), name))
-        return name
-
-    def node(op, inputs, name, **attrs):
-        nodes.append(helper.make_node(op, inputs, [name], name=name, **attrs))
-        return name
+        return const(name, rng.standard_normal(shape) * scale)
 
     def dense(x, n_in, n_out, name):
         return node("Add", [node("MatMul", [x, weight(f"{name}.w", n_in, n_out)], f"{name}.mm"),
@@ -372,15 +380,12 @@ def bert_ish(path: Path) -> None:
         x = norm(node("Add", [dense(gelu, BERT["ffn"], hidden, f"{n}.down"), x], f"{n}.res2"), f"{n}.norm2")
     first = node("Gather", [x, const("first", 0, np.int64)], "cls", axis=1)
     node("Tanh", [dense(first, hidden, hidden, "pool.dense")], "pooler_output")
-    nodes.append(helper.make_node("Identity", [x], ["last_hidden_state"], name="last"))
+    g.nodes.append(helper.make_node("Identity", [x], ["last_hidden_state"], name="last"))
     ids = [helper.make_tensor_value_info(n, TensorProto.INT64, [1, seq])
            for n in ("input_ids", "attention_mask", "token_type_ids")]
     outputs = [helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT, [1, seq, hidden]),
                helper.make_tensor_value_info("pooler_output", TensorProto.FLOAT, [1, hidden])]
-    model = helper.make_model(helper.make_graph(nodes, "bert_ish", ids, outputs, initializer=inits),
-                              opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, str(path))
+    g.save("bert_ish", ids, outputs, 17, path)
 
 
 def text_cls_fp16(path: Path) -> None:
@@ -398,19 +403,11 @@ def tdnn_ish(path: Path) -> None:
     ReLU after each; the mean and standard deviation over time concatenated, and a dense layer to a 192-value
     embedding. Seeded random weights (He-scaled); no such model ships in a PyPI package this zoo could use."""
     import numpy as np
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import TensorProto, helper
 
     rng = np.random.default_rng(0)
-    inits, nodes = [], []
-
-    def const(name, value):
-        inits.append(numpy_helper.from_array(np.asarray(value, dtype=np.float32), name))
-        return name
-
-    def node(op, inputs, name, **attrs):
-        nodes.append(helper.make_node(op, inputs, [name], name=name, **attrs))
-        return name
+    g = _Graph()
+    const, node = g.const, g.node
 
     x, cin = "feats", 80
     for i, (cout, taps, dilation) in enumerate([(512, 5, 1), (512, 3, 2), (512, 3, 3), (512, 1, 1), (1500, 1, 1)]):
@@ -423,16 +420,12 @@ def tdnn_ish(path: Path) -> None:
     var = node("ReduceMean", [node("Mul", [centred, centred], "stats.sq")], "stats.var", axes=[2], keepdims=0)
     std = node("Sqrt", [node("Add", [var, const("stats.eps", 1e-5)], "stats.var_eps")], "stats.std")
     flat_mean = node("Squeeze", [mean, "stats.axis"], "stats.flat_mean")
-    inits.append(numpy_helper.from_array(np.array([2], dtype=np.int64), "stats.axis"))
+    const("stats.axis", [2], np.int64)
     stats = node("Concat", [flat_mean, std], "stats", axis=1)
     node("Gemm", [stats, const("embed.w", rng.standard_normal((192, 2 * cin)) / math.sqrt(2 * cin)),
                   const("embed.b", np.zeros(192))], "embedding", transB=1)
-    graph = helper.make_graph(nodes, "tdnn_ish", [helper.make_tensor_value_info("feats", TensorProto.FLOAT,
-                                                                                [1, 80, 200])],
-                              [helper.make_tensor_value_info("embedding", TensorProto.FLOAT, [1, 192])], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    onnx.save(model, str(path))
+    g.save("tdnn_ish", [helper.make_tensor_value_info("feats", TensorProto.FLOAT, [1, 80, 200])],
+           [helper.make_tensor_value_info("embedding", TensorProto.FLOAT, [1, 192])], 13, path)
 
 
 GENERATORS = {"resnet_ish": resnet_ish, "resnext_ish": resnext_ish, "orientation_qop": orientation_qop,
