@@ -276,6 +276,7 @@ class _ConvNet(_Graph):
     def conv(self, x: str, cin: int, cout: int, k: int, stride: int, name: str, groups: int = 1) -> str:
         fan_in = cin // groups * k * k
         w = self.const(f"{name}.w", self.rng.standard_normal((cout, cin // groups, k, k)) / math.sqrt(fan_in))
+        # scaled in float32, as the models in the zoo's cache were generated
         b = self.const(f"{name}.b", self.rng.standard_normal(cout).astype("float32") * 0.1)
         return self.node("Conv", [x, w, b], name, pads=[k // 2] * 4, strides=[stride, stride],
                          **({"group": groups} if groups > 1 else {}))
@@ -289,12 +290,12 @@ class _ConvNet(_Graph):
         self.nodes.append(helper.make_node("Add", [y, skip], [f"{name}.sum"], name=f"{name}.add"))
         return self.relu(f"{name}.sum")
 
-    def save(self, x: str, name: str, shape: list[int], path: Path) -> None:
+    def save_pooled(self, x: str, name: str, shape: list[int], path: Path) -> None:
         """The net ending in a global average pool of `x`."""
         from onnx import TensorProto, helper
 
         self.nodes.append(helper.make_node("GlobalAveragePool", [x], ["pooled"], name="pool"))
-        super().save(name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        self.save(name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
                      [helper.make_tensor_value_info("pooled", TensorProto.FLOAT, None)], 13, path)
 
 
@@ -307,7 +308,7 @@ def resnet_ish(path: Path) -> None:
         y = net.conv(y, cout, cout, 3, 1, f"b{i}.c2")
         skip = x if cin == cout and stride == 1 else net.conv(x, cin, cout, 1, stride, f"b{i}.proj")
         x = net.residual(y, skip, f"b{i}")
-    net.save(x, "resnet_ish", [1, 3, 114, 114], path)
+    net.save_pooled(x, "resnet_ish", [1, 3, 114, 114], path)
 
 
 def resnext_ish(path: Path) -> None:
@@ -323,7 +324,7 @@ def resnext_ish(path: Path) -> None:
         y = net.conv(y, width, cout, 1, 1, f"b{i}.expand")
         skip = x if cin == cout and stride == 1 else net.conv(x, cin, cout, 1, stride, f"b{i}.proj")
         x = net.residual(y, skip, f"b{i}")
-    net.save(x, "resnext_ish", [1, 3, 114, 114], path)
+    net.save_pooled(x, "resnext_ish", [1, 3, 114, 114], path)
 
 
 BERT = {"vocab": 8000, "hidden": 256, "heads": 4, "layers": 4, "seq": 128, "ffn": 1024}
