@@ -35,6 +35,7 @@ from modelbuild.errors import last_line, StageEnvironmentError, StageError
 from modelbuild.recipe.params import TuneParams, parse
 from modelbuild.recipe.schema import TuningSpec
 from modelbuild.sources import imported_closure, source_digest
+from modelbuild.stages import candidate_timing
 from modelbuild.stages import device as remote
 from modelbuild.stages.candidate_builder import pooled_builder
 
@@ -210,11 +211,13 @@ class Measurer:
         config = ms.runner.EvaluatorConfig(number=tuning.number, repeat=tuning.repeat,
                                            min_repeat_ms=tuning.min_repeat_ms)
         if not self.device:
-            return ms.runner.LocalRunner(timeout_sec=tuning.timeout_s, evaluator_config=config)
+            return ms.runner.LocalRunner(timeout_sec=tuning.timeout_s, evaluator_config=config,
+                                         f_run_evaluator=candidate_timing.time_candidate)
         host, _, port = self.device["tracker"].rpartition(":")
         rpc = ms.runner.RPCConfig(tracker_host=host, tracker_port=int(port), tracker_key=self.device["key"],
                                   session_timeout_sec=max(tuning.timeout_s, self.device["timeout"]))
-        return ms.runner.RPCRunner(rpc_config=rpc, evaluator_config=config, max_workers=self.devices)
+        return ms.runner.RPCRunner(rpc_config=rpc, evaluator_config=config, max_workers=self.devices,
+                                   f_run_evaluator=candidate_timing.time_candidate_remotely)
 
 
 def export_shared(module, compiler: str) -> str:
