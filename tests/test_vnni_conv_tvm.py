@@ -165,13 +165,14 @@ def test_a_row_rounded_up_to_whole_vectors_gets_one_unguarded_epilogue_per_row()
                      script)
 
 
-def test_rows_are_the_outer_loop_where_the_data_outweighs_the_weights():
-    """Rows outside the blocks of output channels where the data outweighs the weights: a row of packed data
-    serves every block from cache (a 256 -> 64 1x1 conv at 100x80: 1230 -> 465 us). A row rounded up to whole
-    vectors has its epilogue per row, between the row's loop and its channel blocks, so the rows alone run in
-    parallel. Where the weights outweigh the data, or the conv is bound by its stores (a short reduction into a
-    wide output), the channel blocks stay outermost: rows outermost, every row writes into each channel plane
-    of the output (a 12 -> 96 conv at 160x160 with float output: 1024 us rows outermost, 518 us not)."""
+def test_rows_are_the_outer_loop_unless_the_conv_is_bound_by_its_stores():
+    """Each core pads, packs and computes one band of rows, reading what it wrote itself (a 96 -> 24 3x3 conv
+    at 160x160 took 1.7x as long with the blocks of output channels outermost while this VM's two cores were
+    far apart). A row rounded up to whole vectors has its epilogue per row, between the row's loop and its
+    channel blocks, so the rows alone run in parallel. A conv with too few rows to share (a conv1d's one row
+    ran on one core) and one bound by its stores (a short reduction into a wide output) keep the channel
+    blocks outermost: rows outermost, every row writes into each channel plane of the output (a 12 -> 96 conv
+    at 160x160 with float output: 1024 us rows outermost, 518 us not)."""
     import re
 
     from modelbuild.compiler.kernels import vnni_conv
@@ -180,16 +181,19 @@ def test_rows_are_the_outer_loop_where_the_data_outweighs_the_weights():
     orders = []
     # 29 x 29 pixels: no cut into other rows computes fewer than rows of 32 (compiler/pixel_rows.py)
     for shape, wshape, padding in (((1, 64, 16, 64), (64, 64, 1, 1), 0), ((1, 64, 29, 29), (64, 64, 1, 1), 0),
-                                   ((1, 12, 160, 160), (96, 12, 1, 1), 0), ((1, 128, 4, 16), (128, 128, 3, 3), 1)):
+                                   ((1, 12, 160, 160), (96, 12, 1, 1), 0), ((1, 128, 8, 16), (128, 128, 3, 3), 1),
+                                   ((1, 128, 1, 64), (128, 128, 1, 3), (0, 1))):
         weight = rng.integers(-128, 128, wshape).astype(np.int8)
-        module = conv_module(shape, weight, "uint8", strides=(1, 1), padding=(padding,) * 4, dilation=(1, 1))
+        padding = padding if isinstance(padding, tuple) else (padding, padding)
+        module = conv_module(shape, weight, "uint8", strides=(1, 1), padding=padding * 2, dilation=(1, 1))
         _, phases = build(module, VNNI_CPU)
         (script,) = [f.script() for f in phases.fused.functions.values()
                      if hasattr(f, "params") and vnni_conv.COLUMN_BLOCK in f.script()]
         orders.append(re.findall(r"for (\w+) in T.parallel", script))
     assert "b_h_o_0_fused" in orders[0] and "b_h_fused" in orders[1]
     assert "b_o_0_h_fused" in orders[2]  # 12 channels packed (300 KB), 96 written as int32: bound by its stores
-    assert "b_o_0_h_fused" in orders[3]  # 64 pixels, 128 x 9 weights per input channel: the weights stay put
+    assert orders[3] == ["b_row_fused", "b_row_cg_fused", "b_h_o_0_fused"]  # padding, packing, the conv
+    assert "b_o_0_h_fused" in orders[4]  # one row: the channel blocks shared among the cores
 
 
 def test_a_conv_is_store_bound_by_the_bytes_it_writes_against_those_it_packs():

@@ -40,6 +40,7 @@ from modelbuild.compiler.integer_ops import constant_value
 GROUP = 4  # 8-bit products summed into each int32 lane by a dot-product instruction
 PAD_VECTOR = 64  # padded bytes written per vector
 ROW_BLOCK = 16  # channel lanes: output columns whose accumulators stay in registers while the weights stream by
+ROWS_PER_CORE = 4  # output rows per core below which a conv's rows are too few to share among the cores
 CHAINS = 8  # channel lanes: independent accumulators wanted at least, to hide the instruction's latency
 # of a row's columns computed only to be dropped, in column lanes: the generated ResNet's widths 57 and 29
 # (12%, 10%) went from 2.09x the float library to 0.8x with VNNI; the detector's 40 -> 48 (20%) measured
@@ -309,32 +310,32 @@ def schedule_column_lanes(sch, instruction: Instruction, cores: int, intrinsic: 
     channels by up to `vectors` vectors of columns (each data vector feeds every channel, each weight word every
     vector); the epilogue per tile, or per row where a tile would end past the output (epilogue_at).
 
-    For a 1x1 conv whose output has more pixels than channels (per input channel, the data outweighs the
-    weights), rows are the outer loop and blocks of output channels inside them, so a row of packed data is
-    read from cache by every block (and the weights stay in cache too): with the channel blocks outermost, a
-    256 -> 64 1x1 conv at 100x80 read its 2 MB of packed data from memory four times, 1230 us against 465
-    (VNNI, 2 cores; the other 1x1 convs of the layout net 0-16% faster); at 100x76, computed as 80 with the
-    epilogue per row (of every channel block), 1011 -> 556 us, and 64 -> 64 at 200x152 1054 -> 650 us. Even
-    with the packed data in cache, requantising convs of the layout net ran 1.1-1.4x slower with the channel
-    blocks outermost (128 -> 128 at 5 x 1520, 1 MB packed: 998 -> 1443 us; at 5 x 95: 62 -> 76 us).
-    A conv bound by its stores is the exception (`store_bound`): rows outermost, every row writes a line into
+    Rows are the outer loop, blocks of output channels inside them, and the padding and packing run over rows
+    too (parallel), so each core packs, reads and writes the same band of rows: what a core reads it wrote
+    itself, but for a 3x3 conv's one row of halo. With the channel blocks outermost, every core read the rows
+    the other had packed, and on this VM's host, whose two vCPUs are at times far apart (a 2 MB buffer one
+    core wrote read by the other in 55-66 us, against 34 us by the core that wrote it; seconds to minutes at
+    a time), the DB detector's 96 -> 24 3x3 conv at 160x160 took 1170-1200 us against 680-720 at other
+    times; rows outermost, 690-720 us in both. Where the data stays near, rows outermost costs nothing
+    (call by call, bit-identical: the DB detector's int8 library 0.99-1.01x, resnet_ish's 0.998x; 0.93x and
+    0.77x while far apart); alone, measured earlier on a host whose cores shared their data, larger 3x3
+    convs ran up to 6% slower with rows outermost (64 -> 64 at 57x57 251 -> 256 us, 128 -> 128 at 29x29 222 ->
+    235 us). A row of packed data then serves every block of channels from cache too: a 256
+    -> 64 1x1 conv at 100x80 read its 2 MB of packed data from memory four times with the blocks outermost,
+    1230 us against 465 (VNNI, 2 cores).
+    Two exceptions keep the channel blocks outermost. A conv with too few rows to share (ROWS_PER_CORE): the
+    x-vector's conv1d over 200 frames, one row, ran on one core, its library 1.79x as slow. A conv bound by its
+    stores (`store_bound`): rows outermost, every row writes a line into
     each channel plane of the output, and a 12 -> 96 conv at 160x160 (300 KB packed, 9.8 MB of float output)
-    took 1024 us against 518 with the channel blocks outermost. Smaller outputs, which stay in cache, did
-    not gain: into float, 18 -> 96 at 80x80 (2.4 MB) 124 -> 136 us, 42 -> 96 at 2 x 800 58 -> 73 us, the v6
-    detector's 96 -> 192 and 192 -> 384 at 2 x 800 1.02-1.09x (and at 4x, 128 -> 128 at 100x76 into float,
-    the rows stay outermost though it measured 456 us against 420).
-    Larger kernels keep the channel blocks outermost, each block's weights in cache across the rows: they
-    gained nothing with rows outermost (3x3 64 -> 64 at 57x57: 251 -> 256 us; 128 -> 128 at 29x29: 222 ->
-    235 us)."""
+    took 1024 us against 518 with the channel blocks outermost."""
     lanes = instruction.lanes
     block = sch.get_sblock(instruction.column_block)
     b, o, h, col, rc, rh, rw, ri = sch.get_loops(block)
-    pixels = extent(sch, h) * extent(sch, col)
     tile = channel_tile(extent(sch, o), lanes)
     ob, oi = sch.split(o, factors=[None, tile])
     vectors = largest_divisor(extent(sch, col) // lanes, vectors)
     col_outer, col_vector, col_inner = sch.split(col, factors=[None, vectors, lanes])
-    rows_first = rows_outermost(sch, instruction, extent(sch, rh) * extent(sch, rw), pixels, extent(sch, ob) * tile)
+    rows_first = extent(sch, h) >= ROWS_PER_CORE * cores and not store_bound(sch, instruction)
     parallel_loops = reorder_outer(sch, block, rows_first, b, ob, h, col_outer, rc, rh, rw, oi, col_vector,
                                    col_inner, ri)
     outputs = extent(sch, b) * extent(sch, ob) * extent(sch, h) * extent(sch, col_outer) * tile * vectors * lanes
@@ -346,8 +347,10 @@ def schedule_column_lanes(sch, instruction: Instruction, cores: int, intrinsic: 
 
 
 def rows_outermost(sch, instruction: Instruction, taps: int, pixels: int, channels: int) -> bool:
-    """Whether a conv's rows are its outermost loop, its blocks of output channels inside them (see
-    schedule_column_lanes): a 1x1 conv whose data outweighs its weights, unless bound by its stores."""
+    """Whether a tile instruction's conv (amx_conv) has its rows outermost, its blocks of output channels
+    inside them: a 1x1 conv whose data outweighs its weights, unless bound by its stores. The VNNI, AVX2 and
+    sdot convs have their rows outermost unless bound by their stores (schedule_column_lanes); AMX's was
+    measured before that, on a host whose cores shared their data, and stays as it was."""
     return taps == 1 and pixels > channels and not store_bound(sch, instruction)
 
 
@@ -486,7 +489,9 @@ def parallel(sch, instruction: Instruction, cores: int, macs: int, *loops) -> No
     enough."""
     if cores > 1 and macs >= PARALLEL_MIN_MACS:
         sch.parallel(sch.fuse(*loops))
-        sch.parallel(sch.fuse(*sch.get_loops(sch.get_sblock(instruction.pack_block))[:3]))
+        b, groups, rows = sch.get_loops(sch.get_sblock(instruction.pack_block))[:3]
+        sch.reorder(rows, groups)  # a band of rows per core, the rows its padding wrote (schedule_column_lanes)
+        sch.parallel(sch.fuse(b, rows, groups))
         if instruction.pad_block in block_names(sch):
             sch.parallel(sch.fuse(*sch.get_loops(sch.get_sblock(instruction.pad_block))[:2]))
 
