@@ -68,6 +68,7 @@ def main() -> int:
     parser.add_argument("--int8", action="store_true", help="the models' int8 builds (bench/zoo.py --int8)")
     args = parser.parse_args()
     os.environ.setdefault("TVM_NUM_THREADS", str(args.threads))  # read when TVM's thread pool starts
+    zoo.print_core_distance()
     print("| model | before ms | after ms | after / before | same library | outputs |")
     print("| --- | --- | --- | --- | --- | --- |")
     for name in args.names:
@@ -81,6 +82,7 @@ def main() -> int:
         same = "yes" if before.read_bytes() == after.read_bytes() else "no"
         print(f"| {name} | {row['before_ms']:.3f} | {row['after_ms']:.3f} | {row['after_ms'] / row['before_ms']:.3f}x "
               f"| {same} | {'bit-identical' if row['identical'] else 'differ'} |", flush=True)
+    zoo.print_core_distance()
     return 0
 
 

@@ -681,6 +681,7 @@ def int8_table(models: list[ZooModel], threads: int, seconds: float) -> None:
         built = _build_recipe(root / "int8", int8_recipe(models, threads, images), variants)
         print(f"\n{threads} threads each; medians of alternating blocks of runs; gates: int8-ci on "
               f"{GOLDEN_SAMPLES} held-out inputs\n")
+        print_core_distance()
         print("| model | int8 gates (int8-ci) | min cosine | fp32 ms | int8 ms | int8 / fp32 |")
         print("| --- | --- | --- | --- | --- | --- |")
         ratios = []
@@ -697,10 +698,19 @@ def int8_table(models: list[ZooModel], threads: int, seconds: float) -> None:
             gates = int8.failure or "; ".join(int8.gates) or "all passed"
             print(f"| {m.name} | {gates} | {int8.values.get('min_cosine', float('nan')):.6f} | "
                   f"{medians['fp32'] * 1e3:.2f} | {medians['int8'] * 1e3:.2f} | {ratio:.2f}x |", flush=True)
+        print_core_distance()
         if ratios:
             print(f"\nint8 / fp32 over {len(ratios)} models: geometric mean {geometric_mean(ratios):.2f}x, "
                   f"worst {max(ratios):.2f}x "
                   f"(goal <= 0.5x on every conv model)")
+
+
+def print_core_distance() -> None:
+    """Which spell of this host the timing saw (bench/core_distance.py): printed before and after a table."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import core_distance  # a sibling script
+
+    print(core_distance.describe(), flush=True)
 
 
 def geometric_mean(ratios: list[float]) -> float:
@@ -752,6 +762,7 @@ def main() -> None:
         print(f"building {len(models)} models untuned ...", flush=True)
         built = build_all(root, models, args.threads, args.set, validate=not args.no_validate)
         print(f"\n{args.threads} threads each; medians of alternating blocks of runs; ratio = modelbuild / onnxruntime\n")
+        print_core_distance()
         print("| model | family | import | gates (preset) | cosine vs ORT | ORT ms | modelbuild ms | ratio | slowest kernels (us, GFLOP/s) |")
         print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
         ratios = []
@@ -768,6 +779,7 @@ def main() -> None:
             kernels = "; ".join(f"{name[:48]} {us:.0f} us {g:.1f} GF/s" for name, us, g in row["slowest"])
             print(f"| {m.name} | {m.family} | ok | {gates} | {row['cosine']:.6f} | {row['ort_ms']:.2f} | {row['mb_ms']:.2f} | "
                   f"{ratio:.2f}x | {kernels} |", flush=True)
+        print_core_distance()
         if ratios:
             print(f"\ngeometric mean over {len(ratios)} models that built: {geometric_mean(ratios):.2f}x onnxruntime "
                   f"(goal <= 1.5x, none above 2.5x); worst {max(ratios):.2f}x")
