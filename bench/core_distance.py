@@ -2,9 +2,9 @@
 the same read by the core that wrote it.
 
 On this project's 2-core VMs the two vCPUs are at times far apart (on different dies of the host, as it
-seems): for seconds to minutes, a 2 MB buffer that one core wrote takes the other 1.5-2.5x as long to read as
-it takes the core that wrote it, then for a while no longer. Every library whose kernels hand data from one core to
-the other slows down meanwhile, int8 libraries most (the DB detector's int8 library 7.6 ms near, 10.9 ms far;
+seems): for seconds to minutes, a 2 MB buffer that one core wrote takes the other 1.5-2.5x as long to read
+as it takes the core that wrote it, then for a while no longer. Every library whose kernels hand data from one
+core to the other slows down meanwhile, int8 libraries most (the DB detector's int8 library 7.6 ms near, 10.9 ms far;
 its fp32 one 16.5 and 18.7 ms), so a ratio measured in one spell is not a ratio measured in the other. The
 benchmarks print this figure before and after timing, so a run says which spells it saw.
 
@@ -32,6 +32,7 @@ def kernels():
     sets half t to values[t]; read(buf, sums) sums a half per task into sums[t, :] (LANES partial sums)."""
     import tvm
     from tvm.script import tirx as T
+    from tvm.target import codegen
 
     n = 2 * HALF
 
@@ -52,8 +53,6 @@ def kernels():
                     for v in T.vectorized(LANES):
                         sums[t, v] = sums[t, v] + buf[(t + shift) % 2 * HALF + i * LANES + v]
         return read
-
-    from tvm.target import codegen
 
     target = tvm.target.Target({"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu()})
     return tuple(tvm.compile(tvm.IRModule({"main": f}), target=target)["main"]

@@ -165,7 +165,7 @@ def test_a_row_rounded_up_to_whole_vectors_gets_one_unguarded_epilogue_per_row()
                      script)
 
 
-def test_rows_are_the_outer_loop_unless_the_conv_is_bound_by_its_stores():
+def test_rows_are_the_outer_loop_unless_too_few_or_the_conv_is_bound_by_its_stores():
     """Each core pads, packs and computes one band of rows, reading what it wrote itself (a 96 -> 24 3x3 conv
     at 160x160 took 1.7x as long with the blocks of output channels outermost while this VM's two cores were
     far apart). A row rounded up to whole vectors has its epilogue per row, between the row's loop and its

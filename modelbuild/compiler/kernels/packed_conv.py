@@ -318,16 +318,18 @@ def schedule_column_lanes(sch, instruction: Instruction, cores: int, intrinsic: 
     a time), the DB detector's 96 -> 24 3x3 conv at 160x160 took 1170-1200 us against 680-720 at other
     times; rows outermost, 690-720 us in both. Where the data stays near, rows outermost costs nothing
     (call by call, bit-identical: the DB detector's int8 library 0.99-1.01x, resnet_ish's 0.998x; 0.93x and
-    0.77x while far apart); alone, measured earlier on a host whose cores shared their data, larger 3x3
-    convs ran up to 6% slower with rows outermost (64 -> 64 at 57x57 251 -> 256 us, 128 -> 128 at 29x29 222 ->
-    235 us). A row of packed data then serves every block of channels from cache too: a 256
-    -> 64 1x1 conv at 100x80 read its 2 MB of packed data from memory four times with the blocks outermost,
-    1230 us against 465 (VNNI, 2 cores).
+    0.77x while far apart). Alone, measured earlier (spells unknown), rows outermost cost some kernels a
+    little: larger 3x3 convs, whose blocks' weights stayed in cache across the rows (64 -> 64 at 57x57 251 ->
+    256 us, 128 -> 128 at 29x29 222 -> 235 us), and 1x1 convs into float whose outputs stay in cache (18 -> 96
+    at 80x80 124 -> 136 us, 42 -> 96 at 2 x 800 58 -> 73 us). It gains where the packed data is large: a row
+    of it serves every block of channels from cache, where a 256 -> 64 1x1 conv at 100x80 read its 2 MB from
+    memory four times with the blocks outermost (1230 us against 465; at 100x76 1011 -> 556 us), and
+    requantising convs of the layout net ran 1.1-1.4x slower with the blocks outermost.
     Two exceptions keep the channel blocks outermost. A conv with too few rows to share (ROWS_PER_CORE): the
-    x-vector's conv1d over 200 frames, one row, ran on one core, its library 1.79x as slow. A conv bound by its
-    stores (`store_bound`): rows outermost, every row writes a line into
-    each channel plane of the output, and a 12 -> 96 conv at 160x160 (300 KB packed, 9.8 MB of float output)
-    took 1024 us against 518 with the channel blocks outermost."""
+    x-vector's conv1d over 200 frames, one row, ran on one core, its library 1.79x as slow. A conv bound by
+    its stores (`store_bound`): rows outermost, every row writes a line into each channel plane of the output,
+    and a 12 -> 96 conv at 160x160 (300 KB packed, 9.8 MB of float output) took 1024 us against 518 with the
+    channel blocks outermost."""
     lanes = instruction.lanes
     block = sch.get_sblock(instruction.column_block)
     b, o, h, col, rc, rh, rw, ri = sch.get_loops(block)
@@ -349,8 +351,8 @@ def schedule_column_lanes(sch, instruction: Instruction, cores: int, intrinsic: 
 def rows_outermost(sch, instruction: Instruction, taps: int, pixels: int, channels: int) -> bool:
     """Whether a tile instruction's conv (amx_conv) has its rows outermost, its blocks of output channels
     inside them: a 1x1 conv whose data outweighs its weights, unless bound by its stores. The VNNI, AVX2 and
-    sdot convs have their rows outermost unless bound by their stores (schedule_column_lanes); AMX's was
-    measured before that, on a host whose cores shared their data, and stays as it was."""
+    sdot convs have their rows outermost unless too few or bound by their stores (schedule_column_lanes);
+    AMX's rule was measured before that, on a host whose cores shared their data, and stays as it was."""
     return taps == 1 and pixels > channels and not store_bound(sch, instruction)
 
 
