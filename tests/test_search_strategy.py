@@ -130,3 +130,10 @@ def test_candidates_within_the_timing_noise_are_equal_and_fewer_raised_layers_wi
     assert chosen(trials)[0] == c and chosen(trials, noise=0.1)[0] == c  # 8.0 is faster beyond the noise
     trials[c] = Outcome(True, 9.8, 0.1)
     assert chosen(trials)[0] == c and chosen(trials, noise=0.1)[0] == a
+
+
+def test_of_equally_fast_settings_the_widest_accuracy_margin_wins():
+    nearest, gptq = Candidate(NEAREST), Candidate(GPTQ)
+    trials = {nearest: Outcome(True, 8.03, margin=0.0006), gptq: Outcome(True, 8.02, margin=0.0001)}
+    assert chosen(trials, noise=0.1)[0] == nearest
+    assert chosen(trials)[0] == gptq  # without the noise, 8.02 is faster
