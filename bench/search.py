@@ -5,8 +5,9 @@ Each model's recipe quantizes from calibration images rendered with one seed (be
 the classifier, pages for the detector, the models' own preprocessing) and is gated on images of another seed
 (200 lines, 16 pages): every held-out sample at cosine >= 0.99 against fp32, and top-1 100% for the classifier
 (issue 21's gates). The search raises the layers the sensitivity ranking puts first to int16 or float, with
-nearest or GPTQ weight rounding, up to --candidates builds. Then the chosen library and the fp32 library are
-timed in alternating blocks in this process (2 threads, untuned), and their ratio printed against the goal.
+nearest or GPTQ weight rounding, calibrated by minmax, percentile or entropy, up to --candidates builds. Then
+the chosen library and the fp32 library are timed in alternating blocks in this process (2 threads, untuned),
+and their ratio printed against the goal.
 The store is kept in bench/.search/cache, so a rerun rebuilds only what changed.
 
 With --zoo, the same search on each conv model of the zoo (bench/zoo.py), calibrated and gated as `zoo.py
@@ -63,6 +64,7 @@ def recipe(model: str, threads: int, calibration: Path, held_out: Path, count: i
         "[quantization.int8]",
         f'calibration = {{ source = "images", path = "{calibration}", samples = {samples}, preprocess = {preprocess} }}',
         "", "[search.fastest]", 'precisions = ["int16", "float"]', 'weight_rounding = ["nearest", "gptq"]',
+        'calibration_methods = ["minmax", "percentile", "entropy"]',
         f"max_candidates = {candidates}", "",
         "[validation]",
         f'golden = {{ source = "images", path = "{held_out}", count = {count}, preprocess = {preprocess} }}',
