@@ -181,3 +181,29 @@ def test_a_device_enters_the_tune_key_with_the_linker_of_its_candidates_and_a_ta
     assert set(here) == {"target", "options", "tuning"}  # as before devices: no tune key changed
     assert there["device"] == {"tracker": "127.0.0.1:9190", "key": "rpi4", "timeout": 60}
     assert there["cross_compiler"] == "aarch64-linux-gnu-gcc"
+
+
+def test_the_stages_that_time_on_this_machine_run_alone_and_those_on_a_device_do_not(tmp_path):
+    (tmp_path / "m.onnx").write_bytes(b"x")
+    base = textwrap.dedent("""\
+        [models.cls]
+        path = "m.onnx"
+        inputs.x = { shape = [1, 3, 8, 8] }
+
+        [tuning.quick]
+        trials_per_task = 4
+
+        [targets.board]
+        kind = "llvm"
+        mcpu = "skylake"
+        num-cores = 4
+        """)
+    tail = '\n[[builds]]\nmodel = "cls"\ntargets = ["board"]\ntuning = "quick"\n'
+    here, there = plans_of(tmp_path, base, tail, ("", 'rpc = { tracker = "127.0.0.1:9190", key = "rpi4" }\n'))
+    assert {n for n, node in here.nodes.items() if node.exclusive} == {"tune:cls@board", "validate:cls@board"}
+    assert not any(node.exclusive for node in there.nodes.values())
+
+
+def test_a_library_validated_nowhere_does_not_hold_the_machine(plan):
+    assert not plan.nodes["validate:cls+int8@pi"].exclusive  # cross-compiled, no device: nothing is timed
+    assert plan.nodes["validate:cls+int8@host"].exclusive

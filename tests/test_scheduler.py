@@ -137,6 +137,29 @@ def test_no_more_stages_run_at_once_than_jobs_allow(fake_project):
     assert {r.status for r in run.results.values()} == {Status.BUILT} and most == 1
 
 
+def test_an_exclusive_stage_runs_with_no_other_stage_beside_it_whatever_jobs_allow(fake_project):
+    from dataclasses import replace
+
+    from modelbuild.build.events import NodeFinished, NodeStarted
+
+    root, _ = fake_project
+    project = open_project(root / "deploy.toml")
+    project.plan.nodes["import:a"] = replace(project.plan.nodes["import:a"], exclusive=True)
+    running, beside_it = set(), []
+
+    def reporter(event):
+        if isinstance(event, NodeStarted):
+            running.add(event.node)
+            if "import:a" in running and len(running) > 1:
+                beside_it.append(sorted(running))
+        elif isinstance(event, NodeFinished):
+            running.discard(event.result.node)
+
+    run = project.run([], Options(jobs=4), reporter)
+    assert {r.status for r in run.results.values()} == {Status.BUILT}
+    assert beside_it == []
+
+
 def test_a_cached_result_keeps_the_time_of_the_build_that_made_it(fake_project):
     root, _ = fake_project
     first, _ = build(root)

@@ -28,6 +28,9 @@ class Node:
     # Stores a stage may read and extend that are memos, not inputs: its output is the same with them cold
     # or warm (up to measurement noise), so they stay out of the key. The tuning database is one.
     memos: dict[str, Path] = field(default_factory=dict)
+    # The stage measures time on this machine (latency, tuning candidates): it runs with no other stage beside
+    # it, whatever -j allows, as Bazel runs an `exclusive` test. Scheduling only: not in the key.
+    exclusive: bool = False
 
 
 @dataclass

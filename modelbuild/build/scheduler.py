@@ -217,11 +217,14 @@ class Scheduler:
     # running
     def _start_queued(self, jobs: int) -> None:
         """Start queued stages while fewer than `jobs` run, so a stage's clock starts when it does; a stage whose
-        key another run is building waits for it, then reuses its result."""
+        key another run is building waits for it, then reuses its result. An exclusive stage starts once nothing
+        runs, and nothing starts beside it: the other stages go first, so -j still overlaps all they can."""
         for item in list(self._queued):
-            if len(self._running) >= jobs:
+            if len(self._running) >= jobs or any(other.exclusive for other, *_ in self._running.values()):
                 return
             node, decision, inputs = item
+            if node.exclusive and self._running:
+                continue
             lock = self.store.key_lock(decision.key)
             if not lock.try_acquire():
                 if node.id not in self._told_waiting:

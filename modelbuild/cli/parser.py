@@ -32,7 +32,8 @@ def argument_parser() -> argparse.ArgumentParser:
 
     build = sub.add_parser("build", parents=[common], help="build everything, or the builds selected")
     build.add_argument("selectors", nargs="*", help="builds to make: model@target, a model, or a glob")
-    build.add_argument("-j", "--jobs", type=int, default=1, help="run up to N independent stages at once")
+    build.add_argument("-j", "--jobs", type=int, default=1,
+                       help="run up to N independent stages at once (a stage that times on this machine runs alone)")
     build.add_argument("-k", "--keep-going", action="store_true", help="continue past a failed build")
     build.add_argument("-n", "--dry-run", action="store_true", help="say what would run and why")
     build.add_argument("--json", action="store_true", help="print a machine-readable summary")

@@ -130,7 +130,7 @@ def tune_node(recipe: LoadedRecipe, build: str, ir: tuple[str, str], target: dic
         params |= {"device": device, "cross_compiler": target.get("cross-compiler")}
     root = tuning_root or recipe.root / ".cache" / "tuning"
     return Node(id=f"tune:{build}", stage="tune", build=build, params=params, files=files, deps={"ir": ir},
-                memos={"database": folder_for(root, tvm_target(target))})
+                memos={"database": folder_for(root, tvm_target(target))}, exclusive=not device)
 
 
 def compile_node(build: str, ir: tuple[str, str], target_name: str, target: dict, spec, tuner: Node | None = None) -> Node:
@@ -189,7 +189,7 @@ def validate_node(build: str, target_name: str, target: dict, validation, import
         deps["golden_qdq"] = (qdq, GOLDEN)
     files = {"baseline_library": baseline_library} if baseline_library else {}
     return Node(id=f"validate:{build}", stage="validate", build=build, params=params, deps=deps, files=files,
-                publish={METRICS: f"{variant}/{target_name}/validation.json"})
+                publish={METRICS: f"{variant}/{target_name}/validation.json"}, exclusive=runs_here and not device)
 
 
 def baseline_library(recipe: LoadedRecipe, build, name: str, target_name: str, target: dict) -> Path | None:
