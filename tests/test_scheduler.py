@@ -145,10 +145,11 @@ def test_an_exclusive_stage_runs_with_no_other_stage_beside_it_whatever_jobs_all
     root, _ = fake_project
     project = open_project(root / "deploy.toml")
     project.plan.nodes["import:a"] = replace(project.plan.nodes["import:a"], exclusive=True)
-    running, beside_it = set(), []
+    running, beside_it, started = set(), [], []
 
     def reporter(event):
         if isinstance(event, NodeStarted):
+            started.append(event.node)
             running.add(event.node)
             if "import:a" in running and len(running) > 1:
                 beside_it.append(sorted(running))
@@ -158,6 +159,7 @@ def test_an_exclusive_stage_runs_with_no_other_stage_beside_it_whatever_jobs_all
     run = project.run([], Options(jobs=4), reporter)
     assert {r.status for r in run.results.values()} == {Status.BUILT}
     assert beside_it == []
+    assert started.index("import:b") < started.index("import:a")  # the others first, though it came first
 
 
 def test_a_cached_result_keeps_the_time_of_the_build_that_made_it(fake_project):

@@ -219,7 +219,7 @@ class Scheduler:
         """Start queued stages while fewer than `jobs` run, so a stage's clock starts when it does; a stage whose
         key another run is building waits for it, then reuses its result. An exclusive stage starts once nothing
         runs, and nothing starts beside it: the other stages go first, so -j still overlaps all they can."""
-        for item in list(self._queued):
+        for item in sorted(self._queued, key=lambda queued: queued[0].exclusive):  # stable: in order otherwise
             if len(self._running) >= jobs or any(other.exclusive for other, *_ in self._running.values()):
                 return
             node, decision, inputs = item
