@@ -96,24 +96,40 @@ def recipe_name(model_file: str) -> str:
 
 
 def write_recipe(*, model_path: str, signature: Signature, preset: Preset | None = None, target: str = "host",
-                 name: str | None = None) -> str:
+                 name: str | None = None, int8: bool = False) -> str:
     """The text of a deploy.toml that builds this model for one target preset, validated as `preset` says
-    (by default, as a float32 model of the kind its outputs suggest)."""
+    (by default, as a float32 model of the kind its outputs suggest). With `int8`, an int8 build beside the
+    float one, each with its own gates: a build's gates override the recipe's one by one, so an int8 build
+    under float's recipe-wide gates would keep float's SQNR or absolute bound, which int8 never meets."""
     name = name or recipe_name(model_path)
     preset = preset or Preset.of(signature)
-    lines = [f"# Written by `modelbuild init {model_path}`. `modelbuild` builds it; `modelbuild schema` lists",
-             "# every field, and the README explains them.", "", f"[models.{toml_key(name)}]",
-             f"path = {_toml(model_path)}"]
+    lines = [f"# Written by `modelbuild init {model_path}{' --int8' if int8 else ''}`. `modelbuild` builds it; "
+             "`modelbuild schema`", "# lists every field, and the README explains them.", "",
+             f"[models.{toml_key(name)}]", f"path = {_toml(model_path)}"]
     lines += [line for input_name, spec in signature.inputs.items() for line in _input_lines(input_name, spec)]
     description, table = TARGET_PRESETS[target]
     lines += ["", f"# target preset {target!r}: {description}", f"[targets.{target}]"]
     lines += [f"{key} = {_toml(value)}" for key, value in table.items()]
     lines += ["", f"# validation preset {preset.kind!r}: {preset.description}", "[validation]",
               "golden = { count = 8 }  # random inputs; real ones: source = \"images\" or \"npz\", path = ...",
-              "timing = { warmup = 10, min_runs = 50, min_seconds = 1.0 }", "", "[validation.gates]"]
-    lines += [f"{gate} = {_toml(limit)}" for gate, limit in preset.gates.items()]
-    lines += ["", "[[builds]]", f"model = {_toml(name)}", f'targets = ["{target}"]', ""]
+              "timing = { warmup = 10, min_runs = 50, min_seconds = 1.0 }", ""]
+    build = ["[[builds]]", f"model = {_toml(name)}", f'targets = ["{target}"]']
+    if not int8:
+        lines += ["[validation.gates]", *_gate_lines(preset.gates), "", *build, ""]
+        return "\n".join(lines)
+    lines += ["# int8: calibrated on samples the golden inputs never repeat; random ones calibrate a real model",
+              "# poorly (the report warns): give it inputs like those it will serve", "[quantization.int8]",
+              'calibration = { source = "random", samples = 32 }  # real ones: source = "images" or "npz", path = ...',
+              "", *build, f"validation.gates = {{ {', '.join(_gate_lines(preset.gates))} }}", "",
+              "# int8 keeps the model's accuracy, not float's last bits: the int8 preset's gates. For the fastest",
+              "# configuration that passes them, add search = \"fastest\" and a [search.fastest] section, and run",
+              f"# `modelbuild search {name}+int8@{target}` (README, search)", *build, 'quantization = "int8"',
+              f"validation.gates = {{ {', '.join(_gate_lines(QUANTIZED_GATES[preset.kind]))} }}", ""]
     return "\n".join(lines)
+
+
+def _gate_lines(gates: dict) -> list[str]:
+    return [f"{gate} = {_toml(limit)}" for gate, limit in gates.items()]
 
 
 def dynamic_dims(shape: list) -> list[int]:

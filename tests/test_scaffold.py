@@ -155,3 +155,40 @@ def test_init_writes_the_int8_tolerances_for_a_model_that_arrives_quantized(tmp_
     code, out, _ = init(capsys, tmp_path, tmp_path / "q.onnx")
     assert code == 0 and "(detector int8 preset, target host)" in out
     assert "[validation.gates]\nmin_cosine = 0.99\n" in (tmp_path / "deploy.toml").read_text()
+
+
+def test_init_int8_writes_an_int8_build_beside_the_float_one_each_with_its_own_gates(tmp_path, capsys):
+    from tests.onnx_models import conv_then_dense
+
+    code, out, _ = init(capsys, tmp_path, conv_then_dense(tmp_path / "net.onnx"), "--int8")
+    assert code == 0 and "(classifier preset, and an int8 build, target host)" in out
+    recipe = load_recipe(tmp_path / "deploy.toml")
+    fp32, int8 = recipe.spec.builds
+    assert (fp32.quantization, int8.quantization) == (None, "int8")
+    assert recipe.spec.quantization["int8"].calibration.source == "random"
+    float_gates, int8_gates = (recipe.validation_for(b).gates for b in (fp32, int8))
+    assert (float_gates.max_abs_error, float_gates.min_cosine, float_gates.min_top1_agreement) == (1e-4, 0.9999, 1.0)
+    # float's absolute bound is not inherited: int8 never meets it
+    assert (int8_gates.max_abs_error, int8_gates.min_cosine, int8_gates.min_top1_agreement) == (None, 0.99, 0.99)
+
+
+def test_init_int8_refuses_a_model_that_arrives_quantized(tmp_path, capsys):
+    from tests.onnx_models import quantized_qdq
+
+    quantized_qdq(conv_relu(tmp_path / "net.onnx"), tmp_path / "q.onnx", [1, 3, 8, 8])
+    code, _, err = init(capsys, tmp_path, tmp_path / "q.onnx", "--int8")
+    assert code == 2 and not (tmp_path / "deploy.toml").exists()
+    assert err.count("\n") == 1 and "arrives quantized" in err and "(fix: leave out --int8)" in err
+
+
+@pytest.mark.tvm
+def test_an_int8_recipe_from_init_builds_and_passes_its_gates_with_no_edits(tmp_path):
+    from tests.onnx_models import conv_then_dense
+
+    conv_then_dense(tmp_path / "net.onnx")
+    run = lambda *a: subprocess.run([sys.executable, "-m", "modelbuild", *a], cwd=tmp_path, capture_output=True,
+                                    text=True)
+    assert run("init", "net.onnx", "--int8").returncode == 0
+    proc = run()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "net+int8@host" in proc.stdout and "all gates passed" in proc.stdout

@@ -25,12 +25,17 @@ def cmd_init(args, console) -> int:
         facts = model_facts(args.model)
     except StageError as err:
         raise ModelbuildError(f"{args.model}: {err.message}") from None
+    if args.int8 and (facts.quantized or facts.float16):
+        raise ModelbuildError(f"--int8: {args.model} {'arrives quantized' if facts.quantized else 'is float16'}, "
+                              f"and modelbuild quantizes float32 models (fix: leave out --int8"
+                              f"{'' if facts.quantized else ', or export the model in float32'})")
     model_path = os.path.relpath(args.model.resolve(), args.file.resolve().parent)
     preset = scaffold.Preset.of(facts.signature, float16=facts.float16, quantized=facts.quantized)
     args.file.write_text(scaffold.write_recipe(model_path=model_path, signature=facts.signature, preset=preset,
-                                               target=args.target, name=args.name))
+                                               target=args.target, name=args.name, int8=args.int8))
     dynamic = [name for name, spec in facts.signature.inputs.items() if scaffold.dynamic_dims(spec["shape"])]
-    console.print(f"wrote {relative(args.file)} ({preset.title} preset, target {args.target})", markup=False)
+    console.print(f"wrote {relative(args.file)} ({preset.title} preset{', and an int8 build' if args.int8 else ''}, "
+                  f"target {args.target})", markup=False)
     if dynamic:
         console.print(f"set the sizes to build for where it says TODO (dynamic in the model: "
                       f"{', '.join(dynamic)}), then run `modelbuild`", markup=False)

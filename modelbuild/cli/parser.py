@@ -46,6 +46,8 @@ def argument_parser() -> argparse.ArgumentParser:
     init.add_argument("--name", help="the model's name in the recipe (default: from the file name)")
     init.add_argument("-f", "--file", type=Path, default=Path("deploy.toml"), help="the recipe to write")
     init.add_argument("--force", action="store_true", help="overwrite an existing recipe")
+    init.add_argument("--int8", action="store_true",
+                      help="an int8 build beside the float one, with its own calibration and gates")
     init.set_defaults(handler=cmd_init)
 
     status = sub.add_parser("status", parents=[common], help="list stale stages and why; exit 1 if any")
