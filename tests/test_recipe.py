@@ -205,6 +205,26 @@ def test_a_float_and_an_int8_build_of_one_model_and_target_each_keep_their_overr
     assert recipe.validation_for(recipe.build_spec("cls", "host", "int8")).gates.min_cosine == 0.99
 
 
+def test_false_turns_a_recipe_wide_gate_off_for_one_build_and_the_others_keep_it(tmp_path):
+    text = GOOD + "\n[validation.gates]\nmin_sqnr_db = 60\nmin_cosine = 0.9999\n"
+    text += ('\n[quantization.int8]\n\n[[builds]]\nmodel = "cls"\ntargets = ["host"]\nquantization = "int8"\n'
+             '[builds.validation.gates]\nmin_sqnr_db = false\nmin_cosine = 0.99\n')
+    recipe = load_recipe(write(tmp_path, text))
+    int8 = recipe.validation_for(recipe.build_spec("cls", "host", "int8")).gates
+    fp32 = recipe.validation_for(recipe.build_spec("cls", "host")).gates
+    assert (int8.min_sqnr_db, int8.min_cosine) == (None, 0.99)
+    assert (fp32.min_sqnr_db, fp32.min_cosine) == (60, 0.9999)
+
+
+@pytest.mark.parametrize("line", ["samples = true", "min_runs = false"])
+def test_a_boolean_where_a_number_belongs_is_an_error_not_a_one(tmp_path, line):
+    """TOML's true used to be read as 1 (and false as 0: `max_abs_error = false`, a gate no build passes)."""
+    section = "[quantization.q.calibration]" if line.startswith("samples") else "[validation.timing]"
+    err = error_of(tmp_path, GOOD + f"\n{section}\n{line}\n")
+    assert err.line == 16 and err.field.endswith(line.split()[0])
+    assert err.message == f"expected a valid integer, found {line.split()[-1]}"
+
+
 def test_int16_activations_need_the_symmetric_scheme(tmp_path):
     err = error_of(tmp_path, GOOD + '\n[quantization.q]\nscheme = "affine"\nint16_most_sensitive = 4\n')
     assert err.field == "quantization.q.int16_most_sensitive" and err.line == 17

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
@@ -257,7 +258,7 @@ def _fields_at(loc: tuple) -> list[str]:
 
 
 def _short(value: Any) -> str:
-    text = repr(value)
+    text = json.dumps(value) if isinstance(value, bool) else repr(value)  # as TOML writes it: true, not True
     return text if len(text) <= 60 else text[:57] + "..."
 
 

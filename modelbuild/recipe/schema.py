@@ -21,7 +21,7 @@ DType = Literal["float32", "float16", "float64", "int64", "int32", "int16", "int
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True, strict=True)
 
 
 Scalar = float | int | bool
@@ -149,7 +149,14 @@ class BaselineSpec(Strict):
 
 
 class GatesSpec(Strict):
-    """What "good enough" means; every gate is optional."""
+    """What "good enough" means; every gate is optional. A build's own gates override the recipe's one by one,
+    and `false` turns one off (float's recipe-wide SQNR under an int8 build, say)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _false_turns_a_gate_off(cls, data):
+        # set to None explicitly, the gate stays in the fields a build sets, so it overrides the recipe's limit
+        return {k: None if v is False else v for k, v in data.items()} if isinstance(data, dict) else data
 
     max_abs_error: float | None = None
     max_rel_error: float | None = None
