@@ -214,6 +214,11 @@ def test_false_turns_a_recipe_wide_gate_off_for_one_build_and_the_others_keep_it
     fp32 = recipe.validation_for(recipe.build_spec("cls", "host")).gates
     assert (int8.min_sqnr_db, int8.min_cosine) == (None, 0.99)
     assert (fp32.min_sqnr_db, fp32.min_cosine) == (60, 0.9999)
+    schema = json_schema()
+    gates_schema = {"$ref": "#/$defs/GatesSpec", "$defs": schema["$defs"]}
+    jsonschema.validate({"min_sqnr_db": False}, gates_schema)  # as editors check it
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"min_sqnr_db": True}, gates_schema)
 
 
 @pytest.mark.parametrize("line", ["samples = true", "min_runs = false"])

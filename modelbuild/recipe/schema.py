@@ -148,9 +148,17 @@ class BaselineSpec(Strict):
     max_sqnr_drop_db: float | None = Field(default=None, ge=0, description="3 = no output's SQNR 3 dB below the baseline's")
 
 
+def _false_turns_off(schema: dict) -> None:
+    """Editors validating a recipe against the JSON Schema accept the `false` the loader takes as "off"."""
+    for prop in schema["properties"].values():
+        prop.setdefault("anyOf", []).append({"const": False})
+
+
 class GatesSpec(Strict):
     """What "good enough" means; every gate is optional. A build's own gates override the recipe's one by one,
     and `false` turns one off (float's recipe-wide SQNR under an int8 build, say)."""
+
+    model_config = ConfigDict(**Strict.model_config, json_schema_extra=_false_turns_off)
 
     @model_validator(mode="before")
     @classmethod
