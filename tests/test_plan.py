@@ -138,6 +138,19 @@ def plans_of(root, base: str, tail: str, variants) -> list:
     return plans
 
 
+def tuned(target: str, lines: str) -> str:
+    """A one-model recipe with a [tuning.quick] section and one target, its lines last (plans_of adds more)."""
+    return textwrap.dedent("""\
+        [models.cls]
+        path = "m.onnx"
+        inputs.x = { shape = [1, 3, 8, 8] }
+
+        [tuning.quick]
+        trials_per_task = 4
+
+        """) + f"[targets.{target}]\n" + lines
+
+
 def test_a_device_enters_the_validate_key_and_not_the_compile_key(tmp_path):
     (tmp_path / "m.onnx").write_bytes(b"x")
     base = textwrap.dedent("""\
@@ -161,19 +174,7 @@ def test_a_device_enters_the_validate_key_and_not_the_compile_key(tmp_path):
 def test_a_device_enters_the_tune_key_with_the_linker_of_its_candidates_and_a_target_without_one_keeps_its_key(
         tmp_path):
     (tmp_path / "m.onnx").write_bytes(b"x")
-    base = textwrap.dedent("""\
-        [models.cls]
-        path = "m.onnx"
-        inputs.x = { shape = [1, 3, 8, 8] }
-
-        [tuning.quick]
-        trials_per_task = 4
-
-        [targets.pi]
-        kind = "llvm"
-        num-cores = 4
-        cross-compiler = "aarch64-linux-gnu-gcc"
-        """)
+    base = tuned("pi", 'kind = "llvm"\nnum-cores = 4\ncross-compiler = "aarch64-linux-gnu-gcc"\n')
     tail = '\n[[builds]]\nmodel = "cls"\ntargets = ["pi"]\ntuning = "quick"\n'
     plans = plans_of(tmp_path, base, tail,
                      ("", 'mtriple = "aarch64-linux-gnu"\nrpc = { tracker = "127.0.0.1:9190", key = "rpi4" }\n'))
@@ -185,19 +186,7 @@ def test_a_device_enters_the_tune_key_with_the_linker_of_its_candidates_and_a_ta
 
 def test_the_stages_that_time_on_this_machine_run_alone_and_those_on_a_device_do_not(tmp_path):
     (tmp_path / "m.onnx").write_bytes(b"x")
-    base = textwrap.dedent("""\
-        [models.cls]
-        path = "m.onnx"
-        inputs.x = { shape = [1, 3, 8, 8] }
-
-        [tuning.quick]
-        trials_per_task = 4
-
-        [targets.board]
-        kind = "llvm"
-        mcpu = "skylake"
-        num-cores = 4
-        """)
+    base = tuned("board", 'kind = "llvm"\nmcpu = "skylake"\nnum-cores = 4\n')
     tail = '\n[[builds]]\nmodel = "cls"\ntargets = ["board"]\ntuning = "quick"\n'
     here, there = plans_of(tmp_path, base, tail, ("", 'rpc = { tracker = "127.0.0.1:9190", key = "rpi4" }\n'))
     assert {n for n, node in here.nodes.items() if node.exclusive} == {"tune:cls@board", "validate:cls@board"}
