@@ -33,6 +33,17 @@ def test_where_they_do_not_the_report_only_ranks_them():
     assert "try this layer in float first: `exclude_nodes = [\"conv_a\"]`" in text
 
 
+def test_the_latency_against_float_says_when_the_two_were_timed_in_turns():
+    from modelbuild.reports.model import VsFloat
+
+    together = replace(int8_build(1.0, gate_passed=True), latency_ms={"median": 0.5},
+                       vs_float=VsFloat("cls@x86", 1.25, 0.4, timed_together=True))
+    assert "against 1.250 ms for `cls@x86`: 0.40x (its library timed in turns with this one)." in \
+        "\n".join(_quantization(together))
+    apart = replace(together, vs_float=VsFloat("cls@x86", 1.25, 0.4))
+    assert "`cls@x86`: 0.40x." in "\n".join(_quantization(apart))
+
+
 def test_a_passing_build_shows_no_suggestion():
     assert "exclude_nodes" not in "\n".join(_quantization(int8_build(1.0, gate_passed=True)))
 

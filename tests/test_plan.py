@@ -5,7 +5,7 @@ import textwrap
 import pytest
 from PIL import Image
 
-from modelbuild.errors import SelectionError
+from modelbuild.errors import RecipeError, SelectionError
 from modelbuild.pipeline.graph import build_plan, library_name
 from modelbuild.pipeline.names import float_build_of, select
 from modelbuild.recipe import load_recipe
@@ -196,3 +196,23 @@ def test_the_stages_that_time_on_this_machine_run_alone_and_those_on_a_device_do
 def test_a_library_validated_nowhere_does_not_hold_the_machine(plan):
     assert not plan.nodes["validate:cls+int8@pi"].exclusive  # cross-compiled, no device: nothing is timed
     assert plan.nodes["validate:cls+int8@host"].exclusive
+
+
+def test_beside_float_times_the_float_library_in_turns_wherever_the_float_build_comes_in_the_recipe(tmp_path):
+    (tmp_path / "m.onnx").write_bytes(b"x")
+    head = tuned("host", 'kind = "llvm"\n') + '\n[quantization.int8]\n\n[validation]\n'
+    head += "timing = { beside_float = true }\n"
+    int8, fp32 = ('\n[[builds]]\nmodel = "cls"\ntargets = ["host"]\nquantization = "int8"\n',
+                  '\n[[builds]]\nmodel = "cls"\ntargets = ["host"]\n')
+    (tmp_path / "deploy.toml").write_text(head + int8 + fp32)  # the float build after the int8 one
+    plan = build_plan(load_recipe(tmp_path / "deploy.toml"), lambda t: t)
+    assert plan.nodes["validate:cls+int8@host"].deps["float_library"] == ("compile:cls@host", "model.so")
+    assert "float_library" not in plan.nodes["validate:cls@host"].deps  # a float build ignores it
+    assert "beside_float" not in plan.nodes["validate:cls+int8@host"].params["timing"]  # the input is the key's
+
+    (tmp_path / "deploy.toml").write_text(head + int8)
+    with pytest.raises(RecipeError) as info:
+        build_plan(load_recipe(tmp_path / "deploy.toml"), lambda t: t)
+    assert info.value.field == "validation.timing.beside_float" and info.value.line == 14
+    assert "no float build of 'cls' for target 'host'" in info.value.message
+    assert 'targets = ["host"] and no quantization' in info.value.fix

@@ -52,6 +52,20 @@ def build(root, capsys) -> dict:
     return statuses
 
 
+def test_beside_float_times_the_float_library_in_turns_and_the_report_compares_with_that(tmp_path, capsys):
+    two_convs(tmp_path / "net.onnx")
+    (tmp_path / "deploy.toml").write_text(textwrap.dedent(RECIPE.format(samples=4)).replace(
+        "roofline = false }", "roofline = false, beside_float = true }"))
+    build(tmp_path, capsys)
+    metrics = json.loads((tmp_path / "build/net+int8/cpu/validation.json").read_text())
+    assert metrics["float_latency_ms"]["runs"] >= 3 and "baseline_latency_ms" not in metrics
+    report = {b["name"]: b for b in json.loads((tmp_path / "build/report.json").read_text())["builds"]}
+    vs_float = report["net+int8@cpu"]["vs_float"]
+    assert vs_float["timed_together"] and vs_float["latency_ms"] == metrics["float_latency_ms"]["median"]
+    assert vs_float["latency_ratio"] == pytest.approx(metrics["latency_ms"]["median"] / vs_float["latency_ms"])
+    assert "float_latency_ms" not in json.loads((tmp_path / "build/net/cpu/validation.json").read_text())
+
+
 def test_an_int8_build_computes_in_int8_and_matches_onnxruntime_qdq(tmp_path, capsys):
     two_convs(tmp_path / "net.onnx")
     write(tmp_path)

@@ -27,6 +27,18 @@ def test_a_quantized_build_is_compared_with_the_float_build_of_the_same_model_an
     assert builds[3].vs_float is None  # no float build of det in the recipe
 
 
+def test_a_float_library_timed_beside_the_build_gives_its_ratio_whatever_the_float_build_measured():
+    from modelbuild.reports.model import _timed_beside_float
+    from modelbuild.validation.measured import Measured
+
+    together = _timed_beside_float("cls+int8@x86", Measured(ran=True, latency_ms={"median": 0.5},
+                                                            float_latency_ms={"median": 1.25}))
+    assert together == VsFloat("cls@x86", 1.25, 0.4, timed_together=True)
+    builds = [build("cls@x86", 2.0), BuildReport("cls+int8@x86", latency_ms={"median": 0.5}, vs_float=together)]
+    compare_with_float(builds)
+    assert builds[1].vs_float == together  # not the float build's own timing, from another process (0.25x)
+
+
 def finished(passed: bool) -> BuildReport:
     return BuildReport(
         "cls@x86", model="cls", target="x86", artifact="build/cls/x86/model.so",

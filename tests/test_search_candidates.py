@@ -75,6 +75,19 @@ def test_a_rejected_candidate_says_why_and_a_failed_stage_is_a_rejection():
     assert not failed.passed and failed.objective is None and "validate crashed" in failed.why
 
 
+def test_a_candidate_timed_beside_the_float_library_carries_that_ratio_for_its_median():
+    from dataclasses import replace
+
+    from modelbuild.reports.model import VsFloat
+
+    built = replace(report([GateResult("min_cosine", 0.995, 0.99, True)]),
+                    vs_float=VsFloat("m@cpu", 5.0, 0.4, timed_together=True))
+    assert candidates.outcome_of(built, "p50").vs_float == 0.4
+    assert candidates.outcome_of(built, "p99").vs_float is None  # a median's ratio says nothing of the p99
+    apart = replace(built, vs_float=VsFloat("m@cpu", 5.0, 0.4))  # two processes' timings: no pairing
+    assert candidates.outcome_of(apart, "p50").vs_float is None
+
+
 def test_with_no_accuracy_gate_nothing_passes():
     outcome = candidates.outcome_of(report([GateResult("max_p50_ms", 2.0, 5.0, True)]), "p50")
     assert not outcome.passed

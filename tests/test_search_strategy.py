@@ -137,3 +137,12 @@ def test_of_equally_fast_settings_the_widest_accuracy_margin_wins():
     trials = {nearest: Outcome(True, 8.03, margin=0.0006), gptq: Outcome(True, 8.02, margin=0.0001)}
     assert chosen(trials, noise=0.1)[0] == nearest
     assert chosen(trials)[0] == gptq  # without the noise, 8.02 is faster
+
+
+def test_ratios_to_the_float_library_timed_beside_each_candidate_choose_where_every_candidate_has_one():
+    nearest, gptq = Candidate(NEAREST), Candidate(GPTQ)
+    # gptq's process ran slow (9.0 ms), but beside the float library it is the faster: 0.40x against 0.46x
+    trials = {nearest: Outcome(True, 8.0, 0.1, vs_float=0.46), gptq: Outcome(True, 9.0, 0.1, vs_float=0.40)}
+    assert chosen(trials, noise=0.1)[0] == gptq
+    trials[gptq] = Outcome(True, 9.0, 0.1)  # one without: the latencies decide
+    assert chosen(trials, noise=0.1)[0] == nearest

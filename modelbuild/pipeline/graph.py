@@ -7,13 +7,14 @@ two agree)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
 from modelbuild.build.plan import Node, Plan
 from modelbuild.compiler.tuning_db import folder_for
 from modelbuild.pipeline import registry
-from modelbuild.pipeline.names import build_name, variant_of
+from modelbuild.pipeline.names import build_name, target_of, variant_of
 from modelbuild.pipeline.registry import ANALYSIS, FROZEN_ONNX, GOLDEN, IR, METRICS, QDQ_ONNX, SIGNATURE, TUNED_RECORDS
 from modelbuild.pipeline.sample_files import sample_files
 from modelbuild.recipe import LoadedRecipe
@@ -29,6 +30,7 @@ def build_plan(recipe: LoadedRecipe, resolve: TargetResolver, *, tuning_root: Pa
     spec = recipe.spec
     nodes: dict[str, Node] = {}
     builds: dict[str, list[str]] = {}
+    beside_float = []  # (build entry, its validate node, its timed-together baseline library)
     resolved = {name: resolve(table) for name, table in spec.targets.items()
                 if any(name in b.targets for b in spec.builds)}
     for build in spec.builds:
@@ -59,12 +61,35 @@ def build_plan(recipe: LoadedRecipe, resolve: TargetResolver, *, tuning_root: Pa
                     references.append(reference_node(recipe, f"reference-qdq:{name}", importer, validation,
                                                      qdq=quantizer))
                     nodes[references[1].id] = references[1]
+                together = baseline_library(recipe, build, name, target, resolved[target])
                 validator = validate_node(name, target, resolved[target], validation, importer, compiler,
                                           reference.id, qdq=references[1].id if quantizer else None,
-                                          baseline_library=baseline_library(recipe, build, name, target, resolved[target]))
+                                          baseline_library=together)
                 nodes[validator.id] = validator
                 builds[name] += [*(r.id for r in references), validator.id]
+                if quantizer and validation.timing.beside_float:
+                    beside_float.append((build, validator.id, together))
+    for build, validator, together in beside_float:  # the float build may come later in the recipe
+        nodes[validator] = timed_beside_float(recipe, build, nodes, nodes[validator], together)
     return Plan(nodes=nodes, builds=builds, stages=dict(registry.STAGES))
+
+
+def timed_beside_float(recipe: LoadedRecipe, build, nodes: dict[str, Node], validator: Node, together) -> Node:
+    """A quantized build's validate node with the float build's library as an input, timed in turns with its
+    own (timing.beside_float)."""
+    target = target_of(validator.build)
+    float_compile = nodes.get(f"compile:{build_name(build.model, target, None)}")
+    if together is not None:
+        raise recipe.validation_error(build, ("timing", "beside_float"), "a build times one other library in "
+                                      "turns with its own, and its baseline's is timed_together too",
+                                      "set beside_float or the baseline's timed_together to false")
+    if float_compile is None:
+        raise recipe.validation_error(build, ("timing", "beside_float"), f"there is no float build of "
+                                      f"{build.model!r} for target {target!r} to time beside it",
+                                      f"add a [[builds]] entry with model = \"{build.model}\", targets = "
+                                      f"[\"{target}\"] and no quantization, or set beside_float = false")
+    library = float_compile.params["library"]
+    return replace(validator, deps={**validator.deps, "float_library": (float_compile.id, library)})
 
 
 def shared_reference(recipe: LoadedRecipe, importer: Node, validation, nodes: dict[str, Node]) -> Node:
@@ -169,7 +194,7 @@ def validate_node(build: str, target_name: str, target: dict, validation, import
     runs_here = not_here is None or device is not None
     timing = validation.timing
     params = {
-        "timing": timing.model_dump(exclude={"threads"}),
+        "timing": timing.model_dump(exclude={"threads", "beside_float"}),  # the float library enters as an input
         "threads": timing.threads or target.get("num-cores") or 1,
         "runs_here": runs_here,
         "reason": "" if runs_here else not_here,

@@ -126,6 +126,11 @@ class TimingSpec(Strict):
                                                      "(opt-in: one more timing run per thread count).")
     roofline: bool = Field(default=False, description="Time the heaviest kernels against the machine's peaks "
                                                       "(opt-in: costs a BLAS and memory benchmark).")
+    beside_float: bool = Field(
+        default=False, description="A quantized build: time the library of the float build of its model and "
+                                   "target (declared in the recipe) in turns with its own, in the same processes, "
+                                   "so vs_float compares runs that saw the same machine (one library moves "
+                                   "10-27% between processes on a shared machine). A float build ignores it.")
 
 
 class BaselineSpec(Strict):

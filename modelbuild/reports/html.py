@@ -153,7 +153,8 @@ def _int8(b: BuildReport) -> list[str]:
                             unit="dB", highlight=marked))
     if b.vs_float:
         out.append(svg.bars([(b.vs_float.build, b.vs_float.latency_ms), (b.name, b.latency_ms["median"])],
-                            title=f"p50 against the float build: {b.vs_float.latency_ratio:.2f}x", unit="ms"))
+                            title=f"p50 against the float build: {b.vs_float.latency_ratio:.2f}x"
+                                  + (" (timed in turns)" if b.vs_float.timed_together else ""), unit="ms"))
     return out
 
 

@@ -170,7 +170,8 @@ def _quantization(b: BuildReport) -> list[str]:
     if b.vs_float:
         v = b.vs_float
         out += ["", f"Latency {b.latency_ms['median']:.3f} ms against {v.latency_ms:.3f} ms for "
-                    f"`{v.build}`: {v.latency_ratio:.2f}x."]
+                    f"`{v.build}`: {v.latency_ratio:.2f}x"
+                    + (" (its library timed in turns with this one)." if v.timed_together else ".")]
     if b.accuracy_vs_qdq:
         out += ["", "| output | vs onnxruntime QDQ: max abs | cosine |", "| --- | --- | --- |"]
         out += [f"| {cell(name)} | {_fmt(a['max_abs'])} | {_fmt(a['cosine'])} |"

@@ -52,6 +52,7 @@ class VsFloat:
     build: str
     latency_ms: float
     latency_ratio: float
+    timed_together: bool = False  # the float library timed in turns with this one (timing.beside_float)
 
 
 @dataclass
@@ -136,6 +137,8 @@ def compare_with_float(builds: list[BuildReport]) -> None:
     recipe has one: the speed-up is the point of quantizing."""
     by_name = {b.name: b for b in builds}
     for build in builds:
+        if build.vs_float and build.vs_float.timed_together:
+            continue
         reference = by_name.get(float_build_of(build.name) or "")
         ours, theirs = build.latency_ms, reference.latency_ms if reference else None
         build.vs_float = (VsFloat(reference.name, theirs["median"], ours["median"] / theirs["median"])
@@ -181,7 +184,17 @@ def _build(project, run: RunResult, name: str) -> BuildReport:
         passed=stages_ok and all(g.passed for g in results),
         vs_baseline=_vs_baseline(project, spec, baseline, measured),
         provenance=_provenance(project, nodes, spec, measured),
+        vs_float=_timed_beside_float(name, measured),
     )
+
+
+def _timed_beside_float(name: str, measured: Measured) -> VsFloat | None:
+    """A quantized build's latency against its float library timed in turns with it (timing.beside_float);
+    otherwise compare_with_float compares the two builds' own timings."""
+    ours, theirs = measured.latency_ms, measured.float_latency_ms
+    if not (ours and theirs):
+        return None
+    return VsFloat(float_build_of(name), theirs["median"], ours["median"] / theirs["median"], timed_together=True)
 
 
 NOT_MEASURED = Measured(ran=False)  # a build with no validate stage, or one that failed

@@ -64,8 +64,10 @@ def outcome_of(build: BuildReport, objective: str) -> Outcome:
     failed = [g.describe() for g in accuracy if not g.passed]
     cosines = [out["cosine"] for out in (build.accuracy or {}).values() if out.get("cosine") is not None]
     value = OBJECTIVES[objective](build)
+    paired = build.vs_float if objective == "p50" and build.vs_float and build.vs_float.timed_together else None
     return Outcome(passed=bool(accuracy) and not failed, objective=value or None, margin=margin,
-                   accuracy=min(cosines, default=None), ranking=ranking, why="; ".join(failed))
+                   accuracy=min(cosines, default=None), ranking=ranking, why="; ".join(failed),
+                   vs_float=paired.latency_ratio if paired else None)
 
 
 def _margin(gate) -> float:

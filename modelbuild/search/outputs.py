@@ -45,7 +45,7 @@ def snippet(result: SearchResult, base) -> str:
     section = candidates.quantization_of(base, candidate).model_dump()
     changed = _changed(section, QuantizationSpec().model_dump())
     name = snippet_name(result)
-    ratio = _ratio(result, outcome.objective)
+    ratio = _ratio(result, outcome)
     head = [f"# Written by `modelbuild search {result.build}` ([search.{result.section}]): the lowest {result.objective}",
             f"# of {len(result.trials)} candidates that passed the build's accuracy gates on its golden inputs:",
             f"# {candidate.describe()}; {result.objective} {_value(outcome.objective, result.objective)}"
@@ -97,7 +97,7 @@ def to_json(result: SearchResult) -> dict:
         "chosen": result.names[best[0]] if best else None,
         "candidates": [{"section": result.names[c], "description": c.describe(), "precision": c.precision,
                         "raised": list(c.raised), "settings": c.settings.__dict__, "passed": o.passed,
-                        "objective": o.objective, "vs_float": _ratio(result, o.objective),
+                        "objective": o.objective, "vs_float": _ratio(result, o),
                         "worst_cosine": o.accuracy, "margin": o.margin if o.margin != float("-inf") else None,
                         "rejected_because": None if o.passed else o.why, "on_frontier": c in front,
                         "stages_run": result.stages_run.get(c)}
@@ -134,7 +134,7 @@ def _summary(result: SearchResult) -> str:
     best = result.best
     if best is None:
         return "**No candidate passed the build's accuracy gates.**"
-    ratio = _ratio(result, best[1].objective)
+    ratio = _ratio(result, best[1])
     return (f"Chosen: **{best[0].describe()}**, {result.objective} {_value(best[1].objective, result.objective)}"
             + (f" ({ratio:.2f}x the float build)" if ratio else "") + f"; snippet {snippet_name(result)}.toml.")
 
@@ -145,16 +145,20 @@ def _rows(result: SearchResult) -> list[list[str]]:
     rows = [["#", "candidate", f"{result.objective} ({candidates.UNITS[result.objective]})", "vs float",
              "worst cosine", "verdict"]]
     for index, (c, o) in enumerate(result.trials.items(), 1):
-        ratio = _ratio(result, o.objective)
+        ratio = _ratio(result, o)
         verdict = ("passed" if o.passed else f"rejected: {o.why}") + (" (frontier)" if c in front else "")
         rows.append([str(index), c.describe(), _value(o.objective, result.objective, unit=False),
                      f"{ratio:.2f}x" if ratio else "-", _cosine(o.accuracy), verdict])
     return rows
 
 
-def _ratio(result: SearchResult, value: float | None) -> float | None:
+def _ratio(result: SearchResult, outcome) -> float | None:
+    """The candidate over the float build: timed in turns with its library where it was, else the two builds'
+    own timings, each from a process of its own."""
+    if outcome.vs_float is not None:
+        return outcome.vs_float
     reference = result.float_objective
-    return value / reference if value and reference else None
+    return outcome.objective / reference if outcome.objective and reference else None
 
 
 def _value(value: float | None, objective: str, *, unit: bool = True) -> str:

@@ -15,6 +15,7 @@ from modelbuild.errors import EnvironmentFailure, ModelbuildError, SelectionErro
 from modelbuild.pipeline.names import build_name, model_of, quantization_of, select, target_of
 from modelbuild.pipeline.project import Project
 from modelbuild.reports import collect
+from modelbuild.recipe.schema import ValidationSpec
 from modelbuild.reports.model import BuildReport, Report
 from modelbuild.search import candidates
 from modelbuild.search.strategy import Candidate, chosen, Outcome, walk
@@ -116,19 +117,36 @@ def _check_searchable(project: Project, entry, target: str) -> None:
 
 
 def _candidate_project(project: Project, entry, result: SearchResult, sections: dict) -> Project:
-    """The recipe with one [[builds]] entry per candidate (None: the float build) and their quantization
-    sections, publishing under the search's folder."""
+    """The recipe with one [[builds]] entry per candidate (None: the float build, always there) and their
+    quantization sections, publishing under the search's folder. Where the objective is the median latency,
+    each candidate is timed in turns with the float library (timing.beside_float): the candidates are timed
+    in processes of their own, and their ratios to the float library timed beside them do not move as one
+    library's latency does between processes."""
     spec = project.recipe.spec
     quantization = dict(spec.quantization)
     builds = []
     target = target_of(result.build)
-    for candidate, section in sections.items():
+    beside = result.objective == "p50" and not _baseline_timed_together(project.recipe.validation_for(entry))
+    for candidate, section in {**sections, None: None}.items():
         name = result.names[candidate] if candidate is not None else None
+        update = {"targets": [target], "quantization": name, "search": None}
         if name is not None:
             quantization[name] = section
-        builds.append(entry.model_copy(update={"targets": [target], "quantization": name, "search": None}))
+            if beside:
+                update["validation"] = _beside_float(entry.validation)
+        builds.append(entry.model_copy(update=update))
     recipe = replace(project.recipe, spec=spec.model_copy(update={"quantization": quantization, "builds": builds}))
     return Project(recipe=recipe, store=project.store, build_dir=result.folder)
+
+
+def _baseline_timed_together(validation) -> bool:
+    return validation.baseline is not None and validation.baseline.timed_together  # one library beside it at most
+
+
+def _beside_float(validation: ValidationSpec | None) -> ValidationSpec:
+    """A build's validation overrides with its float library timed in turns with it."""
+    base = validation or ValidationSpec()
+    return base.model_copy(update={"timing": base.timing.model_copy(update={"beside_float": True})})
 
 
 def _built(project: Project, entry, result: SearchResult, sections: dict, *,

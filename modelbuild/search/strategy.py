@@ -51,6 +51,7 @@ class Outcome:
     accuracy: float | None = None  # the worst output's cosine against fp32, for the frontier
     ranking: tuple[str, ...] = ()  # quantized layers, largest share of the output error first
     why: str = ""  # why it was rejected
+    vs_float: float | None = None  # its median latency over the float library's, the two timed in turns
 
 
 @dataclass(frozen=True)
@@ -144,9 +145,13 @@ def chosen(trials: dict[Candidate, Outcome], noise: float = 0.0) -> tuple[Candid
     passing = [(c, o) for c, o in trials.items() if o.passed and o.objective is not None]
     if not passing:
         return None
-    lowest = min(o.objective for _, o in passing)
-    equal = [(c, o) for c, o in passing if o.objective <= lowest * (1 + noise)]
-    return min(equal, key=lambda co: (len(co[0].raised), -co[1].margin, co[1].objective))
+    # ratios to the float library timed beside each candidate, where every one has it: they cancel what moves
+    # a library's latency from one process to the next
+    paired = all(o.vs_float is not None for _, o in passing)
+    speed = (lambda o: o.vs_float) if paired else (lambda o: o.objective)
+    lowest = min(speed(o) for _, o in passing)
+    equal = [(c, o) for c, o in passing if speed(o) <= lowest * (1 + noise)]
+    return min(equal, key=lambda co: (len(co[0].raised), -co[1].margin, speed(co[1])))
 
 
 def frontier(trials: dict[Candidate, Outcome]) -> list[Candidate]:

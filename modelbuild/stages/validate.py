@@ -26,7 +26,7 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
     if not p.runs_here:
         _write(out, {"ran": False, "reason": p.reason})
         return
-    timing = p.timing.model_dump(exclude={"threads", "scaling", "roofline"})  # what measure.py times by
+    timing = p.timing.model_dump(exclude={"threads", "scaling", "roofline", "beside_float"})  # what measure.py times by
     # a device's threads and peaks are its own, and a GPU's kernels are not the CPU's: the scaling curve and
     # the roofline are measured for this CPU only
     on_cpu = not (p.device or p.gpu)
@@ -47,8 +47,9 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
     _write(out, measured)
 
 
-# this library's runs, and the baseline's library's where they were timed together (baseline.timed_together)
-TIMED = ("latency_ms", "baseline_latency_ms")
+# this library's runs, and the other library's timed in turns with it: the baseline's (baseline.timed_together)
+# or the float build's (timing.beside_float)
+TIMED = ("latency_ms", "baseline_latency_ms", "float_latency_ms")
 
 # Each thread count of the scaling curve gets a short run: it shows the shape, not a gate-grade figure.
 SCALING_TIMING = {"warmup": 3, "min_runs": 20, "min_seconds": 0.2, "latency_only": True}
@@ -67,6 +68,7 @@ def _measure(inputs: dict[str, Path], timing: dict, threads: int, out: Path, roo
     """Run measure.py in a fresh process with `threads` runtime threads (on `device` over RPC where given, on
     this machine's first GPU with `gpu`); its JSON result."""
     result = out / "measured.json"
+    beside = inputs.get("baseline_library") or inputs.get("float_library")  # the plan gives one at most
     env = {**os.environ, "TVM_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
     proc = subprocess.run(
         [sys.executable, "-m", "modelbuild.stages.measure", str(inputs["library"]), str(inputs["golden"]),
@@ -75,7 +77,7 @@ def _measure(inputs: dict[str, Path], timing: dict, threads: int, out: Path, roo
          *(["--qdq", str(inputs["golden_qdq"])] if "golden_qdq" in inputs and not timing.get("latency_only") else []),
          *(["--device", json.dumps(device)] if device else []),
          *(["--gpu"] if gpu else []),
-         *(["--baseline", str(inputs["baseline_library"])] if "baseline_library" in inputs and not scaling else [])],
+         *(["--baseline", str(beside)] if beside and not scaling else [])],
         env=env, capture_output=True, text=True,
     )
     sys.stdout.write(proc.stdout), sys.stderr.write(proc.stderr)
@@ -85,6 +87,8 @@ def _measure(inputs: dict[str, Path], timing: dict, threads: int, out: Path, roo
         raise StageError(f"running the library failed (exit {proc.returncode}): {last_line(proc.stderr or 'no output')}")
     measured = json.loads(result.read_text())
     result.unlink()
+    if "float_library" in inputs and "baseline_latency_ms" in measured:
+        measured["float_latency_ms"] = measured.pop("baseline_latency_ms")
     return measured
 
 

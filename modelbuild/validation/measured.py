@@ -16,6 +16,7 @@ class Measured:
     accuracy_vs_qdq: dict[str, dict] | None = None  # an int8 build against onnxruntime's own QDQ model
     latency_ms: dict | None = None  # timing_summary()
     baseline_latency_ms: dict | None = None  # the baseline's library, timed in turns with this one (paired)
+    float_latency_ms: dict | None = None  # the float build's library, timed in turns with this one (beside_float)
     cold_ms: float | None = None  # load and first run
     scaling: dict | None = None  # scaling_summary(), where timing.scaling asked for it
     roofline: dict | None = None  # where timing.roofline asked for it
