@@ -14,8 +14,8 @@ from modelbuild.build.scheduler import Options
 from modelbuild.errors import EnvironmentFailure, ModelbuildError, SelectionError, StageError
 from modelbuild.pipeline.names import build_name, model_of, quantization_of, select, target_of
 from modelbuild.pipeline.project import Project
-from modelbuild.reports import collect
 from modelbuild.recipe.schema import ValidationSpec
+from modelbuild.reports import collect
 from modelbuild.reports.model import BuildReport, Report
 from modelbuild.search import candidates
 from modelbuild.search.strategy import Candidate, chosen, Outcome, walk
