@@ -133,3 +133,16 @@ def test_a_search_with_no_passing_candidate_writes_no_snippet(tmp_path):
     paths = outputs.write(result, BASE)
     assert [p.name for p in paths] == ["search.json", "search.md", "search.html"]
     assert "No candidate passed" in (tmp_path / "search/search.md").read_text()
+
+
+def test_paired_candidates_are_reported_and_charted_by_their_ratios_to_the_float_library(tmp_path):
+    result = searched(tmp_path)
+    plain, raised = result.trials
+    # the raised candidate's process ran slow (1.4 ms against 1.0), but beside the float library it is faster
+    result.trials = {plain: Outcome(False, 1.0, -2.0, accuracy=0.97, why="x", vs_float=0.45),
+                     raised: Outcome(True, 1.4, 0.3, accuracy=0.995, vs_float=0.40)}
+    outputs.write(result, BASE)
+    data = json.loads((tmp_path / "search/search.json").read_text())
+    assert [c["vs_float"] for c in data["candidates"]] == [0.45, 0.40]  # not 1.0 / 2.8 and 1.4 / 2.8
+    assert [c["on_frontier"] for c in data["candidates"]] == [False, True]  # faster and more accurate
+    assert "the float library&#x27;s, timed in turns" in (tmp_path / "search/search.html").read_text()

@@ -4,6 +4,7 @@ candidate of the same space finds, in fewer candidates, and stop at its budget."
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 import math
 
 import pytest
@@ -146,3 +147,12 @@ def test_ratios_to_the_float_library_timed_beside_each_candidate_choose_where_ev
     assert chosen(trials, noise=0.1)[0] == gptq
     trials[gptq] = Outcome(True, 9.0, 0.1)  # one without: the latencies decide
     assert chosen(trials, noise=0.1)[0] == nearest
+
+
+def test_the_frontier_compares_paired_ratios_where_every_candidate_has_one():
+    nearest, gptq = Candidate(NEAREST), Candidate(GPTQ)
+    trials = {nearest: Outcome(True, 8.0, 0.1, accuracy=0.995, vs_float=0.46),
+              gptq: Outcome(True, 9.0, 0.1, accuracy=0.996, vs_float=0.40)}
+    assert frontier(trials) == [gptq]  # faster beside the float library, and more accurate
+    unpaired = {c: replace(o, vs_float=None) for c, o in trials.items()}
+    assert frontier(unpaired) == [nearest, gptq]

@@ -1,6 +1,7 @@
 """What a search leaves in build/search/<build>/: the chosen configuration as a recipe snippet to commit
 (so CI builds it without searching), and search.json, search.md and search.html: every candidate with its
-figures and why it was rejected, and the frontier of objective against worst cosine."""
+figures and why it was rejected, and the frontier of speed against worst cosine (speed: the ratio to the float
+library timed beside each candidate where every one has it, else the objective)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from modelbuild.fsutil import write_atomic
 from modelbuild.reports import svg, write_reports
 from modelbuild.search import candidates
 from modelbuild.search.runner import SearchResult
-from modelbuild.search.strategy import frontier
+from modelbuild.search.strategy import frontier, paired, speed_of
 
 SNIPPET_SUFFIX = "-searched"
 
@@ -116,11 +117,13 @@ def markdown(result: SearchResult) -> str:
 
 
 def html(result: SearchResult) -> str:
-    points = [(c.describe(), o.objective, o.accuracy, o.passed) for c, o in result.trials.items()
-              if o.objective is not None and o.accuracy is not None]
-    chart = svg.scatter(points, title="candidates: objective against worst cosine (passing in blue)",
-                        x_label=f"{result.objective} ({candidates.UNITS[result.objective]})",
-                        y_label="worst cosine") if points else ""
+    measured = [(c, o) for c, o in result.trials.items() if o.objective is not None and o.accuracy is not None]
+    speed = speed_of([o for _, o in measured])  # as the frontier compares them
+    points = [(c.describe(), speed(o), o.accuracy, o.passed) for c, o in measured]
+    x_label = ("latency over the float library's, timed in turns" if paired([o for _, o in measured])
+               else f"{result.objective} ({candidates.UNITS[result.objective]})")
+    chart = svg.scatter(points, title="candidates: speed against worst cosine (passing in blue)",
+                        x_label=x_label, y_label="worst cosine") if points else ""
     head, *rows = _rows(result)
     table = "<tr>" + "".join(f"<th>{escape(cell)}</th>" for cell in head) + "</tr>"
     table += "".join("<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in row) + "</tr>" for row in rows)

@@ -145,20 +145,30 @@ def chosen(trials: dict[Candidate, Outcome], noise: float = 0.0) -> tuple[Candid
     passing = [(c, o) for c, o in trials.items() if o.passed and o.objective is not None]
     if not passing:
         return None
-    # ratios to the float library timed beside each candidate, where every one has it: they cancel what moves
-    # a library's latency from one process to the next
-    paired = all(o.vs_float is not None for _, o in passing)
-    speed = (lambda o: o.vs_float) if paired else (lambda o: o.objective)
+    speed = speed_of([o for _, o in passing])
     lowest = min(speed(o) for _, o in passing)
     equal = [(c, o) for c, o in passing if speed(o) <= lowest * (1 + noise)]
     return min(equal, key=lambda co: (len(co[0].raised), -co[1].margin, speed(co[1])))
 
 
+def paired(outcomes: list[Outcome]) -> bool:
+    """Whether every one was timed in turns with the float library: their ratios to it then cancel what moves
+    a library's latency from one process to the next."""
+    return bool(outcomes) and all(o.vs_float is not None for o in outcomes)
+
+
+def speed_of(outcomes: list[Outcome]) -> Callable[[Outcome], float]:
+    """How these outcomes compare in speed: by their ratios to the float library where paired, else by the
+    objective."""
+    return (lambda o: o.vs_float) if paired(outcomes) else (lambda o: o.objective)
+
+
 def frontier(trials: dict[Candidate, Outcome]) -> list[Candidate]:
-    """The candidates no other beats in both objective and accuracy (lower objective, higher worst cosine),
-    fastest first."""
+    """The candidates no other beats in both speed (speed_of) and accuracy (higher worst cosine), fastest
+    first."""
     measured = [(c, o) for c, o in trials.items() if o.objective is not None and o.accuracy is not None]
+    speed = speed_of([o for _, o in measured])
     front = [c for c, o in measured
-             if not any(p.objective <= o.objective and p.accuracy >= o.accuracy
-                        and (p.objective, p.accuracy) != (o.objective, o.accuracy) for _, p in measured)]
-    return sorted(front, key=lambda c: trials[c].objective)
+             if not any(speed(p) <= speed(o) and p.accuracy >= o.accuracy
+                        and (speed(p), p.accuracy) != (speed(o), o.accuracy) for _, p in measured)]
+    return sorted(front, key=lambda c: speed(trials[c]))
