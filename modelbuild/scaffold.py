@@ -123,8 +123,11 @@ def write_recipe(*, model_path: str, signature: Signature, preset: Preset | None
               "", *build, f"validation.gates = {{ {', '.join(_gate_lines(preset.gates))} }}", "",
               "# int8 keeps the model's accuracy, not float's last bits: the int8 preset's gates. For the fastest",
               "# configuration that passes them, add search = \"fastest\" and a [search.fastest] section, and run",
-              f"# `modelbuild search {name}+int8@{target}` (README, search)", *build, 'quantization = "int8"',
-              f"validation.gates = {{ {', '.join(_gate_lines(QUANTIZED_GATES[preset.kind]))} }}", ""]
+              f"# `modelbuild search {name}+int8@{target}` (README, search). Its latency against the float build",
+              "# (vs_float) is timed with the float library in turns, in the same process (timing.beside_float).",
+              *build, 'quantization = "int8"',
+              f"validation.gates = {{ {', '.join(_gate_lines(QUANTIZED_GATES[preset.kind]))} }}",
+              "validation.timing = { beside_float = true }", ""]
     return "\n".join(lines)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -170,6 +171,10 @@ def test_init_int8_writes_an_int8_build_beside_the_float_one_each_with_its_own_g
     assert (float_gates.max_abs_error, float_gates.min_cosine, float_gates.min_top1_agreement) == (1e-4, 0.9999, 1.0)
     # float's absolute bound is not inherited: int8 never meets it
     assert (int8_gates.max_abs_error, int8_gates.min_cosine, int8_gates.min_top1_agreement) == (None, 0.99, 0.99)
+    # vs_float timed with the float library in turns; the recipe's other timing settings kept
+    int8_timing = recipe.validation_for(int8).timing
+    assert int8_timing.beside_float and not recipe.validation_for(fp32).timing.beside_float
+    assert int8_timing.min_runs == recipe.spec.validation.timing.min_runs == 50
 
 
 def test_init_int8_refuses_a_model_that_arrives_quantized(tmp_path, capsys):
@@ -192,3 +197,5 @@ def test_an_int8_recipe_from_init_builds_and_passes_its_gates_with_no_edits(tmp_
     proc = run()
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "net+int8@host" in proc.stdout and "all gates passed" in proc.stdout
+    report = {b["name"]: b for b in json.loads((tmp_path / "build/report.json").read_text())["builds"]}
+    assert report["net+int8@host"]["vs_float"]["timed_together"]
