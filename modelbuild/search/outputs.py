@@ -118,9 +118,10 @@ def markdown(result: SearchResult) -> str:
 
 def html(result: SearchResult) -> str:
     measured = [(c, o) for c, o in result.trials.items() if o.objective is not None and o.accuracy is not None]
-    speed = speed_of([o for _, o in measured])  # as the frontier compares them
+    outcomes = [o for _, o in measured]
+    speed = speed_of(outcomes)  # as the frontier compares them
     points = [(c.describe(), speed(o), o.accuracy, o.passed) for c, o in measured]
-    x_label = ("latency over the float library's, timed in turns" if paired([o for _, o in measured])
+    x_label = ("latency over the float library's, timed in turns" if paired(outcomes)
                else f"{result.objective} ({candidates.UNITS[result.objective]})")
     chart = svg.scatter(points, title="candidates: speed against worst cosine (passing in blue)",
                         x_label=x_label, y_label="worst cosine") if points else ""
