@@ -391,19 +391,22 @@ def schedule_channel_lanes(sch, instruction: Instruction, cores: int, intrinsic:
     block = sch.get_sblock(instruction.block)
     b, ob, h, col, oi, rc, rh, rw, ri = sch.get_loops(block)
     columns = extent(sch, col)
-    outputs = extent(sch, b) * extent(sch, ob) * extent(sch, h) * columns * instruction.lanes
+    pixels = extent(sch, b) * extent(sch, h) * columns
+    outputs = pixels * extent(sch, ob) * instruction.lanes
+    macs = outputs * reduction_length(sch, instruction.group, rc, rh, rw)
     col_outer, col_inner = sch.split(col, factors=[None, largest_divisor(columns, instruction.row_block)])
     channel_blocks = largest_divisor(extent(sch, ob), max(1, CHAINS // extent(sch, col_inner)))
     ob_outer, ob_inner = sch.split(ob, factors=[None, channel_blocks])
     sch.reorder(b, ob_outer, h, col_outer, rc, rh, rw, ob_inner, col_inner, oi, ri)
-    epilogue_at(sch, block, col_outer, instruction.lanes)
-    parallel(sch, instruction, cores, outputs * reduction_length(sch, instruction.group, rc, rh, rw), b, ob_outer, h)
+    one_pixel_on_one_core = pixels == 1 and cores > 1 and macs < PARALLEL_MIN_MACS
+    epilogue_at(sch, block, col_outer, instruction.lanes, broadcast_parallel=one_pixel_on_one_core)
+    parallel(sch, instruction, cores, macs, b, ob_outer, h)
     sch.unroll(ob_inner)
     sch.unroll(col_inner)
     tensorize_reduction(sch, block, rc, oi, intrinsic)
 
 
-def epilogue_at(sch, block, loop, lanes: int, *, row=None) -> None:
+def epilogue_at(sch, block, loop, lanes: int, *, row=None, broadcast_parallel: bool = False) -> None:
     """The unpack and every fused consumer computed under `loop`, reading the accumulators where they are,
     their rows of output columns (contiguous in NCHW) vectorised by vectorise_row.
 
@@ -411,13 +414,35 @@ def epilogue_at(sch, block, loop, lanes: int, *, row=None) -> None:
     `loop` its last tile's epilogue is predicated, and TVM then vectorises every tile's epilogue with a
     per-lane guard. The epilogue then runs under `row` instead, once per row, where it covers the row
     exactly: with VNNI, a requantising 64 -> 64 1x1 conv at 56x56 went from 236 to 131 us, 32 -> 64 from
-    190 to 81 us, a 3x3 depthwise conv at 56x56 from 92 to 69 us."""
+    190 to 81 us, a 3x3 depthwise conv at 56x56 from 92 to 69 us.
+
+    With `broadcast_parallel` (a one-pixel conv left on one core), the rows of an epilogue that broadcasts the
+    conv over a feature map run in parallel: a squeeze-and-excite conv's scaling of the map it gates, with the
+    residual add and the quantize after it, fused into the conv. It ran on one core: the DB detector's 24 -> 96
+    one at 160x160 took 222 us on two threads against 229 on one."""
     if row is not None and _ends_past_output(sch.copy(), block, loop):
         loop = row
     local, consumers = _computed_at(sch, block, loop)
     sch.compute_inline(local)
     for consumer in consumers:
+        if broadcast_parallel:
+            _parallel_rows(sch, _loops_below(sch, consumer, loop))
         vectorise_row(sch, consumer, lanes)
+
+
+def _loops_below(sch, block, loop) -> list:
+    """The block's loops nested inside `loop`."""
+    loops = sch.get_loops(block)
+    depth = next(i for i, candidate in enumerate(loops) if sch.get(candidate).same_as(sch.get(loop)))
+    return loops[depth + 1:]
+
+
+def _parallel_rows(sch, loops) -> None:
+    """All but the innermost of an epilogue's own `loops` fused and run in parallel, where it has outputs
+    enough to share."""
+    rows = loops[:-1]
+    if rows and int(np.prod([extent(sch, loop) for loop in loops])) >= PARALLEL_MIN_BROADCAST:
+        sch.parallel(sch.fuse(*rows) if len(rows) > 1 else rows[0])
 
 
 def vectorise_row(sch, block, lanes: int) -> None:
@@ -478,6 +503,7 @@ def predicated(sch, block) -> bool:
 # bundled classifier from 0.32 to 0.36 ms; by multiply-adds, the classifier stays at 0.32 ms and that conv takes
 # 50 us (VNNI, 2 cores)
 PARALLEL_MIN_MACS = 1 << 21
+PARALLEL_MIN_BROADCAST = 1 << 15  # outputs of a one-pixel conv's epilogue (epilogue_at)
 
 
 def reduction_length(sch, group: int, *loops) -> int:
