@@ -556,6 +556,36 @@ def test_a_reduction_is_one_pass_where_its_weights_fit_or_the_activations_stay_p
     assert "T.vectorized(T.int64(16))" in script and "rc_1" not in script
 
 
+def test_a_one_pixel_conv_fused_with_the_map_it_scales_scales_it_on_every_core():
+    """A squeeze-and-excite block: its second conv (on the pooled 1x1 map) is fused with the multiply that gates
+    the feature map. The conv is too small to share among the cores; under its loops, the map's scaling ran on
+    one core, once per block of output channels (the DB detector's at 160x160: 439 us). It runs on its own
+    loops, in parallel."""
+    import numpy as np
+    import tvm
+    from tvm import relax
+
+    shape = (1, 16, 64, 64)
+    rng = np.random.default_rng(31)
+
+    weights = [rng.standard_normal(s).astype("float32") for s in ((96, 16, 1, 1), (24, 96, 1, 1), (96, 24, 1, 1),
+                                                                  (16, 96, 1, 1))]
+
+    def body(bb, x):
+        w0, w1, w2, w3 = map(relax.const, weights)
+        mapped = bb.emit(relax.op.nn.conv2d(x, w0))  # channels-last from here to the last conv
+        squeezed = bb.emit(relax.op.mean(mapped, axis=[2, 3], keepdims=True))
+        hidden = bb.emit(relax.op.nn.relu(bb.emit(relax.op.nn.conv2d(squeezed, w1))))
+        gate = bb.emit(relax.op.nn.relu(bb.emit(relax.op.nn.conv2d(hidden, w2))))
+        return bb.emit(relax.op.nn.conv2d(bb.emit(relax.op.multiply(mapped, gate)), w3))
+
+    script, scheduled = scheduled_kernel(build_module(body, shape), "multiply", schedule=True, layout="auto")
+    assert "conv2d" in script and "T.parallel(" in script
+    _, stock = scheduled_kernel(build_module(body, shape), "multiply", schedule=False, layout="NCHW")
+    x = tvm.runtime.tensor(rng.standard_normal(shape).astype("float32"))
+    np.testing.assert_allclose(scheduled(x).numpy(), stock(x).numpy(), rtol=1e-4, atol=1e-3)
+
+
 def test_bindings_named_alike_are_told_apart_by_the_memory_figures():
     """A Softmax on axis 1 at opset 11 imports as reshape, softmax, reshape, each binding named after the
     node: a reshape of a binding with its own name. Keyed by name, the alias walk looped forever (the

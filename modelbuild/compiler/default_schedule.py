@@ -56,6 +56,7 @@ PARALLEL_MIN_WORK = 1 << 18  # spatial iterations below which a parallel region 
 # is unchanged, its kernels being far larger)
 SHORT_REDUCTION = 25  # steps per output up to which padding is computed inside the reduction (5x5 taps)
 PARALLEL_MIN_MACS = 1 << 20  # the same for a reduction, counted in multiply-adds
+BROADCAST_RATIO = 16  # a fused consumer with this many times a reduction's steps broadcasts it (_broadcasts)
 # Weights one pass of a register tile's reduction reads, above which the reduction is split into passes over
 # blocks of input channels (_channel_blocks): the L1 data cache of x86 cores since Ice Lake. The weight rows of
 # one vector block lie a whole row of output channels apart, so a strided slice is all the cache holds of them;
@@ -371,7 +372,8 @@ def _schedule_reduction(sch, block, on: Machine) -> None:
     if not spatial or not reduce:
         return
     # counted in multiply-adds: a depthwise conv's few outputs (56x56x32) each cost 9 of them
-    worth_it = _work(sch, spatial) * _work(sch, reduce) >= PARALLEL_MIN_MACS
+    macs = _work(sch, spatial) * _work(sch, reduce)
+    worth_it = macs >= PARALLEL_MIN_MACS
     weights_outermost = (_extent(sch, spatial[-1]) or 0) > _work(sch, spatial[:-1])
     split = _vector_split(sch, spatial[-1])
     consumers = sch.get_consumers(block)
@@ -421,6 +423,9 @@ def _schedule_reduction(sch, block, on: Machine) -> None:
     for row in tile:
         sch.unroll(row)
     for consumer in consumers:
+        if not worth_it and _broadcasts(sch, consumer, macs):
+            _schedule_loops(sch, consumer, on.cores)
+            continue
         sch.reverse_compute_at(consumer, order[-1] if passes is None else order[at - 1])
         _vectorize_innermost(sch, consumer)
     # Annotate first: parallel and vectorize need a whole reduction block (with its init) below them.
@@ -428,6 +433,15 @@ def _schedule_reduction(sch, block, on: Machine) -> None:
     sch.vectorize(inner)
     init = sch.decompose_reduction(block, reduce[0] if passes is None else blocks)
     _vectorize_innermost(sch, init)
+
+
+def _broadcasts(sch, consumer, macs: int) -> bool:
+    """Whether a fused consumer of a reduction of `macs` steps in all spreads its outputs over a map large
+    enough to share among the cores, doing far more work than the reduction: a squeeze-and-excite conv's
+    scaling of the feature map it gates, fused into the conv. Computed under the conv's loops it ran on one
+    core, in one pass per block of channels (the DB detector's 24 -> 96 one scaling a map of 160x160: 439 us);
+    it runs after the conv, on its own loops. (A softmax's exponentials are no more work than its sums.)"""
+    return _work(sch, sch.get_loops(consumer)) >= max(PARALLEL_MIN_WORK, BROADCAST_RATIO * macs)
 
 
 def _channel_blocks(sch, reduce, lanes: int):
