@@ -91,9 +91,7 @@ class LiveReporter:
                 self.printed_at[event.node] = now
                 self.console.print(f"progress {event.node}  {self.notes[event.node]}", markup=False)
         elif isinstance(event, NodeWaiting):
-            who = event.holder or "another build"
-            self.console.print(f"waiting  {event.node}  {who} is building the same key; its result will be reused",
-                               markup=False)
+            self.console.print(f"waiting  {event.node}  {waiting_for(event)}", markup=False)
         elif isinstance(event, NodeFinished):
             result = event.result
             self.states[result.node] = (result.status, result.seconds)
@@ -129,6 +127,15 @@ class LiveReporter:
             return text
         bar = ProgressBar(total=fields["planned"], completed=fields.get("trials", 0), width=24)
         return Columns([bar, text], padding=(0, 1))
+
+
+def waiting_for(event: NodeWaiting) -> str:
+    who = event.holder or "another build"
+    if event.why == "timing":
+        return "other builds are running stages on this machine; it times alone"
+    if event.why == "timed":
+        return f"{who} is timing on this machine; nothing runs beside it"
+    return f"{who} is building the same key; its result will be reused"
 
 
 def result_line(result: NodeResult) -> str:

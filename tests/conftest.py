@@ -17,6 +17,17 @@ from modelbuild.pipeline import registry
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.fixture(autouse=True, scope="session")
+def timing_lock_of_the_tests(tmp_path_factory):
+    """The machine's timing lock in the test session's own folder: builds run beside the tests neither wait
+    for theirs nor make them wait, and the tests leave no lock in TMPDIR."""
+    from modelbuild.build.locks import TIMING_LOCK_ENV
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(TIMING_LOCK_ENV, str(tmp_path_factory.mktemp("timing") / "timing.lock"))
+        yield
+
+
 # fast fakes that run the same way as the TVM stages, in worker processes
 FAKE_STAGES = {
     "import": Stage("import", "tests.fake_stages:import_", ("onnx",), "fake", outputs=("ir.json", "signature.json")),

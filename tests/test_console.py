@@ -68,3 +68,16 @@ def test_eta_and_clock():
     assert eta(40, 160, 60.0) == 180.0 and eta(0, 160, 5.0) is None and eta(160, 160, 99.0) == 0.0
     assert (clock(12.4), clock(185), clock(3720)) == ("12s", "3m05s", "1h02m")
     assert describe({"message": "timing the default schedule of task 2/9"}) == "timing the default schedule of task 2/9"
+
+
+def test_a_waiting_stage_says_what_it_waits_for():
+    from modelbuild.build.events import NodeWaiting
+    from modelbuild.console import waiting_for
+
+    who = "pid 4242 on ci-7 since 10:42:05"
+    assert waiting_for(NodeWaiting("import:a", who)) == f"{who} is building the same key; its result will be reused"
+    assert waiting_for(NodeWaiting("validate:a@cpu", "", "timing")) == (
+        "other builds are running stages on this machine; it times alone")
+    assert waiting_for(NodeWaiting("import:a", who, "timed")) == (
+        f"{who} is timing on this machine; nothing runs beside it")
+    assert waiting_for(NodeWaiting("import:a", "", "timed")).startswith("another build is timing")

@@ -66,6 +66,59 @@ def test_two_builds_of_one_recipe_build_each_key_once_and_the_second_says_whom_i
     assert not list((root / ".cache/tmp").iterdir())
 
 
+def exclusive(project, node_id: str):
+    from dataclasses import replace
+
+    project.plan.nodes[node_id] = replace(project.plan.nodes[node_id], exclusive=True)
+    return project
+
+
+def test_a_stage_that_times_waits_for_other_builds_stages_on_this_machine(fake_project):
+    """Another build's running stage holds the machine's timing lock shared (whatever its store); a stage that
+    times here takes it exclusively, so it waits, and says why, until that stage ends (here: the test lets go
+    of the lock when told). The stages that do not time run beside the other build's."""
+    from modelbuild.build.events import NodeStarted
+    from modelbuild.build.locks import timing_lock
+
+    root, _ = fake_project
+    other_build = timing_lock(exclusive=False)
+    assert other_build.try_acquire()
+    events = []
+
+    def reporter(event):
+        events.append(event)
+        if isinstance(event, NodeWaiting):
+            other_build.release()
+
+    run = exclusive(open_project(root / "deploy.toml"), "import:a").run([], Options(jobs=2), reporter)
+    assert {r.status for r in run.results.values()} == {Status.BUILT}
+    waited = [e for e in events if isinstance(e, NodeWaiting)]
+    assert waited == [NodeWaiting("import:a", "", "timing")]
+    started = {e.node: i for i, e in enumerate(events) if isinstance(e, NodeStarted)}
+    assert started["import:b"] < events.index(waited[0]) < started["import:a"]
+
+
+def test_no_stage_starts_while_another_build_times_on_this_machine(fake_project):
+    from modelbuild.build.events import NodeStarted
+    from modelbuild.build.locks import timing_lock
+
+    root, _ = fake_project
+    timing = timing_lock(exclusive=True)
+    assert timing.try_acquire()
+    events = []
+
+    def reporter(event):
+        events.append(event)
+        if isinstance(event, NodeWaiting):
+            timing.release()
+
+    run = open_project(root / "deploy.toml").run([], Options(jobs=2), reporter)
+    assert {r.status for r in run.results.values()} == {Status.BUILT}
+    first = next(e for e in events if isinstance(e, (NodeWaiting, NodeStarted)))
+    assert isinstance(first, NodeWaiting) and first.why == "timed"
+    assert first.holder.startswith(f"pid {os.getpid()} on ")
+
+
 def test_clean_refuses_while_a_build_runs_and_works_after(fake_project, tmp_path_factory, capsys):
     root, _ = fake_project
     acks = tmp_path_factory.mktemp("acks")
@@ -235,3 +288,15 @@ def test_builds_killed_at_random_moments_leave_no_wrong_entry_and_the_next_build
     assert (root / "build/a/cpu/model.so").read_bytes() == reference
     left = [p for p in Store(root / ".cache").leftovers() if not p.name.endswith(".lock")]
     assert left == []
+
+
+def test_a_timing_lock_that_cannot_be_made_is_one_line_naming_it_with_exit_code_4(fake_project, capsys, monkeypatch):
+    from modelbuild.build.locks import TIMING_LOCK_ENV
+
+    root, _ = fake_project
+    (root / "not-a-folder").write_text("")
+    monkeypatch.setenv(TIMING_LOCK_ENV, str(root / "not-a-folder" / "timing.lock"))
+    code, _, err = run_cli(capsys, root, "build")
+    assert code == 4 and len(err.strip().splitlines()) == 1
+    assert "not-a-folder" in err and "fix:" in err and "Traceback" not in err
+    assert not (root / ".cache" / "actions").exists() or not list((root / ".cache" / "actions").rglob("*.json"))

@@ -3,7 +3,10 @@
 - one lock per action key, held while a stage builds that key: two builds of one recipe build each key once,
   the second waits and then reuses the first's result;
 - the store's own lock, held shared by every build and exclusively by `clean` and `cache gc`, so a cache is
-  not emptied under a running build.
+  not emptied under a running build;
+- the machine's timing lock, held shared by every running stage and exclusively by a stage that times on this
+  machine (`Node.exclusive`), whatever store each build uses: no other build's stage runs beside a timing,
+  as no stage of the same build does (the scheduler's own rule).
 
 They are flock(2) locks: the kernel drops them when their process dies, however it dies, so a lock of a dead
 process is never in the way. The holder's pid, host and start time are written into the lock file only so
@@ -16,8 +19,11 @@ import fcntl
 import json
 import os
 import socket
+import tempfile
 import time
 from pathlib import Path
+
+TIMING_LOCK_ENV = "MODELBUILD_TIMING_LOCK"  # the timing lock's file, where the default does not suit
 
 
 class Lock:
@@ -73,5 +79,20 @@ class Lock:
         self.release()
 
 
+class Locks(tuple):
+    """Locks held together, released together."""
+
+    def release(self) -> None:
+        for lock in self:
+            lock.release()
+
+
 def holder() -> dict:
     return {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}
+
+
+def timing_lock(*, exclusive: bool) -> Lock:
+    """The machine's timing lock (per user: another user's builds are not seen), exclusive for a stage that
+    times on this machine."""
+    default = Path(tempfile.gettempdir()) / f"modelbuild-{os.getuid()}" / "timing.lock"
+    return Lock(Path(os.environ.get(TIMING_LOCK_ENV) or default), shared=not exclusive)

@@ -6,7 +6,9 @@ the store. It never prints: it reports events.
 
 Builds sharing a store coordinate through its locks: a run holds the store lock shared, and a stage builds
 only under its key's lock; a run that finds the key locked waits (saying for whom) and then reuses what the
-other built. A cached output found damaged when it is used is dropped and its stage runs again.
+other built. Builds on one machine, whatever their store, coordinate through its timing lock: a stage that
+times here runs with no stage of any build beside it (locks.py). A cached output found damaged when it is used
+is dropped and its stage runs again.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from modelbuild import progress
 from modelbuild.build.events import (NodeFinished, NodeProgress, NodeResult, NodeStarted, NodeWaiting, Reporter,
                                      silent, Status)
 from modelbuild.build.housekeeping import remove_leftovers
+from modelbuild.build.locks import Locks, timing_lock
 from modelbuild.build.plan import Node, Plan
 from modelbuild.build.reasons import Reason
 from modelbuild.build.rebuilder import decide_node, Decision
@@ -68,7 +71,7 @@ class Scheduler:
         self.report = reporter
         self.run_result = RunResult()
         self._pool = None  # a ProcessPoolExecutor, made when the first stage must run
-        # a running stage's Future -> (node, decision, key inputs, scratch, started, key lock)
+        # a running stage's Future -> (node, decision, key inputs, scratch, started, its locks)
         self._running: dict = {}
         self._queued: list[tuple[Node, Decision, dict]] = []  # stale, waiting for one of the -j slots
         self._waiting: list[str] = []  # nodes whose upstream nodes have not finished
@@ -100,9 +103,9 @@ class Scheduler:
             # terminate_workers(); killing its processes is what that does
             for process in list(getattr(self._pool, "_processes", {}).values()):
                 process.kill()
-        for node, decision, inputs, scratch, started, lock in self._running.values():
+        for node, decision, inputs, scratch, started, locks in self._running.values():
             shutil.rmtree(scratch, ignore_errors=True)
-            lock.release()
+            locks.release()
         self._running.clear()
 
     def _hold_store(self, options: Options):
@@ -225,24 +228,42 @@ class Scheduler:
             node, decision, inputs = item
             if node.exclusive and self._running:
                 continue
-            lock = self.store.key_lock(decision.key)
-            if not lock.try_acquire():
-                if node.id not in self._told_waiting:
-                    self._told_waiting.add(node.id)
-                    self.report(NodeWaiting(node.id, lock.holder()))
+            locks = self._locks_to_start(node, decision.key)
+            if locks is None:
                 continue
             self._queued.remove(item)
             done_meanwhile = self.store.lookup(decision.key)  # by another run, since this one looked
             if done_meanwhile is not None and not (self.doubt and self.doubt(node, done_meanwhile)):
-                lock.release()
+                locks.release()
                 self._reuse(node, Decision(node.id, decision.key, done_meanwhile, inputs=inputs), inputs,
                             time.perf_counter(), publish=True)
                 continue
             try:
-                self._submit(node, decision, inputs, jobs, lock)
+                self._submit(node, decision, inputs, jobs, locks)
             except DamagedObject as err:
-                lock.release()
+                locks.release()
                 self._redo_upstream(node, err)
+
+    def _locks_to_start(self, node: Node, key: str) -> Locks | None:
+        """The machine's timing lock (exclusive for a stage that times here) and the key's, both held; None,
+        and the node told waiting once, where another run holds either."""
+        machine = timing_lock(exclusive=node.exclusive)
+        if not machine.try_acquire():
+            # shared holders leave no name in the lock file: only an exclusive holder's is worth showing
+            self._tell_waiting(NodeWaiting(node.id, "", "timing") if node.exclusive
+                               else NodeWaiting(node.id, machine.holder(), "timed"))
+            return None
+        key_lock = self.store.key_lock(key)
+        if not key_lock.try_acquire():
+            machine.release()
+            self._tell_waiting(NodeWaiting(node.id, key_lock.holder()))
+            return None
+        return Locks((key_lock, machine))
+
+    def _tell_waiting(self, event: NodeWaiting) -> None:
+        if event.node not in self._told_waiting:
+            self._told_waiting.add(event.node)
+            self.report(event)
 
     def _redo_upstream(self, node: Node, err: DamagedObject) -> None:
         """An upstream node's cached output was damaged when this node came to read it: forget that result and
@@ -255,7 +276,7 @@ class Scheduler:
                 self._waiting.append(dep)
         self._waiting.append(node.id)
 
-    def _submit(self, node: Node, decision: Decision, inputs: dict, jobs: int, lock) -> None:
+    def _submit(self, node: Node, decision: Decision, inputs: dict, jobs: int, locks: Locks) -> None:
         if self._pool is None:
             # spawn, not fork: TVM and onnxruntime hold threads that a forked child would inherit broken.
             # imported here: a build whose stages are all cached never starts a pool, nor pays for its import
@@ -276,7 +297,7 @@ class Scheduler:
         self.report(NodeStarted(node.id, decision.reasons))
         future = self._pool.submit(execute, self.plan.stages[node.stage].entry, paths,
                                    node.params, str(out), str(log), str(scratch / "progress.jsonl"))
-        self._running[future] = (node, decision, inputs, scratch, time.perf_counter(), lock)
+        self._running[future] = (node, decision, inputs, scratch, time.perf_counter(), locks)
 
     def _collect(self) -> bool:
         """Wait for at least one running stage, passing on their progress meanwhile; True if one failed."""
@@ -291,7 +312,7 @@ class Scheduler:
         self._report_progress()  # a stage's last report may land after the last poll
         failed = False
         for future in done:
-            node, decision, inputs, scratch, started, lock = self._running.pop(future)
+            node, decision, inputs, scratch, started, locks = self._running.pop(future)
             seconds = time.perf_counter() - started
             try:
                 seconds = future.result()  # the stage's own time, without the worker's start-up
@@ -302,7 +323,7 @@ class Scheduler:
                 self._fail(node, decision, err, scratch, seconds)
             finally:
                 shutil.rmtree(scratch, ignore_errors=True)
-                lock.release()
+                locks.release()
         return failed
 
     def _check_outputs(self, node: Node, out: Path) -> None:
