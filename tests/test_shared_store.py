@@ -73,6 +73,16 @@ def exclusive(project, node_id: str):
     return project
 
 
+def letting_go_when_waited(lock, events: list):
+    """A reporter that keeps every event and lets go of `lock`, which stands for another build's, once the
+    build says it waits for it."""
+    def reporter(event):
+        events.append(event)
+        if isinstance(event, NodeWaiting):
+            lock.release()
+    return reporter
+
+
 def test_a_stage_that_times_waits_for_other_builds_stages_on_this_machine(fake_project):
     """Another build's running stage holds the machine's timing lock shared (whatever its store); a stage that
     times here takes it exclusively, so it waits, and says why, until that stage ends (here: the test lets go
@@ -84,13 +94,8 @@ def test_a_stage_that_times_waits_for_other_builds_stages_on_this_machine(fake_p
     other_build = timing_lock(exclusive=False)
     assert other_build.try_acquire()
     events = []
-
-    def reporter(event):
-        events.append(event)
-        if isinstance(event, NodeWaiting):
-            other_build.release()
-
-    run = exclusive(open_project(root / "deploy.toml"), "import:a").run([], Options(jobs=2), reporter)
+    run = exclusive(open_project(root / "deploy.toml"), "import:a").run([], Options(jobs=2),
+                                                                        letting_go_when_waited(other_build, events))
     assert {r.status for r in run.results.values()} == {Status.BUILT}
     waited = [e for e in events if isinstance(e, NodeWaiting)]
     assert waited == [NodeWaiting("import:a", "", "timing")]
@@ -103,16 +108,10 @@ def test_no_stage_starts_while_another_build_times_on_this_machine(fake_project)
     from modelbuild.build.locks import timing_lock
 
     root, _ = fake_project
-    timing = timing_lock(exclusive=True)
-    assert timing.try_acquire()
+    other_build = timing_lock(exclusive=True)
+    assert other_build.try_acquire()
     events = []
-
-    def reporter(event):
-        events.append(event)
-        if isinstance(event, NodeWaiting):
-            timing.release()
-
-    run = open_project(root / "deploy.toml").run([], Options(jobs=2), reporter)
+    run = open_project(root / "deploy.toml").run([], Options(jobs=2), letting_go_when_waited(other_build, events))
     assert {r.status for r in run.results.values()} == {Status.BUILT}
     first = next(e for e in events if isinstance(e, (NodeWaiting, NodeStarted)))
     assert isinstance(first, NodeWaiting) and first.why == "timed"
