@@ -6,7 +6,8 @@ seems): for seconds to minutes, a 2 MB buffer that one core wrote takes the othe
 as it takes the core that wrote it, then for a while no longer. Every library whose kernels hand data from one
 core to the other slows down meanwhile, int8 libraries most (the DB detector's int8 library 7.6 ms near, 10.9 ms far;
 its fp32 one 16.5 and 18.7 ms), so a ratio measured in one spell is not a ratio measured in the other. The
-benchmarks print this figure before and after timing, so a run says which spells it saw.
+benchmarks print this figure before and after timing, so a run says which spells it saw (`bench/zoo.py
+--int8`: before and after each model's timing, in its row).
 
 The probe runs on TVM's own thread pool, as the libraries do: a kernel of two parallel tasks writes a buffer
 half each, then each task sums its own half, or the other task's half (TVM's pool gives task i to the same
@@ -18,6 +19,7 @@ Usage: python bench/core_distance.py [--rounds 300]
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import time
 
@@ -27,6 +29,7 @@ FLOAT = "float32"
 FAR = 1.5  # ratios above this read as far apart (near spells measured 1.04-1.22, a far one 2.26)
 
 
+@functools.cache
 def kernels():
     """(write, read own half, read other half), each a function of TVM's pool of two tasks: write(buf, values)
     sets half t to values[t]; read(buf, sums) sums a half per task into sums[t, :] (LANES partial sums)."""
@@ -80,10 +83,19 @@ def cross_core_read_ratio(rounds: int = 300) -> tuple[float, float]:
     return near * 1e6, statistics.median(seconds[other]) / near
 
 
+def spell_of(ratio: float) -> str:
+    return "far" if ratio > FAR else "near"
+
+
+def spell(rounds: int = 100) -> str:
+    """'near' or 'far' right now, for a row of a benchmark's table."""
+    return spell_of(cross_core_read_ratio(rounds)[1])
+
+
 def describe(rounds: int = 300) -> str:
     """One line for a benchmark's output."""
     own_us, ratio = cross_core_read_ratio(rounds)
-    where = "far apart" if ratio > FAR else "near"
+    where = "far apart" if spell_of(ratio) == "far" else "near"
     return (f"cores {where}: 2 MB another core wrote read in {ratio:.2f}x the time the core that wrote it "
             f"takes ({own_us:.0f} us) [{time.strftime('%H:%M:%S')}]")
 

@@ -42,6 +42,9 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import core_distance  # noqa: E402  (a sibling script; it loads TVM only when it probes)
+
 REPO = Path(__file__).resolve().parents[1]
 CACHE = REPO / "bench" / ".zoo"
 BLOCK_PAUSE = 0.05  # seconds between timing blocks, so the other runtime's spinning threads have gone idle
@@ -682,22 +685,24 @@ def int8_table(models: list[ZooModel], threads: int, seconds: float) -> None:
         print(f"\n{threads} threads each; medians of alternating blocks of runs; gates: int8-ci on "
               f"{GOLDEN_SAMPLES} held-out inputs\n")
         print_core_distance()
-        print("| model | int8 gates (int8-ci) | min cosine | fp32 ms | int8 ms | int8 / fp32 |")
-        print("| --- | --- | --- | --- | --- | --- |")
+        print("| model | int8 gates (int8-ci) | min cosine | fp32 ms | int8 ms | int8 / fp32 | cores |")
+        print("| --- | --- | --- | --- | --- | --- | --- |")
         ratios = []
         for m in models:
             fp32, int8 = built[m.name], built[f"{m.name}+{m.name}_int8"]
             failure = fp32.failure or (int8.failure if int8.failure and not int8.failure.startswith("validate")
                                        else None)
             if failure:
-                print(f"| {m.name} | failed: {failure[:160]} | | | | |", flush=True)
+                print(f"| {m.name} | failed: {failure[:160]} | | | | | |", flush=True)
                 continue
+            before = core_distance.spell()
             medians = time_pair(m, fp32.folder / "model.so", int8.folder / "model.so", seconds)
+            spells = spans(before, core_distance.spell())
             ratio = medians["int8"] / medians["fp32"]
             ratios.append(ratio)
             gates = int8.failure or "; ".join(int8.gates) or "all passed"
             print(f"| {m.name} | {gates} | {int8.values.get('min_cosine', float('nan')):.6f} | "
-                  f"{medians['fp32'] * 1e3:.2f} | {medians['int8'] * 1e3:.2f} | {ratio:.2f}x |", flush=True)
+                  f"{medians['fp32'] * 1e3:.2f} | {medians['int8'] * 1e3:.2f} | {ratio:.2f}x | {spells} |", flush=True)
         print_core_distance()
         if ratios:
             print(f"\nint8 / fp32 over {len(ratios)} models: geometric mean {geometric_mean(ratios):.2f}x, "
@@ -707,10 +712,12 @@ def int8_table(models: list[ZooModel], threads: int, seconds: float) -> None:
 
 def print_core_distance() -> None:
     """Which spell of this host the timing saw (bench/core_distance.py): printed before and after a table."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import core_distance  # a sibling script
-
     print(core_distance.describe(), flush=True)
+
+
+def spans(before: str, after: str) -> str:
+    """The spells a row's timing began and ended in: far ones slow int8 libraries more than float ones."""
+    return before if before == after else f"{before} -> {after}"
 
 
 def geometric_mean(ratios: list[float]) -> float:

@@ -40,3 +40,15 @@ def test_the_line_names_the_spell_and_the_ratio():
     line = core_distance().describe(rounds=5)
     match = re.match(r"cores (near|far apart): 2 MB another core wrote read in (\d+\.\d\d)x the time", line)
     assert match and float(match.group(2)) > 0
+
+
+def test_a_spell_is_far_past_the_threshold_and_a_row_says_where_its_timing_began_and_ended():
+    import sys
+
+    probe = core_distance()
+    assert probe.spell_of(probe.FAR + 0.01) == "far" and probe.spell_of(probe.FAR) == "near"
+    assert probe.spell(rounds=5) in ("near", "far")
+    sys.path.insert(0, str(REPO / "bench"))
+    import zoo
+
+    assert zoo.spans("near", "near") == "near" and zoo.spans("far", "near") == "far -> near"
