@@ -135,6 +135,8 @@ def waiting_for(event: NodeWaiting) -> str:
         return "other builds are running stages on this machine; it times alone"
     if event.why == "timed":
         return f"{who} is timing on this machine; nothing runs beside it"
+    if event.why == "queued":
+        return f"{who} waits to time on this machine; it goes first"
     return f"{who} is building the same key; its result will be reused"
 
 

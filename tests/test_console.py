@@ -81,3 +81,4 @@ def test_a_waiting_stage_says_what_it_waits_for():
     assert waiting_for(NodeWaiting("import:a", who, "timed")) == (
         f"{who} is timing on this machine; nothing runs beside it")
     assert waiting_for(NodeWaiting("import:a", "", "timed")).startswith("another build is timing")
+    assert waiting_for(NodeWaiting("import:a", who, "queued")) == f"{who} waits to time on this machine; it goes first"

@@ -103,6 +103,31 @@ def test_a_stage_that_times_waits_for_other_builds_stages_on_this_machine(fake_p
     assert started["import:b"] < events.index(waited[0]) < started["import:a"]
 
 
+def test_a_stage_waiting_to_time_goes_before_the_next_stages_of_other_builds(fake_project):
+    """flock prefers no one: a stream of another build's stages, each taking the timing lock shared, could keep
+    a timing waiting for ever. While it waits it holds the timing queue, and no stage of any build starts."""
+    from modelbuild.build.locks import timing_lock, timing_queue
+
+    root, _ = fake_project
+    other_build = timing_lock(exclusive=False)
+    assert other_build.try_acquire()
+    refused = []
+
+    def reporter(event):
+        if isinstance(event, NodeWaiting) and event.why == "timing":
+            next_stage = timing_queue(waiting=False)  # the other build's next stage, as it would start
+            refused.append(not next_stage.try_acquire())
+            next_stage.release()
+            other_build.release()
+
+    run = exclusive(open_project(root / "deploy.toml"), "import:a").run([], Options(jobs=2), reporter)
+    assert {r.status for r in run.results.values()} == {Status.BUILT}
+    assert refused == [True]
+    after = timing_queue(waiting=False)
+    assert after.try_acquire()  # the run let go of the queue
+    after.release()
+
+
 def test_no_stage_starts_while_another_build_times_on_this_machine(fake_project):
     from modelbuild.build.events import NodeStarted
     from modelbuild.build.locks import timing_lock

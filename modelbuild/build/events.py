@@ -57,7 +57,7 @@ class NodeWaiting:
     """The node cannot start yet because of another run: it holds the lock of this node's key (`why` "key": it
     is building the same thing, and this run will reuse it), or the machine's timing lock ("timing": its
     stages run on this machine, and this node times alone; "timed": it is timing, and no stage runs beside
-    it)."""
+    it), or waits to time ("queued": that goes first)."""
 
     node: str
     holder: str  # 'pid 4242 on ci-7 since 10:42:05', or '' when unknown

@@ -6,7 +6,9 @@
   not emptied under a running build;
 - the machine's timing lock, held shared by every running stage and exclusively by a stage that times on this
   machine (`Node.exclusive`), whatever store each build uses: no other build's stage runs beside a timing,
-  as no stage of the same build does (the scheduler's own rule).
+  as no stage of the same build does (the scheduler's own rule). Beside it, the timing queue: a stage
+  waiting to time holds it, and a stage starts only where none does, so a timing goes next instead of waiting
+  out every other build's stream of stages (flock alone prefers no one).
 
 They are flock(2) locks: the kernel drops them when their process dies, however it dies, so a lock of a dead
 process is never in the way. The holder's pid, host and start time are written into the lock file only so
@@ -94,5 +96,15 @@ def holder() -> dict:
 def timing_lock(*, exclusive: bool) -> Lock:
     """The machine's timing lock (per user: another user's builds are not seen), exclusive for a stage that
     times on this machine."""
+    return Lock(_timing_path(), shared=not exclusive)
+
+
+def timing_queue(*, waiting: bool) -> Lock:
+    """The timing queue: held by a stage waiting to time (`waiting`); any other stage takes it shared for a
+    moment first, and does not start while it cannot."""
+    return Lock(_timing_path().with_name(_timing_path().name + ".queue"), shared=not waiting)
+
+
+def _timing_path() -> Path:
     default = Path(tempfile.gettempdir()) / f"modelbuild-{os.getuid()}" / "timing.lock"
-    return Lock(Path(os.environ.get(TIMING_LOCK_ENV) or default), shared=not exclusive)
+    return Path(os.environ.get(TIMING_LOCK_ENV) or default)

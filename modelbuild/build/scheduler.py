@@ -24,7 +24,7 @@ from modelbuild import progress
 from modelbuild.build.events import (NodeFinished, NodeProgress, NodeResult, NodeStarted, NodeWaiting, Reporter,
                                      silent, Status)
 from modelbuild.build.housekeeping import remove_leftovers
-from modelbuild.build.locks import Locks, timing_lock
+from modelbuild.build.locks import Lock, Locks, timing_lock, timing_queue
 from modelbuild.build.plan import Node, Plan
 from modelbuild.build.reasons import Reason
 from modelbuild.build.rebuilder import decide_node, Decision
@@ -77,6 +77,7 @@ class Scheduler:
         self._waiting: list[str] = []  # nodes whose upstream nodes have not finished
         self._told_waiting: set[str] = set()
         self._progress: dict[str, dict] = {}
+        self._timing_queue = timing_queue(waiting=True)  # held while a stage of this run waits to time
 
     def run(self, options: Options = Options()) -> RunResult:
         lock = self._hold_store(options)
@@ -92,6 +93,7 @@ class Scheduler:
             self.store.flush()
             if not options.dry_run:
                 self.store.add_stats(self.run_result.stats)
+            self._timing_queue.release()
             lock.release()
         return self.run_result
 
@@ -246,12 +248,9 @@ class Scheduler:
 
     def _locks_to_start(self, node: Node, key: str) -> Locks | None:
         """The machine's timing lock (exclusive for a stage that times here) and the key's, both held; None,
-        and the node told waiting once, where another run holds either."""
-        machine = timing_lock(exclusive=node.exclusive)
-        if not machine.try_acquire():
-            # shared holders leave no name in the lock file: only an exclusive holder's is worth showing
-            self._tell_waiting(NodeWaiting(node.id, "", "timing") if node.exclusive
-                               else NodeWaiting(node.id, machine.holder(), "timed"))
+        and the node told waiting once, where another run holds either, or waits to time (the queue)."""
+        machine = self._timing_lock_to_start(node)
+        if machine is None:
             return None
         key_lock = self.store.key_lock(key)
         if not key_lock.try_acquire():
@@ -259,6 +258,25 @@ class Scheduler:
             self._tell_waiting(NodeWaiting(node.id, key_lock.holder()))
             return None
         return Locks((key_lock, machine))
+
+    def _timing_lock_to_start(self, node: Node) -> Lock | None:
+        """The machine's timing lock held for the node, or None. A stage that times queues first (and stays
+        queued while it waits); any other starts only where no build's stage is queued to time."""
+        queue = self._timing_queue if node.exclusive else timing_queue(waiting=False)
+        if not (queue.held or queue.try_acquire()):
+            if not self._timing_queue.held:  # a stage of this run waits to time, and has said so
+                self._tell_waiting(NodeWaiting(node.id, queue.holder(), "queued"))
+            return None
+        machine = timing_lock(exclusive=node.exclusive)
+        if not machine.try_acquire():
+            if not node.exclusive:
+                queue.release()
+            # shared holders leave no name in the lock file: only an exclusive holder's is worth showing
+            self._tell_waiting(NodeWaiting(node.id, "", "timing") if node.exclusive
+                               else NodeWaiting(node.id, machine.holder(), "timed"))
+            return None
+        queue.release()  # timing now: the next may queue
+        return machine
 
     def _tell_waiting(self, event: NodeWaiting) -> None:
         if event.node not in self._told_waiting:
