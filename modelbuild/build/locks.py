@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from modelbuild.errors import EnvironmentFailure
+
 TIMING_LOCK_ENV = "MODELBUILD_TIMING_LOCK"  # the timing lock's file, where the default does not suit
 
 
@@ -93,16 +95,28 @@ def holder() -> dict:
     return {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}
 
 
+class MachineLock(Lock):
+    """A lock outside the store, in the temp folder: one that cannot be made says how to place it elsewhere."""
+
+    def try_acquire(self) -> bool:
+        try:
+            return super().try_acquire()
+        except OSError as err:
+            raise EnvironmentFailure(
+                f"cannot make the timing lock {self.path}: {err.strerror} (fix: make {self.path.parent} a "
+                f"writable folder, or set {TIMING_LOCK_ENV} to a file in one)") from None
+
+
 def timing_lock(*, exclusive: bool) -> Lock:
     """The machine's timing lock (per user: another user's builds are not seen), exclusive for a stage that
     times on this machine."""
-    return Lock(_timing_path(), shared=not exclusive)
+    return MachineLock(_timing_path(), shared=not exclusive)
 
 
 def timing_queue(*, waiting: bool) -> Lock:
     """The timing queue: held by a stage waiting to time (`waiting`); any other stage takes it shared for a
     moment first, and does not start while it cannot."""
-    return Lock(_timing_path().with_name(_timing_path().name + ".queue"), shared=not waiting)
+    return MachineLock(_timing_path().with_name(_timing_path().name + ".queue"), shared=not waiting)
 
 
 def _timing_path() -> Path:
