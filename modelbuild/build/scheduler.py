@@ -264,7 +264,7 @@ class Scheduler:
         queued while it waits); any other starts only where no build's stage is queued to time."""
         queue = self._timing_queue if node.exclusive else timing_queue(waiting=False)
         if not (queue.held or queue.try_acquire()):
-            if not self._timing_queue.held:  # a stage of this run waits to time, and has said so
+            if not self._timing_queue.held:  # else it is this run's own timing that waits, and it has said so
                 self._tell_waiting(NodeWaiting(node.id, queue.holder(), "queued"))
             return None
         machine = timing_lock(exclusive=node.exclusive)
