@@ -116,7 +116,8 @@ def timing_lock(*, exclusive: bool) -> Lock:
 def timing_queue(*, waiting: bool) -> Lock:
     """The timing queue: held by a stage waiting to time (`waiting`); any other stage takes it shared for a
     moment first, and does not start while it cannot."""
-    return MachineLock(_timing_path().with_name(_timing_path().name + ".queue"), shared=not waiting)
+    path = _timing_path()
+    return MachineLock(path.with_name(path.name + ".queue"), shared=not waiting)
 
 
 def _timing_path() -> Path:

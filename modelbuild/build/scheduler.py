@@ -77,7 +77,9 @@ class Scheduler:
         self._waiting: list[str] = []  # nodes whose upstream nodes have not finished
         self._told_waiting: set[str] = set()
         self._progress: dict[str, dict] = {}
-        self._timing_queue = timing_queue(waiting=True)  # held while a stage of this run waits to time
+        # held while a stage of this run waits to time; made when a stage first starts (finding the temp
+        # folder writes there, which a build with every stage cached has no need to do)
+        self._timing_queue: Lock | None = None
 
     def run(self, options: Options = Options()) -> RunResult:
         lock = self._hold_store(options)
@@ -93,7 +95,8 @@ class Scheduler:
             self.store.flush()
             if not options.dry_run:
                 self.store.add_stats(self.run_result.stats)
-            self._timing_queue.release()
+            if self._timing_queue is not None:
+                self._timing_queue.release()
             lock.release()
         return self.run_result
 
@@ -262,6 +265,8 @@ class Scheduler:
     def _timing_lock_to_start(self, node: Node) -> Lock | None:
         """The machine's timing lock held for the node, or None. A stage that times queues first (and stays
         queued while it waits); any other starts only where no build's stage is queued to time."""
+        if self._timing_queue is None:
+            self._timing_queue = timing_queue(waiting=True)
         queue = self._timing_queue if node.exclusive else timing_queue(waiting=False)
         if not (queue.held or queue.try_acquire()):
             if not self._timing_queue.held:  # else it is this run's own timing that waits, and it has said so
