@@ -161,6 +161,20 @@ ZOO = [
              int8=("random", {})),
     ZooModel("tdnn_ish", "generated: an x-vector speaker embedding, dilated conv1d over 200 fbank frames, "
              "statistics pooling", "generated:tdnn_ish", {"feats": [1, 80, 200]}, int8=("random", {})),
+    ZooModel("vit_ish", "generated: a vision transformer (ViT-Tiny widths, 4 layers), 197 tokens",
+             "generated:vit_ish", {"x": [1, 3, 224, 224]}, preset="float-ci"),
+    ZooModel("mobilenetv3_ish", "generated: MobileNetV3-Small, HardSwish, squeeze-and-excite by HardSigmoid",
+             "generated:mobilenetv3_ish", {"x": [1, 3, 224, 224]}, preset="float-ci", int8=("random", {})),
+    ZooModel("unet_ish", "generated: a U-Net at 200x296, ConvTranspose up, skips concatenated, 2 classes",
+             "generated:unet_ish", {"x": [1, 3, 200, 296]}, int8=("random", {})),
+    ZooModel("espcn_ish", "generated: super-resolution (ESPCN), 3x by DepthToSpace, tanh",
+             "generated:espcn_ish", {"x": [1, 1, 224, 224]}, int8=("random", {})),
+    ZooModel("convnext_ish", "generated: ConvNeXt-Tiny's first stages, 7x7 depthwise, LayerNorm channels-last, GELU",
+             "generated:convnext_ish", {"x": [1, 3, 224, 224]}, int8=("random", {})),
+    ZooModel("style_ish", "generated: fast style transfer at 256x256, InstanceNormalization, nearest Resize up",
+             "generated:style_ish", {"x": [1, 3, 256, 256]}, int8=("random", {})),
+    ZooModel("c3d_ish", "generated: a video classifier of 3x3x3 convs over 16 frames of 112x112 (C3D)",
+             "generated:c3d_ish", {"x": [1, 3, 16, 112, 112]}, preset="float-ci"),
 ]
 
 
@@ -276,12 +290,15 @@ class _ConvNet(_Graph):
         super().__init__()
         self.rng = np.random.default_rng(0)
 
-    def conv(self, x: str, cin: int, cout: int, k: int, stride: int, name: str, groups: int = 1) -> str:
+    def conv(self, x: str, cin: int, cout: int, k: int, stride: int, name: str, groups: int = 1,
+             padding: int | None = None) -> str:
+        """A k x k conv with bias, padded by k // 2 unless `padding` says otherwise."""
         fan_in = cin // groups * k * k
         w = self.const(f"{name}.w", self.rng.standard_normal((cout, cin // groups, k, k)) / math.sqrt(fan_in))
         # scaled in float32, as the models in the zoo's cache were generated
         b = self.const(f"{name}.b", self.rng.standard_normal(cout).astype("float32") * 0.1)
-        return self.node("Conv", [x, w, b], name, pads=[k // 2] * 4, strides=[stride, stride],
+        return self.node("Conv", [x, w, b], name, pads=[k // 2 if padding is None else padding] * 4,
+                         strides=[stride, stride],
                          **({"group": groups} if groups > 1 else {}))
 
     def relu(self, x: str) -> str:
@@ -432,8 +449,253 @@ def tdnn_ish(path: Path) -> None:
            [helper.make_tensor_value_info("embedding", TensorProto.FLOAT, [1, 192])], 13, path)
 
 
+VIT = {"image": 224, "patch": 16, "hidden": 192, "heads": 3, "layers": 4, "mlp": 768, "classes": 1000}
+
+
+def vit_ish(path: Path) -> None:
+    """A vision transformer (ViT-Tiny's widths, 4 of its 12 layers) as timm exports one: 16x16 patches by a
+    strided Conv, a class token concatenated (197 tokens: no multiple of the vector width), learned position
+    embeddings, pre-norm LayerNormalization, self-attention over 3 heads of 64, an exact GELU (Erf), and a
+    linear head on the class token; seeded random weights."""
+    import numpy as np
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(0)
+    hidden, heads, patch = VIT["hidden"], VIT["heads"], VIT["patch"]
+    tokens = (VIT["image"] // patch) ** 2 + 1
+    g = _Graph()
+    const, node = g.const, g.node
+
+    def weight(name, *shape, scale=0.05):
+        return const(name, rng.standard_normal(shape) * scale)
+
+    def dense(x, n_in, n_out, name):
+        return node("Add", [node("MatMul", [x, weight(f"{name}.w", n_in, n_out)], f"{name}.mm"),
+                            weight(f"{name}.b", n_out)], name)
+
+    def norm(x, name):
+        return node("LayerNormalization", [x, const(f"{name}.g", np.ones(hidden)), const(f"{name}.b", np.zeros(hidden))],
+                    name, axis=-1, epsilon=1e-6)
+
+    def split_heads(x, name):  # [1, tokens, hidden] -> [1, heads, tokens, hidden / heads]
+        shape = const(f"{name}.shape", [1, tokens, heads, hidden // heads], np.int64)
+        return node("Transpose", [node("Reshape", [x, shape], f"{name}.r")], name, perm=[0, 2, 1, 3])
+
+    patches = node("Conv", ["x", weight("patch.w", hidden, 3, patch, patch, scale=0.02), weight("patch.b", hidden)],
+                   "patch", strides=[patch, patch])
+    flat = node("Reshape", [patches, const("patch.flat", [1, hidden, tokens - 1], np.int64)], "patch.r")
+    x = node("Transpose", [flat], "patch.t", perm=[0, 2, 1])
+    x = node("Concat", [weight("cls_token", 1, 1, hidden), x], "tokens", axis=1)
+    x = node("Add", [x, weight("positions", 1, tokens, hidden, scale=0.02)], "embedded")
+    for layer in range(VIT["layers"]):
+        n = f"l{layer}"
+        y = norm(x, f"{n}.norm1")
+        q, k, v = (split_heads(dense(y, hidden, hidden, f"{n}.{p}"), f"{n}.{p}h") for p in "qkv")
+        q = node("Mul", [q, const(f"{n}.scale", (hidden // heads) ** -0.5)], f"{n}.qs")
+        scores = node("MatMul", [q, node("Transpose", [k], f"{n}.kt", perm=[0, 1, 3, 2])], f"{n}.qk")
+        context = node("MatMul", [node("Softmax", [scores], f"{n}.p", axis=-1), v], f"{n}.ctx")
+        context = node("Transpose", [context], f"{n}.ctxt", perm=[0, 2, 1, 3])
+        context = node("Reshape", [context, const(f"{n}.merge", [1, tokens, hidden], np.int64)], f"{n}.merged")
+        x = node("Add", [dense(context, hidden, hidden, f"{n}.o"), x], f"{n}.res1")
+        up = dense(norm(x, f"{n}.norm2"), hidden, VIT["mlp"], f"{n}.up")
+        erf = node("Erf", [node("Div", [up, const(f"{n}.sqrt2", np.sqrt(2.0))], f"{n}.d")], f"{n}.erf")
+        gelu = node("Mul", [node("Mul", [up, node("Add", [erf, const(f"{n}.one", 1.0)], f"{n}.e1")], f"{n}.ue"),
+                            const(f"{n}.half", 0.5)], f"{n}.gelu")
+        x = node("Add", [dense(gelu, VIT["mlp"], hidden, f"{n}.down"), x], f"{n}.res2")
+    first = node("Gather", [norm(x, "final_norm"), const("first", 0, np.int64)], "cls", axis=1)
+    dense(first, hidden, VIT["classes"], "logits")
+    g.save("vit_ish", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, VIT["image"], VIT["image"]])],
+           [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, VIT["classes"]])], 17, path)
+
+
+def mobilenetv3_ish(path: Path) -> None:
+    """MobileNetV3-Small's blocks as torchvision exports them: inverted residuals (1x1 expand, 3x3 or 5x5
+    depthwise, 1x1 project), HardSwish activations, squeeze-and-excite gates by HardSigmoid, at 224x224;
+    seeded random weights (He-scaled)."""
+    from onnx import TensorProto, helper
+
+    net = _ConvNet()
+
+    def act(x, kind):
+        return net.node("HardSwish", [x], x + ".hs") if kind == "hs" else net.relu(x)
+
+    def squeeze_excite(x, channels, name):
+        pooled = net.node("GlobalAveragePool", [x], f"{name}.pool")
+        squeezed = net.relu(net.conv(pooled, channels, _divisible(channels // 4), 1, 1, f"{name}.fc1"))
+        gate = net.node("HardSigmoid", [net.conv(squeezed, _divisible(channels // 4), channels, 1, 1, f"{name}.fc2")],
+                        f"{name}.gate", alpha=1 / 6, beta=0.5)
+        return net.node("Mul", [x, gate], f"{name}.scaled")
+
+    x, cin = act(net.conv("x", 3, 16, 3, 2, "stem"), "hs"), 16
+    # (kernel, expanded, out, squeeze-and-excite, activation, stride): torchvision's mobilenet_v3_small
+    blocks = [(3, 16, 16, True, "re", 2), (3, 72, 24, False, "re", 2), (3, 88, 24, False, "re", 1),
+              (5, 96, 40, True, "hs", 2), (5, 240, 40, True, "hs", 1), (5, 240, 40, True, "hs", 1),
+              (5, 120, 48, True, "hs", 1), (5, 144, 48, True, "hs", 1), (5, 288, 96, True, "hs", 2),
+              (5, 576, 96, True, "hs", 1), (5, 576, 96, True, "hs", 1)]
+    for i, (k, expanded, cout, se, kind, stride) in enumerate(blocks):
+        y = x if expanded == cin else act(net.conv(x, cin, expanded, 1, 1, f"b{i}.expand"), kind)
+        y = act(net.conv(y, expanded, expanded, k, stride, f"b{i}.dw", groups=expanded), kind)
+        if se:
+            y = squeeze_excite(y, expanded, f"b{i}.se")
+        y = net.conv(y, expanded, cout, 1, 1, f"b{i}.project")
+        x, cin = (net.node("Add", [y, x], f"b{i}.sum") if stride == 1 and cin == cout else y), cout
+    x = act(net.conv(x, cin, 576, 1, 1, "last"), "hs")
+    pooled = net.node("Flatten", [net.node("GlobalAveragePool", [x], "pool")], "flat")
+    hidden = net.node("HardSwish", [net.node("Gemm", [pooled, net.const("fc1.w", net.rng.standard_normal((1024, 576)) / 24),
+                                                      net.const("fc1.b", net.rng.standard_normal(1024) * 0.1)],
+                                             "fc1", transB=1)], "fc1.hs")
+    net.node("Gemm", [hidden, net.const("fc2.w", net.rng.standard_normal((1000, 1024)) / 32),
+                      net.const("fc2.b", net.rng.standard_normal(1000) * 0.1)], "logits", transB=1)
+    net.save("mobilenetv3_ish", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 224, 224])],
+             [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 1000])], 14, path)
+
+
+def _divisible(channels: int, by: int = 8) -> int:
+    """torchvision's _make_divisible: the nearest multiple of 8, never 10% under."""
+    rounded = max(by, int(channels + by / 2) // by * by)
+    return rounded + by if rounded < 0.9 * channels else rounded
+
+
+def unet_ish(path: Path) -> None:
+    """A U-Net for segmentation at 200x300 (no multiple of 16, as a user's photos are): two 3x3 conv-ReLU
+    pairs a level over four levels (32 to 256 channels), max pooling down, ConvTranspose 2x2 stride 2 up,
+    skip connections concatenated, a 1x1 conv to 2 classes' logits; seeded random weights (He-scaled)."""
+    from onnx import TensorProto, helper
+
+    net = _ConvNet()
+
+    def pair(x, cin, cout, name):
+        return net.relu(net.conv(net.relu(net.conv(x, cin, cout, 3, 1, f"{name}.c1")), cout, cout, 3, 1, f"{name}.c2"))
+
+    x, cin, skips = "x", 3, []
+    for level, width in enumerate((32, 64, 128)):
+        x = pair(x, cin, width, f"down{level}")
+        skips.append((x, width))
+        x, cin = net.node("MaxPool", [x], f"down{level}.pool", kernel_shape=[2, 2], strides=[2, 2]), width
+    x, cin = pair(x, cin, 256, "bottom"), 256
+    for level, (skip, width) in reversed(list(enumerate(skips))):
+        w = net.const(f"up{level}.w", net.rng.standard_normal((cin, width, 2, 2)) / (cin * 4) ** 0.5)
+        b = net.const(f"up{level}.b", net.rng.standard_normal(width).astype("float32") * 0.1)
+        up = net.node("ConvTranspose", [x, w, b], f"up{level}", kernel_shape=[2, 2], strides=[2, 2])
+        x = pair(net.node("Concat", [up, skip], f"up{level}.cat", axis=1), 2 * width, width, f"up{level}")
+        cin = width
+    net.conv(x, cin, 2, 1, 1, "logits")
+    net.save("unet_ish", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 200, 296])],
+             [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 2, 200, 296])], 13, path)
+
+
+def espcn_ish(path: Path) -> None:
+    """A super-resolution net (ESPCN, Shi et al. 2016) as PyTorch's tutorial exports it: a 5x5, a 3x3 and a
+    3x3 conv on the luma channel at 224x224 with tanh, then 9 channels rearranged to a 3x upscaled image by
+    DepthToSpace (PixelShuffle); seeded random weights."""
+    from onnx import TensorProto, helper
+
+    net = _ConvNet()
+    x = net.node("Tanh", [net.conv("x", 1, 64, 5, 1, "c1")], "c1.tanh")
+    x = net.node("Tanh", [net.conv(x, 64, 32, 3, 1, "c2")], "c2.tanh")
+    x = net.conv(x, 32, 9, 3, 1, "c3")
+    net.node("DepthToSpace", [x], "upscaled", blocksize=3, mode="CRD")
+    net.save("espcn_ish", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 224, 224])],
+             [helper.make_tensor_value_info("upscaled", TensorProto.FLOAT, [1, 1, 672, 672])], 13, path)
+
+
+def convnext_ish(path: Path) -> None:
+    """ConvNeXt-Tiny's first two stages as torchvision exports them, at 224x224: a 4x4 stride-4 patchify stem,
+    blocks of a 7x7 depthwise conv, a permute to channels-last, LayerNormalization over channels, a 4x
+    MLP by MatMul with an exact GELU, a per-channel layer scale, the permute back and a residual add; a
+    LayerNorm-and-2x2-conv downsample between stages. Seeded random weights."""
+    from onnx import TensorProto, helper
+
+    net = _ConvNet()
+    node, const, rng = net.node, net.const, net.rng
+
+    def channels_norm(x, channels, name):  # on [1, H, W, C]
+        return node("LayerNormalization", [x, const(f"{name}.g", rng.standard_normal(channels) * 0.1 + 1),
+                                           const(f"{name}.b", rng.standard_normal(channels) * 0.1)],
+                    name, axis=-1, epsilon=1e-6)
+
+    def linear(x, n_in, n_out, name):
+        return node("Add", [node("MatMul", [x, const(f"{name}.w", rng.standard_normal((n_in, n_out)) / n_in ** 0.5)],
+                                 f"{name}.mm"), const(f"{name}.b", rng.standard_normal(n_out) * 0.1)], name)
+
+    def gelu(x, name):
+        erf = node("Erf", [node("Div", [x, const(f"{name}.sqrt2", 2 ** 0.5)], f"{name}.d")], f"{name}.erf")
+        return node("Mul", [node("Mul", [x, node("Add", [erf, const(f"{name}.one", 1.0)], f"{name}.e1")],
+                                 f"{name}.xe"), const(f"{name}.half", 0.5)], name)
+
+    def permuted_norm(x, channels, name):  # NCHW -> LayerNorm over channels -> NCHW
+        y = channels_norm(node("Transpose", [x], f"{name}.nhwc", perm=[0, 2, 3, 1]), channels, name)
+        return node("Transpose", [y], f"{name}.nchw", perm=[0, 3, 1, 2])
+
+    x = permuted_norm(net.conv("x", 3, 96, 4, 4, "stem", padding=0), 96, "stem.norm")
+    for stage, (channels, depth) in enumerate([(96, 2), (192, 2)]):
+        if stage:
+            x = permuted_norm(x, channels // 2, f"down{stage}.norm")
+            x = net.conv(x, channels // 2, channels, 2, 2, f"down{stage}", padding=0)
+        for block in range(depth):
+            n = f"s{stage}b{block}"
+            y = net.conv(x, channels, channels, 7, 1, f"{n}.dw", groups=channels)
+            y = channels_norm(node("Transpose", [y], f"{n}.nhwc", perm=[0, 2, 3, 1]), channels, f"{n}.norm")
+            y = linear(gelu(linear(y, channels, 4 * channels, f"{n}.up"), f"{n}.gelu"), 4 * channels, channels,
+                       f"{n}.down")
+            y = node("Mul", [y, const(f"{n}.scale", rng.standard_normal(channels) * 0.1)], f"{n}.scaled")
+            x = node("Add", [x, node("Transpose", [y], f"{n}.nchw", perm=[0, 3, 1, 2])], f"{n}.sum")
+    net.save_pooled(x, "convnext_ish", [1, 3, 224, 224], path)
+
+
+def style_ish(path: Path) -> None:
+    """A fast style-transfer net (Johnson et al., 2016, as PyTorch's examples export it) at 256x256: 9x9 and
+    strided 3x3 convs down, five residual blocks at 64x64, nearest 2x Resize and convs up, InstanceNormalization
+    and ReLU after each conv but the last. Seeded random weights."""
+    from onnx import TensorProto, helper
+
+    net = _ConvNet()
+
+    def norm(x, channels, name):
+        scale = net.const(f"{name}.g", net.rng.standard_normal(channels) * 0.1 + 1)
+        bias = net.const(f"{name}.b", net.rng.standard_normal(channels) * 0.1)
+        return net.node("InstanceNormalization", [x, scale, bias], name, epsilon=1e-5)
+
+    def layer(x, cin, cout, k, stride, name):
+        return net.relu(norm(net.conv(x, cin, cout, k, stride, name), cout, f"{name}.in"))
+
+    x = layer(layer(layer("x", 3, 32, 9, 1, "c1"), 32, 64, 3, 2, "c2"), 64, 128, 3, 2, "c3")
+    for i in range(5):
+        y = norm(net.conv(layer(x, 128, 128, 3, 1, f"r{i}.c1"), 128, 128, 3, 1, f"r{i}.c2"), 128, f"r{i}.in2")
+        x = net.node("Add", [x, y], f"r{i}.sum")
+    scales = net.const("up.scales", [1.0, 1.0, 2.0, 2.0])
+    for i, (cin, cout) in enumerate([(128, 64), (64, 32)]):
+        x = net.node("Resize", [x, "", scales], f"up{i}.resize", mode="nearest")
+        x = layer(x, cin, cout, 3, 1, f"up{i}")
+    net.conv(x, 32, 3, 9, 1, "image")
+    net.save("style_ish", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 256, 256])],
+             [helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, 3, 256, 256])], 13, path)
+
+
+def c3d_ish(path: Path) -> None:
+    """A video classifier of 3D convs (C3D's first layers, Tran et al. 2015, scaled down): 3x3x3 convs with
+    ReLU over 16 frames of 112x112, 3D max pooling, a global pool and a dense layer to 101 classes. Seeded
+    random weights (He-scaled)."""
+    from onnx import TensorProto, helper
+
+    net = _ConvNet()
+    x, cin = "x", 3
+    for i, (cout, pool) in enumerate([(32, [1, 2, 2]), (64, [2, 2, 2]), (128, [2, 2, 2])]):
+        w = net.const(f"c{i}.w", net.rng.standard_normal((cout, cin, 3, 3, 3)) / (cin * 27) ** 0.5)
+        b = net.const(f"c{i}.b", net.rng.standard_normal(cout).astype("float32") * 0.1)
+        x = net.relu(net.node("Conv", [x, w, b], f"c{i}", pads=[1] * 6))
+        x, cin = net.node("MaxPool", [x], f"p{i}", kernel_shape=pool, strides=pool), cout
+    pooled = net.node("Flatten", [net.node("GlobalAveragePool", [x], "pool")], "flat")
+    net.node("Gemm", [pooled, net.const("fc.w", net.rng.standard_normal((101, cin)) / cin ** 0.5),
+                      net.const("fc.b", net.rng.standard_normal(101) * 0.1)], "logits", transB=1)
+    net.save("c3d_ish", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 112, 112])],
+             [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 101])], 13, path)
+
+
 GENERATORS = {"resnet_ish": resnet_ish, "resnext_ish": resnext_ish, "orientation_qop": orientation_qop,
-              "text_cls_fp16": text_cls_fp16, "bert_ish": bert_ish, "tdnn_ish": tdnn_ish}
+              "text_cls_fp16": text_cls_fp16, "bert_ish": bert_ish, "tdnn_ish": tdnn_ish, "vit_ish": vit_ish,
+              "mobilenetv3_ish": mobilenetv3_ish, "unet_ish": unet_ish, "espcn_ish": espcn_ish,
+              "convnext_ish": convnext_ish, "style_ish": style_ish, "c3d_ish": c3d_ish}
 
 
 # --- building ------------------------------------------------------------------------------------------------
@@ -541,7 +803,7 @@ def _build_recipe(folder: Path, text: str, variants: list[str]) -> dict[str, Bui
                 result.failure = f"{node['stage']}: {node['error']}"
     report = folder / "build" / "report.json"
     for build in json.loads(report.read_text())["builds"] if report.exists() else []:
-        variant = build["artifact"].split("/")[1]  # build/<variant>/<target>/model.so
+        variant = build["name"].rpartition("@")[0]  # model or model+quantization, @target
         built[variant].gates = [_gate_words(g) for g in build["gates"] if not g["passed"] or not g["applicable"]]
         built[variant].values = {g["name"]: g["value"] for g in build["gates"] if g["applicable"]}
     return built
