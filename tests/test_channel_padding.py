@@ -1,4 +1,4 @@
-"""Which channel counts are padded to whole vectors: those no vector width divides, unless they are narrow."""
+"""Which channel counts are padded to whole vectors: those no vector width divides, but for up to three."""
 
 from __future__ import annotations
 
@@ -12,9 +12,11 @@ from modelbuild.compiler.channel_padding import padded_channels, padded_inputs
     (18710, 18720),
     (255, 256),  # a YOLO head: 3 anchors x 85
     (17, 32),
-    (24, 32), (40, 48), (36, 48),  # only 8 or 4 divides them, and a third more at most makes 16-lane vectors
+    (24, 32), (40, 48), (36, 48), (12, 16),  # only 8 or 4 divides them, and a third more makes 16-lane vectors
     (96, 96), (6624, 6624), (20, 20),  # 16 divides them, or padding would add more than a third
-    (1, 1), (3, 3), (10, 10), (15, 15),  # narrower than one vector: cheap as they are
+    (1, 1), (2, 2), (3, 3),  # up to three channels: summed in lanes as they are
+    (5, 8), (7, 8), (9, 16), (15, 16),  # narrower than a vector: the narrowest width that holds them
+    (4, 4), (8, 8),  # a vector width already
 ])
 def test_channels_no_vector_width_divides_are_rounded_up_to_whole_vectors(channels, computed):
     assert padded_channels(channels) == computed

@@ -74,10 +74,73 @@ def test_a_conv_from_33_channels_to_one_reads_40_summed_in_lanes_and_matches_the
     np.testing.assert_allclose(out, stock(x).numpy(), rtol=1e-5, atol=1e-5)
 
 
-def test_heads_the_vector_width_divides_or_narrower_than_a_vector_are_left_as_they_are():
-    for columns in (48, 10):
+def test_heads_the_vector_width_divides_or_of_two_columns_are_left_as_they_are():
+    for columns in (48, 8, 2):
         module, _ = matmul_head(columns)
         assert any([32, columns] in shapes for shapes in kernel_shapes(module, "auto").values())
+
+
+def test_a_conv_head_of_9_channels_computes_16_and_matches_the_stock_nchw_conv():
+    """A super-resolution net's last conv: 9 channels, rearranged by DepthToSpace after it."""
+    import tvm
+
+    module, _ = conv_head(9, inputs=32)
+    assert any([3, 3, 32, 16] in shapes for shapes in kernel_shapes(module, "auto").values())
+    _, run = scheduled_kernel(module, "conv2d", schedule=True, layout="auto")
+    _, stock = scheduled_kernel(conv_head(9, inputs=32)[0], "conv2d", schedule=False, layout="NCHW")
+    x = tvm.runtime.tensor(np.random.default_rng(14).standard_normal((1, 32, 6, 10)).astype("float32"))
+    out = run(x).numpy()
+    assert out.shape == (1, 9, 6, 10)
+    np.testing.assert_allclose(out, stock(x).numpy(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("channels, inputs, weights", [(2, 32, [2, 3, 3, 32]), (3, 33, [3, 3, 3, 40])])
+def test_a_conv_head_of_two_or_three_channels_reads_its_weights_output_channels_first(channels, inputs, weights):
+    """Summed in lanes of input channels, each output channel's weights contiguous (OHWI), its inputs padded
+    to whole half vectors first where they need it; equal to the stock NCHW conv."""
+    import tvm
+
+    module, _ = conv_head(channels, inputs=inputs)
+    assert any(weights in shapes for shapes in kernel_shapes(module, "auto").values())
+    script, run = scheduled_kernel(module, "conv2d", schedule=True, layout="auto")
+    assert '_rf_update"' in script
+    _, stock = scheduled_kernel(conv_head(channels, inputs=inputs)[0], "conv2d", schedule=False, layout="NCHW")
+    x = tvm.runtime.tensor(np.random.default_rng(16).standard_normal((1, inputs, 6, 10)).astype("float32"))
+    out = run(x).numpy()
+    assert out.shape == (1, channels, 6, 10)
+    np.testing.assert_allclose(out, stock(x).numpy(), rtol=1e-5, atol=1e-5)
+
+
+def attention_scores(tokens: int, rows: int):
+    """The first `rows` tokens' queries by every token's key, both computed from x [1, 3, tokens, 64] (a vision
+    transformer's 197 tokens, scaled down): x[:, :, :rows] / 4 @ (x / 2)^T."""
+    from tvm import relax
+
+    def body(bb, x):
+        queries = bb.emit(relax.op.strided_slice(bb.emit(relax.op.multiply(x, relax.const(0.25))), [2], [0], [rows]))
+        keys = bb.emit(relax.op.permute_dims(bb.emit(relax.op.multiply(x, relax.const(0.5))), [0, 1, 3, 2]))
+        return bb.emit(relax.op.matmul(queries, keys))
+
+    return build_module(body, (1, 3, tokens, 64))
+
+
+def test_a_matmul_by_computed_keys_of_37_columns_is_padded_at_run_time_and_equals_numpy():
+    import tvm
+
+    module = attention_scores(tokens=37, rows=37)
+    assert any([1, 3, 64, 48] in shapes for shapes in kernel_shapes(module, "auto").values())
+    script, run = scheduled_kernel(module, "matmul", schedule=True, layout="auto")
+    assert "T.vectorized(T.int64(16))" in script and '_rf_update"' not in script
+    x = np.random.default_rng(15).standard_normal((1, 3, 37, 64)).astype("float32")
+    out = run(tvm.runtime.tensor(x)).numpy()
+    assert out.shape == (1, 3, 37, 37)
+    np.testing.assert_allclose(out, (x / 4) @ np.swapaxes(x / 2, -1, -2), rtol=1e-5, atol=1e-4)
+
+
+def test_a_matmul_by_a_computed_operand_with_fewer_rows_than_a_vector_is_left_as_it_is():
+    """A copy of the right operand costs as much as the few rows that read it."""
+    module = attention_scores(tokens=37, rows=4)
+    assert not any([1, 3, 64, 48] in shapes for shapes in kernel_shapes(module, "auto").values())
 
 
 def conv1d_head(channels: int, inputs: int, taps: int, stride: int, steps: int):
@@ -127,3 +190,19 @@ def test_a_conv1d_whose_taps_alone_fill_a_weight_pass_is_scheduled_for_avx512():
         phases = lowering.lower(module, target, fuse=True, layout="auto", schedule=True)
     conv = next(f for gv, f in phases.fused.functions.items() if "conv1d" in gv.name_hint)
     assert "T.vectorized(" in conv.script()  # scheduled, not left as TVM's loops
+
+
+def test_a_matmul_by_an_operand_computed_far_back_is_lowered():
+    """A recogniser's matmul by an activation 400 operators deep: looking for constants behind it had walked
+    the whole chain and exceeded Python's recursion limit."""
+    from tvm import relax
+
+    def body(bb, x):
+        y = x
+        for _ in range(400):
+            y = bb.emit(relax.op.add(y, relax.const(1.0)))
+        return bb.emit(relax.op.matmul(bb.emit(relax.op.strided_slice(x, [2], [0], [4])),
+                                       bb.emit(relax.op.permute_dims(y, [0, 1, 3, 2]))))
+
+    shapes = kernel_shapes(build_module(body, (1, 3, 37, 64)), "auto")
+    assert any([1, 3, 4, 37] in kernel for kernel in shapes.values())

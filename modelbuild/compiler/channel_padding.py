@@ -15,7 +15,7 @@ from __future__ import annotations
 from modelbuild.compiler.default_schedule import VECTOR_LANES
 from modelbuild.compiler.relax_rewrite import rewrite_calls
 
-MIN_CHANNELS = VECTOR_LANES  # narrower heads (1, 2 or 3 channels) are cheap as they are
+MAX_CHANNELS_IN_LANES = 3  # narrower heads are summed in lanes (padded_channels, _output_channels_first)
 VECTOR_WIDTHS = (VECTOR_LANES, VECTOR_LANES // 2, VECTOR_LANES // 4)  # what the schedule splits by
 
 
@@ -26,7 +26,7 @@ def rewrite(module):
 
 def _whole_vectors(mutator, call):
     weight_axis = _weight_channel_axis(call)
-    if weight_axis is None or not _constant(mutator, call.args[1]):
+    if weight_axis is None or not (_constant(mutator, call.args[1]) or _rows_repay_a_copy(call)):
         return call
     shape = [int(d) for d in call.args[1].ty.shape.values]
     channels = shape[weight_axis]
@@ -34,8 +34,20 @@ def _whole_vectors(mutator, call):
     if padded != channels:
         return _padded(mutator.builder_, call, weight_axis, channels, padded)
     if weight_axis == 3 and padded_inputs(shape[2], channels) != shape[2]:
-        return _inputs_padded(mutator.builder_, call, shape[2], padded_inputs(shape[2], channels))
+        call = _inputs_padded(mutator.builder_, call, shape[2], padded_inputs(shape[2], channels))
+    if weight_axis == 3 and 1 < channels <= MAX_CHANNELS_IN_LANES:
+        return _output_channels_first(mutator.builder_, call)
     return call
+
+
+def _rows_repay_a_copy(call) -> bool:
+    """Whether a matmul by a computed right operand (attention's keys, [.., 64, 197] in a vision transformer)
+    is worth padding at run time: the copy of that operand is one pass over it, where the matmul reads it once
+    per row of its left operand. Its 197 columns made no whole vectors and the schedule summed each output in
+    lanes read 197 floats apart: 34 GFLOP/s, half a ViT-Tiny's latency; padded to 208, a copy and a slice."""
+    if getattr(call.op, "name", None) != "relax.matmul":
+        return False
+    return int(call.args[0].ty.shape.values[-2]) >= VECTOR_LANES
 
 
 def padded_inputs(inputs: int, outputs: int) -> int:
@@ -65,18 +77,37 @@ def _inputs_padded(bb, call, channels: int, padded: int):
     return relax.Call(call.op, [wide_data, wide_weight, *call.args[2:]], call.attrs, call.ty_args)
 
 
-def _constant(mutator, expr) -> bool:
-    """Whether `expr` is computed from constants alone, so FoldConstant folds its padding away."""
+CONSTANT_DEPTH = 8  # how many operators back a weight is looked for among constants (a transpose, a reshape)
+
+
+def _output_channels_first(bb, call):
+    """An NHWC conv to 2 or 3 channels with its weights OHWI: it sums its input channels in lanes, and each
+    output channel's weights are then contiguous, where HWIO read them 2 or 3 floats apart, a gather a vector.
+    A 3x3 conv from 32 channels at 224x224 to 2 ran 2.4 ms, the same to 1 channel 0.8 ms; now 0.9 ms."""
+    from tvm import relax
+
+    attrs = call.attrs
+    weight = bb.emit(relax.op.permute_dims(call.args[1], [3, 0, 1, 2]))
+    return relax.op.nn.conv2d(call.args[0], weight, attrs.strides, attrs.padding, attrs.dilation, attrs.groups,
+                              "NHWC", "OHWI", "NHWC", attrs.out_dtype)
+
+
+def _constant(mutator, expr, depth: int = CONSTANT_DEPTH) -> bool:
+    """Whether `expr` is computed from constants alone, so FoldConstant folds its padding away. Looked for at
+    most `depth` operators back: a matmul by an activation leads back through the whole network, and walking
+    it (every path, for a matmul late in a recogniser) exceeded Python's recursion limit."""
     from tvm import relax
     from tvm.ir import Constant  # relax constants are tvm.ir.Constant in TVM 0.27
 
     if isinstance(expr, Constant):
         return True
+    if depth == 0:
+        return False
     if isinstance(expr, relax.Var):
         bound = mutator.lookup_binding(expr)
-        return bound is not None and _constant(mutator, bound)
+        return bound is not None and _constant(mutator, bound, depth)
     if isinstance(expr, relax.Call) and getattr(expr.op, "name", "").startswith("relax."):
-        return all(_constant(mutator, arg) for arg in expr.args)
+        return all(_constant(mutator, arg, depth - 1) for arg in expr.args)
     return False
 
 
@@ -84,12 +115,18 @@ def padded_channels(channels: int) -> int:
     """The channel count to compute: the next multiple of VECTOR_LANES when no vector width divides
     `channels`, or when only a narrower one does and the padding adds at most a third (a DB detector's
     96->24 3x3 convs: 21.2 ms in 8-lane vectors, 13.9 ms computing 32 channels in 16-lane ones); else
-    `channels`, and always for heads narrower than one vector."""
+    `channels`. A head narrower than one vector that no width divides is rounded up to the narrowest width
+    that holds it (5 to 8, 9 to 16): computed a channel at a time, its input channels summed in lanes, a 3x3
+    conv from 32 channels at 224x224 to 9 (a super-resolution net's last) ran at 28 GFLOP/s, 6.4x onnxruntime's
+    time, and to 16 at 177. Up to 3 channels stay, summed in lanes (_output_channels_first): padding would
+    multiply their work by 4 to 16, and 3 channels so took 1.1 ms where 4 took 2.3."""
     whole = -(-channels // VECTOR_LANES) * VECTOR_LANES
-    if channels < MIN_CHANNELS or channels % VECTOR_LANES == 0:
+    if channels <= MAX_CHANNELS_IN_LANES or channels % VECTOR_LANES == 0:
         return channels
-    if not any(channels % width == 0 for width in VECTOR_WIDTHS) or 3 * whole <= 4 * channels:
+    if 3 * whole <= 4 * channels:
         return whole
+    if not any(channels % width == 0 for width in VECTOR_WIDTHS):
+        return next(width for width in sorted(VECTOR_WIDTHS) if width >= channels) if channels < VECTOR_LANES else whole
     return channels
 
 
@@ -108,7 +145,7 @@ def _weight_channel_axis(call) -> int | None:
     if not dtype.startswith("float") or len(data) < 2:
         return None
     if op == "relax.matmul":
-        return 1 if len(weight) == 2 else None
+        return len(weight) - 1 if len(weight) >= 2 and len(data) >= 2 else None
     attrs = call.attrs
     layouts = (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout or attrs.data_layout))
     if int(attrs.groups) != 1:
@@ -124,5 +161,5 @@ def _padded(bb, call, weight_axis: int, channels: int, padded: int):
     pad_width[2 * weight_axis + 1] = padded - channels
     wide_weight = bb.emit(relax.op.nn.pad(weight, pad_width))
     wide = bb.emit(relax.Call(call.op, [call.args[0], wide_weight, *call.args[2:]], call.attrs, call.ty_args))
-    last = len(call.args[0].ty.shape.values) - 1  # the output's channel axis: last for a matmul and for NHWC
+    last = len(wide.ty.shape.values) - 1  # the output's channel axis: last for a matmul and for NHWC
     return relax.op.strided_slice(wide, axes=[last], begin=[0], end=[channels])

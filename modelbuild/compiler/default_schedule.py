@@ -49,6 +49,7 @@ from modelbuild.compiler.kernels import (
 )
 
 VECTOR_LANES = 16  # float32 lanes of AVX-512; narrower vector units run the loop in several instructions
+HALF_LANES = VECTOR_LANES // 2
 WHOLE_ROW_LANES = 8 * VECTOR_LANES  # rows up to this long are vectorised whole when 16 does not divide them
 MIN_ROW_LANES = 4  # and from this short: 512 channels at 4x4, 3.2 -> 1.0 us (a 3x3 pool has too few rows to pay)
 PARALLEL_MIN_WORK = 1 << 18  # spatial iterations below which a parallel region costs more than it saves
@@ -464,10 +465,12 @@ def _channel_blocks(sch, reduce, lanes: int):
 
 def _whole_rows(sch, spatial, reduce) -> bool:
     """Whether a reduction's output rows go in one vector each (`_whole_row_in_lanes`): no vector width
-    divides them, they fit four vectors, and the reduction cannot sum its own innermost axis in lanes."""
+    divides them, they fit four vectors, and the reduction cannot sum its own innermost axis in lanes, nor
+    in half vectors (an NHWC conv to 3 channels from 40, whose rows of 3 made 3-lane vectors)."""
     row = _extent(sch, spatial[-1]) or 0
+    innermost = _extent(sch, reduce[-1])
     return (len(spatial) > 1 and 1 < row <= 4 * VECTOR_LANES and not any(row % w == 0 for w in _WIDTHS)
-            and not _summable_in_lanes(_extent(sch, reduce[-1])))
+            and not _summable_in_lanes(innermost) and _partial_sum_lanes(innermost, _work(sch, reduce)) != HALF_LANES)
 
 
 def _takes_whole_rows(sch, block) -> bool:
@@ -563,9 +566,8 @@ def _partial_sum_lanes(extent: int | None, steps: int) -> int | None:
     channel at 172x264, had run one lane at a time)."""
     if _summable_in_lanes(extent):
         return VECTOR_LANES
-    half = VECTOR_LANES // 2
-    if extent and extent % half == 0 and steps >= 4 * half:
-        return half
+    if extent and extent % HALF_LANES == 0 and steps >= 4 * HALF_LANES:
+        return HALF_LANES
     # a row no vector width divides, summed as one vector of the whole row, row after row: an int8 build's
     # NCHW global pool over 29x29 (no split of 29 or 841 into whole vectors; one split with a tail, rfactored,
     # summed wrongly in TVM 0.27) ran one element at a time, 217 us for 512 channels, 22 us channels-last;
