@@ -474,8 +474,8 @@ def vit_ish(path: Path) -> None:
                             weight(f"{name}.b", n_out)], name)
 
     def norm(x, name):
-        return node("LayerNormalization", [x, const(f"{name}.g", np.ones(hidden)), const(f"{name}.b", np.zeros(hidden))],
-                    name, axis=-1, epsilon=1e-6)
+        scale, shift = const(f"{name}.g", np.ones(hidden)), const(f"{name}.b", np.zeros(hidden))
+        return node("LayerNormalization", [x, scale, shift], name, axis=-1, epsilon=1e-6)
 
     def split_heads(x, name):  # [1, tokens, hidden] -> [1, heads, tokens, hidden / heads]
         shape = const(f"{name}.shape", [1, tokens, heads, hidden // heads], np.int64)
@@ -541,9 +541,9 @@ def mobilenetv3_ish(path: Path) -> None:
         x, cin = (net.node("Add", [y, x], f"b{i}.sum") if stride == 1 and cin == cout else y), cout
     x = act(net.conv(x, cin, 576, 1, 1, "last"), "hs")
     pooled = net.node("Flatten", [net.node("GlobalAveragePool", [x], "pool")], "flat")
-    hidden = net.node("HardSwish", [net.node("Gemm", [pooled, net.const("fc1.w", net.rng.standard_normal((1024, 576)) / 24),
-                                                      net.const("fc1.b", net.rng.standard_normal(1024) * 0.1)],
-                                             "fc1", transB=1)], "fc1.hs")
+    fc1 = net.node("Gemm", [pooled, net.const("fc1.w", net.rng.standard_normal((1024, 576)) / 24),
+                            net.const("fc1.b", net.rng.standard_normal(1024) * 0.1)], "fc1", transB=1)
+    hidden = net.node("HardSwish", [fc1], "fc1.hs")
     net.node("Gemm", [hidden, net.const("fc2.w", net.rng.standard_normal((1000, 1024)) / 32),
                       net.const("fc2.b", net.rng.standard_normal(1000) * 0.1)], "logits", transB=1)
     net.save("mobilenetv3_ish", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 224, 224])],

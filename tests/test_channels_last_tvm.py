@@ -19,6 +19,20 @@ def run(module, x: np.ndarray) -> np.ndarray:
     return relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
 
 
+def lowered_run(module, layout: str, x: np.ndarray) -> np.ndarray:
+    """main(x) of the module lowered by modelbuild's pipeline with `layout`, default schedules."""
+    import tvm
+    from tvm import relax
+
+    from modelbuild.compiler import lowering
+
+    target = tvm.target.Target({"kind": "llvm", "num-cores": 2})
+    with target, tvm.transform.PassContext(opt_level=3):
+        phases = lowering.lower(module, target, fuse=True, layout=layout, schedule=True)
+        executable = tvm.compile(phases.planned, target=target, relax_pipeline=lowering.finish_passes(target))
+    return relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+
+
 def onnx_between_convs(name: str, nodes: list, constants: dict):
     """Conv(x, w1) -> `nodes` (from "a" to "e") -> Conv(e, w2) as an ONNX graph of opset 13, x [1, 8, 10, 12]."""
     import onnx
@@ -239,25 +253,13 @@ def test_a_conv1d_goes_channels_last_where_its_channels_fill_vectors(second_chan
     """Over a streaming model's few time steps a conv1d's vectors run over its channels NWC (3-4x faster on
     silero's shapes); 3 channels, too few for a vector even padded, and a grouped conv1d keep NCW (channels
     that padding rounds to whole vectors: test_channel_padding_tvm)."""
-    import tvm
-    from tvm import relax
-
-    from modelbuild.compiler import lowering
-
     module = conv1d_encoder(second_channels, groups)
     shapes = kernel_shapes(module, "auto")
     assert any([1, 4, 128] in s for name, s in shapes.items() if "conv1d" in name)  # the first: NWC
     second_output = [1, 2, second_channels] if second_nwc else [1, second_channels, 2]
     assert any(second_output in s for name, s in shapes.items() if "conv1d" in name)
     x = np.random.default_rng(56).standard_normal((1, 64, 4)).astype("float32")
-    outputs = []
-    for layout in ("NCHW", "auto"):
-        target = tvm.target.Target({"kind": "llvm", "num-cores": 2})
-        with target, tvm.transform.PassContext(opt_level=3):
-            phases = lowering.lower(module, target, fuse=True, layout=layout, schedule=True)
-            executable = tvm.compile(phases.planned, target=target, relax_pipeline=lowering.finish_passes(target))
-        outputs.append(relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy())
-    np.testing.assert_allclose(outputs[1], outputs[0], rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(lowered_run(module, "auto", x), lowered_run(module, "NCHW", x), rtol=1e-5, atol=1e-4)
 
 
 def test_a_squeeze_of_a_negative_axis_converts_and_computes_the_same():
@@ -279,3 +281,23 @@ def test_a_squeeze_of_a_negative_axis_converts_and_computes_the_same():
     outputs = [run(mod, x) for mod in (module, converted)]
     assert outputs[1].shape == (1, 128)
     np.testing.assert_allclose(outputs[1], outputs[0], rtol=1e-5, atol=1e-4)
+
+
+def test_a_conv3d_goes_channels_last_and_computes_the_same():
+    """A video classifier's 3x3x3 convs: NDHWC activations and DHWIO weights, vectors over output channels
+    (130 GFLOP/s NCDHW over 112 columns, 400-500 NDHWC); the same outputs as the model's own layout."""
+    from tvm import relax
+
+    rng = np.random.default_rng(57)
+    weights = [rng.standard_normal(shape).astype("float32") for shape in ((16, 3, 3, 3, 3), (16, 16, 3, 3, 3))]
+
+    def body(bb, x):
+        for w in weights:
+            x = bb.emit(relax.op.nn.relu(bb.emit(relax.op.nn.conv3d(x, relax.const(w), padding=1))))
+        return x
+
+    module = build_module(body, (1, 3, 4, 6, 10))
+    shapes = kernel_shapes(module, "auto")
+    assert any([3, 3, 3, 16, 16] in s and [1, 4, 6, 10, 16] in s for name, s in shapes.items() if "conv3d" in name)
+    x = np.random.default_rng(58).standard_normal((1, 3, 4, 6, 10)).astype("float32")
+    np.testing.assert_allclose(lowered_run(module, "auto", x), lowered_run(module, "NCHW", x), rtol=1e-5, atol=1e-4)
