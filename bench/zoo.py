@@ -175,6 +175,10 @@ ZOO = [
              "generated:style_ish", {"x": [1, 3, 256, 256]}, int8=("random", {})),
     ZooModel("c3d_ish", "generated: a video classifier of 3x3x3 convs over 16 frames of 112x112 (C3D)",
              "generated:c3d_ish", {"x": [1, 3, 16, 112, 112]}, preset="float-ci"),
+    ZooModel("conformer_ish", "generated: a Conformer ASR encoder, 31-tap depthwise conv1d, GLU, Swish, attention",
+             "generated:conformer_ish", {"feats": [1, 200, 80]}),
+    ZooModel("gpt_ish", "generated: a GPT-2-style decoder, causal mask by Where, tanh GELU by Pow, 8000-word head",
+             "generated:gpt_ish", {"input_ids": [1, 96]}, {"input_ids": "int64"}, int_range=(0, 8000)),
 ]
 
 
@@ -310,13 +314,13 @@ class _ConvNet(_Graph):
         self.nodes.append(helper.make_node("Add", [y, skip], [f"{name}.sum"], name=f"{name}.add"))
         return self.relu(f"{name}.sum")
 
-    def save_pooled(self, x: str, name: str, shape: list[int], path: Path) -> None:
+    def save_pooled(self, x: str, name: str, shape: list[int], path: Path, opset: int = 13) -> None:
         """The net ending in a global average pool of `x`."""
         from onnx import TensorProto, helper
 
         self.nodes.append(helper.make_node("GlobalAveragePool", [x], ["pooled"], name="pool"))
         self.save(name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
-                     [helper.make_tensor_value_info("pooled", TensorProto.FLOAT, None)], 13, path)
+                     [helper.make_tensor_value_info("pooled", TensorProto.FLOAT, None)], opset, path)
 
 
 def resnet_ish(path: Path) -> None:
@@ -640,7 +644,7 @@ def convnext_ish(path: Path) -> None:
                        f"{n}.down")
             y = node("Mul", [y, const(f"{n}.scale", rng.standard_normal(channels) * 0.1)], f"{n}.scaled")
             x = node("Add", [x, node("Transpose", [y], f"{n}.nchw", perm=[0, 3, 1, 2])], f"{n}.sum")
-    net.save_pooled(x, "convnext_ish", [1, 3, 224, 224], path)
+    net.save_pooled(x, "convnext_ish", [1, 3, 224, 224], path, opset=17)  # LayerNormalization is opset 17
 
 
 def style_ish(path: Path) -> None:
@@ -692,10 +696,154 @@ def c3d_ish(path: Path) -> None:
              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 101])], 13, path)
 
 
+CONFORMER = {"frames": 200, "hidden": 144, "heads": 4, "layers": 2, "kernel": 31}
+
+
+def conformer_ish(path: Path) -> None:
+    """A Conformer ASR encoder (Gulati et al., 2020; Conformer-S widths, 2 of its 16 blocks) as NeMo or
+    ESPnet export one: a conv2d subsampling of 80 fbank frames by 4, then blocks of a half-step feed-forward
+    (Swish), self-attention over 4 heads, a convolution module (pointwise conv1d to 2x channels, GLU, a 31-tap
+    depthwise conv1d, batch norm folded to a multiply-add, Swish, pointwise conv1d) and another half-step
+    feed-forward, LayerNormalization around each; seeded random weights."""
+    import numpy as np
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(0)
+    hidden, heads, frames = CONFORMER["hidden"], CONFORMER["heads"], CONFORMER["frames"]
+    g = _Graph()
+    const, node = g.const, g.node
+
+    def weight(name, *shape):
+        return const(name, rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]) if len(shape) > 2 else shape[0]))
+
+    def dense(x, n_in, n_out, name):
+        return node("Add", [node("MatMul", [x, weight(f"{name}.w", n_in, n_out)], f"{name}.mm"),
+                            const(f"{name}.b", rng.standard_normal(n_out) * 0.1)], name)
+
+    def norm(x, name):
+        scale, shift = const(f"{name}.g", np.ones(hidden)), const(f"{name}.b", np.zeros(hidden))
+        return node("LayerNormalization", [x, scale, shift], name, axis=-1, epsilon=1e-5)
+
+    def swish(x, name):
+        return node("Mul", [x, node("Sigmoid", [x], f"{name}.s")], name)
+
+    def feed_forward(x, name):
+        y = dense(swish(dense(norm(x, f"{name}.norm"), hidden, 4 * hidden, f"{name}.up"), f"{name}.act"),
+                  4 * hidden, hidden, f"{name}.down")
+        return node("Add", [x, node("Mul", [y, const(f"{name}.half", 0.5)], f"{name}.halved")], f"{name}.sum")
+
+    def split_heads(x, name):
+        shape = const(f"{name}.shape", [1, tokens, heads, hidden // heads], np.int64)
+        return node("Transpose", [node("Reshape", [x, shape], f"{name}.r")], name, perm=[0, 2, 1, 3])
+
+    # subsampling: two 3x3 stride-2 convs over [1, 1, frames, 80], then the channels and bins flattened
+    x = node("Unsqueeze", ["feats", const("sub.axes", [1], np.int64)], "sub.in")
+    x = node("Relu", [node("Conv", [x, weight("sub.c1.w", hidden, 1, 3, 3), const("sub.c1.b", np.zeros(hidden))],
+                           "sub.c1", strides=[2, 2])], "sub.r1")
+    x = node("Relu", [node("Conv", [x, weight("sub.c2.w", hidden, hidden, 3, 3), const("sub.c2.b", np.zeros(hidden))],
+                           "sub.c2", strides=[2, 2])], "sub.r2")
+    tokens, bins = (frames - 3) // 2 + 1, (80 - 3) // 2 + 1
+    tokens, bins = (tokens - 3) // 2 + 1, (bins - 3) // 2 + 1
+    x = node("Transpose", [x], "sub.t", perm=[0, 2, 1, 3])
+    x = node("Reshape", [x, const("sub.flat", [1, tokens, hidden * bins], np.int64)], "sub.flat_r")
+    x = dense(x, hidden * bins, hidden, "sub.proj")
+    for layer in range(CONFORMER["layers"]):
+        n = f"l{layer}"
+        x = feed_forward(x, f"{n}.ff1")
+        y = norm(x, f"{n}.att_norm")
+        q, k, v = (split_heads(dense(y, hidden, hidden, f"{n}.{p}"), f"{n}.{p}h") for p in "qkv")
+        scores = node("Div", [node("MatMul", [q, node("Transpose", [k], f"{n}.kt", perm=[0, 1, 3, 2])], f"{n}.qk"),
+                              const(f"{n}.scale", np.sqrt(hidden // heads))], f"{n}.scaled")
+        context = node("MatMul", [node("Softmax", [scores], f"{n}.p", axis=-1), v], f"{n}.ctx")
+        context = node("Reshape", [node("Transpose", [context], f"{n}.ctxt", perm=[0, 2, 1, 3]),
+                                   const(f"{n}.merge", [1, tokens, hidden], np.int64)], f"{n}.merged")
+        x = node("Add", [x, dense(context, hidden, hidden, f"{n}.o")], f"{n}.att_sum")
+        # the convolution module, channels first for its conv1d
+        y = node("Transpose", [norm(x, f"{n}.conv_norm")], f"{n}.conv_in", perm=[0, 2, 1])
+        y = node("Conv", [y, weight(f"{n}.pw1.w", 2 * hidden, hidden, 1), const(f"{n}.pw1.b", np.zeros(2 * hidden))],
+                 f"{n}.pw1")
+        a, b = f"{n}.glu_a", f"{n}.glu_b"
+        g.nodes.append(helper.make_node("Split", [y, const(f"{n}.halves", [hidden, hidden], np.int64)], [a, b],
+                                        name=f"{n}.glu_split", axis=1))
+        y = node("Mul", [a, node("Sigmoid", [b], f"{n}.glu_gate")], f"{n}.glu")
+        taps = CONFORMER["kernel"]
+        y = node("Conv", [y, weight(f"{n}.dw.w", hidden, 1, taps), const(f"{n}.dw.b", np.zeros(hidden))], f"{n}.dw",
+                 group=hidden, pads=[taps // 2] * 2)
+        y = node("Add", [node("Mul", [y, const(f"{n}.bn.g", rng.standard_normal((hidden, 1)) * 0.1 + 1)], f"{n}.bn_m"),
+                         const(f"{n}.bn.b", rng.standard_normal((hidden, 1)) * 0.1)], f"{n}.bn")
+        y = node("Conv", [swish(y, f"{n}.conv_act"), weight(f"{n}.pw2.w", hidden, hidden, 1),
+                          const(f"{n}.pw2.b", np.zeros(hidden))], f"{n}.pw2")
+        x = node("Add", [x, node("Transpose", [y], f"{n}.conv_out", perm=[0, 2, 1])], f"{n}.conv_sum")
+        x = norm(feed_forward(x, f"{n}.ff2"), f"{n}.out_norm")
+    g.nodes.append(helper.make_node("Identity", [x], ["encoded"], name="encoded"))
+    g.save("conformer_ish", [helper.make_tensor_value_info("feats", TensorProto.FLOAT, [1, frames, 80])],
+           [helper.make_tensor_value_info("encoded", TensorProto.FLOAT, [1, tokens, hidden])], 17, path)
+
+
+GPT = {"vocab": 8000, "hidden": 256, "heads": 4, "layers": 4, "seq": 96}
+
+
+def gpt_ish(path: Path) -> None:
+    """A GPT-2-style decoder as Hugging Face exports one for a fixed prompt: int64 token ids, learned position
+    embeddings, pre-norm blocks with causal self-attention (a lower-triangular mask applied by Where), the tanh
+    GELU written with Pow, and the tied embedding as the vocabulary head ([96, 256] x [256, 8000]); seeded
+    random weights, GPT-2's sizes scaled down (GPT above)."""
+    import numpy as np
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(0)
+    hidden, heads, seq = GPT["hidden"], GPT["heads"], GPT["seq"]
+    g = _Graph()
+    const, node = g.const, g.node
+
+    def weight(name, *shape, scale=0.02):
+        return const(name, rng.standard_normal(shape) * scale)
+
+    def dense(x, n_in, n_out, name):
+        return node("Add", [node("MatMul", [x, weight(f"{name}.w", n_in, n_out)], f"{name}.mm"),
+                            weight(f"{name}.b", n_out)], name)
+
+    def norm(x, name):
+        scale, shift = const(f"{name}.g", np.ones(hidden)), const(f"{name}.b", np.zeros(hidden))
+        return node("LayerNormalization", [x, scale, shift], name, axis=-1, epsilon=1e-5)
+
+    def split_heads(x, name):
+        shape = const(f"{name}.shape", [1, seq, heads, hidden // heads], np.int64)
+        return node("Transpose", [node("Reshape", [x, shape], f"{name}.r")], name, perm=[0, 2, 1, 3])
+
+    embedding = weight("wte", GPT["vocab"], hidden)
+    x = node("Add", [node("Gather", [embedding, "input_ids"], "tokens"), weight("wpe", 1, seq, hidden)], "embedded")
+    causal = const("causal", np.tril(np.ones((seq, seq), dtype=bool)), "bool")
+    for layer in range(GPT["layers"]):
+        n = f"h{layer}"
+        y = norm(x, f"{n}.ln1")
+        q, k, v = (split_heads(dense(y, hidden, hidden, f"{n}.{p}"), f"{n}.{p}h") for p in "qkv")
+        scores = node("Div", [node("MatMul", [q, node("Transpose", [k], f"{n}.kt", perm=[0, 1, 3, 2])], f"{n}.qk"),
+                              const(f"{n}.scale", np.sqrt(hidden // heads))], f"{n}.scaled")
+        scores = node("Where", [causal, scores, const(f"{n}.masked_value", -1e4)], f"{n}.masked")
+        context = node("MatMul", [node("Softmax", [scores], f"{n}.p", axis=-1), v], f"{n}.ctx")
+        context = node("Reshape", [node("Transpose", [context], f"{n}.ctxt", perm=[0, 2, 1, 3]),
+                                   const(f"{n}.merge", [1, seq, hidden], np.int64)], f"{n}.merged")
+        x = node("Add", [x, dense(context, hidden, hidden, f"{n}.o")], f"{n}.res1")
+        up = dense(norm(x, f"{n}.ln2"), hidden, 4 * hidden, f"{n}.up")
+        cube = node("Mul", [node("Pow", [up, const(f"{n}.three", 3.0)], f"{n}.cube"), const(f"{n}.c", 0.044715)],
+                    f"{n}.cubed")
+        inner = node("Mul", [node("Add", [up, cube], f"{n}.inner_sum"), const(f"{n}.sqrt_2_pi", np.sqrt(2 / np.pi))],
+                     f"{n}.inner")
+        gate = node("Add", [node("Tanh", [inner], f"{n}.tanh"), const(f"{n}.one", 1.0)], f"{n}.gate")
+        gelu = node("Mul", [node("Mul", [up, gate], f"{n}.ug"), const(f"{n}.half", 0.5)], f"{n}.gelu")
+        x = node("Add", [x, dense(gelu, 4 * hidden, hidden, f"{n}.down")], f"{n}.res2")
+    head = node("Transpose", [embedding], "wte.t", perm=[1, 0])
+    node("MatMul", [norm(x, "ln_f"), head], "logits")
+    g.save("gpt_ish", [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [1, seq])],
+           [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, seq, GPT["vocab"]])], 17, path)
+
+
 GENERATORS = {"resnet_ish": resnet_ish, "resnext_ish": resnext_ish, "orientation_qop": orientation_qop,
               "text_cls_fp16": text_cls_fp16, "bert_ish": bert_ish, "tdnn_ish": tdnn_ish, "vit_ish": vit_ish,
               "mobilenetv3_ish": mobilenetv3_ish, "unet_ish": unet_ish, "espcn_ish": espcn_ish,
-              "convnext_ish": convnext_ish, "style_ish": style_ish, "c3d_ish": c3d_ish}
+              "convnext_ish": convnext_ish, "style_ish": style_ish, "c3d_ish": c3d_ish,
+              "conformer_ish": conformer_ish, "gpt_ish": gpt_ish}
 
 
 # --- building ------------------------------------------------------------------------------------------------
