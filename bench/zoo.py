@@ -179,6 +179,10 @@ ZOO = [
              "generated:conformer_ish", {"feats": [1, 200, 80]}),
     ZooModel("gpt_ish", "generated: a GPT-2-style decoder, causal mask by Where, tanh GELU by Pow, 8000-word head",
              "generated:gpt_ish", {"input_ids": [1, 96]}, {"input_ids": "int64"}, int_range=(0, 8000)),
+    ZooModel("bert_ish_dynq", "generated: the BERT encoder quantized dynamically by onnxruntime (MatMulInteger)",
+             "generated:bert_ish_dynq", {"input_ids": [1, 128], "attention_mask": [1, 128], "token_type_ids": [1, 128]},
+             {"input_ids": "int64", "attention_mask": "int64", "token_type_ids": "int64"}, int_range=(0, 2),
+             preset="int8-ci"),
 ]
 
 
@@ -839,11 +843,21 @@ def gpt_ish(path: Path) -> None:
            [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, seq, GPT["vocab"]])], 17, path)
 
 
+def bert_ish_dynq(path: Path) -> None:
+    """The generated BERT encoder as Hugging Face repositories ship it beside the float one
+    (model_quantized.onnx): onnxruntime's dynamic quantization, int8 weights, each activation quantized at run
+    time from its own min and max (DynamicQuantizeLinear, MatMulInteger)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    source = next(m for m in ZOO if m.name == "bert_ish")
+    quantize_dynamic(str(model_path(source)), str(path), weight_type=QuantType.QInt8)
+
+
 GENERATORS = {"resnet_ish": resnet_ish, "resnext_ish": resnext_ish, "orientation_qop": orientation_qop,
               "text_cls_fp16": text_cls_fp16, "bert_ish": bert_ish, "tdnn_ish": tdnn_ish, "vit_ish": vit_ish,
               "mobilenetv3_ish": mobilenetv3_ish, "unet_ish": unet_ish, "espcn_ish": espcn_ish,
               "convnext_ish": convnext_ish, "style_ish": style_ish, "c3d_ish": c3d_ish,
-              "conformer_ish": conformer_ish, "gpt_ish": gpt_ish}
+              "conformer_ish": conformer_ish, "gpt_ish": gpt_ish, "bert_ish_dynq": bert_ish_dynq}
 
 
 # --- building ------------------------------------------------------------------------------------------------
