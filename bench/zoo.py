@@ -183,6 +183,10 @@ ZOO = [
              "generated:bert_ish_dynq", {"input_ids": [1, 128], "attention_mask": [1, 128], "token_type_ids": [1, 128]},
              {"input_ids": "int64", "attention_mask": "int64", "token_type_ids": "int64"}, int_range=(0, 2),
              preset="int8-ci"),
+    ZooModel("efficientnet_ish", "generated: EfficientNet-B0, SiLU as x * Sigmoid(x), squeeze-and-excite",
+             "generated:efficientnet_ish", {"x": [1, 3, 224, 224]}, preset="float-ci", int8=("random", {})),
+    ZooModel("whisper_ish", "generated: Whisper-tiny's audio encoder (2 layers), conv1d stem, 1500 positions",
+             "generated:whisper_ish", {"mel": [1, 80, 3000]}),
 ]
 
 
@@ -853,11 +857,106 @@ def bert_ish_dynq(path: Path) -> None:
     quantize_dynamic(str(model_path(source)), str(path), weight_type=QuantType.QInt8)
 
 
+def efficientnet_ish(path: Path) -> None:
+    """EfficientNet-B0 as torchvision exports it, at 224x224: MBConv blocks (1x1 expand, 3x3 or 5x5 depthwise,
+    squeeze-and-excite gated by Sigmoid, 1x1 project), SiLU written as x * Sigmoid(x), widths 16 to 320, the
+    1280-channel head and a 1000-class classifier; seeded random weights (He-scaled)."""
+    from onnx import TensorProto, helper
+
+    net = _ConvNet()
+
+    def silu(x):
+        return net.node("Mul", [x, net.node("Sigmoid", [x], x + ".sig")], x + ".silu")
+
+    x, cin = silu(net.conv("x", 3, 32, 3, 2, "stem")), 32
+    # (expansion, kernel, stride, out, repeats): torchvision's efficientnet_b0
+    stages = [(1, 3, 1, 16, 1), (6, 3, 2, 24, 2), (6, 5, 2, 40, 2), (6, 3, 2, 80, 3), (6, 5, 1, 112, 3),
+              (6, 5, 2, 192, 4), (6, 3, 1, 320, 1)]
+    for s, (expansion, k, stride, cout, repeats) in enumerate(stages):
+        for r in range(repeats):
+            n, step = f"s{s}b{r}", stride if r == 0 else 1
+            wide = cin * expansion
+            y = x if expansion == 1 else silu(net.conv(x, cin, wide, 1, 1, f"{n}.expand"))
+            y = silu(net.conv(y, wide, wide, k, step, f"{n}.dw", groups=wide))
+            squeezed = max(1, cin // 4)
+            gate = net.node("GlobalAveragePool", [y], f"{n}.se.pool")
+            gate = net.conv(silu(net.conv(gate, wide, squeezed, 1, 1, f"{n}.se.fc1")), squeezed, wide, 1, 1,
+                            f"{n}.se.fc2")
+            y = net.node("Mul", [y, net.node("Sigmoid", [gate], f"{n}.se.gate")], f"{n}.se")
+            y = net.conv(y, wide, cout, 1, 1, f"{n}.project")
+            x, cin = (net.node("Add", [y, x], f"{n}.sum") if step == 1 and cin == cout else y), cout
+    x = silu(net.conv(x, cin, 1280, 1, 1, "head"))
+    pooled = net.node("Flatten", [net.node("GlobalAveragePool", [x], "pool")], "flat")
+    net.node("Gemm", [pooled, net.const("fc.w", net.rng.standard_normal((1000, 1280)) / 1280 ** 0.5),
+                      net.const("fc.b", net.rng.standard_normal(1000) * 0.1)], "logits", transB=1)
+    net.save("efficientnet_ish", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 224, 224])],
+             [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 1000])], 13, path)
+
+
+WHISPER = {"frames": 3000, "mels": 80, "hidden": 384, "heads": 6, "layers": 2}
+
+
+def whisper_ish(path: Path) -> None:
+    """Whisper-tiny's audio encoder (2 of its 4 layers) as its ONNX exports have it: two conv1d over 3000
+    log-mel frames (the second stride 2: 1500 positions, no multiple of 16), GELU, sinusoidal positions, then
+    pre-norm attention over 6 heads of 64 and a GELU feed-forward; seeded random weights."""
+    import numpy as np
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(0)
+    hidden, heads, positions = WHISPER["hidden"], WHISPER["heads"], WHISPER["frames"] // 2
+    g = _Graph()
+    const, node = g.const, g.node
+
+    def weight(name, *shape, scale=0.05):
+        return const(name, rng.standard_normal(shape) * scale)
+
+    def dense(x, n_in, n_out, name):
+        return node("Add", [node("MatMul", [x, weight(f"{name}.w", n_in, n_out)], f"{name}.mm"),
+                            weight(f"{name}.b", n_out)], name)
+
+    def norm(x, name):
+        scale, shift = const(f"{name}.g", np.ones(hidden)), const(f"{name}.b", np.zeros(hidden))
+        return node("LayerNormalization", [x, scale, shift], name, axis=-1, epsilon=1e-5)
+
+    def gelu(x, name):
+        erf = node("Erf", [node("Div", [x, const(f"{name}.sqrt2", np.sqrt(2.0))], f"{name}.d")], f"{name}.erf")
+        return node("Mul", [node("Mul", [x, node("Add", [erf, const(f"{name}.one", 1.0)], f"{name}.e1")],
+                                 f"{name}.xe"), const(f"{name}.half", 0.5)], name)
+
+    def split_heads(x, name):
+        shape = const(f"{name}.shape", [1, positions, heads, hidden // heads], np.int64)
+        return node("Transpose", [node("Reshape", [x, shape], f"{name}.r")], name, perm=[0, 2, 1, 3])
+
+    x = gelu(node("Conv", ["mel", weight("conv1.w", hidden, WHISPER["mels"], 3), weight("conv1.b", hidden)],
+                  "conv1", pads=[1, 1]), "conv1.gelu")
+    x = gelu(node("Conv", [x, weight("conv2.w", hidden, hidden, 3, scale=0.03), weight("conv2.b", hidden)], "conv2",
+                  pads=[1, 1], strides=[2]), "conv2.gelu")
+    x = node("Add", [node("Transpose", [x], "conv.t", perm=[0, 2, 1]), weight("positions", 1, positions, hidden)],
+             "embedded")
+    for layer in range(WHISPER["layers"]):
+        n = f"l{layer}"
+        y = norm(x, f"{n}.norm1")
+        q, k, v = (split_heads(dense(y, hidden, hidden, f"{n}.{p}"), f"{n}.{p}h") for p in "qkv")
+        q = node("Mul", [q, const(f"{n}.scale", (hidden // heads) ** -0.5)], f"{n}.qs")
+        scores = node("MatMul", [q, node("Transpose", [k], f"{n}.kt", perm=[0, 1, 3, 2])], f"{n}.qk")
+        context = node("MatMul", [node("Softmax", [scores], f"{n}.p", axis=-1), v], f"{n}.ctx")
+        context = node("Reshape", [node("Transpose", [context], f"{n}.ctxt", perm=[0, 2, 1, 3]),
+                                   const(f"{n}.merge", [1, positions, hidden], np.int64)], f"{n}.merged")
+        x = node("Add", [x, dense(context, hidden, hidden, f"{n}.o")], f"{n}.res1")
+        up = gelu(dense(norm(x, f"{n}.norm2"), hidden, 4 * hidden, f"{n}.up"), f"{n}.gelu")
+        x = node("Add", [x, dense(up, 4 * hidden, hidden, f"{n}.down")], f"{n}.res2")
+    g.nodes.append(helper.make_node("Identity", [norm(x, "final_norm")], ["encoded"], name="encoded"))
+    g.save("whisper_ish", [helper.make_tensor_value_info("mel", TensorProto.FLOAT, [1, WHISPER["mels"], WHISPER["frames"]])],
+           [helper.make_tensor_value_info("encoded", TensorProto.FLOAT, [1, positions, hidden])], 17, path)
+
+
 GENERATORS = {"resnet_ish": resnet_ish, "resnext_ish": resnext_ish, "orientation_qop": orientation_qop,
               "text_cls_fp16": text_cls_fp16, "bert_ish": bert_ish, "tdnn_ish": tdnn_ish, "vit_ish": vit_ish,
               "mobilenetv3_ish": mobilenetv3_ish, "unet_ish": unet_ish, "espcn_ish": espcn_ish,
               "convnext_ish": convnext_ish, "style_ish": style_ish, "c3d_ish": c3d_ish,
-              "conformer_ish": conformer_ish, "gpt_ish": gpt_ish, "bert_ish_dynq": bert_ish_dynq}
+              "conformer_ish": conformer_ish, "gpt_ish": gpt_ish, "bert_ish_dynq": bert_ish_dynq,
+              "efficientnet_ish": efficientnet_ish, "whisper_ish": whisper_ish}
 
 
 # --- building ------------------------------------------------------------------------------------------------
