@@ -947,8 +947,9 @@ def whisper_ish(path: Path) -> None:
         up = gelu(dense(norm(x, f"{n}.norm2"), hidden, 4 * hidden, f"{n}.up"), f"{n}.gelu")
         x = node("Add", [x, dense(up, 4 * hidden, hidden, f"{n}.down")], f"{n}.res2")
     g.nodes.append(helper.make_node("Identity", [norm(x, "final_norm")], ["encoded"], name="encoded"))
-    g.save("whisper_ish", [helper.make_tensor_value_info("mel", TensorProto.FLOAT, [1, WHISPER["mels"], WHISPER["frames"]])],
-           [helper.make_tensor_value_info("encoded", TensorProto.FLOAT, [1, positions, hidden])], 17, path)
+    mel = helper.make_tensor_value_info("mel", TensorProto.FLOAT, [1, WHISPER["mels"], WHISPER["frames"]])
+    g.save("whisper_ish", [mel], [helper.make_tensor_value_info("encoded", TensorProto.FLOAT, [1, positions, hidden])],
+           17, path)
 
 
 GENERATORS = {"resnet_ish": resnet_ish, "resnext_ish": resnext_ish, "orientation_qop": orientation_qop,
