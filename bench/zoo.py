@@ -331,6 +331,53 @@ class _ConvNet(_Graph):
                      [helper.make_tensor_value_info("pooled", TensorProto.FLOAT, None)], opset, path)
 
 
+class _Transformer(_Graph):
+    """A generated transformer's nodes and seeded weights: activations [1, tokens, hidden], attention over
+    `heads` heads, LayerNormalization with `epsilon`, weights drawn with `scale` unless told otherwise."""
+
+    def __init__(self, hidden: int, heads: int, tokens: int, epsilon: float, scale: float = 0.05):
+        import numpy as np
+
+        super().__init__()
+        self.rng = np.random.default_rng(0)
+        self.hidden, self.heads, self.tokens, self.epsilon, self.scale = hidden, heads, tokens, epsilon, scale
+
+    def weight(self, name: str, *shape: int, scale: float | None = None) -> str:
+        return self.const(name, self.rng.standard_normal(shape) * (self.scale if scale is None else scale))
+
+    def dense(self, x: str, n_in: int, n_out: int, name: str) -> str:
+        product = self.node("MatMul", [x, self.weight(f"{name}.w", n_in, n_out)], f"{name}.mm")
+        return self.node("Add", [product, self.weight(f"{name}.b", n_out)], name)
+
+    def norm(self, x: str, name: str) -> str:
+        import numpy as np
+
+        scale, shift = self.const(f"{name}.g", np.ones(self.hidden)), self.const(f"{name}.b", np.zeros(self.hidden))
+        return self.node("LayerNormalization", [x, scale, shift], name, axis=-1, epsilon=self.epsilon)
+
+    def split_heads(self, x: str, name: str) -> str:
+        """[1, tokens, hidden] -> [1, heads, tokens, hidden / heads]"""
+        import numpy as np
+
+        shape = self.const(f"{name}.shape", [1, self.tokens, self.heads, self.hidden // self.heads], np.int64)
+        return self.node("Transpose", [self.node("Reshape", [x, shape], f"{name}.r")], name, perm=[0, 2, 1, 3])
+
+    def attention(self, x: str, name: str) -> str:
+        """Self-attention of x as ViT and Whisper export it: queries scaled by a Mul, softmax over the keys,
+        the heads merged again and projected (the residual add is the caller's)."""
+        import numpy as np
+
+        hidden, heads, node, const = self.hidden, self.heads, self.node, self.const
+        q, k, v = (self.split_heads(self.dense(x, hidden, hidden, f"{name}.{p}"), f"{name}.{p}h") for p in "qkv")
+        q = node("Mul", [q, const(f"{name}.scale", (hidden // heads) ** -0.5)], f"{name}.qs")
+        scores = node("MatMul", [q, node("Transpose", [k], f"{name}.kt", perm=[0, 1, 3, 2])], f"{name}.qk")
+        context = node("MatMul", [node("Softmax", [scores], f"{name}.p", axis=-1), v], f"{name}.ctx")
+        context = node("Transpose", [context], f"{name}.ctxt", perm=[0, 2, 1, 3])
+        merged = node("Reshape", [context, const(f"{name}.merge", [1, self.tokens, hidden], np.int64)],
+                      f"{name}.merged")
+        return self.dense(merged, hidden, hidden, f"{name}.o")
+
+
 def resnet_ish(path: Path) -> None:
     """A stem and four ResNet basic blocks (conv-bn folded-relu), widths that are not multiples of 16."""
     net = _ConvNet()
@@ -370,25 +417,9 @@ def bert_ish(path: Path) -> None:
     import numpy as np
     from onnx import TensorProto, helper
 
-    rng = np.random.default_rng(0)
     hidden, heads, seq = BERT["hidden"], BERT["heads"], BERT["seq"]
-    g = _Graph()
-    const, node = g.const, g.node
-
-    def weight(name, *shape, scale=0.05):
-        return const(name, rng.standard_normal(shape) * scale)
-
-    def dense(x, n_in, n_out, name):
-        return node("Add", [node("MatMul", [x, weight(f"{name}.w", n_in, n_out)], f"{name}.mm"),
-                            weight(f"{name}.b", n_out)], name)
-
-    def norm(x, name):
-        scale, shift = const(f"{name}.g", np.ones(hidden)), const(f"{name}.b", np.zeros(hidden))
-        return node("LayerNormalization", [x, scale, shift], name, axis=-1, epsilon=1e-12)
-
-    def split_heads(x, name):  # [1, seq, hidden] -> [1, heads, seq, hidden / heads]
-        shape = const(f"{name}.shape", [1, seq, heads, hidden // heads], np.int64)
-        return node("Transpose", [node("Reshape", [x, shape], f"{name}.r")], name, perm=[0, 2, 1, 3])
+    g = _Transformer(hidden, heads, seq, epsilon=1e-12)
+    const, node, weight, dense, norm, split_heads = g.const, g.node, g.weight, g.dense, g.norm, g.split_heads
 
     words = node("Gather", [weight("words", BERT["vocab"], hidden), "input_ids"], "emb.words")
     types = node("Gather", [weight("types", 2, hidden), "token_type_ids"], "emb.types")
@@ -472,26 +503,10 @@ def vit_ish(path: Path) -> None:
     import numpy as np
     from onnx import TensorProto, helper
 
-    rng = np.random.default_rng(0)
     hidden, heads, patch = VIT["hidden"], VIT["heads"], VIT["patch"]
     tokens = (VIT["image"] // patch) ** 2 + 1
-    g = _Graph()
-    const, node = g.const, g.node
-
-    def weight(name, *shape, scale=0.05):
-        return const(name, rng.standard_normal(shape) * scale)
-
-    def dense(x, n_in, n_out, name):
-        return node("Add", [node("MatMul", [x, weight(f"{name}.w", n_in, n_out)], f"{name}.mm"),
-                            weight(f"{name}.b", n_out)], name)
-
-    def norm(x, name):
-        scale, shift = const(f"{name}.g", np.ones(hidden)), const(f"{name}.b", np.zeros(hidden))
-        return node("LayerNormalization", [x, scale, shift], name, axis=-1, epsilon=1e-6)
-
-    def split_heads(x, name):  # [1, tokens, hidden] -> [1, heads, tokens, hidden / heads]
-        shape = const(f"{name}.shape", [1, tokens, heads, hidden // heads], np.int64)
-        return node("Transpose", [node("Reshape", [x, shape], f"{name}.r")], name, perm=[0, 2, 1, 3])
+    g = _Transformer(hidden, heads, tokens, epsilon=1e-6)
+    const, node, weight, dense, norm = g.const, g.node, g.weight, g.dense, g.norm
 
     patches = node("Conv", ["x", weight("patch.w", hidden, 3, patch, patch, scale=0.02), weight("patch.b", hidden)],
                    "patch", strides=[patch, patch])
@@ -501,14 +516,7 @@ def vit_ish(path: Path) -> None:
     x = node("Add", [x, weight("positions", 1, tokens, hidden, scale=0.02)], "embedded")
     for layer in range(VIT["layers"]):
         n = f"l{layer}"
-        y = norm(x, f"{n}.norm1")
-        q, k, v = (split_heads(dense(y, hidden, hidden, f"{n}.{p}"), f"{n}.{p}h") for p in "qkv")
-        q = node("Mul", [q, const(f"{n}.scale", (hidden // heads) ** -0.5)], f"{n}.qs")
-        scores = node("MatMul", [q, node("Transpose", [k], f"{n}.kt", perm=[0, 1, 3, 2])], f"{n}.qk")
-        context = node("MatMul", [node("Softmax", [scores], f"{n}.p", axis=-1), v], f"{n}.ctx")
-        context = node("Transpose", [context], f"{n}.ctxt", perm=[0, 2, 1, 3])
-        context = node("Reshape", [context, const(f"{n}.merge", [1, tokens, hidden], np.int64)], f"{n}.merged")
-        x = node("Add", [dense(context, hidden, hidden, f"{n}.o"), x], f"{n}.res1")
+        x = node("Add", [g.attention(norm(x, f"{n}.norm1"), n), x], f"{n}.res1")
         up = dense(norm(x, f"{n}.norm2"), hidden, VIT["mlp"], f"{n}.up")
         erf = node("Erf", [node("Div", [up, const(f"{n}.sqrt2", np.sqrt(2.0))], f"{n}.d")], f"{n}.erf")
         gelu = node("Mul", [node("Mul", [up, node("Add", [erf, const(f"{n}.one", 1.0)], f"{n}.e1")], f"{n}.ue"),
@@ -716,21 +724,19 @@ def conformer_ish(path: Path) -> None:
     import numpy as np
     from onnx import TensorProto, helper
 
-    rng = np.random.default_rng(0)
     hidden, heads, frames = CONFORMER["hidden"], CONFORMER["heads"], CONFORMER["frames"]
-    g = _Graph()
-    const, node = g.const, g.node
+    # two 3x3 stride-2 convs subsample the frames and the 80 bins by 4
+    tokens, bins = (frames - 3) // 2 + 1, (80 - 3) // 2 + 1
+    tokens, bins = (tokens - 3) // 2 + 1, (bins - 3) // 2 + 1
+    g = _Transformer(hidden, heads, tokens, epsilon=1e-5)
+    const, node, norm, split_heads, rng = g.const, g.node, g.norm, g.split_heads, g.rng
 
-    def weight(name, *shape):
+    def weight(name, *shape):  # He-scaled, as a speech toolkit initialises them
         return const(name, rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]) if len(shape) > 2 else shape[0]))
 
     def dense(x, n_in, n_out, name):
         return node("Add", [node("MatMul", [x, weight(f"{name}.w", n_in, n_out)], f"{name}.mm"),
                             const(f"{name}.b", rng.standard_normal(n_out) * 0.1)], name)
-
-    def norm(x, name):
-        scale, shift = const(f"{name}.g", np.ones(hidden)), const(f"{name}.b", np.zeros(hidden))
-        return node("LayerNormalization", [x, scale, shift], name, axis=-1, epsilon=1e-5)
 
     def swish(x, name):
         return node("Mul", [x, node("Sigmoid", [x], f"{name}.s")], name)
@@ -740,18 +746,12 @@ def conformer_ish(path: Path) -> None:
                   4 * hidden, hidden, f"{name}.down")
         return node("Add", [x, node("Mul", [y, const(f"{name}.half", 0.5)], f"{name}.halved")], f"{name}.sum")
 
-    def split_heads(x, name):
-        shape = const(f"{name}.shape", [1, tokens, heads, hidden // heads], np.int64)
-        return node("Transpose", [node("Reshape", [x, shape], f"{name}.r")], name, perm=[0, 2, 1, 3])
-
     # subsampling: two 3x3 stride-2 convs over [1, 1, frames, 80], then the channels and bins flattened
     x = node("Unsqueeze", ["feats", const("sub.axes", [1], np.int64)], "sub.in")
     x = node("Relu", [node("Conv", [x, weight("sub.c1.w", hidden, 1, 3, 3), const("sub.c1.b", np.zeros(hidden))],
                            "sub.c1", strides=[2, 2])], "sub.r1")
     x = node("Relu", [node("Conv", [x, weight("sub.c2.w", hidden, hidden, 3, 3), const("sub.c2.b", np.zeros(hidden))],
                            "sub.c2", strides=[2, 2])], "sub.r2")
-    tokens, bins = (frames - 3) // 2 + 1, (80 - 3) // 2 + 1
-    tokens, bins = (tokens - 3) // 2 + 1, (bins - 3) // 2 + 1
     x = node("Transpose", [x], "sub.t", perm=[0, 2, 1, 3])
     x = node("Reshape", [x, const("sub.flat", [1, tokens, hidden * bins], np.int64)], "sub.flat_r")
     x = dense(x, hidden * bins, hidden, "sub.proj")
@@ -799,25 +799,9 @@ def gpt_ish(path: Path) -> None:
     import numpy as np
     from onnx import TensorProto, helper
 
-    rng = np.random.default_rng(0)
     hidden, heads, seq = GPT["hidden"], GPT["heads"], GPT["seq"]
-    g = _Graph()
-    const, node = g.const, g.node
-
-    def weight(name, *shape, scale=0.02):
-        return const(name, rng.standard_normal(shape) * scale)
-
-    def dense(x, n_in, n_out, name):
-        return node("Add", [node("MatMul", [x, weight(f"{name}.w", n_in, n_out)], f"{name}.mm"),
-                            weight(f"{name}.b", n_out)], name)
-
-    def norm(x, name):
-        scale, shift = const(f"{name}.g", np.ones(hidden)), const(f"{name}.b", np.zeros(hidden))
-        return node("LayerNormalization", [x, scale, shift], name, axis=-1, epsilon=1e-5)
-
-    def split_heads(x, name):
-        shape = const(f"{name}.shape", [1, seq, heads, hidden // heads], np.int64)
-        return node("Transpose", [node("Reshape", [x, shape], f"{name}.r")], name, perm=[0, 2, 1, 3])
+    g = _Transformer(hidden, heads, seq, epsilon=1e-5, scale=0.02)
+    const, node, weight, dense, norm, split_heads = g.const, g.node, g.weight, g.dense, g.norm, g.split_heads
 
     embedding = weight("wte", GPT["vocab"], hidden)
     x = node("Add", [node("Gather", [embedding, "input_ids"], "tokens"), weight("wpe", 1, seq, hidden)], "embedded")
@@ -903,30 +887,14 @@ def whisper_ish(path: Path) -> None:
     import numpy as np
     from onnx import TensorProto, helper
 
-    rng = np.random.default_rng(0)
     hidden, heads, positions = WHISPER["hidden"], WHISPER["heads"], WHISPER["frames"] // 2
-    g = _Graph()
-    const, node = g.const, g.node
-
-    def weight(name, *shape, scale=0.05):
-        return const(name, rng.standard_normal(shape) * scale)
-
-    def dense(x, n_in, n_out, name):
-        return node("Add", [node("MatMul", [x, weight(f"{name}.w", n_in, n_out)], f"{name}.mm"),
-                            weight(f"{name}.b", n_out)], name)
-
-    def norm(x, name):
-        scale, shift = const(f"{name}.g", np.ones(hidden)), const(f"{name}.b", np.zeros(hidden))
-        return node("LayerNormalization", [x, scale, shift], name, axis=-1, epsilon=1e-5)
+    g = _Transformer(hidden, heads, positions, epsilon=1e-5)
+    const, node, weight, dense, norm = g.const, g.node, g.weight, g.dense, g.norm
 
     def gelu(x, name):
         erf = node("Erf", [node("Div", [x, const(f"{name}.sqrt2", np.sqrt(2.0))], f"{name}.d")], f"{name}.erf")
         return node("Mul", [node("Mul", [x, node("Add", [erf, const(f"{name}.one", 1.0)], f"{name}.e1")],
                                  f"{name}.xe"), const(f"{name}.half", 0.5)], name)
-
-    def split_heads(x, name):
-        shape = const(f"{name}.shape", [1, positions, heads, hidden // heads], np.int64)
-        return node("Transpose", [node("Reshape", [x, shape], f"{name}.r")], name, perm=[0, 2, 1, 3])
 
     x = gelu(node("Conv", ["mel", weight("conv1.w", hidden, WHISPER["mels"], 3), weight("conv1.b", hidden)],
                   "conv1", pads=[1, 1]), "conv1.gelu")
@@ -936,14 +904,7 @@ def whisper_ish(path: Path) -> None:
              "embedded")
     for layer in range(WHISPER["layers"]):
         n = f"l{layer}"
-        y = norm(x, f"{n}.norm1")
-        q, k, v = (split_heads(dense(y, hidden, hidden, f"{n}.{p}"), f"{n}.{p}h") for p in "qkv")
-        q = node("Mul", [q, const(f"{n}.scale", (hidden // heads) ** -0.5)], f"{n}.qs")
-        scores = node("MatMul", [q, node("Transpose", [k], f"{n}.kt", perm=[0, 1, 3, 2])], f"{n}.qk")
-        context = node("MatMul", [node("Softmax", [scores], f"{n}.p", axis=-1), v], f"{n}.ctx")
-        context = node("Reshape", [node("Transpose", [context], f"{n}.ctxt", perm=[0, 2, 1, 3]),
-                                   const(f"{n}.merge", [1, positions, hidden], np.int64)], f"{n}.merged")
-        x = node("Add", [x, dense(context, hidden, hidden, f"{n}.o")], f"{n}.res1")
+        x = node("Add", [x, g.attention(norm(x, f"{n}.norm1"), n)], f"{n}.res1")
         up = gelu(dense(norm(x, f"{n}.norm2"), hidden, 4 * hidden, f"{n}.up"), f"{n}.gelu")
         x = node("Add", [x, dense(up, 4 * hidden, hidden, f"{n}.down")], f"{n}.res2")
     g.nodes.append(helper.make_node("Identity", [norm(x, "final_norm")], ["encoded"], name="encoded"))
