@@ -60,3 +60,17 @@ def test_a_power_by_a_small_whole_constant_or_a_half_calls_no_libm(exponent, lib
     expected = x.astype("float64") ** exponent
     relative = np.abs(run(tvm.runtime.tensor(x)).numpy() - expected) / np.maximum(expected, 1e-30)
     assert relative.max() <= 3e-7
+
+
+def test_a_power_by_an_exponent_of_more_dimensions_keeps_the_broadcast_shape():
+    """x [4, 1000] ** a [1, 1, 1] constant is [1, 4, 1000]: TVM's pow makes that shape, a product of x would not."""
+    import tvm
+    from tvm import relax
+
+    exponent = relax.const(np.full((1, 1, 1), 3.0, "float32"))
+    module = build_module(lambda bb, x: bb.emit(relax.op.power(x, exponent)), SHAPE)
+    _, run = scheduled_kernel(module, "pow", schedule=True, layout="auto")
+    x = np.random.default_rng(14).uniform(0, 2, SHAPE).astype("float32")
+    out = run(tvm.runtime.tensor(x)).numpy()
+    assert out.shape == (1, *SHAPE)
+    np.testing.assert_allclose(out[0], x.astype("float64") ** 3, rtol=3e-7)

@@ -17,6 +17,7 @@ from modelbuild.compiler.relax_rewrite import rewrite_calls
 
 MAX_CHANNELS_IN_LANES = 3  # narrower heads are summed in lanes (padded_channels, _output_channels_first)
 VECTOR_WIDTHS = (VECTOR_LANES, VECTOR_LANES // 2, VECTOR_LANES // 4)  # what the schedule splits by
+CONSTANT_DEPTH = 8  # how many operators back a weight is looked for among constants (a transpose, a reshape)
 
 
 def rewrite(module):
@@ -75,9 +76,6 @@ def _inputs_padded(bb, call, channels: int, padded: int):
     wide_data = bb.emit(relax.op.nn.pad(data, data_pad))
     wide_weight = bb.emit(relax.op.nn.pad(weight, weight_pad))
     return relax.Call(call.op, [wide_data, wide_weight, *call.args[2:]], call.attrs, call.ty_args)
-
-
-CONSTANT_DEPTH = 8  # how many operators back a weight is looked for among constants (a transpose, a reshape)
 
 
 def _output_channels_first(bb, call):

@@ -41,7 +41,10 @@ def _power(bb, call):
     from tvm import ir, te, topi
 
     exponent = _scalar_constant(call.args[1])
-    if str(call.args[0].ty.dtype) not in FAST_DTYPES or exponent not in (*POWERS_BY_MULTIPLYING, 0.5):
+    # an exponent of more dimensions than x broadcasts x to its rank: TVM's pow makes that shape
+    same_shape = int(call.args[1].ty.ndim) <= int(call.args[0].ty.ndim)
+    if (str(call.args[0].ty.dtype) not in FAST_DTYPES or exponent not in (*POWERS_BY_MULTIPLYING, 0.5)
+            or not same_shape):
         return ir.Op.get(call.op.name).get_attr("FLegalize")(bb, call)
     if exponent == 0.5:
         return bb.call_te(topi.sqrt, call.args[0], primfunc_name_hint="power")
