@@ -192,6 +192,35 @@ def test_an_onnxruntime_operator_tvm_lacks_says_how_to_export_without_it(tmp_pat
         "or quantize in the QDQ format")
 
 
+def test_a_loop_of_a_constant_count_over_an_input_says_to_export_it_unrolled():
+    """onnxslim folds control flow on constants, but unrolls no loop: a Loop of 3 steps adding one to x stays,
+    and simplify = true, which the hint for an If on constants says, would not fold it."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    one = numpy_helper.from_array(np.ones((1, 4), np.float32), "one")
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("Add", ["acc_in", "one"], ["acc_out"])],
+        "body", [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+                 helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+                 helper.make_tensor_value_info("acc_in", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, [1, 4])], initializer=[one])
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["trip", "cond", "x"], ["y"], name="steps", body=body)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        initializer=[numpy_helper.from_array(np.array(3, np.int64), "trip"),
+                     numpy_helper.from_array(np.array(True), "cond")])
+    with pytest.raises(StageError) as caught:
+        onnx_import._check_supported(helper.make_model(graph), {"Add": None, "Identity": None})
+    assert caught.value.message == (
+        "operator Loop (node 'steps') is not supported by TVM's ONNX frontend; its trip count and condition is "
+        "computed from constants alone, but it runs over values computed from input 'x', and no step before TVM "
+        "unrolls a Loop: export the model with the loop unrolled (torch.onnx.export traces a Python loop unrolled; "
+        "a scripted one stays a Loop), or run it with onnxruntime")
+
+
 def test_an_if_on_constants_left_by_simplify_false_says_to_simplify(tmp_path):
     model = onnx.load(str(branch_on_rate(tmp_path / "m.onnx")))
     onnx_import.bind_inputs(model, {"sr": InputSpec(value=16000, dtype="int64")})

@@ -242,6 +242,12 @@ def _foldable_hint(model, node) -> str:
     if node.op_type not in CONTROL_FLOW:
         return ""
     inputs = _upstream_inputs(model, node.input[:2] if node.op_type == "Loop" else node.input[:1])
+    carried = _upstream_inputs(model, node.input) if node.op_type != "If" else {}
+    if not inputs and carried:  # a loop of a constant count over the model's values: onnxslim unrolls none
+        return (f"; {CONTROL_FLOW[node.op_type]} is computed from constants alone, but it runs over values computed "
+                f"from input {', '.join(map(repr, carried))}, and no step before TVM unrolls a {node.op_type}: export "
+                f"the model with the loop unrolled (torch.onnx.export traces a Python loop unrolled; a scripted one "
+                f"stays a {node.op_type}), or run it with onnxruntime")
     if not inputs:  # onnxslim folds control flow on constants: only simplify = false leaves it
         return (f"; {CONTROL_FLOW[node.op_type]} is computed from constants alone: simplify = true (the default) "
                 f"folds it away")
