@@ -142,7 +142,10 @@ def tensor_bytes(ty) -> int:
     shape = getattr(ty, "shape", None)
     if shape is None or not hasattr(shape, "values"):
         return 0
-    dims = [int(v) for v in shape.values]
+    try:
+        dims = [int(v) for v in shape.values]
+    except TypeError:  # a dimension known only at run time: the boxes a NonMaxSuppression keeps
+        return 0
     dtype = tvm.runtime.DataType(str(ty.dtype))
     return math.prod(dims) * dtype.bits * dtype.lanes // 8
 
