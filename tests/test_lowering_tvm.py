@@ -727,3 +727,53 @@ def test_without_avx512_a_long_loop_takes_six_rows_and_a_tail_a_short_one_a_tile
     assert f"T.unroll(T.int64({tile}))" in script
     x = np.random.default_rng(27).standard_normal((rows, 64)).astype("float32")
     np.testing.assert_allclose(run(tvm.runtime.tensor(x)).numpy(), x @ weight, rtol=1e-4, atol=1e-4)
+
+
+def test_a_tensor_whose_size_is_known_only_at_run_time_counts_no_bytes():
+    """A NonMaxSuppression's kept boxes, [n, 3]: the build's figures count what they can, and the compile
+    stage had failed on int() of the symbolic n."""
+    from tvm import relax, tirx
+
+    from modelbuild.compiler.lowering import tensor_bytes
+
+    kept = tirx.Var("n", "int64")
+    assert tensor_bytes(relax.TensorType(shape=[kept, 3], dtype="int64")) == 0
+    assert tensor_bytes(relax.TensorType(shape=[4, 3], dtype="int64")) == 96
+
+
+def test_a_non_max_suppression_keeps_tvms_own_loops_and_builds_with_the_default_schedule():
+    """TVM writes NonMaxSuppression by hand, its loops rewriting their inputs in place; inlining the
+    element-wise blocks around them had left a buffer undefined and tvm.compile failed. The boxes kept equal
+    onnxruntime's."""
+    import numpy as np
+    import onnxruntime as ort
+    import tvm
+    from onnx import TensorProto, helper, numpy_helper
+    from tvm import relax
+
+    from modelbuild.compiler import layer_names, lowering
+
+    constants = [numpy_helper.from_array(np.array([10], np.int64), "most"),
+                 numpy_helper.from_array(np.array([0.5], np.float32), "overlap"),
+                 numpy_helper.from_array(np.array([0.2], np.float32), "least")]
+    graph = helper.make_graph(
+        [helper.make_node("NonMaxSuppression", ["boxes", "scores", "most", "overlap", "least"], ["kept"])], "nms",
+        [helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [1, 100, 4]),
+         helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 1, 100])],
+        [helper.make_tensor_value_info("kept", TensorProto.INT64, ["n", 3])], initializer=constants)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    module = layer_names.from_onnx(model, {"boxes": [1, 100, 4], "scores": [1, 1, 100]},
+                                   {"boxes": "float32", "scores": "float32"})
+    target = tvm.target.Target({"kind": "llvm", "num-cores": 2})
+    with target, tvm.transform.PassContext(opt_level=3):
+        phases = lowering.lower(module, target, fuse=True, layout="auto", schedule=True)
+        executable = tvm.compile(phases.planned, target=target, relax_pipeline=lowering.finish_passes(target))
+    rng = np.random.default_rng(7)
+    corners = rng.uniform(0, 50, (1, 100, 2)).astype("float32")
+    boxes = np.concatenate([corners, corners + rng.uniform(5, 20, (1, 100, 2)).astype("float32")], axis=-1)
+    scores = rng.uniform(0, 1, (1, 1, 100)).astype("float32")
+    ours = relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(boxes), tvm.runtime.tensor(scores))
+    theirs = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"boxes": boxes, "scores": scores})[0]
+    np.testing.assert_array_equal(ours.numpy(), theirs)

@@ -146,6 +146,8 @@ def schedule_function(func, on: Machine):
         root = sch.get_sblock("root")
     except ScheduleError:
         return None
+    if _written_by_hand(sch, root):
+        return None
     refused: list[str] = []
     sch = _inline_elementwise(sch, root, refused)
     kernel = next((k for k, blocks in HAND_WRITTEN if any(_has_block(sch, root, name) for name in blocks)), None)
@@ -170,6 +172,17 @@ def schedule_function(func, on: Machine):
     if held and hasattr(kernel, "finish"):  # what a hand-written schedule adds once scheduled
         func = kernel.finish(func)
     return func.with_attr(REFUSED, len(refused))
+
+
+def _written_by_hand(sch, root) -> bool:
+    """Whether the function holds a block with no iterators of its own that none of modelbuild's kernels
+    wrote: TVM's hand-written loops (NonMaxSuppression's argsort and suppression, which rewrite their inputs
+    in place). Inlining the element-wise blocks around them left a buffer they use undefined and tvm.compile
+    failed; such a function keeps TVM's own schedule, as `schedule = "none"` builds it."""
+    ours = {name for _, blocks in HAND_WRITTEN for name in blocks}
+    blocks = sch.get_child_blocks(root)
+    return (any(not sch.get(b).iter_vars for b in blocks)
+            and not any(sch.get(b).name_hint in ours for b in blocks))
 
 
 def _has_block(sch, root, name: str) -> bool:
