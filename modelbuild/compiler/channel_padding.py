@@ -124,7 +124,7 @@ def padded_channels(channels: int) -> int:
     if 3 * whole <= 4 * channels:
         return whole
     if not any(channels % width == 0 for width in VECTOR_WIDTHS):
-        return next(width for width in sorted(VECTOR_WIDTHS) if width >= channels) if channels < VECTOR_LANES else whole
+        return next((width for width in sorted(VECTOR_WIDTHS) if width >= channels), whole)
     return channels
 
 

@@ -206,12 +206,17 @@ def _attempt(sch, step, refused: list[str]):
 
 
 def _is_reduction(sch, block) -> bool:
-    return any("Reduce" in str(iv.iter_type) or int(iv.iter_type) == 2 for iv in sch.get(block).iter_vars)
+    return any(_sums(iv) for iv in sch.get(block).iter_vars)
+
+
+def _sums(iter_var) -> bool:
+    """Whether a block iterator is a reduction's."""
+    return "Reduce" in str(iter_var.iter_type) or int(iter_var.iter_type) == 2
 
 
 def _spatial_and_reduce(sch, block):
     loops = sch.get_loops(block)
-    kinds = ["R" if "Reduce" in str(iv.iter_type) or int(iv.iter_type) == 2 else "S" for iv in sch.get(block).iter_vars]
+    kinds = ["R" if _sums(iv) else "S" for iv in sch.get(block).iter_vars]
     if len(loops) != len(kinds):
         raise ValueError("loops and iterators do not line up")
     return [l for l, k in zip(loops, kinds) if k == "S"], [l for l, k in zip(loops, kinds) if k == "R"]
@@ -621,8 +626,7 @@ def _rows_sharing_vectors(sch, block, count: int) -> list[bool]:
     from tvm import tirx
 
     stmt = sch.get(block)
-    spatial = [iv.var for iv in stmt.iter_vars if not ("Reduce" in str(iv.iter_type) or int(iv.iter_type) == 2)]
-    spatial = spatial[:count]
+    spatial = [iv.var for iv in stmt.iter_vars if not _sums(iv)][:count]
     written = [region.source for region in stmt.writes]
     depending: list[set[int]] = []  # per operand read along the vector axis, the leading axes it depends on
     for read in stmt.reads:
