@@ -100,3 +100,16 @@ def test_int16_for_every_node_and_unknown_int16_names(tmp_path):
     spec = spec.model_copy(update={"int16_nodes": ["pointwize"]})
     with pytest.raises(StageError, match="int16_nodes: no node named 'pointwize'"):
         quantized(model, SAMPLES, spec)
+
+
+def test_a_model_whose_nodes_have_no_names_or_the_same_name_is_quantized_as_a_named_one(tmp_path):
+    """onnx.helper names no node: every conv's name was "", and smoothing looked for a conv's weights on the
+    node after it (IndexError)."""
+    model = onnx.load(str(uneven_channels(tmp_path / "m.onnx")))
+    expected = quantized(model, SAMPLES, QuantizationSpec())
+    for names in (["", "", ""], ["conv", "conv", "pool"]):
+        for node, name in zip(model.graph.node, names):
+            node.name = name
+        result = quantized(model, SAMPLES, QuantizationSpec())
+        assert (result.smoothed, result.corrected) == (expected.smoothed, expected.corrected) == (2, 2)
+        assert len({n.name for n in result.model.graph.node}) == len(result.model.graph.node)

@@ -24,6 +24,7 @@ from modelbuild import signature
 from modelbuild.compiler import integer_ops
 from modelbuild.errors import last_line, StageError
 from modelbuild.frontend import float16, opset
+from modelbuild.frontend.node_names import unique_node_names
 from modelbuild.recipe.params import QuantizeParams, parse
 from modelbuild.recipe.schema import CalibrationSpec, QuantizationSpec
 from modelbuild.quantization import activations, bias_correction, sensitivity, smoothing, weight_rounding
@@ -50,6 +51,7 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
     onnx.save(result.qdq, str(out / QDQ_FILE))
     module = integer_ops.rewrite(to_relax(result.qdq, declared))
     (out / IR_FILE).write_text(tvm.ir.save_json(module))
+    model = result.model
     summary = _summary(model, result.qdq, spec)
     summary["smoothed_convs"], summary["bias_corrected_convs"] = result.smoothed, result.corrected
     summary["int16_nodes"], summary["gptq_convs"] = result.int16_nodes, result.gptq_convs
@@ -63,6 +65,7 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
 
 @dataclass
 class Quantized:
+    model: object  # the float model as quantized: the input model, every node named (node_names.py)
     qdq: object  # onnxruntime's QDQ model of the smoothed model, biases corrected
     prepared: object  # the float model onnxruntime quantized: the input model, smoothed
     smoothed: int  # convs whose inputs were smoothed
@@ -81,6 +84,7 @@ def quantized(model, samples: list[dict], spec: QuantizationSpec) -> Quantized:
     """The QDQ model of `model` (ONNX in, ONNX out, no TVM): smoothing, onnxruntime's calibration and QDQ
     insertion (int16 inputs for the layers that need them), weight rounding, bias correction, as `spec` (a
     [quantization.NAME] section) says."""
+    model = unique_node_names(model)
     _check_node_names(model, spec, "exclude_nodes")
     _check_node_names(model, spec, "int16_nodes")
     prepared = _smoothed(model, samples, spec) if spec.smoothing else model
@@ -89,7 +93,7 @@ def quantized(model, samples: list[dict], spec: QuantizationSpec) -> Quantized:
     gptq = weight_rounding.round_convs(prepared, qdq, samples) if spec.weight_rounding == "gptq" else 0
     corrected = bias_correction.correct(prepared, qdq, samples) if spec.bias_correction else 0
     smoothed = sum(n.name.endswith(smoothing.SMOOTHED_SUFFIX) for n in prepared.graph.node)
-    return Quantized(qdq, prepared, smoothed, corrected, int16, gptq)
+    return Quantized(model, qdq, prepared, smoothed, corrected, int16, gptq)
 
 
 def _int16_nodes(prepared, samples: list[dict], spec: QuantizationSpec) -> list[str]:
