@@ -263,24 +263,33 @@ def squeeze_and_excite_module(squeezed, feature_map, weight):
     return bb.get()
 
 
-def test_a_one_pixel_conv_broadcast_over_a_feature_map_scales_it_on_every_core():
+@pytest.mark.parametrize("channels, out_channels, size, blocks_in_parallel", [
+    (24, 96, 40, False),  # the DB detector's: one block of output channels, whose epilogue's rows are shared
+    (48, 1152, 7, True),  # EfficientNet-B0's last: 9 blocks, each with its epilogue, shared
+])
+def test_a_one_pixel_conv_broadcast_over_a_feature_map_scales_it_on_every_core(channels, out_channels, size,
+                                                                               blocks_in_parallel):
     """A squeeze-and-excite conv is too small to share among the cores, but its fused epilogue scales a whole
-    feature map: its rows run in parallel (the DB detector's 24 -> 96 one at 160x160 took 222 us on two
-    threads, 229 on one, before). Exact against numpy where the host has VNNI."""
+    feature map: its blocks of output channels run in parallel, or with one block its epilogue's rows (the DB
+    detector's 24 -> 96 one at 160x160 took 222 us on two threads, 229 on one, before). A channel's plane is
+    one run of vectors: at 7x7, rows of 7 were vectors of 7 (EfficientNet's 48 -> 1152 131 us, 25 in float).
+    Exact against numpy where the host has VNNI."""
     import tvm
     from tvm import relax
 
     from modelbuild.compiler.kernels import vnni_conv
 
     rng = np.random.default_rng(3)
-    weight = rng.integers(-128, 128, (96, 24, 1, 1)).astype(np.int8)
-    s = rng.integers(-128, 128, (1, 24, 1, 1)).astype(np.int8)
-    x = rng.integers(-1000, 1000, (1, 96, 40, 40)).astype(np.int32)
+    weight = rng.integers(-128, 128, (out_channels, channels, 1, 1)).astype(np.int8)
+    s = rng.integers(-128, 128, (1, channels, 1, 1)).astype(np.int8)
+    x = rng.integers(-1000, 1000, (1, out_channels, size, size)).astype(np.int32)
     executable, phases = build(squeeze_and_excite_module(s.shape, x.shape, weight), VNNI_CPU)
     (script,) = [f.script() for f in phases.fused.functions.values()
                  if hasattr(f, "params") and vnni_conv.BLOCK in f.script()]
+    conv = script[:script.index(f'sblock("{vnni_conv.BLOCK}_update')]
     epilogue = script[script.index(f'sblock("{vnni_conv.BLOCK}_update'):]
-    assert "T.parallel" in epilogue and "T.parallel" not in script[:script.index(f'sblock("{vnni_conv.BLOCK}_update')]
+    assert ("T.parallel" in conv) is blocks_in_parallel and ("T.parallel" in epilogue) is not blocks_in_parallel
+    assert "T.vectorized(T.int64(16))" in epilogue and f"T.vectorized(T.int64({size}))" not in epilogue
     if host_has_vnni():
         vm = relax.VirtualMachine(executable, tvm.cpu())
         gate = np.einsum("oc,c->o", weight[:, :, 0, 0].astype(np.int64), s[0, :, 0, 0].astype(np.int64))

@@ -399,16 +399,22 @@ def schedule_channel_lanes(sch, instruction: Instruction, cores: int, intrinsic:
     ob_outer, ob_inner = sch.split(ob, factors=[None, channel_blocks])
     sch.reorder(b, ob_outer, h, col_outer, rc, rh, rw, ob_inner, col_inner, oi, ri)
     one_pixel_on_one_core = pixels == 1 and cores > 1 and macs < PARALLEL_MIN_MACS
-    epilogue_at(sch, block, col_outer, instruction.lanes, broadcast_parallel=one_pixel_on_one_core)
+    blocks_in_parallel = one_pixel_on_one_core and extent(sch, ob_outer) >= cores
+    broadcast = epilogue_at(sch, block, col_outer, instruction.lanes, broadcast=pixels == 1,
+                            rows_in_parallel=one_pixel_on_one_core and not blocks_in_parallel)
+    if blocks_in_parallel and broadcast * extent(sch, ob_outer) >= PARALLEL_MIN_BROADCAST:
+        sch.parallel(sch.fuse(b, ob_outer, h))
     parallel(sch, instruction, cores, macs, b, ob_outer, h)
     sch.unroll(ob_inner)
     sch.unroll(col_inner)
     tensorize_reduction(sch, block, rc, oi, intrinsic)
 
 
-def epilogue_at(sch, block, loop, lanes: int, *, row=None, broadcast_parallel: bool = False) -> None:
+def epilogue_at(sch, block, loop, lanes: int, *, row=None, broadcast: bool = False,
+                rows_in_parallel: bool = False) -> int:
     """The unpack and every fused consumer computed under `loop`, reading the accumulators where they are,
-    their rows of output columns (contiguous in NCHW) vectorised by vectorise_row.
+    their rows of output columns (contiguous in NCHW) vectorised by vectorise_row. Returns the most outputs
+    one consumer computes there.
 
     A tile of a row rounded up to whole vectors ends past the output (56 columns computed as 64): under
     `loop` its last tile's epilogue is predicated, and TVM then vectorises every tile's epilogue with a
@@ -416,18 +422,30 @@ def epilogue_at(sch, block, loop, lanes: int, *, row=None, broadcast_parallel: b
     exactly: with VNNI, a requantising 64 -> 64 1x1 conv at 56x56 went from 236 to 131 us, 32 -> 64 from
     190 to 81 us, a 3x3 depthwise conv at 56x56 from 92 to 69 us.
 
-    With `broadcast_parallel` (a one-pixel conv left on one core), the rows of an epilogue that broadcasts the
-    conv over a feature map run in parallel: a squeeze-and-excite conv's scaling of the map it gates, with the
-    residual add and the quantize after it, fused into the conv. It ran on one core: the DB detector's 24 -> 96
-    one at 160x160 took 222 us on two threads against 229 on one."""
+    With `broadcast` (a one-pixel conv), an epilogue that broadcasts the conv over a feature map (a
+    squeeze-and-excite conv's gating of the map, fused into the conv with the quantize after it) has its rows
+    and columns as one loop, the whole plane of a channel contiguous in NCHW: at 7x7, its rows of 7 were
+    vectors of 7, and EfficientNet's 48 -> 1152 one took 131 us where the float conv takes 25.
+
+    Such a conv, too few multiply-adds to share between cores, computes its blocks of output channels in
+    parallel where its epilogues have outputs enough (schedule_channel_lanes); with fewer blocks than cores,
+    `rows_in_parallel` shares each epilogue's channels instead: on one core, the DB detector's 24 -> 96 one at
+    160x160 took 222 us on two threads against 229 on one."""
     if row is not None and _ends_past_output(sch.copy(), block, loop):
         loop = row
     local, consumers = _computed_at(sch, block, loop)
     sch.compute_inline(local)
+    most = 0
     for consumer in consumers:
-        if broadcast_parallel:
-            _parallel_rows(sch, _loops_below(sch, consumer, loop))
+        below = _loops_below(sch, consumer, loop)
+        most = max(most, iterations(sch, below))
+        if broadcast and len(below) > 2:
+            # the plane of one channel, or a plane of one pixel: the channels
+            below = [below[0], sch.fuse(*below[1:])] if iterations(sch, below[1:]) > 1 else [sch.fuse(*below)]
+        if rows_in_parallel:
+            _parallel_rows(sch, below)
         vectorise_row(sch, consumer, lanes)
+    return most
 
 
 def _loops_below(sch, block, loop) -> list:
@@ -441,7 +459,7 @@ def _parallel_rows(sch, loops) -> None:
     """All but the innermost of an epilogue's own `loops` fused and run in parallel, where it has outputs
     enough to share."""
     rows = loops[:-1]
-    if rows and int(np.prod([extent(sch, loop) for loop in loops])) >= PARALLEL_MIN_BROADCAST:
+    if rows and iterations(sch, loops) >= PARALLEL_MIN_BROADCAST:
         sch.parallel(sch.fuse(*rows) if len(rows) > 1 else rows[0])
 
 
@@ -509,7 +527,7 @@ PARALLEL_MIN_BROADCAST = 1 << 15  # outputs of a one-pixel conv's epilogue (epil
 def reduction_length(sch, group: int, *loops) -> int:
     """Multiply-adds per output: the product of the reduction loops' extents, `group` per step of the
     innermost group loop (not among `loops`)."""
-    return group * int(np.prod([extent(sch, loop) for loop in loops]))
+    return group * iterations(sch, loops)
 
 
 def parallel(sch, instruction: Instruction, cores: int, macs: int, *loops) -> None:
@@ -532,6 +550,11 @@ def tensorize_reduction(sch, block, reduction_outer, lanes, intrinsic: str) -> N
 
 def extent(sch, loop) -> int:
     return int(sch.get(loop).extent)
+
+
+def iterations(sch, loops) -> int:
+    """How many times the body of the nest of `loops` runs."""
+    return int(np.prod([extent(sch, loop) for loop in loops]))
 
 
 def largest_divisor(n: int, limit: int) -> int:
