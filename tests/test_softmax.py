@@ -9,8 +9,3 @@ def test_long_last_axes_are_computed_here_and_others_are_not():
     assert softmax.eligible((40, 18710), -1) and softmax.eligible((2, 3, 32), 2)
     assert not softmax.eligible((2, 31), -1)  # under two vectors: TVM's fast_softmax
     assert not softmax.eligible((2, 300, 5), 1)
-
-
-def test_long_rows_take_several_vectors_of_partials_and_short_ones_one():
-    assert softmax.partial_width(18710) == softmax.LANES * softmax.CHAINS
-    assert softmax.partial_width(100) == softmax.LANES

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from modelbuild.compiler.kernels import softmax
+from modelbuild.compiler.kernels import row_reductions, softmax
 from tests.relax_graphs import build_module, scheduled_kernel
 
 TOLERANCE = 5e-6  # fast_exp's relative error (fast_math.py), as the fast_math test allows softmax
@@ -29,7 +29,7 @@ def test_every_row_length_matches_float64_within_fast_exps_error(shape):
 
     script, run = compiled(shape, lambda bb, x: bb.emit(relax.op.nn.softmax(x, axis=-1)))
     assert softmax.PARTIAL_MAX in script and '"modelbuild.refused_steps": 0' in script
-    assert ("T.parallel" in script) == (np.prod(shape) >= softmax.PARALLEL_MIN_ELEMENTS)
+    assert ("T.parallel" in script) == (np.prod(shape) >= row_reductions.PARALLEL_MIN_ELEMENTS)
     x = np.random.default_rng(3).normal(0, 4, shape).astype("float32")
     got = run(tvm.runtime.tensor(x)).numpy()
     assert np.abs(got - reference(x)).max() / reference(x).max() <= TOLERANCE

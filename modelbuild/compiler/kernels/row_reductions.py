@@ -1,0 +1,101 @@
+"""Reductions over the last axis as vector partial results, one row at a time: what softmax.py and
+layer_norm.py are built from.
+
+TVM's own kernels for them (softmax, layer_norm) reduce each row in whole-tensor blocks, which the default
+schedule could only vectorise across rows (a gather per vector, from rows a row's length apart), and left
+others scalar and on one core. Here a row's reduction is first taken in `width` partial results, CHAINS
+vectors of them on a long row (element b * width + l goes to partial l: contiguous vector loads), then across
+the partials and the row's last len % width elements; every block is computed one row at a time under the
+output's row loop (what a row's later blocks read stays in cache), rows in parallel, and every sweep along a
+row is whole vectors and one shorter vector for its tail.
+"""
+
+from __future__ import annotations
+
+LANES = 16  # float32 lanes of AVX-512: one vector of partial results
+CHAINS = 4  # vectors of partial results on a long row: independent max and add chains hide their latency
+PARALLEL_MIN_ELEMENTS = 1 << 15  # rows x columns below which one thread is faster
+
+
+def long_enough(shape, axes) -> bool:
+    """Whether a reduction of this static shape over `axes` is the last axis alone, two vectors long or more."""
+    dims = [int(d) for d in shape]
+    return [int(a) % len(dims) for a in axes] == [len(dims) - 1] and dims[-1] >= 2 * LANES
+
+
+def partial_width(length: int) -> int:
+    """Partial results per row: CHAINS vectors where the row has at least two steps of them, else one."""
+    return LANES * CHAINS if length >= 2 * LANES * CHAINS else LANES
+
+
+def row_reduction(element, rows: tuple, length: int, combine, name: str):
+    """combine(element(r, k)) over k < length, per row r: in partial results (block `name + "_partial"`),
+    then across them and the row's tail (block `name`)."""
+    from tvm import te, tirx
+
+    width = partial_width(length)
+    whole = length // width * width
+    b = te.reduce_axis((0, whole // width), "b")
+    partial = te.compute((*rows, width), lambda *i: combine(element(i[:-1], b * width + i[-1]), axis=b),
+                         name=name + "_partial")
+    j = te.reduce_axis((0, width + length - whole), "j")
+    return te.compute(rows, lambda *r: combine(
+        tirx.if_then_else(j < width, partial[(*r, j)], element(r, whole + j - width)), axis=j), name=name)
+
+
+def partial_names(*reductions: str) -> tuple[str, ...]:
+    """The names of the partial-result blocks of row_reduction's with these names."""
+    return tuple(name + "_partial" for name in reductions)
+
+
+def schedule(sch, cores: int, partials: tuple[str, ...]) -> None:
+    """Every block one row at a time under the output's row loop; the `partials` blocks and row sweeps in
+    vectors."""
+    root = sch.get_sblock("root")
+    output = sch.get_output_blocks(root)[0]
+    loops = sch.get_loops(output)
+    elements = 1
+    for loop in loops:
+        elements *= int(sch.get(loop).extent)
+    row = sch.fuse(*loops[:-1]) if len(loops) > 2 else loops[0]
+    output_name = sch.get(output).name_hint
+    blocks = [b for b in sch.get_child_blocks(root) if sch.get(b).name_hint != output_name]
+    for block in reversed(blocks):
+        sch.compute_at(block, row, preserve_unit_loops=True)
+    # annotated before any loop is partitioned: parallel needs whole blocks below it
+    if cores > 1 and elements >= PARALLEL_MIN_ELEMENTS and int(sch.get(row).extent) > 1:
+        sch.parallel(row)
+    in_lanes = [b for b in blocks if sch.get(b).name_hint in partials]
+    for block in in_lanes:
+        _partial_in_lanes(sch, block)
+    # partitioned last: a partitioned loop leaves blocks the reductions' steps cannot be applied beside
+    for block in [*blocks, output]:
+        if block not in in_lanes and not _is_reduction(sch, block):
+            _sweep_in_vectors(sch, block)
+
+
+def _is_reduction(sch, block) -> bool:
+    return any(int(iv.iter_type) == 2 for iv in sch.get(block).iter_vars)
+
+
+def _partial_in_lanes(sch, block) -> None:
+    """[lane, step] -> [step, lane]: each step is one vector load and one vector max or add."""
+    *_, lane, step = sch.get_loops(block)
+    sch.reorder(step, lane)
+    sch.vectorize(lane)
+    init = sch.decompose_reduction(block, step)
+    sch.vectorize(sch.get_loops(init)[-1])
+
+
+def _sweep_in_vectors(sch, block) -> None:
+    """A loop over the row as whole vectors and one shorter vector for its tail."""
+    innermost = sch.get_loops(block)[-1]
+    length = int(sch.get(innermost).extent)
+    whole = length // LANES * LANES
+    if whole == 0:
+        return
+    if whole != length:
+        innermost, tail = sch.loop_partition(innermost, factors=[whole, None])
+        sch.vectorize(tail)
+    _, vector = sch.split(innermost, factors=[None, LANES])
+    sch.vectorize(vector)
