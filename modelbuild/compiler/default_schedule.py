@@ -45,7 +45,8 @@ import math
 from dataclasses import dataclass
 
 from modelbuild.compiler.kernels import (
-    amx_conv, avx2_conv, nearest_upsample, packed_conv, pairwise_pool, sdot_conv, softmax, vnni_conv, vnni_depthwise,
+    amx_conv, avx2_conv, layer_norm, nearest_upsample, packed_conv, pairwise_pool, sdot_conv, softmax, vnni_conv,
+    vnni_depthwise,
 )
 
 VECTOR_LANES = 16  # float32 lanes of AVX-512; narrower vector units run the loop in several instructions
@@ -74,7 +75,7 @@ MIN_CHANNEL_BLOCK = 8  # fewer channels a pass would load and store the tile's o
 # for what the scheduled function needs besides its loops (amx_conv: the tile state)
 HAND_WRITTEN = ((amx_conv, amx_conv.BLOCKS), (vnni_conv, vnni_conv.BLOCKS), (sdot_conv, sdot_conv.BLOCKS),
                 (avx2_conv, avx2_conv.BLOCKS), (vnni_depthwise, (vnni_depthwise.BLOCK,)), (softmax, softmax.BLOCKS),
-                (pairwise_pool, pairwise_pool.BLOCKS))
+                (layer_norm, layer_norm.BLOCKS), (pairwise_pool, pairwise_pool.BLOCKS))
 
 
 @dataclass(frozen=True)
