@@ -129,3 +129,14 @@ def test_the_facts_init_reads_say_whether_a_model_arrives_quantized(tmp_path):
     facts = [onnx_import.model_facts(path) for path in (float_model, quantized)]
     assert [f.quantized for f in facts] == [False, True] and [f.float16 for f in facts] == [False, False]
     assert list(facts[1].signature.inputs) == ["x"]
+
+
+@pytest.mark.tvm
+def test_a_model_tvm_fails_on_that_is_not_valid_onnx_is_told_so_by_onnxs_checker():
+    """A graph output no node computes failed as "TVM could not import the model: 'y'"."""
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["c"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    with pytest.raises(StageError, match="not valid ONNX: Graph output 'y' is not an output of any node"):
+        onnx_import.to_relax(model, {"x": {"shape": [1, 4], "dtype": "float32"}})

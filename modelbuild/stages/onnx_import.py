@@ -199,7 +199,19 @@ def to_relax(model, declared: dict):
     try:
         return layer_names.from_onnx(model, shapes, dtypes)
     except Exception as err:
-        raise StageError(f"TVM could not import the model: {last_line(err)}") from err
+        raise StageError(_invalid(model) or f"TVM could not import the model: {last_line(err)}") from err
+
+
+def _invalid(model) -> str | None:
+    """What makes the model invalid ONNX, as onnx's checker says, or None: asked only once TVM has failed on it
+    (a graph output that no node computes failed as "TVM could not import the model: 'y'")."""
+    import onnx
+
+    try:
+        onnx.checker.check_model(model)
+    except Exception as err:  # onnx's ValidationError, or a checker that cannot read the model at all
+        return f"the model is not valid ONNX: {last_line(err)} (fix the exporter's graph, or re-export it)"
+    return None
 
 
 QUANTIZED_OPS = {"DequantizeLinear", *qoperator.QOPERATORS}
