@@ -44,3 +44,11 @@ def test_other_axes_and_short_rows_keep_tvms_kernel():
     assert not layer_norm.eligible((1, 56, 56, 96), [2, 3], "float32")
     assert not layer_norm.eligible((8, 24), [-1], "float32")
     assert not layer_norm.eligible((8, 96), [-1], "float16")
+
+
+def test_a_shape_known_only_at_run_time_keeps_tvms_kernel():
+    from tvm import relax, tirx
+
+    rows = tirx.Var("n", "int64")
+    assert not layer_norm.eligible(relax.TensorType(shape=(rows, 96), dtype="float32").shape, [-1], "float32")
+    assert not layer_norm.eligible(relax.TensorType(dtype="float32", ndim=2).shape, [-1], "float32")

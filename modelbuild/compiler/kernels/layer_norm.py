@@ -20,8 +20,9 @@ DTYPES = ("float32",)
 
 
 def eligible(shape, axes, dtype: str) -> bool:
-    """Whether a layer norm of this static shape over `axes` is computed here."""
-    static = all(isinstance(d, int) or hasattr(d, "value") for d in shape)
+    """Whether a layer norm of this shape (None where only the rank is known) over `axes` is computed here:
+    every dimension a number."""
+    static = shape is not None and all(isinstance(d, int) or hasattr(d, "value") for d in shape)
     return static and dtype in DTYPES and row_reductions.long_enough(shape, axes)
 
 
