@@ -146,13 +146,14 @@ def test_the_vnni_library_runs_bit_exact_on_a_vnni_host(geometry):
 def test_a_row_rounded_up_to_whole_vectors_gets_one_unguarded_epilogue_per_row():
     """56 columns computed as 64: under the 16-column tiles, the last tile's epilogue was predicated and TVM
     vectorised every tile's epilogue with a per-lane guard (a requantising 64 -> 64 1x1 conv at 56x56: 236 us,
-    131 us per row). Per row: three vectors of 16 and one of 8, no guard."""
+    131 us per row). Per row: three vectors of 16 and one of 8, no guard. (One row: pixel_rows computes 3 x 56
+    pixels as 2 x 84, as many pixels in wider rows.)"""
     import re
 
     from modelbuild.compiler.kernels import vnni_conv
 
     weight = np.random.default_rng(0).integers(-128, 128, (64, 64, 1, 1)).astype(np.int8)
-    module = conv_module((1, 64, 3, 56), weight, "int8", strides=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1))
+    module = conv_module((1, 64, 1, 56), weight, "int8", strides=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1))
     _, phases = build(module, VNNI_CPU)
     (script,) = [f.script() for f in phases.fused.functions.values()
                  if hasattr(f, "params") and vnni_conv.COLUMN_BLOCK in f.script()]
@@ -161,7 +162,7 @@ def test_a_row_rounded_up_to_whole_vectors_gets_one_unguarded_epilogue_per_row()
     assert re.search(r"T.unroll\(T.int64\(3\)\):\s+for \w+ in T.vectorized\(T.int64\(16\)\)", epilogue)
     assert "T.vectorized(T.int64(48), T.int64(56))" in epilogue  # the last 8 columns
     # its rows padded no wider than the packing reads: 64 bytes, not 128
-    assert re.search(r"vnni_pad = T.sblock_alloc_buffer\(\(T.int64\(1\), T.int64\(3\), T.int64\(64\), T.int64\(64\)\)",
+    assert re.search(r"vnni_pad = T.sblock_alloc_buffer\(\(T.int64\(1\), T.int64\(1\), T.int64\(64\), T.int64\(64\)\)",
                      script)
 
 
