@@ -1,9 +1,10 @@
 """The import stage: ONNX model -> bound and frozen inputs -> onnxslim -> Relax IRModule saved as JSON.
 
 On the way into TVM, what its ONNX frontend lacks is rewritten (frontend/): recurrent layers unrolled,
-QOperator nodes in QDQ form, BatchNorms that simplification could not fold as one multiply-add, and SAME
-padding as each conv's own. A model that arrives quantized (QDQ or QOperator) gets the integer kernels the
-quantize stage gives its own QDQ models (compiler/integer_ops.py), with no recalibration.
+QOperator nodes in QDQ form, BatchNorms that simplification could not fold as one multiply-add, SAME
+padding as each conv's own, and a Resize's empty scales as none. A model that arrives quantized (QDQ or
+QOperator) gets the integer kernels the quantize stage gives its own QDQ models (compiler/integer_ops.py), with
+no recalibration.
 
 TVM and onnxslim are imported where they are used: `modelbuild init` reads a model's signature here and
 should not wait seconds for them."""
@@ -20,7 +21,7 @@ from onnx import numpy_helper
 from modelbuild import signature
 from modelbuild.errors import InputError, last_line, StageError
 from modelbuild.compiler import integer_ops, layer_names
-from modelbuild.frontend import auto_pad, batchnorm, float16, opset, predication, qoperator, recurrent
+from modelbuild.frontend import auto_pad, batchnorm, float16, opset, predication, qoperator, recurrent, resize_inputs
 from modelbuild.recipe.params import ImportParams, parse
 from modelbuild.recipe.schema import InputSpec, toml_key
 
@@ -193,6 +194,7 @@ def to_relax(model, declared: dict):
     model = qoperator.to_qdq(recurrent.decompose(model))  # TVM has no LSTM, GRU or QLinearConv converter
     model = batchnorm.fold(model)  # what onnxslim could not fold into a (quantized) conv
     model = auto_pad.resolve(model)  # SAME padding as the conv's own, not a pad kernel before it
+    model = resize_inputs.absent_when_empty(model)  # an empty scales is no scales, as onnxruntime reads it
     _check_supported(model, onnx_frontend._get_convert_map())
     shapes = {name: spec["shape"] for name, spec in declared.items()}
     dtypes = {name: spec["dtype"] for name, spec in declared.items()}
