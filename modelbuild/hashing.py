@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +63,15 @@ class FileDigests:
         self._memo[key] = [*stamp, value]
         self._dirty = True
         return value
+
+    def remembered(self, key: str, compute: Callable[[], list]) -> list:
+        """A fact derived from files' contents (what an ONNX model names beside it), kept with the digests.
+        `key` must name those contents by digest, so that the fact cannot go stale: computed once, then read."""
+        known = self._memo.get(key)
+        if known is None:
+            known = self._memo[key] = compute()
+            self._dirty = True
+        return known
 
     def save(self) -> None:
         if not (self._dirty and self._memo_path):

@@ -237,3 +237,20 @@ def test_a_build_folder_that_is_a_file_is_one_line_exit_4(fake_project, capsys):
     code, _, err = run_cli(capsys, root, "build")
     assert code == 4
     assert err.startswith("error: ") and "a path that should be a folder is a file" in err and err.count("\n") == 1
+
+
+def test_a_model_whose_external_data_file_is_missing_is_bad_input_in_one_line(fake_project, capsys):
+    import onnx
+
+    from tests.onnx_models import conv_relu
+
+    root, _ = fake_project
+    model = onnx.load(str(conv_relu(root / "conv.onnx")))
+    onnx.save(model, str(root / "a.json"), save_as_external_data=True, location="a.weights", size_threshold=0)
+    (root / "a.weights").unlink()
+    code, out, err = run_cli(capsys, root, "build")
+    assert code == 2, (out, err)
+    assert "its tensors are kept in 'a.weights' beside it, and there is no such file" in out + err
+    assert "Traceback" not in out + err
+    assert "skipped  import:b" in out  # without --keep-going nothing new starts after a failure
+    assert not (root / ".cache/actions").exists() or not any((root / ".cache/actions").iterdir())

@@ -25,7 +25,8 @@ ALLOWED = {
     "compiler": set(),
     "frontend": set(),  # ONNX graph rewrites before import
     "quantization": {"validation"},
-    "pipeline": {"build", "recipe", "compiler.tuning_db"},  # tuning databases are named by target
+    # tuning databases are named by target; a model file is digested with the external data it names
+    "pipeline": {"build", "recipe", "compiler.tuning_db", "frontend.external_data"},
     # adapters: params in (typed by recipe.params), calls out
     "stages": {"compiler", "quantization", "validation", "recipe.targets", "recipe.gpus", "recipe.cgroup",
                "recipe.nvrtc", "recipe.params", "recipe.schema", "frontend"},

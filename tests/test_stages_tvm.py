@@ -88,6 +88,24 @@ def test_each_edit_reruns_exactly_the_stages_it_touches(tiny):
     assert build(tiny)[1] == {"import:tiny"}  # early cutoff: the IR is identical, compile stays cached
 
 
+def test_editing_only_a_models_external_data_rebuilds_it_computing_the_new_weights(tiny):
+    import onnx
+    import onnxruntime as ort
+    import tvm
+    from tvm import relax
+
+    onnx.save(onnx.load(str(tiny / "tiny.onnx")), str(tiny / "tiny.onnx"), save_as_external_data=True,
+              location="tiny.onnx.data", size_threshold=0)
+    build(tiny)
+    weights = np.fromfile(tiny / "tiny.onnx.data", dtype=np.float32)
+    (-weights).tofile(tiny / "tiny.onnx.data")  # the .onnx keeps its bytes: it holds offsets, not values
+    assert build(tiny)[1] == {"import:tiny", "compile:tiny@cpu"}  # were both cached, serving the old weights
+    x = np.random.default_rng(1).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    vm = relax.VirtualMachine(tvm.runtime.load_module(str(tiny / "build/tiny/cpu/model.so")), tvm.cpu())
+    want = ort.InferenceSession(str(tiny / "tiny.onnx"), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(x)).numpy(), want, rtol=1e-5, atol=1e-5)
+
+
 def test_two_clones_compute_identical_keys(tmp_path):
     keys = []
     for clone in ("one", "two"):

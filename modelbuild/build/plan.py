@@ -3,10 +3,12 @@ read. The pipeline makes it from a recipe; the scheduler runs it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from modelbuild.build.stage import Stage
+from modelbuild.hashing import FileDigests
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,9 @@ class Plan:
     nodes: dict[str, Node]
     builds: dict[str, list[str]]
     stages: dict[str, Stage] = field(default_factory=dict)
+    # how a declared file under a role is digested where its own bytes are not all it is (an ONNX model
+    # keeps its weights in files beside it); any other file is its bytes
+    digesters: dict[str, Callable[[FileDigests, Path], str]] = field(default_factory=dict)
 
     def upstream(self, node_id: str) -> set[str]:
         """Every node that `node_id` transitively depends on."""
@@ -59,7 +64,7 @@ class Plan:
             for node_id in self.builds[build]:
                 keep |= {node_id, *self.upstream(node_id)}
         return Plan(nodes={k: v for k, v in self.nodes.items() if k in keep},
-                    builds={b: self.builds[b] for b in builds}, stages=self.stages)
+                    builds={b: self.builds[b] for b in builds}, stages=self.stages, digesters=self.digesters)
 
     def downstream(self, node_id: str) -> set[str]:
         return {other for other in self.nodes if node_id in self.upstream(other)}

@@ -30,7 +30,7 @@ from modelbuild.build.reasons import Reason
 from modelbuild.build.rebuilder import decide_node, Decision
 from modelbuild.build.store import ActionResult, DamagedObject, Stats, Store
 from modelbuild.build.worker import die_with_parent, execute
-from modelbuild.errors import Interrupted, StageError
+from modelbuild.errors import InputError, Interrupted, StageError
 
 
 PROGRESS_POLL_SECONDS = 0.5
@@ -141,8 +141,11 @@ class Scheduler:
                         self._finish(NodeResult(node_id, self.plan.nodes[node_id].stage,
                                                 self.plan.nodes[node_id].build, state[0], reasons=[state[1]]))
                         continue
-                    self._visit(self.plan.nodes[node_id], options)
-                self._start_queued(options.jobs)
+                    if not self._visit(self.plan.nodes[node_id], options) and not options.keep_going:
+                        stop = True  # a file it declares could not be read; start nothing new
+                        break
+                if not stop:
+                    self._start_queued(options.jobs)
             if self._running:
                 if self._collect() and not options.keep_going:
                     stop = True  # let running stages finish; start nothing new
@@ -172,16 +175,23 @@ class Scheduler:
                 return (Status.STALE, Reason("upstream-reruns", dep))
         return "ready"
 
-    def _visit(self, node: Node, options: Options) -> None:
+    def _visit(self, node: Node, options: Options) -> bool:
+        """Reuse the node's cached result, or queue it to run; False if it failed before it could start."""
         started = time.perf_counter()
         doubt = (lambda result: self.doubt(node, result)) if self.doubt else None
-        decision = decide_node(node, self.plan.stages[node.stage], files=self._file_digests(node),
+        try:
+            files = self._file_digests(node)
+        except InputError as err:  # a declared file it names is missing: the node's failure, not the run's
+            self._finish(NodeResult(node.id, node.stage, node.build, Status.FAILED, error=err.message,
+                                    exit_code=err.exit_code))
+            return False
+        decision = decide_node(node, self.plan.stages[node.stage], files=files,
                                upstream=self._upstream_digests(node), store=self.store, doubt=doubt)
         inputs = decision.inputs
         if not decision.stale:
             try:
                 self._reuse(node, decision, inputs, started, publish=not options.dry_run)
-                return
+                return True
             except DamagedObject:
                 self.store.forget(decision.key)
                 decision = Decision(node.id, decision.key, None, [Reason("damaged")], inputs)
@@ -190,9 +200,12 @@ class Scheduler:
                                     reasons=decision.reasons, inputs=inputs))
         else:
             self._queued.append((node, decision, inputs))
+        return True
 
     def _file_digests(self, node: Node) -> dict[str, str]:
-        return {role: self.store.digests.digest(path) for role, path in node.files.items()}
+        digests, digesters = self.store.digests, self.plan.digesters
+        return {role: digesters[role](digests, path) if role in digesters else digests.digest(path)
+                for role, path in node.files.items()}
 
     def _upstream_digests(self, node: Node) -> dict[str, str]:
         return {role: self.run_result.results[dep].outputs[name] for role, (dep, name) in node.deps.items()}

@@ -15,7 +15,8 @@ from modelbuild.build.plan import Node, Plan
 from modelbuild.compiler.tuning_db import folder_for
 from modelbuild.pipeline import registry
 from modelbuild.pipeline.names import build_name, target_of, variant_of
-from modelbuild.pipeline.registry import ANALYSIS, FROZEN_ONNX, GOLDEN, IR, METRICS, QDQ_ONNX, SIGNATURE, TUNED_RECORDS
+from modelbuild.pipeline.registry import (ANALYSIS, FROZEN_ONNX, GOLDEN, IR, METRICS, MODEL, QDQ_ONNX, SIGNATURE,
+                                          TUNED_RECORDS)
 from modelbuild.pipeline.sample_files import sample_files
 from modelbuild.recipe import LoadedRecipe
 from modelbuild.recipe.targets import (device_of, LINKER, runs_on_host, tvm_target, validating_machine,
@@ -71,7 +72,7 @@ def build_plan(recipe: LoadedRecipe, resolve: TargetResolver, *, tuning_root: Pa
                     beside_float.append((build, validator.id, together))
     for build, validator, together in beside_float:  # the float build may come later in the recipe
         nodes[validator] = timed_beside_float(recipe, build, nodes, nodes[validator], together)
-    return Plan(nodes=nodes, builds=builds, stages=dict(registry.STAGES))
+    return Plan(nodes=nodes, builds=builds, stages=dict(registry.STAGES), digesters=dict(registry.DIGESTERS))
 
 
 def timed_beside_float(recipe: LoadedRecipe, build, nodes: dict[str, Node], validator: Node, together) -> Node:
@@ -112,7 +113,7 @@ def import_node(recipe: LoadedRecipe, model: str) -> Node:
     spec = recipe.spec.models[model]
     params = {"inputs": {name: _declared(i) for name, i in spec.inputs.items()}, "simplify": spec.simplify}
     return Node(id=f"import:{model}", stage="import", build=None, params=params,
-                files={"model": recipe.model_path(model)})
+                files={MODEL: recipe.model_path(model)})
 
 
 def _declared(spec) -> dict:
@@ -177,7 +178,7 @@ def reference_node(recipe: LoadedRecipe, node_id: str, importer: Node, validatio
     With `qdq`, the model run is onnxruntime's own quantized model: the second reference of an int8 build."""
     golden = validation.golden
     model = importer.id.split(":", 1)[1]
-    files = {} if qdq else {"model": recipe.model_path(model)}
+    files = {} if qdq else {MODEL: recipe.model_path(model)}
     files |= sample_files("golden", golden, recipe.root, golden.count)
     params = {"golden": golden.model_dump(exclude={"path"})}
     deps = {"signature": (importer.id, SIGNATURE)}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from modelbuild.build.stage import Stage
 from modelbuild.errors import ModelbuildError
+from modelbuild.frontend.external_data import model_digest
 
 STAGES: dict[str, Stage] = {}
 
@@ -24,6 +25,10 @@ def get_stage(name: str) -> Stage:
     except KeyError:
         raise ModelbuildError(f"no stage named {name!r}; stages: {', '.join(sorted(STAGES))}") from None
 
+
+# the role of a declared ONNX model file, digested with the files it keeps its tensors in
+MODEL = "model"
+DIGESTERS = {MODEL: model_digest}
 
 # the files each stage writes, by name: the plan wires them to downstream inputs, the report reads them
 IR, SIGNATURE, FROZEN_ONNX = "ir.json", "signature.json", "model.onnx"
