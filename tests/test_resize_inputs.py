@@ -66,3 +66,40 @@ def test_tvm_imports_a_resize_with_empty_scales_and_computes_what_onnxruntime_do
     vm = relax.VirtualMachine(tvm.compile(module, target="llvm"), tvm.cpu())
     ours = vm["main"](tvm.runtime.tensor(X)).numpy()
     np.testing.assert_allclose(ours, run(resized(), X), rtol=1e-5, atol=1e-6)
+
+
+def one_resize(scales=None, sizes=None, **attributes) -> onnx.ModelProto:
+    """x [1, 2, 8, 8] resized by constant scales or sizes, with the attributes given."""
+    inits = [numpy_helper.from_array(np.array(scales, np.float32), "scales")] if scales else []
+    inits += [numpy_helper.from_array(np.array(sizes, np.int64), "sizes")] if sizes else []
+    inputs = ["x", "", "scales" if scales else "", *(["sizes"] if sizes else [])]
+    node = helper.make_node("Resize", inputs, ["y"], name="up", mode="linear", **attributes)
+    graph = helper.make_graph([node], "resize", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+@pytest.mark.parametrize("model, words", [
+    (one_resize(scales=[1, 1, 0.5, 0.5], antialias=1), "downscales with antialias = 1"),
+    (one_resize(sizes=[1, 2, 4, 4], antialias=1), "downscales with antialias = 1 (or by sizes, which may)"),
+    (one_resize(sizes=[4, 4], axes=[2, 3]), "gives scales or sizes for axes [2, 3] alone"),
+    (one_resize(sizes=[1, 2, 16, 12], keep_aspect_ratio_policy="not_larger"), "keeps its aspect ratio (not_larger)"),
+])
+def test_a_resize_tvm_would_get_wrong_is_refused_naming_the_node_and_the_fix(model, words):
+    reason = resize_inputs.unsupported(model)
+    assert reason.startswith("Resize node 'up' ") and words in reason and "(fix: " in reason
+
+
+def test_an_upscale_with_antialias_and_a_plain_resize_are_imported():
+    assert resize_inputs.unsupported(one_resize(scales=[1, 1, 2, 2], antialias=1)) is None  # no filter upscaling
+    assert resize_inputs.unsupported(one_resize(sizes=[1, 2, 16, 12])) is None
+
+
+@pytest.mark.tvm
+def test_the_import_stage_refuses_a_downscale_with_antialias_rather_than_compute_without_it():
+    from modelbuild.errors import StageError
+    from modelbuild.stages import onnx_import
+
+    with pytest.raises(StageError, match="Resize node 'up' downscales with antialias = 1"):
+        onnx_import.to_relax(one_resize(scales=[1, 1, 0.5, 0.5], antialias=1),
+                             {"x": {"shape": [1, 2, 8, 8], "dtype": "float32"}})

@@ -1,4 +1,4 @@
-"""A Resize's empty `roi` or `scales` as the absent input it stands for.
+"""A Resize's empty `roi` or `scales` as the absent input it stands for, and the Resizes TVM cannot import.
 
 Exporters leave a Resize's scales out by naming an empty tensor rather than no tensor at all (older PyTorch
 exporters wrote F.interpolate(size=...) as Resize(x, roi=[], scales=[], sizes)). onnxruntime reads an empty
@@ -9,7 +9,9 @@ pooling branch is resized back to the feature map's size, failed this way.
 
 from __future__ import annotations
 
+import numpy as np
 import onnx
+from onnx import helper, numpy_helper
 
 OPTIONAL = (1, 2)  # roi and scales; sizes, the last input, is left out by leaving it off the list
 
@@ -50,3 +52,29 @@ def _elements(dims) -> int:
     for d in dims:
         count *= d
     return count if dims else 1  # a scalar holds one element
+
+
+def unsupported(model: onnx.ModelProto) -> str | None:
+    """Why TVM's converter would import one of the model's Resizes wrongly or not at all, in words with the
+    fix; None where it imports them all. It reads neither opset 18's `axes` (it failed with "Resize2D expects
+    the given output image size to be a 2-dim shape") nor `antialias` and `keep_aspect_ratio_policy` (it
+    resized as if they were not set: a downscale with antialias differed from onnxruntime's by 0.46)."""
+    scales = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    for node in model.graph.node:
+        if node.op_type != "Resize":
+            continue
+        attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        where = f"Resize node {node.name!r}"
+        if "axes" in attributes:
+            return (f"{where} gives scales or sizes for axes {list(attributes['axes'])} alone, which TVM's converter "
+                    f"does not read (fix: give them for every axis, as exporters before opset 18 write them)")
+        if attributes.get("keep_aspect_ratio_policy", b"stretch") != b"stretch":
+            policy = attributes["keep_aspect_ratio_policy"].decode()
+            return (f"{where} keeps its aspect ratio ({policy}), which TVM's converter ignores, so it would resize "
+                    f"to other sizes than onnxruntime (fix: give the sizes it resizes to, with the default stretch)")
+        given = scales.get(node.input[2]) if len(node.input) > 2 else None
+        if attributes.get("antialias") and not (given is not None and given.size and np.all(given >= 1)):
+            return (f"{where} downscales with antialias = 1 (or by sizes, which may), and TVM's converter ignores "
+                    f"antialias, so its output would differ from onnxruntime's (fix: resize without antialias, "
+                    f"or before the model)")
+    return None

@@ -241,6 +241,9 @@ def _check_supported(model, table: dict) -> None:
         if node.op_type not in table:
             raise StageError(f"operator {node.op_type} (node {node.name!r}) is not supported by TVM's ONNX frontend"
                              + _foldable_hint(model, node))
+    refused = resize_inputs.unsupported(model)
+    if refused:
+        raise StageError(refused)
 
 
 CONTRIB_HINT = ("; it is onnxruntime's own operator, written by its graph optimizer or QOperator quantizer: export "
