@@ -212,8 +212,14 @@ def _invalid(model) -> str | None:
     try:
         onnx.checker.check_model(model)
     except Exception as err:  # onnx's ValidationError, or a checker that cannot read the model at all
+        if SHAPELESS_OUTPUT in str(err):
+            return None  # an output declared without a shape: onnxruntime and TVM take it, so it is not the cause
         return f"the model is not valid ONNX: {last_line(err)} (fix the exporter's graph, or re-export it)"
     return None
+
+
+# what onnx's checker says of a graph output declared with no shape at all (as onnx.helper writes shape=None)
+SHAPELESS_OUTPUT = "Field 'shape' of 'type' is required but missing"
 
 
 QUANTIZED_OPS = {"DequantizeLinear", *qoperator.QOPERATORS}
