@@ -187,6 +187,10 @@ ZOO = [
              "generated:efficientnet_ish", {"x": [1, 3, 224, 224]}, preset="float-ci", int8=("random", {})),
     ZooModel("whisper_ish", "generated: Whisper-tiny's audio encoder (2 layers), conv1d stem, 1500 positions",
              "generated:whisper_ish", {"mel": [1, 80, 3000]}),
+    ZooModel("deeplab_ish", "generated: DeepLabV3-style segmentation, dilated convs, ASPP, 8x bilinear Resize, "
+             "ArgMax labels", "generated:deeplab_ish", {"x": [1, 3, 320, 320]}, int8=("random", {})),
+    ZooModel("llama_ish", "generated: a LLaMA-style decoder, RMSNorm, rotary embeddings, SwiGLU, 6000-word head",
+             "generated:llama_ish", {"input_ids": [1, 128]}, {"input_ids": "int64"}, int_range=(0, 6000)),
 ]
 
 
@@ -913,12 +917,105 @@ def whisper_ish(path: Path) -> None:
            17, path)
 
 
+def deeplab_ish(path: Path) -> None:
+    """A DeepLabV3-style segmentation net at 320x320: a stride-8 stem, a dilated 3x3 conv, atrous spatial pyramid
+    pooling (1x1 and 3x3 convs at dilations 2, 4 and 6, and the pooled image resized back by sizes, its scales an
+    empty tensor as older PyTorch exporters write it), 21 class logits resized 8x bilinear (half_pixel) to the
+    input's size, and the per-pixel ArgMax (int64) as a second output; seeded random weights (He-scaled)."""
+    import numpy as np
+    from onnx import TensorProto, helper
+
+    net = _ConvNet()
+    node, const = net.node, net.const
+
+    def dilated(x, cin, cout, d, name):
+        w = const(f"{name}.w", net.rng.standard_normal((cout, cin, 3, 3)) / math.sqrt(cin * 9))
+        b = const(f"{name}.b", net.rng.standard_normal(cout).astype("float32") * 0.1)
+        return net.relu(node("Conv", [x, w, b], name, pads=[d] * 4, dilations=[d, d]))
+
+    x = net.relu(net.conv("x", 3, 32, 3, 2, "s1"))
+    x = net.relu(net.conv(x, 32, 64, 3, 2, "s2"))
+    x = dilated(net.relu(net.conv(x, 64, 128, 3, 2, "s3")), 128, 128, 2, "d2")
+    branches = [net.relu(net.conv(x, 128, 64, 1, 1, "aspp0"))] + [dilated(x, 128, 64, d, f"aspp{d}") for d in (2, 4, 6)]
+    pooled = net.relu(net.conv(node("GlobalAveragePool", [x], "image_pool"), 128, 64, 1, 1, "image_pool.conv"))
+    empty = const("empty", np.zeros(0))
+    branches.append(node("Resize", [pooled, empty, empty, const("image_pool.size", [1, 64, 40, 40], np.int64)],
+                         "image_pool.up", mode="nearest"))
+    x = net.relu(net.conv(node("Concat", branches, "aspp", axis=1), 320, 64, 1, 1, "project"))
+    logits = net.conv(x, 64, 21, 1, 1, "classes")
+    node("Resize", [logits, empty, const("upsample", [1.0, 1.0, 8.0, 8.0])], "out", mode="linear")
+    node("ArgMax", ["out"], "labels", axis=1, keepdims=0)
+    net.save("deeplab_ish", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 320, 320])],
+             [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 21, 320, 320]),
+              helper.make_tensor_value_info("labels", TensorProto.INT64, [1, 320, 320])], 13, path)
+
+
+LLAMA = {"vocab": 6000, "hidden": 256, "heads": 4, "layers": 3, "seq": 128, "ffn": 688}
+
+
+def llama_ish(path: Path) -> None:
+    """A LLaMA-style decoder as it exports for a fixed prompt: int64 token ids, RMSNorm written as Pow,
+    ReduceMean, Sqrt and Div, rotary position embeddings (Slice, Neg, Concat, constant cos and sin tables), a
+    causal mask added to the scores, a SwiGLU MLP (x * Sigmoid(x) gating), no biases, and a vocabulary head;
+    seeded random weights, LLaMA's shapes scaled down (LLAMA above)."""
+    import numpy as np
+    from onnx import TensorProto, helper
+
+    hidden, heads, seq, ffn = LLAMA["hidden"], LLAMA["heads"], LLAMA["seq"], LLAMA["ffn"]
+    head = hidden // heads
+    g = _Transformer(hidden, heads, seq, epsilon=1e-6, scale=0.03)
+    const, node, weight = g.const, g.node, g.weight
+
+    def rms_norm(x, name):
+        mean_square = node("ReduceMean", [node("Pow", [x, const(f"{name}.two", 2.0)], f"{name}.sq")], f"{name}.ms",
+                           axes=[-1], keepdims=1)
+        root = node("Sqrt", [node("Add", [mean_square, const(f"{name}.eps", 1e-6)], f"{name}.mse")], f"{name}.rms")
+        return node("Mul", [node("Div", [x, root], f"{name}.normed"), const(f"{name}.g", np.ones(hidden))], name)
+
+    def linear(x, n_in, n_out, name):
+        return node("MatMul", [x, weight(f"{name}.w", n_in, n_out)], name)
+
+    angles = np.arange(seq)[:, None] / (10000 ** (np.arange(0, head, 2) / head))[None]
+    cos, sin = (const(n, f(np.concatenate([angles, angles], -1))[None, None]) for n, f in (("cos", np.cos),
+                                                                                           ("sin", np.sin)))
+    start, middle, end, last = (const(n, [v], np.int64) for n, v in (("start", 0), ("middle", head // 2),
+                                                                     ("end", head), ("last", 3)))
+
+    def rotary(x, name):
+        first, second = node("Slice", [x, start, middle, last], f"{name}.a"), node("Slice", [x, middle, end, last],
+                                                                                    f"{name}.b")
+        rotated = node("Concat", [node("Neg", [second], f"{name}.nb"), first], f"{name}.rot", axis=-1)
+        return node("Add", [node("Mul", [x, cos], f"{name}.xc"), node("Mul", [rotated, sin], f"{name}.rs")], name)
+
+    mask = const("causal_mask", np.triu(np.full((seq, seq), -1e9), 1)[None, None])
+    x = node("Gather", [weight("embed", LLAMA["vocab"], hidden), "input_ids"], "tokens")
+    for layer in range(LLAMA["layers"]):
+        n = f"l{layer}"
+        y = rms_norm(x, f"{n}.norm1")
+        q, k, v = (g.split_heads(linear(y, hidden, hidden, f"{n}.{p}"), f"{n}.{p}h") for p in "qkv")
+        q, k = rotary(q, f"{n}.rq"), rotary(k, f"{n}.rk")
+        scores = node("Mul", [node("MatMul", [q, node("Transpose", [k], f"{n}.kt", perm=[0, 1, 3, 2])], f"{n}.qk"),
+                              const(f"{n}.scale", head ** -0.5)], f"{n}.scores")
+        p = node("Softmax", [node("Add", [scores, mask], f"{n}.masked")], f"{n}.p", axis=-1)
+        context = node("Transpose", [node("MatMul", [p, v], f"{n}.ctx")], f"{n}.ctxt", perm=[0, 2, 1, 3])
+        context = node("Reshape", [context, const(f"{n}.merge", [1, seq, hidden], np.int64)], f"{n}.merged")
+        x = node("Add", [x, linear(context, hidden, hidden, f"{n}.o")], f"{n}.res1")
+        y = rms_norm(x, f"{n}.norm2")
+        gate, up = linear(y, hidden, ffn, f"{n}.gate"), linear(y, hidden, ffn, f"{n}.up")
+        silu = node("Mul", [gate, node("Sigmoid", [gate], f"{n}.sig")], f"{n}.silu")
+        x = node("Add", [x, linear(node("Mul", [silu, up], f"{n}.act"), ffn, hidden, f"{n}.down")], f"{n}.res2")
+    linear(rms_norm(x, "final_norm"), hidden, LLAMA["vocab"], "logits")
+    g.save("llama_ish", [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [1, seq])],
+           [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, seq, LLAMA["vocab"]])], 17, path)
+
+
 GENERATORS = {"resnet_ish": resnet_ish, "resnext_ish": resnext_ish, "orientation_qop": orientation_qop,
               "text_cls_fp16": text_cls_fp16, "bert_ish": bert_ish, "tdnn_ish": tdnn_ish, "vit_ish": vit_ish,
               "mobilenetv3_ish": mobilenetv3_ish, "unet_ish": unet_ish, "espcn_ish": espcn_ish,
               "convnext_ish": convnext_ish, "style_ish": style_ish, "c3d_ish": c3d_ish,
               "conformer_ish": conformer_ish, "gpt_ish": gpt_ish, "bert_ish_dynq": bert_ish_dynq,
-              "efficientnet_ish": efficientnet_ish, "whisper_ish": whisper_ish}
+              "efficientnet_ish": efficientnet_ish, "whisper_ish": whisper_ish, "deeplab_ish": deeplab_ish,
+              "llama_ish": llama_ish}
 
 
 # --- building ------------------------------------------------------------------------------------------------

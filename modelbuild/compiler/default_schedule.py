@@ -45,8 +45,8 @@ import math
 from dataclasses import dataclass
 
 from modelbuild.compiler.kernels import (
-    amx_conv, avx2_conv, layer_norm, nearest_upsample, packed_conv, pairwise_pool, sdot_conv, softmax, vnni_conv,
-    vnni_depthwise,
+    amx_conv, avx2_conv, layer_norm, linear_upsample, nearest_upsample, packed_conv, pairwise_pool, sdot_conv, softmax,
+    vnni_conv, vnni_depthwise,
 )
 
 VECTOR_LANES = 16  # float32 lanes of AVX-512; narrower vector units run the loop in several instructions
@@ -157,6 +157,8 @@ def schedule_function(func, on: Machine):
     if held:
         sch = trial
     else:  # no hand-written kernel, or one whose schedule did not fit (an unusual fused epilogue)
+        if linear_upsample.read_transposed(sch):
+            sch = _attempt(sch, linear_upsample.columns_channels_first, refused)
         for block in sch.get_child_blocks(root):
             if _is_reduction(sch, block):
                 sch = _attempt(sch, lambda s, b=block: _schedule_reduction(s, b, on), refused)
@@ -235,7 +237,7 @@ def _inline_elementwise(sch, root, refused: list[str]):
     a 5x5 pool at 10x10 took 60 -> 128 us), nor a dot-product conv's staging or padding of its input (their
     schedules expect them)."""
     kept: set[str] = {*amx_conv.STAGING_BLOCKS, *vnni_conv.STAGING_BLOCKS, *sdot_conv.STAGING_BLOCKS,
-                      *avx2_conv.STAGING_BLOCKS, vnni_depthwise.PAD_BLOCK}
+                      *avx2_conv.STAGING_BLOCKS, vnni_depthwise.PAD_BLOCK, linear_upsample.COLUMNS_BLOCK}
     while True:
         outputs = {sch.get(b).name_hint for b in sch.get_output_blocks(root)}
         candidates = [b for b in sch.get_child_blocks(root)

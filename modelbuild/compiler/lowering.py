@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from modelbuild.compiler import (channel_padding, channels_last, constant_folding, conv_transpose, default_schedule,
                                  fast_math, float16_compute, group_blocks, layer_names, padding_taps, pixel_rows)
 from modelbuild.compiler.analysis import KernelCall, Step
-from modelbuild.compiler.kernels import layer_norm, nearest_upsample, packed_gemv, pairwise_pool
+from modelbuild.compiler.kernels import layer_norm, linear_upsample, nearest_upsample, packed_gemv, pairwise_pool
 from modelbuild.compiler.kernels.integer_kernels import (conv_instruction, legalize_conv2d, legalize_matmul,
                                                          legalize_quantize)
 
@@ -74,7 +74,7 @@ def lower(module, target, *, fuse: bool, layout: str | None, database=None, sche
 
     legalize = relax.transform.LegalizeOps(customize_legalize_map={
         "relax.quantize": legalize_quantize, "relax.nn.conv2d": legalize_conv2d, "relax.matmul": _legalize_matmul,
-        "relax.image.resize2d": nearest_upsample.legalize_resize2d,
+        "relax.image.resize2d": _legalize_resize2d,
         "relax.nn.max_pool2d": pairwise_pool.legalize_max_pool2d, "relax.nn.layer_norm": layer_norm.legalize,
         **fast_math.legalizations()})
     legalized = seq(cpu.library_dispatch_passes(target) + [legalize,
@@ -89,6 +89,13 @@ def lower(module, target, *, fuse: bool, layout: str | None, database=None, sche
     lowered = seq(cpu.dataflow_lower_passes(target))(fused)
     planned = relax.transform.StaticPlanBlockMemory()(lowered)
     return Phases(legalized, grouped, fused, lowered, planned, used_layout)
+
+
+def _legalize_resize2d(bb, call):
+    """A linear upsampling by whole factors in two passes of taps (linear_upsample.py); any other resize as
+    nearest_upsample.py legalises it (its own kernel, or TVM's)."""
+    kernel = linear_upsample.legalize if linear_upsample.eligible(call) else nearest_upsample.legalize_resize2d
+    return kernel(bb, call)
 
 
 def _legalize_matmul(bb, call):
