@@ -72,3 +72,38 @@ def test_tvm_imports_the_converted_model_and_not_the_original():
         from tvm.relax.frontend.onnx import from_onnx
 
         from_onnx(sliced_state(9), {"x": [4, 1, 6]}, {"x": "float32"})
+
+
+def resampled(op: str, version: int, mode: str, scales: list[float]) -> onnx.ModelProto:
+    """x [1, 3, 6, 8] upsampled (or an opset-10 Resize) by constant scales."""
+    node = helper.make_node(op, ["x", "scales"], ["y"], name="resize", mode=mode)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 6, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [onnx.numpy_helper.from_array(np.array(scales, np.float32), "scales")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", version)])
+    model.ir_version = 7
+    return model
+
+
+def resample(model: onnx.ModelProto) -> np.ndarray:
+    x = {"x": np.random.default_rng(0).standard_normal((1, 3, 6, 8)).astype(np.float32)}
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, x)[0]
+
+
+@pytest.mark.parametrize("op, version, mode, scales", [
+    ("Upsample", 9, "linear", [1, 1, 2, 2]),  # an opset-9 bilinear Upsample: off by up to 1.4 as half_pixel
+    ("Upsample", 9, "nearest", [1, 1, 1.5, 2.5]),
+    ("Resize", 10, "linear", [1, 1, 0.5, 2]),
+    ("Resize", 10, "nearest", [1, 1, 0.5, 0.5]),  # onnxruntime rounds up where it downsamples
+])
+def test_an_old_resize_keeps_its_coordinates_when_converted(op, version, mode, scales):
+    model = resampled(op, version, mode, scales)
+    converted = opset.raised_to(model, 13, needed_for="TVM's ONNX import")
+    attributes = {a.name: helper.get_attribute_value(a) for a in converted.graph.node[-1].attribute}
+    assert attributes["coordinate_transformation_mode"] == b"asymmetric"
+    np.testing.assert_allclose(resample(converted), resample(model), rtol=1e-6, atol=1e-6)
+
+
+def test_an_old_nearest_resize_that_upsamples_one_axis_and_downsamples_another_is_refused():
+    with pytest.raises(StageError, match="upsamples one axis and downsamples another by nearest neighbour"):
+        opset.raised_to(resampled("Resize", 10, "nearest", [1, 1, 0.5, 2]), 13, needed_for="TVM's ONNX import")

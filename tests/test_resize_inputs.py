@@ -103,3 +103,26 @@ def test_the_import_stage_refuses_a_downscale_with_antialias_rather_than_compute
     with pytest.raises(StageError, match="Resize node 'up' downscales with antialias = 1"):
         onnx_import.to_relax(one_resize(scales=[1, 1, 0.5, 0.5], antialias=1),
                              {"x": {"shape": [1, 2, 8, 8], "dtype": "float32"}})
+
+
+def resize_of(side: int, scales, mode="half_pixel") -> onnx.ModelProto:
+    inits = [numpy_helper.from_array(np.array(scales, np.float32), "scales")]
+    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], name="up", mode="linear",
+                            coordinate_transformation_mode=mode)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 6, side])
+    graph = helper.make_graph([node], "resize", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              initializer=inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_a_scale_whose_product_with_the_side_is_not_whole_is_refused():
+    """TVM spaces the samples by the rounded size: 7 x 0.5 -> 3, sampled 7 / 3 apart where onnxruntime's are 2."""
+    reason = resize_inputs.unsupported(resize_of(7, [1, 1, 0.5, 0.5]))
+    assert reason.startswith("Resize node 'up' scales axis 3 of 7 by 0.5 to 3.5")
+    assert "(fix: give the Resize sizes" in reason
+
+
+@pytest.mark.parametrize("side, scales, mode", [
+    (8, [1, 1, 0.5, 0.5], "half_pixel"), (7, [1, 1, 1.5, 1.5], "align_corners"), (7, [1, 1, 2, 3], "half_pixel")])
+def test_whole_products_and_modes_that_map_by_size_are_imported(side, scales, mode):
+    assert resize_inputs.unsupported(resize_of(side, scales, mode)) is None

@@ -31,11 +31,12 @@ def raised_to(model: onnx.ModelProto, version: int, *, needed_for: str, fix: str
     from onnx import version_converter
 
     try:
-        return version_converter.convert_version(model, version)
+        converted = version_converter.convert_version(model, version)
     except Exception as err:
         raise StageError(f"the model is opset {opset}; {needed_for} needs opset {version}, and onnx could not "
                          f"convert it ({last_line(err)}) (fix: re-export the model at opset {version} or later"
                          f"{' or ' + fix if fix else ''})") from err
+    return _resizes_as_before(model, converted) if opset < RESIZE_COORDINATES else converted
 
 
 def importable(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -43,3 +44,34 @@ def importable(model: onnx.ModelProto) -> onnx.ModelProto:
     if default_opset(model) >= OLDEST_IMPORTED:
         return model
     return raised_to(model, IMPORTED_AS, needed_for="TVM's ONNX import")
+
+
+RESIZE_COORDINATES = 11  # the opset whose Resize took a coordinate_transformation_mode (default half_pixel)
+
+
+def _resizes_as_before(original: onnx.ModelProto, converted: onnx.ModelProto) -> onnx.ModelProto:
+    """The converted model with each Resize that was an Upsample or an opset-10 Resize given the coordinates
+    it had: output x at input x / scale (asymmetric), nearest rounded down where it upsamples and up where it
+    downsamples, as onnxruntime runs the original. onnx's converter writes no coordinate mode, so the Resize
+    took opset 11's half_pixel: an opset-9 bilinear Upsample 2x was off by up to 1.4 on unit inputs."""
+    from onnx import helper, numpy_helper
+
+    resized = {n.output[0] for n in original.graph.node if n.op_type in ("Upsample", "Resize")}
+    constants = {t.name: numpy_helper.to_array(t) for t in converted.graph.initializer}
+    constants |= {n.output[0]: numpy_helper.to_array(n.attribute[0].t) for n in converted.graph.node
+                  if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value"}
+    for node in converted.graph.node:
+        if node.op_type != "Resize" or node.output[0] not in resized:
+            continue
+        attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        node.attribute.append(helper.make_attribute("coordinate_transformation_mode", "asymmetric"))
+        if attributes.get("mode", b"nearest") == b"nearest":
+            scales = constants.get(node.input[2]) if len(node.input) > 2 else None
+            resampled = scales[scales != 1] if scales is not None else []
+            if len(resampled) and (resampled < 1).any() and (resampled > 1).any():
+                raise StageError(f"Resize node {node.name!r} of opset {default_opset(original)} upsamples one axis "
+                                 f"and downsamples another by nearest neighbour, rounding each its own way, which no "
+                                 f"later Resize can say (fix: re-export the model at opset 11 or later)")
+            downsamples = len(resampled) and (resampled < 1).all()
+            node.attribute.append(helper.make_attribute("nearest_mode", "ceil" if downsamples else "floor"))
+    return converted
