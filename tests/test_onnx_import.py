@@ -153,3 +153,16 @@ def test_an_output_declared_without_a_shape_does_not_hide_tvms_own_error():
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)])
     with pytest.raises(StageError, match="^TVM could not import the model: 'num_heads'"):
         onnx_import.to_relax(model, {n: {"shape": shape, "dtype": "float32"} for n in "qkv"})
+
+
+@pytest.mark.tvm
+def test_onnxs_checker_is_quoted_whole_on_one_line():
+    """Its message spans lines; the last one alone read "the model is not valid ONNX:  is not output of any
+    previous nodes"."""
+    graph = helper.make_graph([helper.make_node("Add", ["x", "nothing"], ["y"], name="add")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    with pytest.raises(StageError) as caught:
+        onnx_import.to_relax(model, {"x": {"shape": [1, 4], "dtype": "float32"}})
+    assert "input 'nothing' of node" in caught.value.message and "\n" not in caught.value.message

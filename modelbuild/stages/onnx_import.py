@@ -21,7 +21,8 @@ from onnx import numpy_helper
 from modelbuild import signature
 from modelbuild.errors import InputError, last_line, StageError
 from modelbuild.compiler import integer_ops, layer_names
-from modelbuild.frontend import auto_pad, batchnorm, float16, opset, predication, qoperator, recurrent, resize_inputs
+from modelbuild.frontend import (auto_pad, batchnorm, float16, node_order, opset, predication, qoperator, recurrent,
+                                 resize_inputs)
 from modelbuild.recipe.params import ImportParams, parse
 from modelbuild.recipe.schema import InputSpec, toml_key
 
@@ -189,7 +190,8 @@ def to_relax(model, declared: dict):
     """The ONNX model as a Relax module with the declared input shapes and dtypes."""
     from tvm.relax.frontend.onnx import onnx_frontend
 
-    model = opset.importable(model)  # first: the rewrites below write the operators of opset 13
+    model = node_order.topologically_sorted(model)  # as onnxruntime runs an unsorted graph; TVM reads it in order
+    model = opset.importable(model)  # first of the rewrites: they write the operators of opset 13
     model = predication.predicate(model)  # TVM has no If; before the LSTM rewrite, which unrolls a branch's too
     model = qoperator.to_qdq(recurrent.decompose(model))  # TVM has no LSTM, GRU or QLinearConv converter
     model = batchnorm.fold(model)  # what onnxslim could not fold into a (quantized) conv
@@ -214,7 +216,8 @@ def _invalid(model) -> str | None:
     except Exception as err:  # onnx's ValidationError, or a checker that cannot read the model at all
         if SHAPELESS_OUTPUT in str(err):
             return None  # an output declared without a shape: onnxruntime and TVM take it, so it is not the cause
-        return f"the model is not valid ONNX: {last_line(err)} (fix the exporter's graph, or re-export it)"
+        words = " ".join(str(err).split())  # its messages span lines ("input 'h' of node:\nname: relu ...")
+        return f"the model is not valid ONNX: {words} (fix the exporter's graph, or re-export it)"
     return None
 
 
