@@ -64,6 +64,9 @@ def _resizes_as_before(original: onnx.ModelProto, converted: onnx.ModelProto) ->
         if node.op_type != "Resize" or node.output[0] not in resized:
             continue
         attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        kept = [a for a in node.attribute if a.name not in ("coordinate_transformation_mode", "nearest_mode")]
+        del node.attribute[:]
+        node.attribute.extend(kept)
         node.attribute.append(helper.make_attribute("coordinate_transformation_mode", "asymmetric"))
         if attributes.get("mode", b"nearest") == b"nearest":
             scales = constants.get(node.input[2]) if len(node.input) > 2 else None

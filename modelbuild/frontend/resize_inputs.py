@@ -108,7 +108,10 @@ def _input_sides(model: onnx.ModelProto, tensor: str) -> list | None:
     """The tensor's dimensions as shape inference finds them (an int where known), or None."""
     from onnx import shape_inference
 
-    inferred = shape_inference.infer_shapes(model)
+    try:
+        inferred = shape_inference.infer_shapes(model)
+    except Exception:  # a model onnx cannot infer: TVM's import then says what it finds wrong
+        return None
     values = [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]
     found = next((v for v in values if v.name == tensor), None)
     if found is None or not found.type.tensor_type.HasField("shape"):

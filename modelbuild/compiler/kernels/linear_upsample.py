@@ -117,4 +117,3 @@ def _offset(r, factor: int, mode: str):
     if mode == "asymmetric":
         return r * (1.0 / factor)
     return (r * 2.0 + (1.0 - factor)) * (1.0 / (2 * factor))
-
