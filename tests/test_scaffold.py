@@ -69,6 +69,16 @@ def test_init_refuses_to_overwrite_and_names_unknown_presets(tmp_path, capsys):
     assert code == 2 and err.strip() == "error: no target preset 'gpu' (fix: use one of host, x86-server, rpi4, cuda)"
 
 
+def test_a_model_onnx_cannot_read_is_named_once_in_the_error(tmp_path, capsys):
+    import onnx
+
+    model = onnx.load(str(conv_relu(tmp_path / "net.onnx")))
+    onnx.save(model, str(tmp_path / "net.onnx"), save_as_external_data=True, location="net.data", size_threshold=0)
+    (tmp_path / "net.data").unlink()  # its weights' file left behind
+    code, _, err = init(capsys, tmp_path, tmp_path / "net.onnx")
+    assert code == 2 and err.startswith("error: net.onnx is not a readable ONNX model: ") and err.count("net.onnx") == 1
+
+
 def test_a_gpu_recipe_loads_as_written(tmp_path, capsys):
     two_in_two_out(tmp_path / "two.onnx")
     assert init(capsys, tmp_path, tmp_path / "two.onnx", "--target", "cuda")[0] == 0

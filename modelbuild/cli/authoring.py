@@ -23,8 +23,9 @@ def cmd_init(args, console) -> int:
         raise ModelbuildError(f"{args.model}: no such model file")
     try:
         facts = model_facts(args.model)
-    except StageError as err:
-        raise ModelbuildError(f"{args.model}: {err.message}") from None
+    except StageError as err:  # a message that names the file already is not prefixed with it again
+        named = err.message.startswith(args.model.name)
+        raise ModelbuildError(err.message if named else f"{args.model}: {err.message}") from None
     if args.int8 and (facts.quantized or facts.float16):
         raise ModelbuildError(f"--int8: {args.model} {'arrives quantized' if facts.quantized else 'is float16'}, "
                               f"and modelbuild quantizes float32 models (fix: leave out --int8"
