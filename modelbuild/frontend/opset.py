@@ -54,12 +54,11 @@ def _resizes_as_before(original: onnx.ModelProto, converted: onnx.ModelProto) ->
     it had: output x at input x / scale (asymmetric), nearest rounded down where it upsamples and up where it
     downsamples, as onnxruntime runs the original. onnx's converter writes no coordinate mode, so the Resize
     took opset 11's half_pixel: an opset-9 bilinear Upsample 2x was off by up to 1.4 on unit inputs."""
-    from onnx import helper, numpy_helper
+    from onnx import helper
+
+    from modelbuild.frontend.resize_inputs import constant_value
 
     resized = {n.output[0] for n in original.graph.node if n.op_type in ("Upsample", "Resize")}
-    constants = {t.name: numpy_helper.to_array(t) for t in converted.graph.initializer}
-    constants |= {n.output[0]: numpy_helper.to_array(n.attribute[0].t) for n in converted.graph.node
-                  if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value"}
     for node in converted.graph.node:
         if node.op_type != "Resize" or node.output[0] not in resized:
             continue
@@ -69,7 +68,7 @@ def _resizes_as_before(original: onnx.ModelProto, converted: onnx.ModelProto) ->
         node.attribute.extend(kept)
         node.attribute.append(helper.make_attribute("coordinate_transformation_mode", "asymmetric"))
         if attributes.get("mode", b"nearest") == b"nearest":
-            scales = constants.get(node.input[2]) if len(node.input) > 2 else None
+            scales = constant_value(converted, node.input[2]) if len(node.input) > 2 else None
             resampled = scales[scales != 1] if scales is not None else []
             if len(resampled) and (resampled < 1).any() and (resampled > 1).any():
                 raise StageError(f"Resize node {node.name!r} of opset {default_opset(original)} upsamples one axis "

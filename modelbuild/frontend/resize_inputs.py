@@ -60,7 +60,6 @@ def unsupported(model: onnx.ModelProto) -> str | None:
     the given output image size to be a 2-dim shape") nor `antialias` and `keep_aspect_ratio_policy` (it
     resized as if they were not set: a downscale with antialias differed from onnxruntime's by 0.46), and it
     spaces samples by the output's size where onnxruntime spaces them by the scale (see _uneven_scale)."""
-    scales = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
     for node in model.graph.node:
         if node.op_type != "Resize":
             continue
@@ -73,7 +72,7 @@ def unsupported(model: onnx.ModelProto) -> str | None:
             policy = attributes["keep_aspect_ratio_policy"].decode()
             return (f"{where} keeps its aspect ratio ({policy}), which TVM's converter ignores, so it would resize "
                     f"to other sizes than onnxruntime (fix: give the sizes it resizes to, with the default stretch)")
-        given = scales.get(node.input[2]) if len(node.input) > 2 else None
+        given = constant_value(model, node.input[2]) if len(node.input) > 2 else None
         if attributes.get("antialias") and not (given is not None and given.size and np.all(given >= 1)):
             return (f"{where} downscales with antialias = 1 (or by sizes, which may), and TVM's converter ignores "
                     f"antialias, so its output would differ from onnxruntime's (fix: resize without antialias, "
@@ -117,3 +116,18 @@ def _input_sides(model: onnx.ModelProto, tensor: str) -> list | None:
     if found is None or not found.type.tensor_type.HasField("shape"):
         return None
     return [d.dim_value if d.HasField("dim_value") else None for d in found.type.tensor_type.shape.dim]
+
+
+def constant_value(model: onnx.ModelProto, name: str):
+    """The value of an initializer or Constant node's tensor of that name; None if there is none, or if its
+    bytes do not make the array it declares (a damaged model: TVM's import then says so)."""
+    tensor = next((t for t in model.graph.initializer if t.name == name), None)
+    if tensor is None:
+        tensor = next((a.t for n in model.graph.node if n.op_type == "Constant" and n.output[0] == name
+                       for a in n.attribute if a.name == "value"), None)
+    if tensor is None or not name:
+        return None
+    try:
+        return numpy_helper.to_array(tensor)
+    except Exception:
+        return None
