@@ -34,6 +34,18 @@ def test_a_written_out_operator_computes_what_onnxruntime_computes_of_the_origin
     np.testing.assert_allclose(run(written), run(model), rtol=1e-6, atol=1e-7)
 
 
+def test_nodes_without_inputs_beside_one_written_out_are_kept():
+    """A Constant node has no input to look up the dtype of."""
+    graph = helper.make_graph([helper.make_node("Constant", [], ["k"], value=onnx.numpy_helper.from_array(X)),
+                               helper.make_node("Add", ["x", "k"], ["s"]), helper.make_node("Celu", ["s"], ["y"])],
+                              "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    written = decompositions.decomposed(model)
+    assert written.graph.node[0].op_type == "Constant" and "Celu" not in {n.op_type for n in written.graph.node}
+    np.testing.assert_allclose(run(written), run(model), rtol=1e-6, atol=1e-7)
+
+
 @pytest.mark.parametrize("model", [one_node("LpNormalization", p=3), one_node("Celu", TensorProto.DOUBLE),
                                    one_node("Relu")], ids=["p3", "float64", "none"])
 def test_a_form_it_does_not_write_leaves_the_model_as_it_is(model):

@@ -22,13 +22,13 @@ def decomposed(model: onnx.ModelProto) -> onnx.ModelProto:
     if not any(_writes(node) for node in model.graph.node):
         return model
     float32 = _float32_tensors(model)
-    if not any(_writes(node) and node.input[0] in float32 for node in model.graph.node):
+    if not any(_writes(node, float32) for node in model.graph.node):
         return model
     out = onnx.ModelProto()
     out.CopyFrom(model)
     nodes, constants = [], []
     for node in out.graph.node:
-        written = _writes(node) if node.input[0] in float32 else None
+        written = _writes(node, float32)
         if written is None:
             nodes.append(node)
             continue
@@ -53,7 +53,10 @@ def _float32_tensors(model: onnx.ModelProto) -> set[str]:
     return {v.name for v in values if v.type.tensor_type.elem_type == onnx.TensorProto.FLOAT}
 
 
-def _writes(node):
+def _writes(node, float32: set[str] | None = None):
+    """The function writing the node out, or None; with `float32`, only for a node whose input is in it."""
+    if float32 is not None and not (node.input and node.input[0] in float32):
+        return None
     if node.op_type == "LpNormalization" and _attribute(node, "p", 2) in REDUCTIONS:
         return _lp_normalization
     if node.op_type == "Celu":
