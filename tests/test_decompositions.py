@@ -13,11 +13,11 @@ from modelbuild.frontend import decompositions
 X = np.array([[0, 0, 0, 0], [1, -2, 3, 4], [-0.5, 0.25, 7, -3]], np.float32)  # a zero row: onnxruntime's zeros
 
 
-def one_node(op: str, dtype=TensorProto.FLOAT, **attributes) -> onnx.ModelProto:
+def one_node(op: str, dtype=TensorProto.FLOAT, opset: int = 13, **attributes) -> onnx.ModelProto:
     graph = helper.make_graph([helper.make_node(op, ["x"], ["y"], name="node", **attributes)], "g",
                               [helper.make_tensor_value_info("x", dtype, [3, 4])],
                               [helper.make_tensor_value_info("y", dtype, [3, 4])])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
 
 def run(model: onnx.ModelProto, x: np.ndarray = X) -> np.ndarray:
@@ -26,7 +26,8 @@ def run(model: onnx.ModelProto, x: np.ndarray = X) -> np.ndarray:
 
 @pytest.mark.parametrize("op, attributes", [
     ("LpNormalization", {"axis": 1, "p": 2}), ("LpNormalization", {"axis": 0, "p": 1}),
-    ("LpNormalization", {}), ("Celu", {"alpha": 0.7}), ("Celu", {})])
+    ("LpNormalization", {}), ("LpNormalization", {"axis": 0, "opset": 18}),  # axes an input from opset 18
+    ("Celu", {"alpha": 0.7}), ("Celu", {})])
 def test_a_written_out_operator_computes_what_onnxruntime_computes_of_the_original(op, attributes):
     model = one_node(op, **attributes)
     written = decompositions.decomposed(model)
@@ -53,13 +54,14 @@ def test_a_form_it_does_not_write_leaves_the_model_as_it_is(model):
 
 
 @pytest.mark.tvm
-@pytest.mark.parametrize("op", ["LpNormalization", "Celu"])
-def test_tvm_imports_the_operator_and_computes_what_onnxruntime_does(op):
+@pytest.mark.parametrize("op, opset", [("LpNormalization", 13), ("LpNormalization", 18), ("Celu", 13)])
+def test_tvm_imports_the_operator_and_computes_what_onnxruntime_does(op, opset):
     import tvm
     from tvm import relax
 
     from modelbuild.stages import onnx_import
 
-    module = onnx_import.to_relax(one_node(op), {"x": {"shape": [3, 4], "dtype": "float32"}})
+    model = one_node(op, opset=opset)
+    module = onnx_import.to_relax(model, {"x": {"shape": [3, 4], "dtype": "float32"}})
     vm = relax.VirtualMachine(tvm.compile(module, target="llvm"), tvm.cpu())
-    np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(X)).numpy(), run(one_node(op)), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(X)).numpy(), run(model), rtol=1e-5, atol=1e-6)

@@ -12,7 +12,10 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from modelbuild.frontend.opset import default_opset
+
 REDUCTIONS = {1: "ReduceL1", 2: "ReduceL2"}  # LpNormalization's p -> the norm that divides
+AXES_AS_INPUT = 18  # from this opset a reduction reads its axes as an input; an attribute is ignored
 
 
 def decomposed(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -27,12 +30,13 @@ def decomposed(model: onnx.ModelProto) -> onnx.ModelProto:
     out = onnx.ModelProto()
     out.CopyFrom(model)
     nodes, constants = [], []
+    version = default_opset(model)
     for node in out.graph.node:
         written = _writes(node, float32)
         if written is None:
             nodes.append(node)
             continue
-        new_nodes, new_constants = written(node)
+        new_nodes, new_constants = written(node, version)
         nodes += new_nodes
         constants += new_constants
     del out.graph.node[:]
@@ -64,19 +68,26 @@ def _writes(node, float32: set[str] | None = None):
     return None
 
 
-def _lp_normalization(node):
-    """x / norm(x) along the axis, where a zero norm divides by one (onnxruntime's zeros)."""
+def _lp_normalization(node, version: int):
+    """x / norm(x) along the axis, where a zero norm divides by one (onnxruntime's zeros); the reduction's
+    axes in the form of the model's opset."""
     x, y, name = node.input[0], node.output[0], _prefix(node)
     axis, p = _attribute(node, "axis", -1), _attribute(node, "p", 2)
     zero, one = _scalar(0.0, f"{name}zero"), _scalar(1.0, f"{name}one")
-    nodes = [helper.make_node(REDUCTIONS[p], [x], [f"{name}norm"], axes=[axis], keepdims=1),
+    constants = [zero, one]
+    if version >= AXES_AS_INPUT:
+        constants.append(numpy_helper.from_array(np.array([axis], np.int64), f"{name}axes"))
+        norm = helper.make_node(REDUCTIONS[p], [x, f"{name}axes"], [f"{name}norm"], keepdims=1)
+    else:
+        norm = helper.make_node(REDUCTIONS[p], [x], [f"{name}norm"], axes=[axis], keepdims=1)
+    nodes = [norm,
              helper.make_node("Equal", [f"{name}norm", zero.name], [f"{name}is_zero"]),
              helper.make_node("Where", [f"{name}is_zero", one.name, f"{name}norm"], [f"{name}divisor"]),
              helper.make_node("Div", [x, f"{name}divisor"], [y], name=node.name)]
-    return nodes, [zero, one]
+    return nodes, constants
 
 
-def _celu(node):
+def _celu(node, version: int):
     """max(0, x) + min(0, alpha (exp(x / alpha) - 1))."""
     x, y, name = node.input[0], node.output[0], _prefix(node)
     alpha = _scalar(_attribute(node, "alpha", 1.0), f"{name}alpha")
