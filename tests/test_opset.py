@@ -107,3 +107,20 @@ def test_an_old_resize_keeps_its_coordinates_when_converted(op, version, mode, s
 def test_an_old_nearest_resize_that_upsamples_one_axis_and_downsamples_another_is_refused():
     with pytest.raises(StageError, match="upsamples one axis and downsamples another by nearest neighbour"):
         opset.raised_to(resampled("Resize", 10, "nearest", [1, 1, 0.5, 2]), 13, needed_for="TVM's ONNX import")
+
+
+@pytest.mark.tvm
+@pytest.mark.parametrize("mode, scales", [("linear", [1, 1, 2, 2]), ("nearest", [1, 1, 0.5, 0.5])])
+def test_an_opset_10_resize_is_converted_and_computes_what_onnxruntime_does(mode, scales):
+    """TVM's converter read opset 11's inputs and failed: "Type <class 'NoneType'> for size is currently
+    unsupported"."""
+    import tvm
+    from tvm import relax
+
+    from modelbuild.stages import onnx_import
+
+    model = resampled("Resize", 10, mode, scales)
+    module = onnx_import.to_relax(model, {"x": {"shape": [1, 3, 6, 8], "dtype": "float32"}})
+    vm = relax.VirtualMachine(tvm.compile(module, target="llvm"), tvm.cpu())
+    x = np.random.default_rng(0).standard_normal((1, 3, 6, 8)).astype(np.float32)
+    np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(x)).numpy(), resample(model), rtol=1e-5, atol=1e-6)

@@ -40,8 +40,12 @@ def raised_to(model: onnx.ModelProto, version: int, *, needed_for: str, fix: str
 
 
 def importable(model: onnx.ModelProto) -> onnx.ModelProto:
-    """The model in a form TVM's converters read: opset 13 where it is older than 10."""
-    if default_opset(model) >= OLDEST_IMPORTED:
+    """The model in a form TVM's converters read: opset 13 where it is older than 10, or than 11 with a
+    Resize (TVM's converter reads opset 11's inputs, and an opset-10 Resize failed the import with "Type
+    <class 'NoneType'> for size is currently unsupported")."""
+    version = default_opset(model)
+    old_resize = version < RESIZE_COORDINATES and any(n.op_type == "Resize" for n in model.graph.node)
+    if version >= OLDEST_IMPORTED and not old_resize:
         return model
     return raised_to(model, IMPORTED_AS, needed_for="TVM's ONNX import")
 
