@@ -1,7 +1,8 @@
 """Operators TVM's ONNX frontend has no converter for, written as the operators it has.
 
 LpNormalization is how an exporter writes an embedding's x / |x| (a face or speaker embedding's last node;
-onnx_import.NORMALISING already reads it as one), and Celu is an activation of the ELU family. Each failed
+onnx_import.NORMALISING already reads it as one), Celu is an activation of the ELU family, and opset 23's
+Attention is scaled dot-product attention as one operator. Each failed
 the import with "operator ... is not supported by TVM's ONNX frontend". Each form here computes what
 onnxruntime computes, a zero vector normalised to zeros included (tests/test_decompositions.py).
 """
@@ -12,6 +13,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from modelbuild.errors import StageError
 from modelbuild.frontend.opset import default_opset
 
 REDUCTIONS = {1: "ReduceL1", 2: "ReduceL2"}  # LpNormalization's p -> the norm that divides
@@ -19,12 +21,13 @@ AXES_AS_INPUT = 18  # from this opset a reduction reads its axes as an input; an
 
 
 def decomposed(model: onnx.ModelProto) -> onnx.ModelProto:
-    """The model with each float32 LpNormalization and Celu of its main graph written out; the model itself
-    when it has none (an LpNormalization of a p other than 1 or 2, or of another dtype, the import then names
-    as TVM's to lack)."""
+    """The model with each float32 LpNormalization, Celu and Attention of its main graph written out; the
+    model itself when it has none (an LpNormalization of a p other than 1 or 2, or a node of another dtype,
+    the import then names as TVM's to lack). An Attention it cannot write out is a StageError with the fix."""
     if not any(_writes(node) for node in model.graph.node):
         return model
-    float32 = _float32_tensors(model)
+    tensors = _inferred_tensors(model)
+    float32 = {name for name, (dtype, _) in tensors.items() if dtype == onnx.TensorProto.FLOAT}
     if not any(_writes(node, float32) for node in model.graph.node):
         return model
     out = onnx.ModelProto()
@@ -36,7 +39,7 @@ def decomposed(model: onnx.ModelProto) -> onnx.ModelProto:
         if written is None:
             nodes.append(node)
             continue
-        new_nodes, new_constants = written(node, version)
+        new_nodes, new_constants = written(node, version, tensors)
         nodes += new_nodes
         constants += new_constants
     del out.graph.node[:]
@@ -45,16 +48,19 @@ def decomposed(model: onnx.ModelProto) -> onnx.ModelProto:
     return out
 
 
-def _float32_tensors(model: onnx.ModelProto) -> set[str]:
-    """The tensors shape inference finds float32 (the written-out forms' constants are float32)."""
+def _inferred_tensors(model: onnx.ModelProto) -> dict[str, tuple[int, list]]:
+    """Each tensor shape inference finds: its element type and dimensions (None where unknown). The written-out
+    forms' constants are float32, so only float32 nodes are written out."""
     from onnx import shape_inference
 
     try:
         inferred = shape_inference.infer_shapes(model)
     except Exception:  # a model onnx cannot infer: nothing is written out, and TVM's import says what it lacks
-        return set()
+        return {}
     values = [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]
-    return {v.name for v in values if v.type.tensor_type.elem_type == onnx.TensorProto.FLOAT}
+    return {v.name: (v.type.tensor_type.elem_type,
+                     [d.dim_value if d.HasField("dim_value") else None for d in v.type.tensor_type.shape.dim])
+            for v in values}
 
 
 def _writes(node, float32: set[str] | None = None):
@@ -65,10 +71,12 @@ def _writes(node, float32: set[str] | None = None):
         return _lp_normalization
     if node.op_type == "Celu":
         return _celu
+    if node.op_type == "Attention" and node.domain in ("", "ai.onnx"):
+        return _attention
     return None
 
 
-def _lp_normalization(node, version: int):
+def _lp_normalization(node, version: int, tensors: dict):
     """x / norm(x) along the axis, where a zero norm divides by one (onnxruntime's zeros); the reduction's
     axes in the form of the model's opset."""
     x, y, name = node.input[0], node.output[0], _prefix(node)
@@ -87,7 +95,7 @@ def _lp_normalization(node, version: int):
     return nodes, constants
 
 
-def _celu(node, version: int):
+def _celu(node, version: int, tensors: dict):
     """max(0, x) + min(0, alpha (exp(x / alpha) - 1))."""
     x, y, name = node.input[0], node.output[0], _prefix(node)
     alpha = _scalar(_attribute(node, "alpha", 1.0), f"{name}alpha")
@@ -100,6 +108,58 @@ def _celu(node, version: int):
              helper.make_node("Relu", [x], [f"{name}positive"]),
              helper.make_node("Add", [f"{name}positive", f"{name}negative"], [y], name=node.name)]
     return nodes, [alpha, zero, one]
+
+
+def _attention(node, version: int, tensors: dict):
+    """Opset 23's Attention on 4-D inputs: softmax(Q K^T scale + mask) V. TVM's frontend has a converter of
+    that name, for onnxruntime's own com.microsoft Attention (one input projected by a weight), and it took
+    this one for that: "TVM could not import the model: 'num_heads'"."""
+    q, k, v = node.input[:3]
+    mask = node.input[3] if len(node.input) > 3 else ""
+    refusal = _attention_refusal(node, tensors)
+    if refusal:
+        raise StageError(f"Attention node {node.name!r}: {refusal} (fix: export the model at opset 22 or earlier, "
+                         f"where exporters write attention as MatMul and Softmax)")
+    y, name = node.output[0], _prefix(node)
+    head_size, q_length, kv_length = tensors[q][1][3], tensors[q][1][2], tensors[k][1][2]
+    scale = _scalar(_attribute(node, "scale", head_size ** -0.5), f"{name}scale")
+    constants = [scale]
+    nodes = [helper.make_node("Transpose", [k], [f"{name}kt"], perm=[0, 1, 3, 2]),
+             helper.make_node("MatMul", [q, f"{name}kt"], [f"{name}qk"]),
+             helper.make_node("Mul", [f"{name}qk", scale.name], [f"{name}scores"])]
+    scores = f"{name}scores"
+    if mask and tensors[mask][0] == onnx.TensorProto.BOOL:
+        constants.append(_scalar(float("-inf"), f"{name}masked"))
+        nodes.append(helper.make_node("Where", [mask, scores, f"{name}masked"], [f"{name}kept"]))
+        scores = f"{name}kept"
+    elif mask:
+        nodes.append(helper.make_node("Add", [scores, mask], [f"{name}added"]))
+        scores = f"{name}added"
+    if _attribute(node, "is_causal", 0):
+        causal = np.triu(np.full((q_length, kv_length), -np.inf, np.float32), 1)
+        constants.append(numpy_helper.from_array(causal, f"{name}causal"))
+        nodes.append(helper.make_node("Add", [scores, f"{name}causal"], [f"{name}causal_scores"]))
+        scores = f"{name}causal_scores"
+    nodes += [helper.make_node("Softmax", [scores], [f"{name}weights"], axis=-1),
+              helper.make_node("MatMul", [f"{name}weights", v], [y], name=node.name)]
+    return nodes, constants
+
+
+def _attention_refusal(node, tensors: dict) -> str | None:
+    """Why this Attention is not written out, or None: only 4-D query, key and value of as many heads, no
+    past state, no output but Y, no softcap, and a causal mask over as many queries as keys."""
+    shapes = [tensors.get(name, (None, None))[1] for name in node.input[:3]]
+    if any(shape is None or len(shape) != 4 or None in shape for shape in shapes):
+        return "only 4-D query, key and value of known shapes are written out"
+    if shapes[0][1] != shapes[1][1]:
+        return "grouped-query attention (fewer key and value heads than query heads) is not written out"
+    if any(node.input[4:]) or any(node.output[1:]):
+        return "past key and value states and outputs other than Y are not written out"
+    if _attribute(node, "softcap", 0.0):
+        return "a softcap is not written out"
+    if _attribute(node, "is_causal", 0) and shapes[0][2] != shapes[1][2]:
+        return "a causal mask over fewer queries than keys is not written out"
+    return None
 
 
 def _scalar(value: float, name: str):
