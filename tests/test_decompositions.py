@@ -99,6 +99,16 @@ def test_opset_23_attention_written_out_computes_what_onnxruntime_computes(mask,
     np.testing.assert_allclose(run_feed(written, feed), run_feed(model, feed), rtol=1e-5, atol=1e-6)
 
 
+def test_an_attention_mask_that_is_a_constant_is_read_as_one():
+    """An initializer is in no list of the graph's inputs: its dtype is read from the initializer."""
+    model, feed = attention(np.zeros((5, 5), np.float32))
+    mask = feed.pop("mask")
+    model.graph.input.pop()
+    model.graph.initializer.append(onnx.numpy_helper.from_array(np.triu(mask - 1e9, 1), "mask"))
+    written = decompositions.decomposed(model)
+    np.testing.assert_allclose(run_feed(written, feed), run_feed(model, feed), rtol=1e-5, atol=1e-6)
+
+
 def test_an_attention_it_cannot_write_out_is_refused_with_the_fix():
     model, _ = attention(softcap=30.0)
     with pytest.raises(StageError, match="Attention node 'attn': a softcap is not written out .fix: export"):

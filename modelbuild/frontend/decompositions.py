@@ -58,9 +58,10 @@ def _inferred_tensors(model: onnx.ModelProto) -> dict[str, tuple[int, list]]:
     except Exception:  # a model onnx cannot infer: nothing is written out, and TVM's import says what it lacks
         return {}
     values = [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]
-    return {v.name: (v.type.tensor_type.elem_type,
-                     [d.dim_value if d.HasField("dim_value") else None for d in v.type.tensor_type.shape.dim])
-            for v in values}
+    found = {v.name: (v.type.tensor_type.elem_type,
+                      [d.dim_value if d.HasField("dim_value") else None for d in v.type.tensor_type.shape.dim])
+             for v in values}
+    return found | {t.name: (t.data_type, list(t.dims)) for t in model.graph.initializer}  # not in the inputs
 
 
 def _writes(node, float32: set[str] | None = None):
