@@ -129,7 +129,7 @@ def _attention(node, version: int, tensors: dict):
              helper.make_node("MatMul", [q, f"{name}kt"], [f"{name}qk"]),
              helper.make_node("Mul", [f"{name}qk", scale.name], [f"{name}scores"])]
     scores = f"{name}scores"
-    if mask and tensors[mask][0] == onnx.TensorProto.BOOL:
+    if mask and tensors.get(mask, (None,))[0] == onnx.TensorProto.BOOL:  # else added (TVM names a wrong type)
         constants.append(_scalar(float("-inf"), f"{name}masked"))
         nodes.append(helper.make_node("Where", [mask, scores, f"{name}masked"], [f"{name}kept"]))
         scores = f"{name}kept"
