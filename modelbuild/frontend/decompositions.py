@@ -14,6 +14,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from modelbuild.errors import StageError
+from modelbuild.frontend import inferred
 from modelbuild.frontend.opset import default_opset
 
 REDUCTIONS = {1: "ReduceL1", 2: "ReduceL2"}  # LpNormalization's p -> the norm that divides
@@ -26,7 +27,7 @@ def decomposed(model: onnx.ModelProto) -> onnx.ModelProto:
     the import then names as TVM's to lack). An Attention it cannot write out is a StageError with the fix."""
     if not any(_writes(node) for node in model.graph.node):
         return model
-    tensors = _inferred_tensors(model)
+    tensors = inferred.tensors(model)  # the written-out forms' constants are float32: only float32 nodes
     float32 = {name for name, (dtype, _) in tensors.items() if dtype == onnx.TensorProto.FLOAT}
     if not any(_writes(node, float32) for node in model.graph.node):
         return model
@@ -46,22 +47,6 @@ def decomposed(model: onnx.ModelProto) -> onnx.ModelProto:
     out.graph.node.extend(nodes)
     out.graph.initializer.extend(constants)
     return out
-
-
-def _inferred_tensors(model: onnx.ModelProto) -> dict[str, tuple[int, list]]:
-    """Each tensor shape inference finds: its element type and dimensions (None where unknown). The written-out
-    forms' constants are float32, so only float32 nodes are written out."""
-    from onnx import shape_inference
-
-    try:
-        inferred = shape_inference.infer_shapes(model)
-    except Exception:  # a model onnx cannot infer: nothing is written out, and TVM's import says what it lacks
-        return {}
-    values = [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]
-    found = {v.name: (v.type.tensor_type.elem_type,
-                      [d.dim_value if d.HasField("dim_value") else None for d in v.type.tensor_type.shape.dim])
-             for v in values}
-    return found | {t.name: (t.data_type, list(t.dims)) for t in model.graph.initializer}  # not in the inputs
 
 
 def _writes(node, float32: set[str] | None = None):

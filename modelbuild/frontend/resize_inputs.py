@@ -13,6 +13,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from modelbuild.frontend import inferred
+
 OPTIONAL = (1, 2)  # roi and scales; sizes, the last input, is left out by leaving it off the list
 
 
@@ -60,6 +62,7 @@ def unsupported(model: onnx.ModelProto) -> str | None:
     the given output image size to be a 2-dim shape") nor `antialias` and `keep_aspect_ratio_policy` (it
     resized as if they were not set: a downscale with antialias differed from onnxruntime's by 0.46), and it
     spaces samples by the output's size where onnxruntime spaces them by the scale (see _uneven_scale)."""
+    known: dict | None = None  # what shape inference finds, inferred at most once, where a scale needs it
     for node in model.graph.node:
         if node.op_type != "Resize":
             continue
@@ -78,7 +81,11 @@ def unsupported(model: onnx.ModelProto) -> str | None:
                     f"antialias, so its output would differ from onnxruntime's (fix: resize without antialias, "
                     f"or before the model)")
         by_size = attributes.get("coordinate_transformation_mode", b"half_pixel") in BY_SIZE
-        uneven = None if by_size else _uneven_scale(model, node, given)
+        fractional = given is not None and given.size and not np.all(given == np.round(given))
+        if by_size or not fractional:
+            continue
+        known = inferred.tensors(model) if known is None else known
+        uneven = _uneven_scale(known.get(node.input[0], (None, []))[1], given)
         if uneven:
             return f"{where} {uneven}"
     return None
@@ -88,34 +95,16 @@ def unsupported(model: onnx.ModelProto) -> str | None:
 BY_SIZE = (b"align_corners", b"tf_crop_and_resize")
 
 
-def _uneven_scale(model: onnx.ModelProto, node: onnx.NodeProto, scales) -> str | None:
+def _uneven_scale(sides: list, scales) -> str | None:
     """Where the Resize's scales times its input's sides are not whole numbers, in words: its output's side is
     that product rounded down, and TVM's converter maps coordinates by that side's ratio to the input's, where
     onnxruntime maps them by the scale (an odd side halved: 7 x 0.5 -> 3, sampled 7 / 3 apart, not 2)."""
-    if scales is None or not scales.size or np.all(scales == np.round(scales)):
-        return None
-    sides = _input_sides(model, node.input[0])
-    for axis, (side, scale) in enumerate(zip(sides or [], scales)):
+    for axis, (side, scale) in enumerate(zip(sides, scales)):
         if isinstance(side, int) and abs(side * scale - round(side * scale)) > 1e-4:
             return (f"scales axis {axis} of {side} by {scale:g} to {side * scale:g}, rounded down, and TVM's "
                     f"converter spaces its samples by the rounded size, not the scale, so its output would "
                     f"differ from onnxruntime's (fix: give the Resize sizes instead of scales)")
     return None
-
-
-def _input_sides(model: onnx.ModelProto, tensor: str) -> list | None:
-    """The tensor's dimensions as shape inference finds them (an int where known), or None."""
-    from onnx import shape_inference
-
-    try:
-        inferred = shape_inference.infer_shapes(model)
-    except Exception:  # a model onnx cannot infer: TVM's import then says what it finds wrong
-        return None
-    values = [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]
-    found = next((v for v in values if v.name == tensor), None)
-    if found is None or not found.type.tensor_type.HasField("shape"):
-        return None
-    return [d.dim_value if d.HasField("dim_value") else None for d in found.type.tensor_type.shape.dim]
 
 
 def constant_value(model: onnx.ModelProto, name: str):
