@@ -48,6 +48,7 @@ from modelbuild.compiler.kernels import (
     amx_conv, avx2_conv, layer_norm, linear_upsample, nearest_upsample, packed_conv, pairwise_pool, sdot_conv, softmax,
     vnni_conv, vnni_depthwise,
 )
+from modelbuild.compiler.kernels.iterators import is_reduction, sums
 
 VECTOR_LANES = 16  # float32 lanes of AVX-512; narrower vector units run the loop in several instructions
 HALF_LANES = VECTOR_LANES // 2
@@ -160,11 +161,11 @@ def schedule_function(func, on: Machine):
         if linear_upsample.read_transposed(sch):
             sch = _attempt(sch, linear_upsample.columns_channels_first, refused)
         for block in sch.get_child_blocks(root):
-            if _is_reduction(sch, block):
+            if is_reduction(sch, block):
                 sch = _attempt(sch, lambda s, b=block: _schedule_reduction(s, b, on), refused)
         upsampled = [sch.get(b).name_hint for b in sch.get_child_blocks(root) if _shuffled_upsample(sch, b)]
         for block in sch.get_child_blocks(root):
-            if (not _is_reduction(sch, block) and not _is_nested(sch, block)
+            if (not is_reduction(sch, block) and not _is_nested(sch, block)
                     and sch.get(block).name_hint not in upsampled):
                 sch = _attempt(sch, lambda s, b=block: _schedule_spatial(s, b, on.cores), refused)
         for name in upsampled:
@@ -208,18 +209,9 @@ def _attempt(sch, step, refused: list[str]):
     return trial
 
 
-def _is_reduction(sch, block) -> bool:
-    return any(_sums(iv) for iv in sch.get(block).iter_vars)
-
-
-def _sums(iter_var) -> bool:
-    """Whether a block iterator is a reduction's."""
-    return "Reduce" in str(iter_var.iter_type) or int(iter_var.iter_type) == 2
-
-
 def _spatial_and_reduce(sch, block):
     loops = sch.get_loops(block)
-    kinds = ["R" if _sums(iv) else "S" for iv in sch.get(block).iter_vars]
+    kinds = ["R" if sums(iv) else "S" for iv in sch.get(block).iter_vars]
     if len(loops) != len(kinds):
         raise ValueError("loops and iterators do not line up")
     return [l for l, k in zip(loops, kinds) if k == "S"], [l for l, k in zip(loops, kinds) if k == "R"]
@@ -241,9 +233,9 @@ def _inline_elementwise(sch, root, refused: list[str]):
     while True:
         outputs = {sch.get(b).name_hint for b in sch.get_output_blocks(root)}
         candidates = [b for b in sch.get_child_blocks(root)
-                      if sch.get(b).name_hint not in outputs | kept and not _is_reduction(sch, b)
+                      if sch.get(b).name_hint not in outputs | kept and not is_reduction(sch, b)
                       and not _shuffled_upsample(sch, b)
-                      and not any(_is_reduction(sch, c) and (_is_long_reduction(sch, c) or _casts(sch, b)
+                      and not any(is_reduction(sch, c) and (_is_long_reduction(sch, c) or _casts(sch, b)
                                                              or _takes_whole_rows(sch, c)
                                                              or _pads_along_rows(sch, b))
                                   for c in sch.get_consumers(b))]
@@ -328,7 +320,7 @@ def _casts(sch, block) -> bool:
 
 
 def _is_long_reduction(sch, block) -> bool:
-    if not _is_reduction(sch, block):
+    if not is_reduction(sch, block):
         return False
     try:
         return _work(sch, _spatial_and_reduce(sch, block)[1]) > SHORT_REDUCTION
@@ -629,7 +621,7 @@ def _rows_sharing_vectors(sch, block, count: int) -> list[bool]:
     from tvm import tirx
 
     stmt = sch.get(block)
-    spatial = [iv.var for iv in stmt.iter_vars if not _sums(iv)][:count]
+    spatial = [iv.var for iv in stmt.iter_vars if not sums(iv)][:count]
     written = [region.source for region in stmt.writes]
     depending: list[set[int]] = []  # per operand read along the vector axis, the leading axes it depends on
     for read in stmt.reads:

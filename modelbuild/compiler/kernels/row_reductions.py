@@ -12,6 +12,8 @@ row is whole vectors and one shorter vector for its tail.
 
 from __future__ import annotations
 
+from modelbuild.compiler.kernels.iterators import is_reduction
+
 LANES = 16  # float32 lanes of AVX-512: one vector of partial results
 CHAINS = 4  # vectors of partial results on a long row: independent max and add chains hide their latency
 PARALLEL_MIN_ELEMENTS = 1 << 15  # rows x columns below which one thread is faster
@@ -70,12 +72,8 @@ def schedule(sch, cores: int, partials: tuple[str, ...]) -> None:
         _partial_in_lanes(sch, block)
     # partitioned last: a partitioned loop leaves blocks the reductions' steps cannot be applied beside
     for block in [*blocks, output]:
-        if block not in in_lanes and not _is_reduction(sch, block):
+        if block not in in_lanes and not is_reduction(sch, block):
             _sweep_in_vectors(sch, block)
-
-
-def _is_reduction(sch, block) -> bool:
-    return any(int(iv.iter_type) == 2 for iv in sch.get(block).iter_vars)
 
 
 def _partial_in_lanes(sch, block) -> None:
