@@ -19,6 +19,8 @@ square root where it is 0.5.
 
 from __future__ import annotations
 
+import math
+
 FAST_DTYPES = ("float32",)
 
 
@@ -31,7 +33,9 @@ def legalizations() -> dict:
 
     return {"relax.exp": _fast(exponential, "exp"), "relax.erf": _fast(topi.fast_erf, "erf"),
             "relax.tanh": _fast(topi.fast_tanh, "tanh"), "relax.sigmoid": _fast(sigmoid, "sigmoid"),
-            "relax.nn.softmax": _fast(_softmax, "softmax", with_axis=True), "relax.power": _power}
+            "relax.nn.gelu": _fast(_gelu, "gelu"), "relax.nn.gelu_tanh": _fast(_gelu_tanh, "gelu_tanh"),
+            "relax.nn.softmax": _fast(_softmax, "softmax", with_axis=True),
+            "relax.nn.log_softmax": _fast(_log_softmax, "log_softmax", with_axis=True), "relax.power": _power}
 
 
 LOG2E = 1.4426950408889634
@@ -111,6 +115,41 @@ def _scalar_constant(expr) -> float | None:
 
     value = expr.value.numpy() if isinstance(expr, Constant) else None
     return float(value.reshape(())) if value is not None and value.size == 1 else None
+
+
+def _gelu(x):
+    """x (1 + erf(x / sqrt 2)) / 2, as TVM's gelu (ONNX's Gelu from opset 20), its erf fast_erf's."""
+    from tvm import te, topi
+
+    erf = topi.fast_erf(te.compute(x.shape, lambda *i: x(*i) * math.sqrt(0.5), name="gelu_scaled"))
+    return te.compute(x.shape, lambda *i: x(*i) * (0.5 + erf(*i) * 0.5), name="gelu")
+
+
+def _gelu_tanh(x):
+    """x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) / 2, as TVM's gelu_tanh, its tanh fast_tanh's."""
+    from tvm import te, topi
+
+    inner = te.compute(x.shape, lambda *i: math.sqrt(2.0 / math.pi) * x(*i) * (1.0 + 0.044715 * x(*i) * x(*i)),
+                       name="gelu_tanh_inner")
+    tanh = topi.fast_tanh(inner)
+    return te.compute(x.shape, lambda *i: 0.5 * x(*i) * (1.0 + tanh(*i)), name="gelu_tanh")
+
+
+def _log_softmax(x, axis: int):
+    """log softmax(x): a long last axis row by row (kernels/softmax.py), any other as x - max - log(sum(exp))
+    over the axis; TVM's own called libm's exp once per element (LogSoftmax over [1024, 1000] 20x
+    onnxruntime's time)."""
+    from tvm import te, tirx, topi
+
+    from modelbuild.compiler.kernels import softmax
+
+    if softmax.eligible(x.shape, axis):
+        return softmax.compute_log(x, axis)
+    axis = axis % len(x.shape)
+    delta = topi.subtract(x, topi.max(x, axis=axis, keepdims=True))
+    total = topi.sum(exponential(delta), axis=axis, keepdims=True)
+    log_total = te.compute(total.shape, lambda *i: tirx.log(total(*i)), name="log_softmax_log")
+    return topi.subtract(delta, log_total)
 
 
 def _softmax(x, axis: int):

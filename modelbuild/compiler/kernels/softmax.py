@@ -1,4 +1,5 @@
-"""Softmax over the last axis as vector partial reductions, one row at a time (row_reductions.py).
+"""Softmax (and log softmax) over the last axis as vector partial reductions, one row at a time
+(row_reductions.py).
 
 TVM's softmax (even its fast_softmax) is four blocks over the whole tensor: a max over each row, exp, a sum
 over each row, a division. The default schedule could only vectorise the two reductions across rows (a
@@ -28,17 +29,34 @@ def compute(x, axis: int):
     """softmax(x) over the last axis: max and sum in partials, then across them and the row's tail."""
     from tvm import te, tirx
 
-    from modelbuild.compiler.fast_math import exponential
+    del axis  # eligible() checked it is the last
+    rows, _, exp, row_sum = _exponentials(x)
+    scale = te.compute(rows, lambda *r: tirx.const(1.0, x.dtype) / row_sum[r], name="softmax_scale")
+    return te.compute(x.shape, lambda *i: exp[i] * scale[i[:-1]], name="softmax_norm")
+
+
+def compute_log(x, axis: int):
+    """log softmax(x) over the last axis, x - max - log(sum(exp(x - max))): the same blocks, the log per row."""
+    from tvm import te, tirx
 
     del axis  # eligible() checked it is the last
+    rows, row_max, _, row_sum = _exponentials(x)
+    log_sum = te.compute(rows, lambda *r: row_max[r] + tirx.log(row_sum[r]), name="softmax_log")
+    return te.compute(x.shape, lambda *i: x[i] - log_sum[i[:-1]], name="softmax_log_norm")
+
+
+def _exponentials(x):
+    """Per row of x: (the row shape, the row's max, exp(x - max), the sum of those)."""
+    from tvm import te
+
+    from modelbuild.compiler.fast_math import exp_element
+
     *rows, length = [int(d) for d in x.shape]
     rows = tuple(rows)
     row_max = row_reductions.row_reduction(lambda r, k: x[(*r, k)], rows, length, te.max, "softmax_max")
-    delta = te.compute(x.shape, lambda *i: x[i] - row_max[i[:-1]], name="softmax_delta")
-    exp = exponential(delta)
+    exp = te.compute(x.shape, lambda *i: exp_element(x[i] - row_max[i[:-1]]), name="softmax_exp")
     row_sum = row_reductions.row_reduction(lambda r, k: exp[(*r, k)], rows, length, te.sum, "softmax_sum")
-    scale = te.compute(rows, lambda *r: tirx.const(1.0, x.dtype) / row_sum[r], name="softmax_scale")
-    return te.compute(x.shape, lambda *i: exp[i] * scale[i[:-1]], name="softmax_norm")
+    return rows, row_max, exp, row_sum
 
 
 def schedule(sch, cores: int) -> None:
