@@ -50,6 +50,17 @@ def test_a_fused_consumer_is_computed_row_by_row_with_it():
     np.testing.assert_allclose(run(tvm.runtime.tensor(x)).numpy(), 2 * reference(x), rtol=TOLERANCE, atol=1e-9)
 
 
+@pytest.mark.tvm
+def test_a_long_rows_partials_are_folded_to_one_vector_before_its_scalar_steps():
+    """Rows of 1000: 15 steps of 64 partials, folded to 16 lanes in vectors, then 16 + the 40 left over in
+    scalar steps (56), where all 64 partials were (104 dependent steps per reduction, 40% of the time)."""
+    from tvm import relax
+
+    script, _ = compiled((3, 1000), lambda bb, x: bb.emit(relax.op.nn.softmax(x, axis=-1)))
+    assert 'T.sblock("softmax_max_lanes_update")' in script and 'T.sblock("softmax_sum_lanes_update")' in script
+    assert script.count("T.axis.reduce(T.int64(56)") == 2 and "T.axis.reduce(T.int64(104)" not in script
+
+
 def log_softmax_reference(x: np.ndarray, axis: int) -> np.ndarray:
     x = x.astype("float64")
     shifted = x - x.max(axis=axis, keepdims=True)
