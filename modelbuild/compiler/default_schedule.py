@@ -46,9 +46,9 @@ from dataclasses import dataclass
 
 from modelbuild.compiler.kernels import (
     amx_conv, avx2_conv, layer_norm, linear_upsample, nearest_upsample, packed_conv, pairwise_pool, sdot_conv, softmax,
-    vnni_conv, vnni_depthwise,
+    transposed_tiles, vnni_conv, vnni_depthwise,
 )
-from modelbuild.compiler.kernels.iterators import is_reduction, sums
+from modelbuild.compiler.kernels.iterators import is_reduction, subexpressions, sums
 
 VECTOR_LANES = 16  # float32 lanes of AVX-512; narrower vector units run the loop in several instructions
 HALF_LANES = VECTOR_LANES // 2
@@ -688,11 +688,17 @@ def _schedule_spatial(sch, block, cores: int) -> None:
     along the vectors' axis is written as the pad value over the whole buffer first, then the input copied
     into it with no condition (decompose_padding): vectorised with its selects, it ran lane by lane (an int8
     depthwise conv's padded rows on AVX2: the kernel 23 -> 12 us). A concatenation along the vectors' axis
-    is computed input by input (_concatenated_pieces)."""
+    is computed input by input (_concatenated_pieces), and a copy moving the input's innermost axis in square
+    tiles (kernels/transposed_tiles.py)."""
     if _pads_along_rows(sch, block):
         name = sch.get(block).name_hint
         _schedule_loops(sch, sch.decompose_padding(block, sch.get_loops(block)[0]), cores)
         block = sch.get_sblock(name)
+    transposed = transposed_tiles.transposed_read(sch, block, VECTOR_LANES)
+    if transposed is not None:
+        outer = transposed_tiles.tile(sch, block, *transposed, VECTOR_LANES)
+        _parallelize(sch, outer, cores, _work(sch, sch.get_loops(block)) >= PARALLEL_MIN_WORK)
+        return
     pieces = _concatenated_pieces(sch, block)
     if pieces:
         outer = sch.get_loops(block)[:-1]
@@ -729,7 +735,7 @@ def _concatenated_pieces(sch, block) -> list[int] | None:
     if value is None or not extent or not sch.get(block).iter_vars:
         return None
     innermost, starts = sch.get(block).iter_vars[-1].var, set()
-    for node in _subexpressions(value):
+    for node in subexpressions(value):
         if (isinstance(node, ir.Call) and getattr(node.op, "name", None) == "prim.if_then_else"
                 and isinstance(node.args[0], tirx.LE) and isinstance(node.args[0].a, tirx.IntImm)
                 and node.args[0].b.same_as(innermost)):
@@ -737,18 +743,6 @@ def _concatenated_pieces(sch, block) -> list[int] | None:
     bounds = [0, *sorted(b for b in starts if 0 < b < extent), extent]
     pieces = [b - a for a, b in zip(bounds, bounds[1:])]
     return pieces if len(pieces) > 1 and math.gcd(VECTOR_LANES, *pieces) >= MIN_PIECE_LANES else None
-
-
-def _subexpressions(expr):
-    """The expression and every expression under it (calls' arguments, operands, casts, selects): this TVM's
-    Python API has no visitor for TIR expressions."""
-    yield expr
-    for field in ("args", "a", "b", "value", "condition", "true_value", "false_value"):
-        child = getattr(expr, field, None)
-        if child is None:
-            continue
-        for item in (child if field == "args" else [child]):
-            yield from _subexpressions(item)
 
 
 def _schedule_loops(sch, block, cores: int) -> None:
