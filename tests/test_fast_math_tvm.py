@@ -101,6 +101,29 @@ def test_gelu_calls_no_libm_and_is_within_5e_7_of_float64(name):
     assert np.abs(got - expected).max() <= 5e-7 * np.abs(x).max()
 
 
+@pytest.mark.parametrize("name", ["sin", "cos"])
+def test_sin_and_cos_call_no_libm_and_are_within_2e_7_up_to_their_limit(name):
+    """Reduced by pi / 2 in float64: within 2e-7 of float64's sin and cos for |x| up to 4e8 (float32's own
+    three-part reduction held to 8192); NaN for NaN, the infinities and beyond SIN_LIMIT."""
+    import tvm
+    from tvm import relax
+
+    from modelbuild.compiler import fast_math
+
+    op = {"sin": relax.op.sin, "cos": relax.op.cos}[name]
+    x = np.concatenate([np.random.default_rng(16).uniform(-limit, limit, (8, 1000)) for limit in (4, 1e4, 4e8)])
+    x = x.astype("float32")
+    script, run = scheduled_kernel(build_module(lambda bb, v: bb.emit(op(v)), x.shape), name, schedule=True,
+                                   layout="auto")
+    assert f"T.{name}(" not in script
+    expected = {"sin": np.sin, "cos": np.cos}[name](x.astype("float64"))
+    assert np.abs(run(tvm.runtime.tensor(x)).numpy() - expected).max() <= 2e-7
+    special = np.array([[np.nan, np.inf, -np.inf, 2 * fast_math.SIN_LIMIT]], "float32")
+    _, run = scheduled_kernel(build_module(lambda bb, v: bb.emit(op(v)), special.shape), name, schedule=True,
+                              layout="auto")
+    assert np.isnan(run(tvm.runtime.tensor(special)).numpy()).all()
+
+
 @pytest.mark.parametrize("exponent, libm", [(2.0, False), (3.0, False), (4.0, False), (0.5, False), (2.5, True)])
 def test_a_power_by_a_small_whole_constant_or_a_half_calls_no_libm(exponent, libm):
     """GPT-2's tanh GELU cubes its input with Pow: x * x * x, where powf was a scalar libm call per element;
