@@ -36,7 +36,7 @@ def legalizations() -> dict:
             "relax.nn.gelu": _fast(_gelu, "gelu"), "relax.nn.gelu_tanh": _fast(_gelu_tanh, "gelu_tanh"),
             "relax.nn.softmax": _fast(_softmax, "softmax", with_axis=True),
             "relax.nn.log_softmax": _fast(_log_softmax, "log_softmax", with_axis=True), "relax.power": _power,
-            "relax.sin": _fast(_sine, "sin"), "relax.cos": _fast(_cosine, "cos")}
+            "relax.sin": _fast(_sine, "sin"), "relax.cos": _fast(_cosine, "cos"), "relax.log": _fast(_logarithm, "log")}
 
 
 LOG2E = 1.4426950408889634
@@ -163,6 +163,50 @@ def sin_element(v, quarter_turns: int):
     value = tirx.Select(tirx.bitwise_and(quadrant, 1) == 1, cosine, sine)
     value = tirx.Select(tirx.bitwise_and(quadrant, 2) == 2, -value, value)
     return tirx.Select(tirx.abs(v) > f32(SIN_LIMIT), f32(float("nan")), value)
+
+
+# log(1 + f) - f + f^2 / 2 ~ f^3 p(f) on [sqrt(1/2) - 1, sqrt(2) - 1] (Cephes' logf), p's coefficients from
+# f^8's down; and ln 2 in two parts, as LN2_HIGH
+LOG_POLYNOMIAL = (7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1, 1.4249322787e-1,
+                  -1.6668057665e-1, 2.0000714765e-1, -2.4999993993e-1, 3.3333331174e-1)
+LOG_LN2_HIGH, LOG_LN2_LOW = 0.693359375, -2.12194440e-4
+FLOAT32_TINIEST_NORMAL = 1.1754943508222875e-38
+
+
+def _logarithm(x):
+    from tvm import te
+
+    return te.compute(x.shape, lambda *i: log_element(x(*i)), name="log")
+
+
+def log_element(v):
+    """log(v) of a float32: v = m 2^e with m in [sqrt(1/2), sqrt(2)) read from its bits (a subnormal v scaled
+    by 2^23 first), log v = e ln 2 + log m, log m by Cephes' polynomial in m - 1; log 0 = -inf, log inf = inf,
+    NaN for NaN and below zero. TVM's log is a libm call per element, and so were Softplus and Mish, which
+    the importer writes as log(1 + exp(..)): 2.5 ms over a million elements for Mish."""
+    from tvm import tirx
+
+    def f32(value: float):
+        return tirx.const(value, "float32")
+
+    def i32(value: int):
+        return tirx.const(value, "int32")
+
+    subnormal = v < f32(FLOAT32_TINIEST_NORMAL)
+    scaled = tirx.Select(subnormal, v * f32(2.0 ** 23), v)
+    bits = tirx.reinterpret("int32", scaled)
+    exponent = tirx.shift_right(bits, i32(23)) - tirx.Select(subnormal, i32(127 + 23), i32(127))
+    mantissa = tirx.reinterpret("float32", tirx.bitwise_or(tirx.bitwise_and(bits, i32(0x007FFFFF)), i32(0x3F800000)))
+    above = mantissa > f32(math.sqrt(2.0))
+    f = tirx.Select(above, mantissa * f32(0.5), mantissa) - f32(1.0)
+    e = tirx.Cast("float32", exponent + tirx.Select(above, i32(1), i32(0)))
+    polynomial = f32(LOG_POLYNOMIAL[0])
+    for coefficient in LOG_POLYNOMIAL[1:]:
+        polynomial = polynomial * f + f32(coefficient)
+    square = f * f
+    result = f + (f * square * polynomial + e * f32(LOG_LN2_LOW) - f32(0.5) * square) + e * f32(LOG_LN2_HIGH)
+    special = tirx.Select(v == f32(0.0), f32(float("-inf")), tirx.Select(v == f32(float("inf")), v, f32(float("nan"))))
+    return tirx.Select(tirx.all(v > f32(0.0), v < f32(float("inf"))), result, special)
 
 
 def _gelu(x):
