@@ -1,20 +1,24 @@
 """Transcendental functions as polynomials the vectoriser keeps in vectors.
 
-TVM lowers exp, erf, tanh and sigmoid on CPU to LLVM intrinsics that LLVM, given no vector math library, turns
-into one scalar call into libm per element: a vectorised loop over them runs at scalar speed. In real models
-they sit in every activation (SiLU and sigmoid in YOLO-style detectors, GELU's erf in transformers, softmax
-over a recogniser's 18710 classes): a softmax over [40, 18710] took 4.4 ms (0.7 GFLOP/s), and a 1x1 conv
-with a GELU epilogue ran at 5.9 GFLOP/s where plain convs run at 50-70. Here they are legalised to TVM's own
-fast_* approximations (range reduction and a polynomial, as onnxruntime's MLAS does), whose float32 error,
-measured over their whole range against float64: erf 4.2e-7 absolute, tanh 3.6e-7 absolute. exp (and so
-sigmoid, and the long-row softmax) is `exponential` below, not TVM's fast_exp: 4e-7 relative at worst over
-[-87, 88] where fast_exp was 4.1e-6 (one float32 ln 2 in its range reduction), and in fewer instructions (a
-degree-5 polynomial, XNNPACK's, for fast_exp's degree 7): EfficientNet-B0's int8 library, whose SiLU
-epilogues follow cheap int8 convs, is 6% faster; float libraries are unchanged in speed. As fast_exp, NaN
-stays NaN and exp is inf past float32's range. Other dtypes keep TVM's own legalisation. A softmax over long rows
-is kernels/softmax.py's (exponential in a row-by-row kernel); others are TVM's fast_softmax. pow, a libm call as
-well, is a product where its exponent is a small whole constant (GPT-2's tanh GELU cubes its input) and a
-square root where it is 0.5.
+TVM lowers exp, erf, tanh, sigmoid, log, sin and cos on CPU to LLVM intrinsics that LLVM, given no vector math
+library, turns into one scalar call into libm per element: a vectorised loop over them runs at scalar speed.
+In real models they sit in every activation (SiLU and sigmoid in YOLO-style detectors, GELU's erf in
+transformers, Mish's log, a vocoder's sin, softmax over a recogniser's 18710 classes): a softmax over
+[40, 18710] took 4.4 ms (0.7 GFLOP/s), and a 1x1 conv with a GELU epilogue ran at 5.9 GFLOP/s where plain
+convs run at 50-70. Here each is a range reduction and a polynomial, as onnxruntime's MLAS does:
+- erf and tanh are TVM's fast_erf and fast_tanh: 4.2e-7 and 3.6e-7 absolute at worst against float64, over
+  their whole range; GELU (ONNX's Gelu from opset 20) uses them;
+- exp (so sigmoid, and the long-row softmax) is `exp_element`, not TVM's fast_exp: 4e-7 relative at worst
+  over [-87, 88] where fast_exp was 4.1e-6 (one float32 ln 2 in its range reduction), with a degree-5
+  polynomial (XNNPACK's) for fast_exp's degree 7: EfficientNet-B0's int8 library, whose SiLU epilogues follow
+  cheap int8 convs, 6% faster; NaN stays NaN and exp is inf past float32's range;
+- log (so Softplus and Mish, which the importer writes with it) is `log_element`, from the float's bits and
+  Cephes' polynomial: 2e-7; sin and cos are `sin_element`, reduced by pi / 2 in float64: 2e-7 up to 4e8;
+- a softmax over long rows, and log softmax, are kernels/softmax.py's row-by-row kernel; others TVM's
+  fast_softmax, or x - max - log(sum(exp)) for log softmax;
+- pow is a product where its exponent is a small whole constant (GPT-2's tanh GELU cubes its input) and a
+  square root where it is 0.5.
+Other dtypes than float32 keep TVM's own legalisation.
 """
 
 from __future__ import annotations
