@@ -71,6 +71,7 @@ WEIGHT_PASS_BYTES = 48 * 1024
 # a concatenation's pieces are cut apart in vectors of the lanes that divide them all, at least this many
 # (YOLOv8's head concatenates 1600, 400 and 100 anchors: 4 lanes)
 MIN_PIECE_LANES = 4
+PADDED_ROWS_FRACTION = 20  # a matmul's rows are padded to whole tiles where that adds at most 1/20 (_rows_padded)
 MIN_CHANNEL_BLOCK = 8  # fewer channels a pass would load and store the tile's outputs for too little work
 # kernels legalised with blocks of these names have their own schedule(sch, cores), and some a finish(func)
 # for what the scheduled function needs besides its loops (amx_conv: the tile state)
@@ -378,6 +379,7 @@ def _parallel_loops(sch, loops, cores: int, worth_it: bool) -> list:
 
 
 def _schedule_reduction(sch, block, on: Machine) -> None:
+    block = _rows_padded(sch, block, on)
     spatial, reduce = _spatial_and_reduce(sch, block)
     # a conv1d as an NCHW conv2d, [n, c, l, 1] with a kernel [k, 1]: its vectors run along l (a kept
     # dimension of a pool, [n, c, 1, 1], is no such axis: its input is summed along the reduction)
@@ -643,7 +645,24 @@ def _row_block(sch, spatial, rows: int, fewer: int, sharing: list[bool]):
     vectors stay whole (an NHWC conv at 26x26: 17 GFLOP/s untiled, 50-60 tiled with a tail, as at 32x32). The
     tail's test sits inside the reduction, though: on the wide tile magika's conv1d over 508 rows ran at 74
     GFLOP/s in 6-row tiles with a tail and 120 in 4-row tiles without; on the narrow one the tail cost less than
-    two rows fewer (NARROW_REGISTERS)."""
+    two rows fewer (NARROW_REGISTERS). A matmul whose tail is short is padded to whole tiles first
+    (_rows_padded)."""
+    choice = _row_tile(sch, spatial, rows, fewer, sharing)
+    if choice is None:
+        return None
+    index, count, _ = choice
+    return index, sch.split(spatial[index], factors=[None, count])
+
+
+def _extent_of(iter_var) -> int | None:
+    try:
+        return int(iter_var.dom.extent)
+    except (TypeError, ValueError):
+        return None
+
+
+def _row_tile(sch, spatial, rows: int, fewer: int, sharing: list[bool]) -> tuple[int, int, bool] | None:
+    """(which loop, how many rows, whether with a tail) of _row_block's split, or None."""
     order = [i for i in (len(spatial) - 2, len(spatial) - 1, *range(len(spatial) - 3, -1, -1))
              if i >= 0 and sharing[i]]
     extents = {i: _extent(sch, spatial[i]) for i in order}
@@ -653,11 +672,51 @@ def _row_block(sch, spatial, rows: int, fewer: int, sharing: list[bool]):
         divisible = [i for i in order if extents[i] and extents[i] >= count and extents[i] % count == 0
                      and (count >= rows - fewer or extents[i] < LONG_ROWS * rows)]
         if divisible:
-            return divisible[0], sch.split(spatial[divisible[0]], factors=[None, count])
+            return divisible[0], count, False
     with_tail = [i for i in order if extents[i] and extents[i] > rows]
-    for index in with_tail[:1]:
-        return index, sch.split(spatial[index], factors=[None, rows])
-    return None
+    return (with_tail[0], rows, True) if with_tail else None
+
+
+def _rows_padded(sch, block, on: Machine):
+    """The block with its tile's row loop padded to whole tiles where it would take a tail (pad_einsum: its
+    input rows copied into a buffer with zero rows after them, the extra output rows dropped by the consumer).
+    A tail's bounds test sits inside the reduction: a matmul over ViT's 197 tokens ran at 180 GFLOP/s where
+    192 rows ran at 210, and padded to 198 the ViT library is 0.85x call by call. Only where the padding adds
+    at most 1 / PADDED_ROWS_FRACTION of the rows (a Conformer's 49 frames padded to 54 made its library 1.02x),
+    and matmuls only: convs keep the tail."""
+    from tvm.s_tir import ScheduleError
+
+    if "matmul" not in sch.get(block).name_hint:  # convs keep the tail: padded, unmeasured (26 rows compute 30)
+        return block
+    iters, loops = sch.get(block).iter_vars, sch.get_loops(block)
+    extents = [_extent(sch, loop) for loop in loops]
+    if len(loops) != len(iters) or None in extents or extents != [_extent_of(iv) for iv in iters]:
+        return block  # pad_einsum pads iterators; here they are the loops, one for one
+    positions = [p for p, iv in enumerate(iters) if not sums(iv)]
+    if (len(positions) == len(iters) or len(positions) < 2
+            or not any(extents[positions[-1]] % width == 0 for width in _WIDTHS)):  # no register tile then
+        return block
+    spatial = [loops[p] for p in positions]
+    choice = _row_tile(sch, spatial[:-1], on.rows, on.fewer_rows, _rows_sharing_vectors(sch, block, len(spatial)))
+    if choice is None or not choice[2]:
+        return block
+    index, rows, _ = choice
+    padded = -(-extents[positions[index]] // rows) * rows
+    if (padded - extents[positions[index]]) * PADDED_ROWS_FRACTION > extents[positions[index]]:
+        return block
+    extents[positions[index]] = padded
+    name = sch.get(block).name_hint
+    try:
+        sch.pad_einsum(block, extents)
+    except ScheduleError:
+        return block
+    block = sch.get_sblock(name)
+    for consumer in sch.get_consumers(block):  # the copy dropping the extra rows, into what reads it
+        try:
+            sch.compute_inline(consumer)
+        except ScheduleError:
+            pass
+    return block
 
 
 def _vectorize_innermost(sch, block) -> None:
