@@ -1,0 +1,152 @@
+"""One ONNX operator at a time, at a realistic size, through modelbuild's import and lowering, against
+onnxruntime: where a model nobody tuned for will fall off a cliff before any model shows it.
+
+The zoo (zoo.py) measures whole models; a cliff in an operator only one user's model has (TVM legalising a
+function to a libm call per element, a copy vectorised as gathers) shows here first. Session 46 found
+LogSoftmax 20x onnxruntime's time, opset-20 Gelu 12x, an NCHW -> NHWC Transpose 3.9x, Sin 1.8x this way.
+Each case is a one-node model (float32 inputs drawn from a normal distribution, positive where the
+operator needs it) compiled for this host with the default schedule; both runtimes get 2 threads and are
+timed in alternating blocks (zoo.alternate). A single operator in NCHW carries the layout conversions a
+real model's channels-last chain does not (pools, transposed convs): read those against the zoo.
+
+Usage: python bench/op_speed.py [NAME ...] [--seconds S] [--list]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # modelbuild, when run from a checkout
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import zoo  # noqa: E402  (its alternate(): blocks of runs, a pause between)
+
+MAP = [1, 64, 128, 128]  # an NCHW activation of a million floats
+ROWS = [1024, 1000]  # classifier rows
+
+
+def cases() -> dict:
+    """name -> (nodes, inputs {name: shape}, initializers {name: array}, opset, positive inputs)."""
+    import numpy as np
+    from onnx import helper
+
+    rng = np.random.default_rng(1)
+    node = helper.make_node
+
+    def unary(op, shape=MAP, positive=False, opset=18, **attributes):
+        return [node(op, ["x"], ["y"], **attributes)], {"x": shape}, {}, opset, positive
+
+    return {
+        "Exp": unary("Exp"), "Sigmoid": unary("Sigmoid"), "Tanh": unary("Tanh"), "Erf": unary("Erf"),
+        "Log": unary("Log", positive=True), "Sin": unary("Sin"), "Cos": unary("Cos"),
+        "Softplus": unary("Softplus"), "Mish": unary("Mish"), "Gelu": unary("Gelu", opset=20),
+        "HardSwish": unary("HardSwish"), "Elu": unary("Elu"), "Atan": unary("Atan"), "Round": unary("Round"),
+        "Softmax": unary("Softmax", ROWS, axis=-1), "LogSoftmax": unary("LogSoftmax", ROWS, axis=-1),
+        "Softmax_attention": unary("Softmax", [1, 12, 197, 197], axis=-1),
+        "LayerNorm": ([node("LayerNormalization", ["x", "s", "b"], ["y"], axis=-1)], {"x": [1, 4096, 320]},
+                      {"s": np.ones(320, np.float32), "b": np.zeros(320, np.float32)}, 18, False),
+        "Transpose_NCHW_NHWC": unary("Transpose", perm=[0, 2, 3, 1]),
+        "Transpose_heads": unary("Transpose", [1, 197, 12, 64], perm=[0, 2, 1, 3]),
+        "ReduceMean_channels": ([node("ReduceMean", ["x", "a"], ["y"])], {"x": MAP}, {"a": np.array([1])}, 18, False),
+        "MatMul_QK": ([node("MatMul", ["x", "k"], ["y"])], {"x": [1, 12, 197, 64], "k": [1, 12, 64, 197]}, {}, 18,
+                      False),
+        "MatMul_linear": ([node("MatMul", ["x", "w"], ["y"])], {"x": [1, 197, 192]},
+                          {"w": rng.standard_normal((192, 768)).astype(np.float32)}, 18, False),
+        "ScatterND": ([node("ScatterND", ["x", "i", "u"], ["y"])], {"x": [1000, 256]},
+                      {"i": rng.permutation(1000)[:100].reshape(100, 1).astype(np.int64),
+                       "u": rng.standard_normal((100, 256)).astype(np.float32)}, 18, False),
+        "TopK": ([node("TopK", ["x", "k"], ["y", "i"], axis=-1)], {"x": [1, 25200]}, {"k": np.array([100])}, 18,
+                 False),
+    }
+
+
+def model(name: str, nodes, inputs: dict, initializers: dict, opset: int):
+    from onnx import TensorProto, helper, numpy_helper
+
+    outputs = list(dict.fromkeys(out for n in nodes for out in n.output))
+    types = {o: TensorProto.INT64 if o == "i" else TensorProto.FLOAT for o in outputs}  # "i": TopK's indices
+    graph = helper.make_graph(nodes, name, [helper.make_tensor_value_info(k, TensorProto.FLOAT, v)
+                                            for k, v in inputs.items()],
+                              [helper.make_tensor_value_info(o, types[o], None) for o in outputs],
+                              initializer=[numpy_helper.from_array(v, k) for k, v in initializers.items()])
+    built = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    built.ir_version = 10
+    return built
+
+
+def compiled(onnx_model, inputs: dict, threads: int):
+    """main() of the model imported and lowered as the compile stage does, for this host."""
+    import tvm
+    from tvm import relax
+
+    from modelbuild.compiler import lowering
+    from modelbuild.recipe import targets
+    from modelbuild.stages import onnx_import
+
+    module = onnx_import.to_relax(onnx_model, {k: {"shape": v, "dtype": "float32"} for k, v in inputs.items()})
+    host = targets.resolve_target({"kind": "llvm", "mcpu": "host", "num-cores": threads},
+                                  zoo.CACHE / "host-cpu.json")  # as a recipe's mcpu = "host" builds
+    target = tvm.target.Target(targets.tvm_target(host))
+    with target, tvm.transform.PassContext(opt_level=3):
+        phases = lowering.lower(module, target, fuse=True, layout="auto", schedule=True)
+        executable = tvm.compile(phases.planned, target=target, relax_pipeline=lowering.finish_passes(target))
+    return relax.VirtualMachine(executable, tvm.cpu())["main"]
+
+
+def measure(name: str, case, threads: int, seconds: float) -> str:
+    import numpy as np
+    import onnxruntime as ort
+    import tvm
+
+    nodes, inputs, initializers, opset, positive = case
+    onnx_model = model(name, nodes, inputs, initializers, opset)
+    rng = np.random.default_rng(0)
+    feed = {k: rng.standard_normal(v).astype(np.float32) for k, v in inputs.items()}
+    if positive:
+        feed = {k: np.abs(v) + np.float32(0.1) for k, v in feed.items()}
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    session = ort.InferenceSession(onnx_model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    expected = session.run(None, feed)
+    try:
+        main = compiled(onnx_model, inputs, threads)
+    except Exception as err:  # a refusal is a finding here, not a crash of the benchmark
+        return f"| {name} | failed: {str(err).strip().splitlines()[-1][:100]} | | | |"
+    tensors = [tvm.runtime.tensor(feed[k]) for k in inputs]
+    got = main(*tensors)
+    got = [got] if hasattr(got, "numpy") else list(got)
+    error = max(float(np.abs(a.numpy().astype("float64") - b).max()) if b.size else 0.0
+                for a, b in zip(got, expected))
+    medians = zoo.alternate({"modelbuild": lambda: main(*tensors), "onnxruntime": lambda: session.run(None, feed)},
+                            seconds)
+    ratio = medians["modelbuild"] / medians["onnxruntime"]
+    return (f"| {name} | {medians['modelbuild'] * 1e3:.3f} | {medians['onnxruntime'] * 1e3:.3f} | {ratio:.2f}x"
+            f"{' <<' if ratio > 1.5 else ''} | {error:.1e} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="*", help="cases to run (default: all)")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--seconds", type=float, default=1.0, help="timing per case and runtime")
+    parser.add_argument("--list", action="store_true", help="list the cases and exit")
+    args = parser.parse_args()
+    table = cases()
+    if args.list:
+        print("\n".join(table))
+        return
+    unknown = [n for n in args.names if n not in table]
+    if unknown:
+        raise SystemExit(f"op_speed: no case {', '.join(unknown)}; --list shows them")
+    os.environ.setdefault("TVM_NUM_THREADS", str(args.threads))
+    print(f"{args.threads} threads each; medians of alternating blocks; `<<` over 1.5x onnxruntime\n")
+    print("| operator | modelbuild ms | onnxruntime ms | ratio | max abs error |")
+    print("| --- | --- | --- | --- | --- |")
+    for name in args.names or table:
+        print(measure(name, table[name], args.threads, args.seconds), flush=True)
+
+
+if __name__ == "__main__":
+    main()
