@@ -144,6 +144,16 @@ def quantized_qdq(source: Path, path: Path, shape: list[int], *, samples: int = 
     return path
 
 
+def dynamically_quantized(source: Path, path: Path) -> Path:
+    """onnxruntime's dynamic quantization of `source`, as Hugging Face's model_quantized.onnx files are made:
+    int8 weights, each activation quantized at run time from its own range (DynamicQuantizeLinear), Conv
+    as ConvInteger and MatMul as MatMulInteger, each followed by a Cast to float and the rescale."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    quantize_dynamic(str(source), str(path), weight_type=QuantType.QInt8)
+    return path
+
+
 def uneven_channels(path: Path, *, channels: int = 8, seed: int = 0) -> Path:
     """x[1,C,H,W] -> depthwise Conv + bias -> Conv + bias -> GlobalAveragePool -> y, with the input's channels
     scaled from 1 to 1000 (feed it `uneven_input`): the per-channel spread one int8 scale handles badly, and

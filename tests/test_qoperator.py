@@ -8,7 +8,8 @@ import onnxruntime as ort
 import pytest
 
 from modelbuild.frontend import qoperator
-from tests.onnx_models import INTEGER_OPS, conv_then_dense, integer_op, mixed_ops, quantized_qdq
+from tests.onnx_models import (INTEGER_OPS, conv_then_dense, dynamically_quantized, integer_op, mixed_ops,
+                               quantized_qdq)
 
 
 def run(model, feed: dict) -> np.ndarray:
@@ -41,6 +42,26 @@ def test_conv_and_matmul_integer_are_exact_with_their_zero_points(tmp_path, op):
     x = {"x": np.random.default_rng(0).integers(0, 256, INTEGER_OPS[op][0]).astype(np.uint8)}
     want, got = run(model, x), run(rewritten, x)
     assert got.dtype == np.int32 and np.array_equal(got, want)
+
+
+def test_dynamic_quantization_keeps_its_run_time_zero_points_and_its_float_sums(tmp_path):
+    """The zero points DynamicQuantizeLinear computes are dequantized with the constant scale one (integer_ops
+    looks for it), and Cast<float> of a MatMulInteger or ConvInteger reads the float sum directly: no
+    float -> int32 -> float round trip per element."""
+    model = onnx.load(str(dynamically_quantized(conv_then_dense(tmp_path / "m.onnx"), tmp_path / "q.onnx")))
+    assert {"ConvInteger", "MatMulInteger", "DynamicQuantizeLinear", "Cast"} <= {n.op_type for n in model.graph.node}
+    rewritten = qoperator.to_qdq(model)
+    constants = {t.name for t in rewritten.graph.initializer}
+    run_time = {n.output[2] for n in rewritten.graph.node if n.op_type == "DynamicQuantizeLinear"}
+    dequantized = [n for n in rewritten.graph.node
+                   if n.op_type == "DequantizeLinear" and n.input[2:] and n.input[2] in run_time]
+    assert len(dequantized) == 2 and all(n.input[1] in constants for n in dequantized)
+    ops = {n.op_type for n in rewritten.graph.node}
+    assert not ops & {"Cast", *qoperator.INTEGER_OPS}
+    for seed in range(4):
+        x = {"x": np.random.default_rng(60 + seed).standard_normal((1, 3, 8, 8)).astype(np.float32)}
+        # the float sums are integers below 2^24, exact as onnxruntime's int32 sums
+        assert np.array_equal(run(rewritten, x), run(model, x))
 
 
 def test_a_model_without_qoperators_is_returned_as_it_is(tmp_path):

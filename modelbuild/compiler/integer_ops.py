@@ -52,6 +52,9 @@ def rewrite(module):
                 return call
             data = self._dequantized(call.args[0], _EIGHT_BIT + (_SPLIT,))
             weight = self._dequantized(call.args[1], _EIGHT_BIT) or self._transposed_constant(call.args[1])
+            if data is None and weight is not None and name == "relax.matmul" and _dense_weight(weight):
+                dynamic = self._dynamically_dequantized(call.args[0])
+                return call if dynamic is None else _dynamic_integer(self.builder_, call, dynamic, weight)
             if data is None or weight is None or not _channels_supported(call, weight[1], weight[3]):
                 return call
             return _integer(self.builder_, call, data, weight)
@@ -107,6 +110,20 @@ def rewrite(module):
             if str(quantized.ty.dtype) == _SPLIT and np.any(constant_value(zero)):
                 return None
             return quantized, constant_value(scale), constant_value(zero), int(value.attrs.axis)
+
+        def _dynamically_dequantized(self, expr):
+            """As _dequantized, for 8-bit data quantized at run time with a constant scale: its zero point a
+            scalar computed by the model (onnxruntime's dynamic quantization, DynamicQuantizeLinear, whose scale
+            the model applies after the MatMulInteger), returned as the expression."""
+            value = self._bound(expr)
+            if value is None or getattr(getattr(value, "op", None), "name", None) != "relax.dequantize":
+                return None
+            quantized, scale, zero = value.args
+            if (str(quantized.ty.dtype) not in _EIGHT_BIT or not isinstance(scale, Constant)
+                    or isinstance(zero, Constant) or str(zero.ty.dtype) not in _EIGHT_BIT
+                    or getattr(zero.ty, "ndim", -1) != 0):
+                return None
+            return quantized, constant_value(scale), zero, int(value.attrs.axis)
 
     for gv, func in list(module.functions.items()):
         if isinstance(func, relax.Function):
@@ -265,6 +282,29 @@ def _integer(bb, call, data, weight):
     return _rescaled(bb, _accumulated(bb, call, _centered(bb, xq, zx), w), scale)
 
 
+def _dense_weight(weight) -> bool:
+    """Whether a dequantized weight is a constant int8 [K, N] matrix with zero points 0: what the packed
+    matmul kernels take as it is."""
+    from tvm.ir import Constant
+
+    quantized, _, zero, _ = weight
+    return (isinstance(quantized, Constant) and str(quantized.ty.dtype) == "int8" and len(quantized.ty.shape) == 2
+            and not np.any(zero))
+
+
+def _dynamic_integer(bb, call, data, weight):
+    """_integer for data whose zero point z is computed at run time: sum((x - z) w) as sum(x w) - z sum(w),
+    with z sum(w) a vector of N products per call, the 8-bit data read as it is by the packed kernels."""
+    from tvm import relax
+
+    (xq, sx, zero, _), (wq, sw, _, w_axis) = data, weight
+    rank = len(call.ty.shape)
+    scale = _channel_scale(sx, sw if w_axis in (-1, 1) else sw.reshape(-1)[:1], rank=rank, channel_axis=rank - 1)
+    sums = constant_value(wq).astype(np.int64).sum(axis=0).astype(np.int32)
+    correction = bb.emit(relax.op.multiply(bb.emit(relax.op.astype(zero, "int32")), relax.const(sums, "int32")))
+    return _rescaled(bb, bb.emit(relax.op.subtract(_accumulated(bb, call, xq, wq), correction)), scale)
+
+
 def _offset_applies(call, zero: np.ndarray, weight) -> bool:
     """Whether sum((x - z) w) can be computed as sum(x w) - z sum(w): one data zero point, constant weights,
     and the layouts whose weight sums are taken below."""
@@ -319,6 +359,8 @@ def _accumulated(bb, call, x, w, padding=None):
 def _rescaled(bb, accumulated, scale: np.ndarray):
     from tvm import relax
 
+    if np.all(scale == 1):  # MatMulInteger's: the model rescales the integer sums itself
+        return relax.op.astype(accumulated, "float32")
     real = bb.emit(relax.op.astype(accumulated, "float32"))
     return relax.op.multiply(real, relax.const(scale, "float32"))
 

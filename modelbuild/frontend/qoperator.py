@@ -42,21 +42,54 @@ def to_qdq(model: onnx.ModelProto) -> onnx.ModelProto:
     out = onnx.ModelProto()
     out.CopyFrom(model)
     del out.graph.node[:]
+    scalars = _scalars(model)
     for index, node in enumerate(model.graph.node):
         if not _rewritten(node):
             out.graph.node.append(node)
             continue
         prefix = f"{node.name or node.op_type}~{index}"
-        nodes, constants = (_elementwise if node.domain == CONTRIB else REWRITES[node.op_type])(node, prefix)
+        if node.domain == CONTRIB:
+            nodes, constants = _elementwise(node, prefix)
+        elif node.op_type in INTEGER_OPS:
+            nodes, constants = _integer_op(node, prefix, *INTEGER_OPS[node.op_type], scalars=scalars)
+        else:
+            nodes, constants = REWRITES[node.op_type](node, prefix)
         out.graph.node.extend(nodes)
         out.graph.initializer.extend(constants)
-    return out
+    return _float_casts_bypassed(out)
+
+
+def _scalars(model) -> set[str]:
+    """Names of tensors known to be scalars: 0-d initializers and DynamicQuantizeLinear's scale and zero point."""
+    names = {t.name for t in model.graph.initializer if not t.dims}
+    for node in model.graph.node:
+        if node.op_type == "DynamicQuantizeLinear":
+            names.update(node.output[1:3])
+    return names
+
+
+def _float_casts_bypassed(model):
+    """Cast<float>(y) of an integer op's int32 y as the float sum y was cast from: the same value (the sum is
+    an integer below 2^24, or int32 rounded to float as the Cast rounds it), and no float -> int32 -> float
+    round trip in every element of the epilogue (TVM writes Cast<int32> as a wrap in int64). Dynamic
+    quantization follows every MatMulInteger with this Cast. The int32 Cast goes once nothing reads it."""
+    sums = {n.output[0]: n.input[0] for n in model.graph.node if n.name.endswith(INTEGER_CAST)}
+    nodes = []
+    for node in model.graph.node:
+        to = next((a.i for a in node.attribute if a.name == "to"), None)
+        if node.op_type == "Cast" and node.input[0] in sums and to == TensorProto.FLOAT:
+            node = helper.make_node("Identity", [sums[node.input[0]]], list(node.output), name=node.name)
+        nodes.append(node)
+    read = {name for n in nodes for name in n.input} | {o.name for o in model.graph.output}
+    del model.graph.node[:]
+    model.graph.node.extend(n for n in nodes if not n.name.endswith(INTEGER_CAST) or n.output[0] in read)
+    return model
 
 
 def _rewritten(node) -> bool:
     if node.domain == CONTRIB:
         return node.op_type in ELEMENTWISE
-    return node.domain in ("", "ai.onnx") and node.op_type in REWRITES
+    return node.domain in ("", "ai.onnx") and (node.op_type in REWRITES or node.op_type in INTEGER_OPS)
 
 
 def _elementwise(node, prefix: str):
@@ -114,22 +147,16 @@ def _qlinear_matmul(node, prefix: str):
     return nodes, []
 
 
-def _conv_integer(node, prefix: str):
-    return _integer_op(node, prefix, "Conv", weight_axis=0)
-
-
-def _matmul_integer(node, prefix: str):
-    return _integer_op(node, prefix, "MatMul", weight_axis=1)
-
-
-def _integer_op(node, prefix: str, op: str, *, weight_axis: int):
+def _integer_op(node, prefix: str, op: str, weight_axis: int, *, scalars: set[str]):
     x, w, *zeros = list(node.input) + ["", ""]
     one = f"{prefix}/one"
     constants = [numpy_helper.from_array(np.float32(1.0), one), numpy_helper.from_array(np.float32(0.0), f"{prefix}/zero")]
     nodes = []
     for role, tensor, zero, axis in (("x", x, zeros[0], 1), ("w", w, zeros[1], weight_axis)):
         scale = one
-        if zero:  # a scale of ones in the zero point's shape: per output channel where it is
+        # a scale of ones in the zero point's shape (per output channel where it is); a scalar's is the constant
+        # one, which integer_ops needs to find the dequantize of a zero point computed at run time
+        if zero and zero not in scalars:
             nodes += [helper.make_node("Cast", [zero], [f"{prefix}/{role}_zero"], name=f"{prefix}/{role}_zero",
                                        to=TensorProto.FLOAT),
                       helper.make_node("Mul", [f"{prefix}/{role}_zero", f"{prefix}/zero"], [f"{prefix}/{role}_zeros"],
@@ -141,9 +168,13 @@ def _integer_op(node, prefix: str, op: str, *, weight_axis: int):
                                       [f"{prefix}/{role}"], name=f"{prefix}/dq_{role}", axis=axis))
     nodes += [helper.make_node(op, [f"{prefix}/x", f"{prefix}/w"], [f"{prefix}/y"], name=f"{prefix}/{op}",
                                **_attributes(node)),
-              helper.make_node("Cast", [f"{prefix}/y"], [node.output[0]], name=f"{prefix}/cast", to=TensorProto.INT32)]
+              helper.make_node("Cast", [f"{prefix}/y"], [node.output[0]], name=f"{prefix}{INTEGER_CAST}",
+                               to=TensorProto.INT32)]
     return nodes, constants
 
 
-REWRITES = {"QLinearConv": _qlinear_conv, "QLinearMatMul": _qlinear_matmul, "ConvInteger": _conv_integer,
-            "MatMulInteger": _matmul_integer}
+INTEGER_CAST = "/int32_cast"  # how _integer_op names the Cast of its float sum to the op's int32 output
+
+
+REWRITES = {"QLinearConv": _qlinear_conv, "QLinearMatMul": _qlinear_matmul}
+INTEGER_OPS = {"ConvInteger": ("Conv", 0), "MatMulInteger": ("MatMul", 1)}  # op -> (float op, weight's axis)
