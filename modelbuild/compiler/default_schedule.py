@@ -379,7 +379,7 @@ def _parallel_loops(sch, loops, cores: int, worth_it: bool) -> list:
 
 
 def _schedule_reduction(sch, block, on: Machine) -> None:
-    block = _rows_padded(sch, block, on)
+    block, pads = _rows_padded(sch, block, on)
     spatial, reduce = _spatial_and_reduce(sch, block)
     # a conv1d as an NCHW conv2d, [n, c, l, 1] with a kernel [k, 1]: its vectors run along l (a kept
     # dimension of a pool, [n, c, 1, 1], is no such axis: its input is summed along the reduction)
@@ -393,7 +393,8 @@ def _schedule_reduction(sch, block, on: Machine) -> None:
     # counted in multiply-adds: a depthwise conv's few outputs (56x56x32) each cost 9 of them
     macs = _work(sch, spatial) * _work(sch, reduce)
     worth_it = macs >= PARALLEL_MIN_MACS
-    weights_outermost = (_extent(sch, spatial[-1]) or 0) > _work(sch, spatial[:-1])
+    columns = _extent(sch, spatial[-1]) or 0
+    weights_outermost = columns > _work(sch, spatial[:-1])
     split = _vector_split(sch, spatial[-1])
     consumers = sch.get_consumers(block)
     if split is None and _whole_rows(sch, spatial, reduce):
@@ -446,13 +447,42 @@ def _schedule_reduction(sch, block, on: Machine) -> None:
         if not worth_it and _broadcasts(sch, consumer, macs):
             _schedule_loops(sch, consumer, on.cores)
             continue
+        if passes is None and not weights_outermost and _drops_padded_columns(sch, consumer, columns):
+            # after a whole row of tiles: within one column tile the bounds test dropping the padding varies
+            # across a vector's lanes, and TVM's vectoriser made every vector of the copy 16 scalar stores
+            # (ViT's Q K^T, 197 keys computed as 208: 421 us, 334 a row at a time, LLVM vectorising the row)
+            sch.reverse_compute_at(consumer, order[-2])
+            continue
         sch.reverse_compute_at(consumer, order[-1] if passes is None else order[at - 1])
         _vectorize_innermost(sch, consumer)
+    if parallel:
+        _computed_under(sch, pads, parallel[-1])
     # Annotate first: parallel and vectorize need a whole reduction block (with its init) below them.
     _parallelize(sch, order if passes is None else order[:at], on.cores, worth_it)
     sch.vectorize(inner)
     init = sch.decompose_reduction(block, reduce[0] if passes is None else blocks)
     _vectorize_innermost(sch, init)
+
+
+def _computed_under(sch, pads: list, loop) -> None:
+    """The copies padding a matmul's inputs (_rows_padded's) computed under its parallel `loop`, a part in
+    each iteration, where they ran whole on one core before it (ViT's Q K^T: 12 heads' queries, 25 us)."""
+    from tvm.s_tir import ScheduleError
+
+    for pad in pads:
+        try:
+            sch.compute_at(pad, loop)
+        except ScheduleError:
+            continue
+        _vectorize_innermost(sch, pad)
+
+
+def _drops_padded_columns(sch, consumer, columns: int) -> bool:
+    """Whether a consumer of a reduction over `columns` whole vectors keeps fewer of them, a part of a vector:
+    the slice after channel_padding.py's padded operators (a matmul's 208 columns for 197 keys)."""
+    loops = sch.get_loops(consumer)
+    kept = _extent(sch, loops[-1]) if loops else None
+    return bool(kept) and columns % VECTOR_LANES == 0 and kept < columns and kept % VECTOR_LANES != 0
 
 
 def _broadcasts(sch, consumer, macs: int) -> bool:
@@ -678,8 +708,9 @@ def _row_tile(sch, spatial, rows: int, fewer: int, sharing: list[bool]) -> tuple
 
 
 def _rows_padded(sch, block, on: Machine):
-    """The block with its tile's row loop padded to whole tiles where it would take a tail (pad_einsum: its
-    input rows copied into a buffer with zero rows after them, the extra output rows dropped by the consumer).
+    """(block, the blocks copying its inputs padded): the block with its tile's row loop padded to whole tiles
+    where it would take a tail (pad_einsum: its input rows copied into a buffer with zero rows after them, the
+    extra output rows dropped by the consumer).
     A tail's bounds test sits inside the reduction: a matmul over ViT's 197 tokens ran at 180 GFLOP/s where
     192 rows ran at 210, and padded to 198 the ViT library is 0.85x call by call. Only where the padding adds
     at most 1 / PADDED_ROWS_FRACTION of the rows (a Conformer's 49 frames padded to 54 made its library 1.02x),
@@ -687,36 +718,37 @@ def _rows_padded(sch, block, on: Machine):
     from tvm.s_tir import ScheduleError
 
     if "matmul" not in sch.get(block).name_hint:  # convs keep the tail: padded, unmeasured (26 rows compute 30)
-        return block
+        return block, []
     iters, loops = sch.get(block).iter_vars, sch.get_loops(block)
     extents = [_extent(sch, loop) for loop in loops]
     if len(loops) != len(iters) or None in extents or extents != [_extent_of(iv) for iv in iters]:
-        return block  # pad_einsum pads iterators; here they are the loops, one for one
+        return block, []  # pad_einsum pads iterators; here they are the loops, one for one
     positions = [p for p, iv in enumerate(iters) if not sums(iv)]
     if (len(positions) == len(iters) or len(positions) < 2
             or not any(extents[positions[-1]] % width == 0 for width in _WIDTHS)):  # no register tile then
-        return block
+        return block, []
     spatial = [loops[p] for p in positions]
     choice = _row_tile(sch, spatial[:-1], on.rows, on.fewer_rows, _rows_sharing_vectors(sch, block, len(spatial)))
     if choice is None or not choice[2]:
-        return block
+        return block, []
     index, rows, _ = choice
     padded = -(-extents[positions[index]] // rows) * rows
     if (padded - extents[positions[index]]) * PADDED_ROWS_FRACTION > extents[positions[index]]:
-        return block
+        return block, []
     extents[positions[index]] = padded
-    name = sch.get(block).name_hint
+    name, inputs = sch.get(block).name_hint, {sch.get(b).name_hint for b in sch.get_producers(block)}
     try:
         sch.pad_einsum(block, extents)
     except ScheduleError:
-        return block
+        return block, []
     block = sch.get_sblock(name)
+    pads = [b for b in sch.get_producers(block) if sch.get(b).name_hint not in inputs]
     for consumer in sch.get_consumers(block):  # the copy dropping the extra rows, into what reads it
         try:
             sch.compute_inline(consumer)
         except ScheduleError:
             pass
-    return block
+    return block, pads
 
 
 def _vectorize_innermost(sch, block) -> None:
