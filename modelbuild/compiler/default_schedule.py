@@ -447,11 +447,14 @@ def _schedule_reduction(sch, block, on: Machine) -> None:
         if not worth_it and _broadcasts(sch, consumer, macs):
             _schedule_loops(sch, consumer, on.cores)
             continue
-        if passes is None and not weights_outermost and _drops_padded_columns(sch, consumer, columns):
-            # after a whole row of tiles: within one column tile the bounds test dropping the padding varies
-            # across a vector's lanes, and TVM's vectoriser made every vector of the copy 16 scalar stores
-            # (ViT's Q K^T, 197 keys computed as 208: 421 us, 334 a row at a time, LLVM vectorising the row)
+        if (passes is None and not weights_outermost and (_extent(sch, outer) or 1) > 1
+                and _drops_padded_columns(sch, consumer, columns)):
+            # after a whole row of column tiles: within one of several, the bounds test dropping the padding
+            # varies across a vector's lanes, and TVM's vectoriser made every vector of the copy 16 scalar
+            # stores (ViT's Q K^T, 197 keys computed as 208: 421 us, 334 a row at a time, LLVM vectorising the
+            # row). Under the one column tile of a narrow conv it keeps a vector of its own width.
             sch.reverse_compute_at(consumer, order[-2])
+            _vectorize_innermost(sch, consumer)
             continue
         sch.reverse_compute_at(consumer, order[-1] if passes is None else order[at - 1])
         _vectorize_innermost(sch, consumer)
