@@ -143,6 +143,26 @@ def test_log_calls_no_libm_and_is_within_2e_7_over_every_float32():
     assert got[-1, 0] == -np.inf and got[-1, 1] == np.inf and np.isnan(got[-1, 2:4]).all()
 
 
+def test_atan_calls_no_libm_and_is_within_3e_7_relative_over_every_float32():
+    """Every 1024th float32 of both signs, subnormals to the largest: within 3e-7 of float64's atan, relative;
+    pi / 2 at the infinities, with their sign, and NaN for NaN."""
+    import tvm
+    from tvm import relax
+
+    positive = np.arange(1, np.float32(np.finfo("float32").max).view("int32"), 1024, dtype="int32").view("float32")
+    x = np.concatenate([positive, -positive])
+    x = np.concatenate([x[: x.size // 1024 * 1024], np.float32([np.inf, -np.inf, np.nan, 0.0] + [1.0] * 1020)])
+    x = x.reshape(-1, 1024)
+    script, run = scheduled_kernel(build_module(lambda bb, v: bb.emit(relax.op.atan(v)), x.shape), "atan",
+                                   schedule=True, layout="auto")
+    assert "T.atan(" not in script
+    got = run(tvm.runtime.tensor(x)).numpy()
+    expected = np.arctan(x.astype("float64")[:-1])
+    assert (np.abs(got[:-1] - expected) / np.abs(expected)).max() <= 3e-7
+    np.testing.assert_allclose(got[-1, :2], [np.pi / 2, -np.pi / 2], rtol=1e-7)
+    assert np.isnan(got[-1, 2]) and got[-1, 3] == 0.0
+
+
 @pytest.mark.parametrize("exponent, libm", [(2.0, False), (3.0, False), (4.0, False), (0.5, False), (2.5, True)])
 def test_a_power_by_a_small_whole_constant_or_a_half_calls_no_libm(exponent, libm):
     """GPT-2's tanh GELU cubes its input with Pow: x * x * x, where powf was a scalar libm call per element;
