@@ -807,13 +807,9 @@ def test_a_matmul_whose_rows_take_a_short_tail_is_padded_to_whole_tiles(rows, pa
     np.testing.assert_allclose(run(tvm.runtime.tensor(x)).numpy(), x @ weight, rtol=1e-4, atol=1e-4)
 
 
-def test_attention_scores_over_keys_padded_to_whole_vectors_drop_the_padding_a_row_at_a_time():
-    """Q K^T over ViT's 197 keys computes 208 columns (channel_padding) and 198 rows (_rows_padded). Under a tile
-    of 16 columns the slice dropping the extra ones tested each lane, and TVM's vectoriser made every vector of
-    it 16 scalar stores; it runs after the tiles of a row now. The copy padding the queries runs under the
-    parallel loop, a head each, where it ran on one core first. ViT's scores: 0.71x the time."""
-    import re
-
+def test_the_copy_padding_a_matmuls_rows_runs_under_its_parallel_loop():
+    """Q K^T over ViT's 197 tokens pads its queries to 198 rows (_rows_padded): the copy ran whole on one core
+    before the parallel loop over the heads, and runs under it now, a head each (ViT's scores 0.93x the time)."""
     import numpy as np
     import tvm
     from tvm import relax
@@ -824,9 +820,7 @@ def test_attention_scores_over_keys_padded_to_whole_vectors_drop_the_padding_a_r
 
     module = build_module(scores, (1, 4, 197, 64))
     script, run = scheduled_kernel(module, "matmul", schedule=True)
-    assert "T.int64(208)" in script and "T.int64(198)" in script  # both paddings
-    assert not re.search(r"T\.vectorized\(T\.int64\(16\)\):\n\s+with T\.sblock\(\"T_strided_slice", script)
-    assert 'T.sblock("T_strided_slice' in script
+    assert "T.int64(198)" in script  # the padded rows
     assert script.index("T.parallel(") < script.index('T.sblock("x_pad")')
     x = np.random.default_rng(30).standard_normal((1, 4, 197, 64)).astype("float32")
     want = x @ (0.5 * x).transpose(0, 1, 3, 2)
@@ -835,8 +829,8 @@ def test_attention_scores_over_keys_padded_to_whole_vectors_drop_the_padding_a_r
 
 def test_a_conv_padded_to_one_vector_of_channels_keeps_its_epilogue_in_a_vector_of_its_width():
     """MTCNN's first conv computes 16 channels for its 10 (channel_padding). Its one column tile holds all 10,
-    and the epilogue under it is a vector of 10 lanes; moved after the row's tiles as attention's scores are,
-    it was a scalar loop and the model took 2.2x its time."""
+    and the epilogue under it is a vector of 10 lanes; moved after the row's tiles (tried for attention's
+    padded scores) it was a scalar loop and the model took 2.2x its time."""
     import re
 
     import numpy as np

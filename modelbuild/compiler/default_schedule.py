@@ -393,8 +393,7 @@ def _schedule_reduction(sch, block, on: Machine) -> None:
     # counted in multiply-adds: a depthwise conv's few outputs (56x56x32) each cost 9 of them
     macs = _work(sch, spatial) * _work(sch, reduce)
     worth_it = macs >= PARALLEL_MIN_MACS
-    columns = _extent(sch, spatial[-1]) or 0
-    weights_outermost = columns > _work(sch, spatial[:-1])
+    weights_outermost = (_extent(sch, spatial[-1]) or 0) > _work(sch, spatial[:-1])
     split = _vector_split(sch, spatial[-1])
     consumers = sch.get_consumers(block)
     if split is None and _whole_rows(sch, spatial, reduce):
@@ -447,15 +446,6 @@ def _schedule_reduction(sch, block, on: Machine) -> None:
         if not worth_it and _broadcasts(sch, consumer, macs):
             _schedule_loops(sch, consumer, on.cores)
             continue
-        if (passes is None and not weights_outermost and (_extent(sch, outer) or 1) > 1
-                and _drops_padded_columns(sch, consumer, columns)):
-            # after a whole row of column tiles: within one of several, the bounds test dropping the padding
-            # varies across a vector's lanes, and TVM's vectoriser made every vector of the copy 16 scalar
-            # stores (ViT's Q K^T, 197 keys computed as 208: 421 us, 334 a row at a time, LLVM vectorising the
-            # row). Under the one column tile of a narrow conv it keeps a vector of its own width.
-            sch.reverse_compute_at(consumer, order[-2])
-            _vectorize_innermost(sch, consumer)
-            continue
         sch.reverse_compute_at(consumer, order[-1] if passes is None else order[at - 1])
         _vectorize_innermost(sch, consumer)
     if parallel:
@@ -478,14 +468,6 @@ def _computed_under(sch, pads: list, loop) -> None:
         except ScheduleError:
             continue
         _vectorize_innermost(sch, pad)
-
-
-def _drops_padded_columns(sch, consumer, columns: int) -> bool:
-    """Whether a consumer of a reduction over `columns` whole vectors keeps fewer of them, a part of a vector:
-    the slice after channel_padding.py's padded operators (a matmul's 208 columns for 197 keys)."""
-    loops = sch.get_loops(consumer)
-    kept = _extent(sch, loops[-1]) if loops else None
-    return bool(kept) and columns % VECTOR_LANES == 0 and kept < columns and kept % VECTOR_LANES != 0
 
 
 def _broadcasts(sch, consumer, macs: int) -> bool:
