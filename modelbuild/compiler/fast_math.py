@@ -29,6 +29,13 @@ import math
 FAST_DTYPES = ("float32",)
 
 
+def _f32(value: float):
+    """A float32 constant of TIR, as the element functions below compute in."""
+    from tvm import tirx
+
+    return tirx.const(value, "float32")
+
+
 def legalizations() -> dict:
     """LegalizeOps overrides: relax operator name -> its fast legalisation."""
     from tvm import te, topi
@@ -71,19 +78,16 @@ def exp_element(v):
     comes through as NaN."""
     from tvm import tirx
 
-    def f32(value: float):
-        return tirx.const(value, "float32")
-
-    low, high = f32(EXP_LOWEST), f32(EXP_HIGHEST)
-    overflows = v > f32(EXP_OVERFLOW)
+    low, high = _f32(EXP_LOWEST), _f32(EXP_HIGHEST)
+    overflows = v > _f32(EXP_OVERFLOW)
     v = tirx.Select(v > high, high, tirx.Select(v < low, low, v))
-    n = tirx.round(v * f32(LOG2E))
-    t = (v - n * f32(LN2_HIGH)) - n * f32(LN2_LOW)
+    n = tirx.round(v * _f32(LOG2E))
+    t = (v - n * _f32(LN2_HIGH)) - n * _f32(LN2_LOW)
     power = tirx.reinterpret("float32", tirx.shift_left(tirx.Cast("int32", n) + 127, 23))
-    polynomial = f32(float.fromhex(EXP_POLYNOMIAL[-1]))
+    polynomial = _f32(float.fromhex(EXP_POLYNOMIAL[-1]))
     for coefficient in reversed(EXP_POLYNOMIAL[:-1]):
-        polynomial = polynomial * t + f32(float.fromhex(coefficient))
-    return tirx.Select(overflows, f32(float("inf")), power + (t * power) * polynomial)
+        polynomial = polynomial * t + _f32(float.fromhex(coefficient))
+    return tirx.Select(overflows, _f32(float("inf")), power + (t * power) * polynomial)
 
 
 POWERS_BY_MULTIPLYING = (2.0, 3.0, 4.0)  # x ** n as n - 1 multiplications, within an ulp or two of powf
@@ -154,21 +158,18 @@ def sin_element(v, quarter_turns: int):
     activation)."""
     from tvm import tirx
 
-    def f32(value: float):
-        return tirx.const(value, "float32")
-
     wide = tirx.Cast("float64", v)
     k = tirx.round(wide * tirx.const(2.0 / math.pi, "float64"))
     r = tirx.Cast("float32", wide - k * tirx.const(math.pi / 2, "float64"))
     quadrant = tirx.Cast("int32", tirx.Cast("int64", k)) + quarter_turns
     square = r * r
-    s1, s2, s3 = (f32(c) for c in SIN_POLYNOMIAL)
-    c1, c2, c3 = (f32(c) for c in COS_POLYNOMIAL)
+    s1, s2, s3 = (_f32(c) for c in SIN_POLYNOMIAL)
+    c1, c2, c3 = (_f32(c) for c in COS_POLYNOMIAL)
     sine = r + r * square * (s1 + square * (s2 + square * s3))
-    cosine = f32(1.0) - f32(0.5) * square + square * square * (c1 + square * (c2 + square * c3))
+    cosine = _f32(1.0) - _f32(0.5) * square + square * square * (c1 + square * (c2 + square * c3))
     value = tirx.Select(tirx.bitwise_and(quadrant, 1) == 1, cosine, sine)
     value = tirx.Select(tirx.bitwise_and(quadrant, 2) == 2, -value, value)
-    return tirx.Select(tirx.abs(v) > f32(SIN_LIMIT), f32(float("nan")), value)
+    return tirx.Select(tirx.abs(v) > _f32(SIN_LIMIT), _f32(float("nan")), value)
 
 
 # log(1 + f) - f + f^2 / 2 ~ f^3 p(f) on [sqrt(1/2) - 1, sqrt(2) - 1] (Cephes' logf), p's coefficients from
@@ -192,27 +193,25 @@ def log_element(v):
     the importer writes as log(1 + exp(..)): 2.5 ms over a million elements for Mish."""
     from tvm import tirx
 
-    def f32(value: float):
-        return tirx.const(value, "float32")
-
     def i32(value: int):
         return tirx.const(value, "int32")
 
-    subnormal = v < f32(FLOAT32_TINIEST_NORMAL)
-    scaled = tirx.Select(subnormal, v * f32(2.0 ** 23), v)
+    subnormal = v < _f32(FLOAT32_TINIEST_NORMAL)
+    scaled = tirx.Select(subnormal, v * _f32(2.0 ** 23), v)
     bits = tirx.reinterpret("int32", scaled)
     exponent = tirx.shift_right(bits, i32(23)) - tirx.Select(subnormal, i32(127 + 23), i32(127))
     mantissa = tirx.reinterpret("float32", tirx.bitwise_or(tirx.bitwise_and(bits, i32(0x007FFFFF)), i32(0x3F800000)))
-    above = mantissa > f32(math.sqrt(2.0))
-    f = tirx.Select(above, mantissa * f32(0.5), mantissa) - f32(1.0)
+    above = mantissa > _f32(math.sqrt(2.0))
+    f = tirx.Select(above, mantissa * _f32(0.5), mantissa) - _f32(1.0)
     e = tirx.Cast("float32", exponent + tirx.Select(above, i32(1), i32(0)))
-    polynomial = f32(LOG_POLYNOMIAL[0])
+    polynomial = _f32(LOG_POLYNOMIAL[0])
     for coefficient in LOG_POLYNOMIAL[1:]:
-        polynomial = polynomial * f + f32(coefficient)
+        polynomial = polynomial * f + _f32(coefficient)
     square = f * f
-    result = f + (f * square * polynomial + e * f32(LOG_LN2_LOW) - f32(0.5) * square) + e * f32(LOG_LN2_HIGH)
-    special = tirx.Select(v == f32(0.0), f32(float("-inf")), tirx.Select(v == f32(float("inf")), v, f32(float("nan"))))
-    return tirx.Select(tirx.all(v > f32(0.0), v < f32(float("inf"))), result, special)
+    result = f + (f * square * polynomial + e * _f32(LOG_LN2_LOW) - _f32(0.5) * square) + e * _f32(LOG_LN2_HIGH)
+    special = tirx.Select(v == _f32(0.0), _f32(float("-inf")),
+                          tirx.Select(v == _f32(float("inf")), v, _f32(float("nan"))))
+    return tirx.Select(tirx.all(v > _f32(0.0), v < _f32(float("inf"))), result, special)
 
 
 # atan(x) - x ~ x^3 p(x^2) on [-tan(pi / 8), tan(pi / 8)] (Cephes' atanf), p's coefficients from x^6's down
@@ -232,19 +231,16 @@ def atan_element(v):
     infinity, NaN for NaN. TVM's atan is a libm call per element: 6.4x onnxruntime's time over a million."""
     from tvm import tirx
 
-    def f32(value: float):
-        return tirx.const(value, "float32")
-
     a = tirx.abs(v)
-    far, near = a > f32(TAN_3PI_8), a > f32(TAN_PI_8)
-    reduced = tirx.Select(far, f32(-1.0) / a, tirx.Select(near, (a - f32(1.0)) / (a + f32(1.0)), a))
-    offset = tirx.Select(far, f32(math.pi / 2), tirx.Select(near, f32(math.pi / 4), f32(0.0)))
+    far, near = a > _f32(TAN_3PI_8), a > _f32(TAN_PI_8)
+    reduced = tirx.Select(far, _f32(-1.0) / a, tirx.Select(near, (a - _f32(1.0)) / (a + _f32(1.0)), a))
+    offset = tirx.Select(far, _f32(math.pi / 2), tirx.Select(near, _f32(math.pi / 4), _f32(0.0)))
     square = reduced * reduced
-    polynomial = f32(ATAN_POLYNOMIAL[0])
+    polynomial = _f32(ATAN_POLYNOMIAL[0])
     for coefficient in ATAN_POLYNOMIAL[1:]:
-        polynomial = polynomial * square + f32(coefficient)
+        polynomial = polynomial * square + _f32(coefficient)
     value = offset + (reduced + reduced * square * polynomial)
-    return tirx.Select(v < f32(0.0), -value, value)
+    return tirx.Select(v < _f32(0.0), -value, value)
 
 
 def _gelu(x):
