@@ -15,7 +15,8 @@ convs run at 50-70. Here each is a range reduction and a polynomial, as onnxrunt
 - log (so Softplus and Mish, which the importer writes with it) is `log_element`, from the float's bits and
   Cephes' polynomial: 2e-7; sin and cos are `sin_element`, reduced by pi / 2 in float64: 2e-7 up to 4e8;
   atan is `atan_element`, Cephes' reduction to [0, tan(pi / 8)] and polynomial; Round (no polynomial, but
-  TVM's nearbyint stayed scalar) is round_half_even_element;
+  TVM's nearbyint stayed scalar) is round_half_even_element; sinh and cosh, which TVM cannot compile for a
+  CPU, are exp_element's and Cephes' small-argument polynomial;
 - a softmax over long rows, and log softmax, are kernels/softmax.py's row-by-row kernel; others TVM's
   fast_softmax, or x - max - log(sum(exp)) for log softmax;
 - pow is a product where its exponent is a small whole constant (GPT-2's tanh GELU cubes its input) and a
@@ -50,7 +51,8 @@ def legalizations() -> dict:
             "relax.nn.softmax": _fast(_softmax, "softmax", with_axis=True),
             "relax.nn.log_softmax": _fast(_log_softmax, "log_softmax", with_axis=True), "relax.power": _power,
             "relax.sin": _fast(_sine, "sin"), "relax.cos": _fast(_cosine, "cos"), "relax.log": _fast(_logarithm, "log"),
-            "relax.atan": _fast(_arctangent, "atan"), "relax.round": _fast(_round_half_even, "round")}
+            "relax.atan": _fast(_arctangent, "atan"), "relax.round": _fast(_round_half_even, "round"),
+            "relax.sinh": _fast(_hyperbolic_sine, "sinh"), "relax.cosh": _fast(_hyperbolic_cosine, "cosh")}
 
 
 LOG2E = 1.4426950408889634
@@ -242,6 +244,53 @@ def atan_element(v):
         polynomial = polynomial * square + _f32(coefficient)
     value = offset + (reduced + reduced * square * polynomial)
     return tirx.Select(v < _f32(0.0), -value, value)
+
+
+# sinh(x) - x ~ x^3 p(x^2) for |x| <= 1 (Cephes' sinhf), p's coefficients from x^4's down
+SINH_POLYNOMIAL = (2.03721912945e-4, 8.33028376239e-3, 1.66667160211e-1)
+
+
+def _hyperbolic_sine(x):
+    from tvm import te
+
+    return te.compute(x.shape, lambda *i: sinh_element(x(*i)), name="sinh")
+
+
+def _hyperbolic_cosine(x):
+    from tvm import te
+
+    return te.compute(x.shape, lambda *i: cosh_element(x(*i)), name="cosh")
+
+
+def _half_exponentials(a):
+    """(e^a / 2, e^-a / 2) of a float32 a >= 0, from z = e^(a / 2): e^a / 2 = (z / 2) z stays finite as far as
+    sinh and cosh do (e^a itself overflows at 88.7, they at 89.4)."""
+    z = exp_element(a * _f32(0.5))
+    return (z * _f32(0.5)) * z, _f32(0.5) / (z * z)
+
+
+def sinh_element(v):
+    """sinh(v) of a float32: Cephes' polynomial up to |v| = 1 (where e^v - e^-v loses v's digits), above it
+    (e^|v| - e^-|v|) / 2 with the sign put back. TVM has no sinh or cosh for CPUs at all: a model with one
+    failed to compile ("unknown intrinsic tirx.sinh")."""
+    from tvm import tirx
+
+    a = tirx.abs(v)
+    square = v * v
+    polynomial = _f32(SINH_POLYNOMIAL[0])
+    for coefficient in SINH_POLYNOMIAL[1:]:
+        polynomial = polynomial * square + _f32(coefficient)
+    up, down = _half_exponentials(a)
+    large = tirx.Select(v < _f32(0.0), down - up, up - down)
+    return tirx.Select(a > _f32(1.0), large, v + v * square * polynomial)
+
+
+def cosh_element(v):
+    """cosh(v) of a float32: (e^|v| + e^-|v|) / 2 (see sinh_element)."""
+    from tvm import tirx
+
+    up, down = _half_exponentials(tirx.abs(v))
+    return up + down
 
 
 def _round_half_even(x):
