@@ -202,6 +202,30 @@ def test_sinh_and_cosh_compile_for_a_cpu_and_are_within_1e_6_relative(name):
     np.testing.assert_array_equal(got[-1, :4], np.float32(want))
 
 
+@pytest.mark.parametrize("name", ["asin", "acos"])
+def test_asin_and_acos_call_no_libm_and_are_within_3e_7_relative_over_their_domain(name):
+    """Every 256th float32 in [-1, 1]: within 3e-7 of float64, relative (acos's values near 1 small, and as
+    exact); NaN past |x| = 1 and for NaN, and the ends exact."""
+    import tvm
+    from tvm import relax
+
+    op, reference = {"asin": (relax.op.asin, np.arcsin), "acos": (relax.op.acos, np.arccos)}[name]
+    positive = np.arange(1, np.float32(1.0).view("int32") + 1, 256, dtype="int32").view("float32")
+    x = np.concatenate([positive, -positive])
+    special = np.float32([1.0, -1.0, 1.0000001, -2.0, np.nan, np.inf])
+    x = np.concatenate([x[: x.size // 1024 * 1024], special, np.zeros(1024 - special.size, "float32")])
+    x = x.reshape(-1, 1024)
+    script, run = scheduled_kernel(build_module(lambda bb, v: bb.emit(op(v)), x.shape), name, schedule=True,
+                                   layout="auto")
+    assert f"T.{name}(" not in script
+    got = run(tvm.runtime.tensor(x)).numpy()
+    expected = reference(x.astype("float64")[:-1])
+    assert (np.abs(got[:-1] - expected) / np.maximum(np.abs(expected), 1e-30)).max() <= 3e-7
+    ends = {"asin": [np.pi / 2, -np.pi / 2], "acos": [0.0, np.pi]}[name]
+    np.testing.assert_array_equal(got[-1, :2], np.float32(ends))
+    assert np.isnan(got[-1, 2:6]).all()
+
+
 @pytest.mark.parametrize("exponent, libm", [(2.0, False), (3.0, False), (4.0, False), (0.5, False), (2.5, True)])
 def test_a_power_by_a_small_whole_constant_or_a_half_calls_no_libm(exponent, libm):
     """GPT-2's tanh GELU cubes its input with Pow: x * x * x, where powf was a scalar libm call per element;
