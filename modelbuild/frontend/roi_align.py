@@ -34,7 +34,8 @@ def offsets_where_tvm_scales_them(model: onnx.ModelProto) -> onnx.ModelProto:
         scale = _shifted(node)
         if scale is not None:
             boxes = node.input[1]
-            dtype = helper.tensor_dtype_to_np_dtype(tensors.get(boxes, (onnx.TensorProto.FLOAT, None))[0])
+            kind = tensors.get(boxes, (0, None))[0] or onnx.TensorProto.FLOAT  # 0: onnx could not tell
+            dtype = helper.tensor_dtype_to_np_dtype(kind)
             name = f"{node.name or 'RoiAlign'}~{index}/half_pixel"
             out.graph.initializer.append(numpy_helper.from_array(np.array(0.5 - 0.5 / scale, dtype), f"{name}_shift"))
             out.graph.node.append(helper.make_node("Add", [boxes, f"{name}_shift"], [f"{name}_boxes"], name=name))
