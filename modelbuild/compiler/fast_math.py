@@ -38,22 +38,34 @@ def _f32(value: float):
     return tirx.const(value, "float32")
 
 
+def _horner(coefficients, x):
+    """c0 x^n + c1 x^(n-1) + ... + cn of float32 TIR expressions, coefficients from the highest power's down."""
+    polynomial = _f32(coefficients[0])
+    for coefficient in coefficients[1:]:
+        polynomial = polynomial * x + _f32(coefficient)
+    return polynomial
+
+
+def _per_element(element, name: str):
+    """A TE compute applying `element`, a function of one float32 TIR value, to every element of its input."""
+
+    def compute(x):
+        from tvm import te
+
+        return te.compute(x.shape, lambda *i: element(x(*i)), name=name)
+
+    return compute
+
+
 def legalizations() -> dict:
     """LegalizeOps overrides: relax operator name -> its fast legalisation."""
-    from tvm import te, topi
+    from tvm import topi
 
-    def sigmoid(x):
-        return te.compute(x.shape, lambda *i: 1.0 / (1.0 + exp_element(-x(*i))), name="sigmoid")
-
-    return {"relax.exp": _fast(exponential, "exp"), "relax.erf": _fast(topi.fast_erf, "erf"),
-            "relax.tanh": _fast(topi.fast_tanh, "tanh"), "relax.sigmoid": _fast(sigmoid, "sigmoid"),
+    return {"relax.erf": _fast(topi.fast_erf, "erf"), "relax.tanh": _fast(topi.fast_tanh, "tanh"),
             "relax.nn.gelu": _fast(_gelu, "gelu"), "relax.nn.gelu_tanh": _fast(_gelu_tanh, "gelu_tanh"),
             "relax.nn.softmax": _fast(_softmax, "softmax", with_axis=True),
             "relax.nn.log_softmax": _fast(_log_softmax, "log_softmax", with_axis=True), "relax.power": _power,
-            "relax.sin": _fast(_sine, "sin"), "relax.cos": _fast(_cosine, "cos"), "relax.log": _fast(_logarithm, "log"),
-            "relax.atan": _fast(_arctangent, "atan"), "relax.round": _fast(_round_half_even, "round"),
-            "relax.sinh": _fast(_hyperbolic_sine, "sinh"), "relax.cosh": _fast(_hyperbolic_cosine, "cosh"),
-            "relax.asin": _fast(_arcsine, "asin"), "relax.acos": _fast(_arccosine, "acos")}
+            **{f"relax.{name}": _fast(_per_element(element, name), name) for name, element in ELEMENTS.items()}}
 
 
 LOG2E = 1.4426950408889634
@@ -69,13 +81,6 @@ EXP_POLYNOMIAL = ("0x1.FFFFF6p-1", "0x1.FFFDC6p-2", "0x1.555A80p-3", "0x1.573A1A
 EXP_LOWEST, EXP_HIGHEST, EXP_OVERFLOW = -88.0, 88.3762626647949, 88.72283935546875
 
 
-def exponential(x):
-    """exp(x) of a float32 tensor, element by element (exp_element)."""
-    from tvm import te
-
-    return te.compute(x.shape, lambda *i: exp_element(x(*i)), name="exp")
-
-
 def exp_element(v):
     """exp(v) = 2^n exp(t), n = round(v / ln2), t = v - n ln2, as 2^n + (t 2^n) p(t): 17 vector instructions.
     2^n is n's bits shifted into a float's exponent. The clamps are selects whose NaN compares false, so NaN
@@ -88,9 +93,7 @@ def exp_element(v):
     n = tirx.round(v * _f32(LOG2E))
     t = (v - n * _f32(LN2_HIGH)) - n * _f32(LN2_LOW)
     power = tirx.reinterpret("float32", tirx.shift_left(tirx.Cast("int32", n) + 127, 23))
-    polynomial = _f32(float.fromhex(EXP_POLYNOMIAL[-1]))
-    for coefficient in reversed(EXP_POLYNOMIAL[:-1]):
-        polynomial = polynomial * t + _f32(float.fromhex(coefficient))
+    polynomial = _horner([float.fromhex(c) for c in reversed(EXP_POLYNOMIAL)], t)
     return tirx.Select(overflows, _f32(float("inf")), power + (t * power) * polynomial)
 
 
@@ -142,18 +145,6 @@ COS_POLYNOMIAL = (4.166664568298827e-2, -1.388731625493765e-3, 2.443315711809948
 SIN_LIMIT = 5e8
 
 
-def _sine(x):
-    from tvm import te
-
-    return te.compute(x.shape, lambda *i: sin_element(x(*i), quarter_turns=0), name="sin")
-
-
-def _cosine(x):
-    from tvm import te
-
-    return te.compute(x.shape, lambda *i: sin_element(x(*i), quarter_turns=1), name="cos")
-
-
 def sin_element(v, quarter_turns: int):
     """sin(v + quarter_turns * pi / 2) of a float32 v: v less its nearest multiple k of pi / 2, taken in
     float64 (to 3e-8 up to SIN_LIMIT, where float32's three-part reduction held to 8192), then sin or cos of
@@ -184,12 +175,6 @@ LOG_LN2_HIGH, LOG_LN2_LOW = 0.693359375, -2.12194440e-4
 FLOAT32_TINIEST_NORMAL = 1.1754943508222875e-38
 
 
-def _logarithm(x):
-    from tvm import te
-
-    return te.compute(x.shape, lambda *i: log_element(x(*i)), name="log")
-
-
 def log_element(v):
     """log(v) of a float32: v = m 2^e with m in [sqrt(1/2), sqrt(2)) read from its bits (a subnormal v scaled
     by 2^23 first), log v = e ln 2 + log m, log m by Cephes' polynomial in m - 1; log 0 = -inf, log inf = inf,
@@ -208,9 +193,7 @@ def log_element(v):
     above = mantissa > _f32(math.sqrt(2.0))
     f = tirx.Select(above, mantissa * _f32(0.5), mantissa) - _f32(1.0)
     e = tirx.Cast("float32", exponent + tirx.Select(above, i32(1), i32(0)))
-    polynomial = _f32(LOG_POLYNOMIAL[0])
-    for coefficient in LOG_POLYNOMIAL[1:]:
-        polynomial = polynomial * f + _f32(coefficient)
+    polynomial = _horner(LOG_POLYNOMIAL, f)
     square = f * f
     result = f + (f * square * polynomial + e * _f32(LOG_LN2_LOW) - _f32(0.5) * square) + e * _f32(LOG_LN2_HIGH)
     special = tirx.Select(v == _f32(0.0), _f32(float("-inf")),
@@ -221,12 +204,6 @@ def log_element(v):
 # atan(x) - x ~ x^3 p(x^2) on [-tan(pi / 8), tan(pi / 8)] (Cephes' atanf), p's coefficients from x^6's down
 ATAN_POLYNOMIAL = (8.05374449538e-2, -1.38776856032e-1, 1.99777106478e-1, -3.33329491539e-1)
 TAN_3PI_8, TAN_PI_8 = 2.414213562373095, 0.4142135623730950
-
-
-def _arctangent(x):
-    from tvm import te
-
-    return te.compute(x.shape, lambda *i: atan_element(x(*i)), name="atan")
 
 
 def atan_element(v):
@@ -240,27 +217,13 @@ def atan_element(v):
     reduced = tirx.Select(far, _f32(-1.0) / a, tirx.Select(near, (a - _f32(1.0)) / (a + _f32(1.0)), a))
     offset = tirx.Select(far, _f32(math.pi / 2), tirx.Select(near, _f32(math.pi / 4), _f32(0.0)))
     square = reduced * reduced
-    polynomial = _f32(ATAN_POLYNOMIAL[0])
-    for coefficient in ATAN_POLYNOMIAL[1:]:
-        polynomial = polynomial * square + _f32(coefficient)
+    polynomial = _horner(ATAN_POLYNOMIAL, square)
     value = offset + (reduced + reduced * square * polynomial)
     return tirx.Select(v < _f32(0.0), -value, value)
 
 
 # asin(x) - x ~ x^3 p(x^2) for |x| <= 1/2 (Cephes' asinf), p's coefficients from x^8's down
 ASIN_POLYNOMIAL = (4.2163199048e-2, 2.4181311049e-2, 4.5470025998e-2, 7.4953002686e-2, 1.6666752422e-1)
-
-
-def _arcsine(x):
-    from tvm import te
-
-    return te.compute(x.shape, lambda *i: asin_element(x(*i)), name="asin")
-
-
-def _arccosine(x):
-    from tvm import te
-
-    return te.compute(x.shape, lambda *i: acos_element(x(*i)), name="acos")
 
 
 def _asin_reduced(v):
@@ -271,9 +234,7 @@ def _asin_reduced(v):
     far = tirx.abs(v) > _f32(0.5)
     square = tirx.Select(far, _f32(0.5) * (_f32(1.0) - tirx.abs(v)), v * v)
     r = tirx.Select(far, tirx.sqrt(square), v)
-    polynomial = _f32(ASIN_POLYNOMIAL[0])
-    for coefficient in ASIN_POLYNOMIAL[1:]:
-        polynomial = polynomial * square + _f32(coefficient)
+    polynomial = _horner(ASIN_POLYNOMIAL, square)
     return r + r * square * polynomial, far
 
 
@@ -301,18 +262,6 @@ def acos_element(v):
 SINH_POLYNOMIAL = (2.03721912945e-4, 8.33028376239e-3, 1.66667160211e-1)
 
 
-def _hyperbolic_sine(x):
-    from tvm import te
-
-    return te.compute(x.shape, lambda *i: sinh_element(x(*i)), name="sinh")
-
-
-def _hyperbolic_cosine(x):
-    from tvm import te
-
-    return te.compute(x.shape, lambda *i: cosh_element(x(*i)), name="cosh")
-
-
 def _half_exponentials(a):
     """(e^a / 2, e^-a / 2) of a float32 a >= 0, from z = e^(a / 2): e^a / 2 = (z / 2) z stays finite as far as
     sinh and cosh do (e^a itself overflows at 88.7, they at 89.4)."""
@@ -328,9 +277,7 @@ def sinh_element(v):
 
     a = tirx.abs(v)
     square = v * v
-    polynomial = _f32(SINH_POLYNOMIAL[0])
-    for coefficient in SINH_POLYNOMIAL[1:]:
-        polynomial = polynomial * square + _f32(coefficient)
+    polynomial = _horner(SINH_POLYNOMIAL, square)
     up, down = _half_exponentials(a)
     large = tirx.Select(v < _f32(0.0), down - up, up - down)
     return tirx.Select(a > _f32(1.0), large, v + v * square * polynomial)
@@ -344,12 +291,6 @@ def cosh_element(v):
     return up + down
 
 
-def _round_half_even(x):
-    from tvm import te
-
-    return te.compute(x.shape, lambda *i: round_half_even_element(x(*i)), name="round")
-
-
 def round_half_even_element(v):
     """v rounded to the nearest whole number, ties to even (ONNX's Round): TIR's round, which takes ties away
     from zero, moved back by one where v was a tie and the result is odd. TVM legalises Round to nearbyint,
@@ -361,6 +302,15 @@ def round_half_even_element(v):
     tie = tirx.abs(away - v) == _f32(0.5)
     odd = tirx.floor(away * _f32(0.5)) * _f32(2.0) != away
     return tirx.Select(tirx.all(tie, odd), tirx.Select(v > _f32(0.0), away - _f32(1.0), away + _f32(1.0)), away)
+
+
+# relax operator (its name after "relax.") -> the element function its fast legalisation applies
+ELEMENTS = {"exp": exp_element, "sigmoid": lambda v: 1.0 / (1.0 + exp_element(-v)),
+            "sin": lambda v: sin_element(v, quarter_turns=0),
+            "cos": lambda v: sin_element(v, quarter_turns=1), "log": log_element, "atan": atan_element,
+            "asin": asin_element, "acos": acos_element, "sinh": sinh_element, "cosh": cosh_element,
+            "round": round_half_even_element}
+exponential = _per_element(exp_element, "exp")  # exp(x) of a float32 tensor, element by element
 
 
 def _gelu(x):
