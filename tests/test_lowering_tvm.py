@@ -629,6 +629,39 @@ def test_a_one_pixel_conv_fused_with_the_map_it_scales_scales_it_on_every_core()
     np.testing.assert_allclose(scheduled(x).numpy(), stock(x).numpy(), rtol=1e-4, atol=1e-3)
 
 
+def test_a_sigmoid_gate_is_computed_once_per_channel_not_once_per_pixel_it_scales():
+    """EfficientNet's squeeze-and-excite: sigmoid(conv(pooled)) scales every pixel of the map. Inlined into the
+    multiply, the sigmoid's exponential and division ran for every element of the map; kept apart, once per
+    channel where the conv's epilogue is. A cheap gate (a ReLU) is still inlined."""
+    import numpy as np
+    import tvm
+    from tvm import relax
+
+    shape = (1, 16, 32, 32)
+    rng = np.random.default_rng(5)
+    weights = [rng.standard_normal(s).astype("float32") for s in ((96, 16, 1, 1), (8, 96, 1, 1), (96, 8, 1, 1))]
+
+    def se(activation):
+        def body(bb, x):
+            w0, w1, w2 = map(relax.const, weights)
+            mapped = bb.emit(relax.op.nn.conv2d(x, w0))
+            squeezed = bb.emit(relax.op.mean(mapped, axis=[2, 3], keepdims=True))
+            hidden = bb.emit(relax.op.nn.relu(bb.emit(relax.op.nn.conv2d(squeezed, w1))))
+            return bb.emit(relax.op.multiply(mapped, bb.emit(activation(bb.emit(relax.op.nn.conv2d(hidden, w2))))))
+        return body
+
+    script, scheduled = scheduled_kernel(build_module(se(relax.op.sigmoid), shape), "multiply", schedule=True,
+                                         layout="auto")
+    assert 'T.sblock("sigmoid")' in script and "T.float32(1.0) /" not in block_text(script, "T_multiply")
+    _, stock = scheduled_kernel(build_module(se(relax.op.sigmoid), shape), "multiply", schedule=False,
+                                layout="NCHW")
+    x = tvm.runtime.tensor(rng.standard_normal(shape).astype("float32"))
+    np.testing.assert_allclose(scheduled(x).numpy(), stock(x).numpy(), rtol=1e-5, atol=1e-5)
+    relu_script, _ = scheduled_kernel(build_module(se(relax.op.nn.relu), shape), "multiply", schedule=True,
+                                      layout="auto")
+    assert 'T.sblock("relu' not in relu_script
+
+
 def test_bindings_named_alike_are_told_apart_by_the_memory_figures():
     """A Softmax on axis 1 at opset 11 imports as reshape, softmax, reshape, each binding named after the
     node: a reshape of a binding with its own name. Keyed by name, the alias walk looped forever (the

@@ -60,6 +60,7 @@ PARALLEL_MIN_WORK = 1 << 18  # spatial iterations below which a parallel region 
 SHORT_REDUCTION = 25  # steps per output up to which padding is computed inside the reduction (5x5 taps)
 PARALLEL_MIN_MACS = 1 << 20  # the same for a reduction, counted in multiply-adds
 BROADCAST_RATIO = 16  # a fused consumer with this many times a reduction's steps broadcasts it (_broadcasts)
+GATE_MIN_TERMS = 32  # terms of an element-wise block that cost more than reading it back (_gates_broadcast)
 # Weights one pass of a register tile's reduction reads, above which the reduction is split into passes over
 # blocks of input channels (_channel_blocks): the L1 data cache of x86 cores since Ice Lake. The weight rows of
 # one vector block lie a whole row of output channels apart, so a strided slice is all the cache holds of them;
@@ -235,7 +236,7 @@ def _inline_elementwise(sch, root, refused: list[str]):
         outputs = {sch.get(b).name_hint for b in sch.get_output_blocks(root)}
         candidates = [b for b in sch.get_child_blocks(root)
                       if sch.get(b).name_hint not in outputs | kept and not is_reduction(sch, b)
-                      and not _shuffled_upsample(sch, b)
+                      and not _shuffled_upsample(sch, b) and not _gates_broadcast(sch, b)
                       and not any(is_reduction(sch, c) and (_is_long_reduction(sch, c) or _casts(sch, b)
                                                              or _takes_whole_rows(sch, c)
                                                              or _pads_along_rows(sch, b))
@@ -247,6 +248,42 @@ def _inline_elementwise(sch, root, refused: list[str]):
         if trial is sch:
             kept.add(sch.get(block).name_hint)
         sch = trial
+
+
+def _gates_broadcast(sch, block) -> bool:
+    """Whether the block is a costly function (GATE_MIN_TERMS terms and more: a sigmoid's exponential) of few
+    elements that a consumer spreads over a map of BROADCAST_RATIO times as many: a squeeze-and-excite gate,
+    one per channel, scaling a whole feature map. Inlined, the gate was computed again for every vector of
+    the map (EfficientNet's int8 480-channel gate at 14x14: thirteen scalar sigmoids per channel); kept
+    apart, it is computed once per channel where its producer's epilogue is."""
+    value = getattr(sch.get(block).body, "value", None)
+    gated = _domain(sch.get(block))
+    return (value is not None and sum(1 for _ in subexpressions(value)) >= GATE_MIN_TERMS
+            and any(_scales_a_map(sch.get(c), BROADCAST_RATIO * gated) for c in sch.get_consumers(block)))
+
+
+def _scales_a_map(consumer, least: int) -> bool:
+    """Whether the block is element-wise over a map of `least` elements or more that it reads whole: not a
+    reduction, which reads its inputs many times by design (a conv its padding), nor a concatenation of
+    pieces each smaller than its output (an LSTM's 32 hidden states)."""
+    domain = _domain(consumer)
+    return (domain >= least and not any(sums(iv) for iv in consumer.iter_vars)
+            and any(math.prod(_constant(d) for d in read.source.shape) == domain for read in consumer.reads))
+
+
+def _constant(dimension) -> int:
+    try:
+        return int(dimension)
+    except (TypeError, ValueError):
+        return 0
+
+
+def _domain(block) -> int:
+    """How many times the block runs: the product of its iterators' extents (1 for one not constant)."""
+    total = 1
+    for iter_var in block.iter_vars:
+        total *= _extent_of(iter_var) or 1
+    return total
 
 
 def _shuffled_upsample(sch, block) -> bool:

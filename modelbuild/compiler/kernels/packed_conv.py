@@ -492,13 +492,20 @@ def vectorise_row(sch, block, lanes: int) -> None:
 
 
 def _computed_at(sch, block, loop):
-    """The block's output staged and, with every consumer of it, computed under `loop`: (stage, consumers)."""
+    """The block's output staged and, with every block downstream of it, computed under `loop`: (stage,
+    those blocks in order). Downstream of the consumers there is more only where the default schedule kept
+    a block apart (a squeeze-and-excite gate, then the map it scales: default_schedule._gates_broadcast)."""
     local = sch.cache_write(block, 0, "global")
     sch.reverse_compute_at(local, loop)
-    consumers = sch.get_consumers(local)
-    for consumer in consumers:
+    placed, waiting = [], list(sch.get_consumers(local))
+    while waiting:
+        consumer = waiting.pop(0)
+        if any(sch.get(consumer).same_as(sch.get(done)) for done in placed):
+            continue
         sch.reverse_compute_at(consumer, loop)
-    return local, consumers
+        placed.append(consumer)
+        waiting += sch.get_consumers(consumer)
+    return local, placed
 
 
 def _ends_past_output(trial, block, loop) -> bool:
