@@ -33,7 +33,8 @@ from dataclasses import dataclass
 from modelbuild.compiler import (channel_padding, channels_last, constant_folding, conv_transpose, default_schedule,
                                  fast_math, float16_compute, group_blocks, layer_names, padding_taps, pixel_rows)
 from modelbuild.compiler.analysis import KernelCall, Step
-from modelbuild.compiler.kernels import layer_norm, linear_upsample, nearest_upsample, packed_gemv, pairwise_pool
+from modelbuild.compiler.kernels import (layer_norm, linear_upsample, nearest_upsample, packed_gemv, pairwise_pool,
+                                        scatter_nd)
 from modelbuild.compiler.kernels.integer_kernels import (conv_instruction, legalize_conv2d, legalize_matmul,
                                                          legalize_quantize)
 
@@ -76,6 +77,7 @@ def lower(module, target, *, fuse: bool, layout: str | None, database=None, sche
         "relax.quantize": legalize_quantize, "relax.nn.conv2d": legalize_conv2d, "relax.matmul": _legalize_matmul,
         "relax.image.resize2d": _legalize_resize2d,
         "relax.nn.max_pool2d": pairwise_pool.legalize_max_pool2d, "relax.nn.layer_norm": layer_norm.legalize,
+        "relax.scatter_nd": scatter_nd.legalize,
         **fast_math.legalizations()})
     legalized = seq(cpu.library_dispatch_passes(target) + [legalize,
                     relax.transform.AnnotateTIROpPattern(), relax.transform.FoldConstant()])(module)
