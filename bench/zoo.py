@@ -191,6 +191,8 @@ ZOO = [
              "ArgMax labels", "generated:deeplab_ish", {"x": [1, 3, 320, 320]}, int8=("random", {})),
     ZooModel("llama_ish", "generated: a LLaMA-style decoder, RMSNorm, rotary embeddings, SwiGLU, 6000-word head",
              "generated:llama_ish", {"input_ids": [1, 128]}, {"input_ids": "int64"}, int_range=(0, 6000)),
+    ZooModel("yolov5_ish", "generated: a YOLOv5-style detector whose heads decode boxes in place (ScatterND)",
+             "generated:yolov5_ish", {"x": [1, 3, 320, 320]}),
 ]
 
 
@@ -881,6 +883,62 @@ def efficientnet_ish(path: Path) -> None:
              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 1000])], 13, path)
 
 
+YOLOV5_ANCHORS = {8: [(10, 13), (16, 30), (33, 23)], 16: [(30, 61), (62, 45), (59, 119)],
+                  32: [(116, 90), (156, 198), (373, 326)]}
+
+
+def yolov5_ish(path: Path) -> None:
+    """A YOLOv5-style detector at 320x320 as YOLOv5 before v6 exported it: SiLU convs with residual blocks down
+    to stride 32, three heads of 3 anchors x 85 (80 classes), each decoded in place, `y[..., 0:2] = (y[..., 0:2]
+    * 2 - 0.5 + grid) * stride` and `y[..., 2:4] = (y[..., 2:4] * 2) ** 2 * anchors`, which exports as two
+    ScatterND a head whose every update is one element; the heads' 6300 boxes concatenated; seeded weights."""
+    import numpy as np
+    from onnx import TensorProto, helper
+
+    net = _ConvNet()
+    node, const = net.node, net.const
+
+    def silu(x):
+        return node("Mul", [x, node("Sigmoid", [x], x + ".sig")], x + ".silu")
+
+    def block(x, c, name):
+        y = silu(net.conv(silu(net.conv(x, c, c // 2, 1, 1, f"{name}.cv1")), c // 2, c, 3, 1, f"{name}.cv2"))
+        return node("Add", [x, y], f"{name}.sum")
+
+    x, levels, c = "x", {}, 3
+    for stride, cout in ((2, 16), (4, 32), (8, 64), (16, 128), (32, 256)):
+        x = block(silu(net.conv(x, c, cout, 3, 2, f"down{stride}")), cout, f"c3_{stride}")
+        levels[stride], c = (x, cout), cout
+    boxes = []
+    for stride, (x, c) in ((s, levels[s]) for s in (8, 16, 32)):
+        n, size = f"head{stride}", 320 // stride
+        y = node("Reshape", [net.conv(x, c, 3 * 85, 1, 1, n), const(f"{n}.shape", [1, 3, 85, size, size], np.int64)],
+                 f"{n}.r")
+        y = node("Sigmoid", [node("Transpose", [y], f"{n}.t", perm=[0, 1, 3, 4, 2])], f"{n}.sig")
+        rows, cols = np.meshgrid(np.arange(size), np.arange(size), indexing="ij")
+        grid = np.broadcast_to(np.stack([cols, rows], -1)[None, None], (1, 3, size, size, 2))
+        anchors = np.broadcast_to(np.array(YOLOV5_ANCHORS[stride], np.float32)[None, :, None, None], grid.shape)
+        for part, (start, decode) in enumerate(((0, "xy"), (2, "wh"))):
+            piece = node("Slice", [y, const(f"{n}.{decode}.s", [start], np.int64),
+                                   const(f"{n}.{decode}.e", [start + 2], np.int64),
+                                   const(f"{n}.{decode}.a", [4], np.int64)], f"{n}.{decode}")
+            doubled = node("Mul", [piece, const(f"{n}.two{part}", 2.0)], f"{n}.{decode}2")
+            if decode == "xy":
+                shifted = node("Add", [node("Sub", [doubled, const(f"{n}.half", 0.5)], f"{n}.xy_h"),
+                                       const(f"{n}.grid", grid)], f"{n}.xy_g")
+                value = node("Mul", [shifted, const(f"{n}.stride", float(stride))], f"{n}.xy_v")
+            else:
+                value = node("Mul", [node("Pow", [doubled, const(f"{n}.sq", 2.0)], f"{n}.wh_p"),
+                                     const(f"{n}.anchors", anchors)], f"{n}.wh_v")
+            where = np.stack(np.meshgrid(*[np.arange(k) for k in (1, 3, size, size)], np.arange(start, start + 2),
+                                         indexing="ij"), -1)
+            y = node("ScatterND", [y, const(f"{n}.{decode}.at", where, np.int64), value], f"{n}.{decode}.set")
+        boxes.append(node("Reshape", [y, const(f"{n}.flat", [1, -1, 85], np.int64)], f"{n}.boxes"))
+    node("Concat", boxes, "output", axis=1)
+    net.save("yolov5_ish", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 320, 320])],
+             [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, 6300, 85])], 13, path)
+
+
 WHISPER = {"frames": 3000, "mels": 80, "hidden": 384, "heads": 6, "layers": 2}
 
 
@@ -1015,7 +1073,7 @@ GENERATORS = {"resnet_ish": resnet_ish, "resnext_ish": resnext_ish, "orientation
               "convnext_ish": convnext_ish, "style_ish": style_ish, "c3d_ish": c3d_ish,
               "conformer_ish": conformer_ish, "gpt_ish": gpt_ish, "bert_ish_dynq": bert_ish_dynq,
               "efficientnet_ish": efficientnet_ish, "whisper_ish": whisper_ish, "deeplab_ish": deeplab_ish,
-              "llama_ish": llama_ish}
+              "llama_ish": llama_ish, "yolov5_ish": yolov5_ish}
 
 
 # --- building ------------------------------------------------------------------------------------------------
