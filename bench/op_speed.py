@@ -60,6 +60,10 @@ def cases() -> dict:
                        "u": rng.standard_normal((100, 256)).astype(np.float32)}, 18, False),
         "TopK": ([node("TopK", ["x", "k"], ["y", "i"], axis=-1)], {"x": [1, 25200]}, {"k": np.array([100])}, 18,
                  False),
+        # Whisper's front end as torch.stft exports it: 400-sample Hann frames every 160 of a second of audio
+        "STFT": ([node("STFT", ["x", "step", "window", "length"], ["y"])], {"x": [1, 16000, 1]},
+                 {"step": np.array(160), "window": np.hanning(400).astype(np.float32), "length": np.array(400)}, 17,
+                 False),
     }
 
 

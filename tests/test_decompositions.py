@@ -128,3 +128,58 @@ def test_tvm_imports_opset_23_attention_as_scaled_dot_product_attention():
     vm = relax.VirtualMachine(tvm.compile(module, target="llvm"), tvm.cpu())
     ours = vm["main"](*[tvm.runtime.tensor(feed[n]) for n in "qkv"]).numpy()
     np.testing.assert_allclose(ours, run_feed(model, feed), rtol=1e-5, atol=1e-6)
+
+
+SIGNAL = np.random.default_rng(7).standard_normal((2, 1000, 1)).astype(np.float32)
+
+
+def stft(window: np.ndarray | None = np.hanning(64), length: int | None = 64, step: int = 16, signal=(2, 1000, 1),
+         **attributes) -> onnx.ModelProto:
+    """signal [2, 1000, 1] -> STFT (opset 17), its step, window and length constants (initializers)."""
+    from onnx import numpy_helper
+
+    constants = {"step": np.array(step, np.int64)}
+    if window is not None:
+        constants["window"] = window.astype(np.float32)
+    if length is not None:
+        constants["length"] = np.array(length, np.int64)
+    inputs = ["x", "step", "window" if window is not None else "", "length" if length is not None else ""]
+    graph = helper.make_graph([helper.make_node("STFT", inputs, ["y"], name="spectrum", **attributes)], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(signal))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              initializer=[numpy_helper.from_array(v, k) for k, v in constants.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("model", [stft(), stft(onesided=0), stft(window=None), stft(length=None, step=25)],
+                         ids=["hann-onesided", "two-sided", "no-window", "no-length"])
+def test_an_stft_is_a_strided_conv_by_windowed_cosines_and_sines(model):
+    """torch.stft exports as ONNX's STFT, which TVM's frontend lacks; written out, the same spectrum as
+    onnxruntime's FFT to float rounding."""
+    written = decompositions.decomposed(model)
+    assert "STFT" not in {n.op_type for n in written.graph.node} and written.graph.node[-1].output[0] == "y"
+    ours, theirs = run(written, SIGNAL), run(model, SIGNAL)
+    assert ours.shape == theirs.shape
+    np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("model, reason", [
+    (stft(signal=(2, 1000, 2)), "only a real signal"),
+    (stft(window=np.hanning(48)), "its window has 48 taps but its frame length is 64")])
+def test_an_stft_it_cannot_write_out_is_refused_with_the_fix(model, reason):
+    with pytest.raises(StageError, match=f"STFT node 'spectrum': {reason}.* .fix: compute the spectrogram"):
+        decompositions.decomposed(model)
+
+
+@pytest.mark.tvm
+def test_tvm_imports_an_stft_and_computes_what_onnxruntime_does():
+    import tvm
+    from tvm import relax
+
+    from modelbuild.stages import onnx_import
+
+    model = stft()
+    module = onnx_import.to_relax(model, {"x": {"shape": list(SIGNAL.shape), "dtype": "float32"}})
+    vm = relax.VirtualMachine(tvm.compile(module, target="llvm"), tvm.cpu())
+    np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(SIGNAL)).numpy(), run(model, SIGNAL), rtol=1e-4,
+                               atol=1e-4)

@@ -1,8 +1,9 @@
 """Operators TVM's ONNX frontend has no converter for, written as the operators it has.
 
 LpNormalization is how an exporter writes an embedding's x / |x| (a face or speaker embedding's last node;
-onnx_import.NORMALISING already reads it as one), Celu is an activation of the ELU family, and opset 23's
-Attention is scaled dot-product attention as one operator. Each failed
+onnx_import.NORMALISING already reads it as one), Celu is an activation of the ELU family, opset 23's
+Attention is scaled dot-product attention as one operator, and opset 17's STFT is how torch.stft exports (an
+audio model's spectrogram front end): a strided Conv1d by the windowed cosines and sines. Each failed
 the import with "operator ... is not supported by TVM's ONNX frontend". Each form here computes what
 onnxruntime computes, a zero vector normalised to zeros included (tests/test_decompositions.py).
 """
@@ -35,12 +36,13 @@ def decomposed(model: onnx.ModelProto) -> onnx.ModelProto:
     out.CopyFrom(model)
     nodes, constants = [], []
     version = default_opset(model)
+    values = _constant_values(model)
     for node in out.graph.node:
         written = _writes(node, float32)
         if written is None:
             nodes.append(node)
             continue
-        new_nodes, new_constants = written(node, version, tensors)
+        new_nodes, new_constants = written(node, version, tensors, values)
         nodes += new_nodes
         constants += new_constants
     del out.graph.node[:]
@@ -59,10 +61,21 @@ def _writes(node, float32: set[str] | None = None):
         return _celu
     if node.op_type == "Attention" and node.domain in ("", "ai.onnx"):
         return _attention
+    if node.op_type == "STFT":
+        return _stft
     return None
 
 
-def _lp_normalization(node, version: int, tensors: dict):
+def _constant_values(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    """The value of every initializer and Constant node's output of the main graph."""
+    values = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    for node in model.graph.node:
+        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
+            values[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
+    return values
+
+
+def _lp_normalization(node, version: int, tensors: dict, values: dict):
     """x / norm(x) along the axis, where a zero norm divides by one (onnxruntime's zeros); the reduction's
     axes in the form of the model's opset."""
     x, y, name = node.input[0], node.output[0], _prefix(node)
@@ -81,7 +94,7 @@ def _lp_normalization(node, version: int, tensors: dict):
     return nodes, constants
 
 
-def _celu(node, version: int, tensors: dict):
+def _celu(node, version: int, tensors: dict, values: dict):
     """max(0, x) + min(0, alpha (exp(x / alpha) - 1))."""
     x, y, name = node.input[0], node.output[0], _prefix(node)
     alpha = _scalar(_attribute(node, "alpha", 1.0), f"{name}alpha")
@@ -96,7 +109,7 @@ def _celu(node, version: int, tensors: dict):
     return nodes, [alpha, zero, one]
 
 
-def _attention(node, version: int, tensors: dict):
+def _attention(node, version: int, tensors: dict, values: dict):
     """Opset 23's Attention on 4-D inputs: softmax(Q K^T scale + mask) V. TVM's frontend has a converter of
     that name, for onnxruntime's own com.microsoft Attention (one input projected by a weight), and it took
     this one for that: "TVM could not import the model: 'num_heads'"."""
@@ -145,6 +158,46 @@ def _attention_refusal(node, tensors: dict) -> str | None:
         return "a softcap is not written out"
     if _attribute(node, "is_causal", 0) and shapes[0][2] != shapes[1][2]:
         return "a causal mask over fewer queries than keys is not written out"
+    return None
+
+
+def _stft(node, version: int, tensors: dict, values: dict):
+    """A real signal [batch, length, 1]'s STFT as a Conv1d of stride frame_step by 2 x bins kernels, the window
+    times cos(2 pi k n / N) and times -sin(2 pi k n / N) (N the frame length, k each bin: N / 2 + 1 of them
+    onesided, else N), then [batch, 2, bins, frames] turned to ONNX's [batch, frames, bins, 2]."""
+    signal = node.input[0]
+    step, window, length = (node.input[i] if len(node.input) > i else "" for i in (1, 2, 3))
+    refusal = _stft_refusal(signal, step, window, length, tensors, values)
+    if refusal:
+        raise StageError(f"STFT node {node.name!r}: {refusal} (fix: compute the spectrogram before the model, or "
+                         f"give the STFT a real signal [batch, length, 1] and constant step, window and length)")
+    taps = values[window].astype(np.float64) if window else np.ones(int(values[length]))
+    frame = len(taps)
+    bins = frame // 2 + 1 if _attribute(node, "onesided", 1) else frame
+    angle = 2 * np.pi * np.outer(np.arange(bins), np.arange(frame)) / frame
+    kernels = np.concatenate([taps * np.cos(angle), -taps * np.sin(angle)])[:, None, :].astype(np.float32)
+    y, name = node.output[0], _prefix(node)
+    shape = numpy_helper.from_array(np.array([0, 2, bins, -1], np.int64), f"{name}shape")
+    nodes = [helper.make_node("Transpose", [signal], [f"{name}rows"], perm=[0, 2, 1]),
+             helper.make_node("Conv", [f"{name}rows", f"{name}kernels"], [f"{name}spectrum"],
+                              strides=[int(values[step])]),
+             helper.make_node("Reshape", [f"{name}spectrum", shape.name], [f"{name}parts"]),
+             helper.make_node("Transpose", [f"{name}parts"], [y], name=node.name, perm=[0, 3, 2, 1])]
+    return nodes, [numpy_helper.from_array(kernels, f"{name}kernels"), shape]
+
+
+def _stft_refusal(signal: str, step: str, window: str, length: str, tensors: dict, values: dict) -> str | None:
+    """Why this STFT is not written out, or None: a real signal, constant step, and a constant window or
+    length (of equal sizes where both are given)."""
+    shape = tensors.get(signal, (None, None))[1]
+    if shape is None or len(shape) != 3 or shape[2] != 1:
+        return "only a real signal of shape [batch, length, 1] is written out"
+    if step not in values or (window and window not in values) or (length and length not in values):
+        return "only a constant frame step, window and frame length are written out"
+    if not window and not length:
+        return "neither a window nor a frame length says how long a frame is"
+    if window and length and len(values[window]) != int(values[length]):
+        return f"its window has {len(values[window])} taps but its frame length is {int(values[length])}"
     return None
 
 
