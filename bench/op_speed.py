@@ -64,6 +64,9 @@ def cases() -> dict:
         "STFT": ([node("STFT", ["x", "step", "window", "length"], ["y"])], {"x": [1, 16000, 1]},
                  {"step": np.array(160), "window": np.hanning(400).astype(np.float32), "length": np.array(400)}, 17,
                  False),
+        # torch.fft.rfft over 64 rows of 512 (a DFT by matmuls: O(N^2) where onnxruntime's FFT is O(N log N))
+        "DFT_rfft": ([node("DFT", ["x", "", "axis"], ["y"], onesided=1)], {"x": [1, 64, 512, 1]},
+                     {"axis": np.array(2)}, 20, False),
     }
 
 

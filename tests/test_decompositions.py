@@ -183,3 +183,57 @@ def test_tvm_imports_an_stft_and_computes_what_onnxruntime_does():
     vm = relax.VirtualMachine(tvm.compile(module, target="llvm"), tvm.cpu())
     np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(SIGNAL)).numpy(), run(model, SIGNAL), rtol=1e-4,
                                atol=1e-4)
+
+
+def dft(shape: list[int], opset: int = 17, axis: int | None = None, length: int | None = None,
+        **attributes) -> onnx.ModelProto:
+    """x of `shape` -> DFT, its axis an attribute (opset 17) or a constant input (opset 20)."""
+    from onnx import numpy_helper
+
+    constants, inputs = {}, ["x", "length" if length is not None else ""]
+    if length is not None:
+        constants["length"] = np.array(length, np.int64)
+    if opset >= 20 and axis is not None:
+        constants["axis"] = np.array(axis, np.int64)
+        inputs.append("axis")
+    elif axis is not None:
+        attributes["axis"] = axis
+    graph = helper.make_graph([helper.make_node("DFT", inputs, ["y"], name="fft", **attributes)], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              initializer=[numpy_helper.from_array(v, k) for k, v in constants.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+@pytest.mark.parametrize("model", [
+    dft([2, 64, 1]), dft([2, 64, 1], onesided=1), dft([3, 5, 24, 2], opset=20), dft([3, 24, 5, 2], axis=1),
+    dft([2, 3, 40, 2], opset=20, axis=-2, length=40, inverse=1), dft([2, 40, 1], opset=20, axis=1, inverse=1)],
+    ids=["real", "rfft", "complex-default-axis", "complex-axis-1", "inverse-complex", "inverse-real"])
+def test_a_dft_is_two_matmuls_by_cosines_and_sines_along_its_axis(model):
+    """torch.fft.rfft, fft and ifft export as ONNX's DFT, which TVM's frontend lacks."""
+    x = np.random.default_rng(8).standard_normal([d.dim_value for d in
+                                                 model.graph.input[0].type.tensor_type.shape.dim]).astype(np.float32)
+    written = decompositions.decomposed(model)
+    assert "DFT" not in {n.op_type for n in written.graph.node} and written.graph.node[-1].output[0] == "y"
+    ours, theirs = run(written, x), run(model, x)
+    assert ours.shape == theirs.shape
+    np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-4)
+
+
+def test_a_dft_it_cannot_write_out_is_refused_with_the_fix():
+    with pytest.raises(StageError, match="DFT node 'fft': only a dft_length equal to the axis's size .* .fix: give"):
+        decompositions.decomposed(dft([2, 64, 1], length=128))
+
+
+@pytest.mark.tvm
+def test_tvm_imports_a_complex_dft_and_computes_what_onnxruntime_does():
+    import tvm
+    from tvm import relax
+
+    from modelbuild.stages import onnx_import
+
+    model = dft([3, 24, 5, 2], axis=1)
+    x = np.random.default_rng(9).standard_normal((3, 24, 5, 2)).astype(np.float32)
+    module = onnx_import.to_relax(model, {"x": {"shape": list(x.shape), "dtype": "float32"}})
+    vm = relax.VirtualMachine(tvm.compile(module, target="llvm"), tvm.cpu())
+    np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(x)).numpy(), run(model, x), rtol=1e-4, atol=1e-4)

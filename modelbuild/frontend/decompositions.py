@@ -63,6 +63,8 @@ def _writes(node, float32: set[str] | None = None):
         return _attention
     if node.op_type == "STFT":
         return _stft
+    if node.op_type == "DFT":
+        return _dft
     return None
 
 
@@ -199,6 +201,77 @@ def _stft_refusal(signal: str, step: str, window: str, length: str, tensors: dic
     if window and length and len(values[window]) != int(values[length]):
         return f"its window has {len(values[window])} taps but its frame length is {int(values[length])}"
     return None
+
+
+DFT_AXIS_AS_INPUT = 20  # from this opset DFT reads its axis as an input (default -2); before, an attribute (1)
+
+
+def _dft(node, version: int, tensors: dict, values: dict):
+    """DFT along one axis as two MatMuls by the cosines and sines of 2 pi k n / N: the axis moved last, the
+    real and imaginary parts multiplied apart and put back as the last axis of 2. torch.fft.rfft, fft and
+    ifft export as it."""
+    x, y, name = node.input[0], node.output[0], _prefix(node)
+    shape = tensors.get(x, (None, None))[1]
+    axis, length, refusal = _dft_axis_and_length(node, version, shape, values)
+    if refusal:
+        raise StageError(f"DFT node {node.name!r}: {refusal} (fix: give the DFT a constant axis and dft_length "
+                         f"and a known shape, or compute the transform outside the model)")
+    inverse, onesided = _attribute(node, "inverse", 0), _attribute(node, "onesided", 0)
+    bins = length // 2 + 1 if onesided else length
+    angle = 2 * np.pi * np.outer(np.arange(length), np.arange(bins)) / length
+    scale = 1 / length if inverse else 1.0
+    sign = 1.0 if inverse else -1.0  # e^(-i angle) forward, e^(+i angle) inverse
+    cos, sin = np.cos(angle) * scale, sign * np.sin(angle) * scale
+    rank = len(shape)
+    moved = [*[d for d in range(rank - 1) if d != axis], axis, rank - 1]  # the axis, then the parts, last
+    back = list(np.argsort([*[d for d in range(rank - 1) if d != axis], axis]))
+    constants = [numpy_helper.from_array(cos.astype(np.float32), f"{name}cos"),
+                 numpy_helper.from_array(sin.astype(np.float32), f"{name}sin"),
+                 numpy_helper.from_array(np.array(0, np.int64), f"{name}zero"),
+                 numpy_helper.from_array(np.array(1, np.int64), f"{name}one"),
+                 numpy_helper.from_array(np.array([-1], np.int64), f"{name}last")]
+    nodes = [helper.make_node("Transpose", [x], [f"{name}moved"], perm=moved),
+             helper.make_node("Gather", [f"{name}moved", f"{name}zero"], [f"{name}re"], axis=-1)]
+    if shape[-1] == 1:  # real: x (cos + i sin)
+        parts = [("MatMul", [f"{name}re", f"{name}cos"], f"{name}out_re"),
+                 ("MatMul", [f"{name}re", f"{name}sin"], f"{name}out_im")]
+    else:  # complex: (re + i im)(cos + i sin) = re cos - im sin + i (im cos + re sin)
+        nodes.append(helper.make_node("Gather", [f"{name}moved", f"{name}one"], [f"{name}im"], axis=-1))
+        parts = [("MatMul", [f"{name}re", f"{name}cos"], f"{name}re_cos"),
+                 ("MatMul", [f"{name}im", f"{name}sin"], f"{name}im_sin"),
+                 ("Sub", [f"{name}re_cos", f"{name}im_sin"], f"{name}out_re"),
+                 ("MatMul", [f"{name}im", f"{name}cos"], f"{name}im_cos"),
+                 ("MatMul", [f"{name}re", f"{name}sin"], f"{name}re_sin"),
+                 ("Add", [f"{name}im_cos", f"{name}re_sin"], f"{name}out_im")]
+    nodes += [helper.make_node(op, inputs, [out]) for op, inputs, out in parts]
+    nodes += [helper.make_node("Unsqueeze", [f"{name}out_re", f"{name}last"], [f"{name}re_last"]),
+              helper.make_node("Unsqueeze", [f"{name}out_im", f"{name}last"], [f"{name}im_last"]),
+              helper.make_node("Concat", [f"{name}re_last", f"{name}im_last"], [f"{name}joined"], axis=-1),
+              helper.make_node("Transpose", [f"{name}joined"], [y], name=node.name,
+                               perm=[*[int(d) for d in back], rank - 1])]
+    return nodes, constants
+
+
+def _dft_axis_and_length(node, version: int, shape, values: dict) -> tuple[int, int, str | None]:
+    """(the axis, as a non-negative index; the transform's length; why it is not written out, or None)."""
+    if shape is None or None in shape or len(shape) < 2 or shape[-1] not in (1, 2):
+        return 0, 0, "only an input of known shape whose last axis is 1 (real) or 2 (complex) is written out"
+    if version >= DFT_AXIS_AS_INPUT:
+        named = node.input[2] if len(node.input) > 2 and node.input[2] else None
+        if named is not None and named not in values:
+            return 0, 0, "only a constant axis is written out"
+        axis = int(values[named]) if named else -2
+    else:
+        axis = _attribute(node, "axis", 1)
+    axis = axis + len(shape) if axis < 0 else axis
+    if not 0 <= axis < len(shape) - 1:
+        return 0, 0, f"its axis {axis} is not one of the signal's"
+    length_name = node.input[1] if len(node.input) > 1 and node.input[1] else None
+    if length_name is not None and (length_name not in values or int(values[length_name]) != shape[axis]):
+        return 0, 0, "only a dft_length equal to the axis's size is written out"
+    if _attribute(node, "onesided", 0) and (shape[-1] != 1 or _attribute(node, "inverse", 0)):
+        return 0, 0, "a onesided transform is written out only forward, of a real signal"
+    return axis, shape[axis], None
 
 
 def _scalar(value: float, name: str):
