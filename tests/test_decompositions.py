@@ -237,3 +237,42 @@ def test_tvm_imports_a_complex_dft_and_computes_what_onnxruntime_does():
     module = onnx_import.to_relax(model, {"x": {"shape": list(x.shape), "dtype": "float32"}})
     vm = relax.VirtualMachine(tvm.compile(module, target="llvm"), tvm.cpu())
     np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(x)).numpy(), run(model, x), rtol=1e-4, atol=1e-4)
+
+
+def reverse_sequence(shape: list[int], **attributes) -> onnx.ModelProto:
+    graph = helper.make_graph([helper.make_node("ReverseSequence", ["x", "lengths"], ["y"], name="reverse",
+                                                **attributes)], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape),
+                               helper.make_tensor_value_info("lengths", TensorProto.INT64, [4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+@pytest.mark.parametrize("model", [reverse_sequence([6, 4, 3]), reverse_sequence([4, 6], batch_axis=0, time_axis=1),
+                                   reverse_sequence([4, 6, 2, 3], batch_axis=0, time_axis=1)],
+                         ids=["time-major", "batch-major-2d", "batch-major-4d"])
+def test_reverse_sequence_is_a_gather_of_each_entrys_steps_reversed_up_to_its_length(model):
+    """tf2onnx writes a bidirectional RNN over sequences of several lengths with ReverseSequence."""
+    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    feed = {"x": np.random.default_rng(10).standard_normal(shape).astype(np.float32),
+            "lengths": np.array([6, 1, 3, 0], np.int64)}
+    written = decompositions.decomposed(model)
+    assert "ReverseSequence" not in {n.op_type for n in written.graph.node}
+    np.testing.assert_array_equal(run_feed(written, feed), run_feed(model, feed))
+
+
+@pytest.mark.tvm
+def test_tvm_imports_reverse_sequence_and_computes_what_onnxruntime_does():
+    import tvm
+    from tvm import relax
+
+    from modelbuild.stages import onnx_import
+
+    model = reverse_sequence([6, 4, 3])
+    feed = {"x": np.random.default_rng(11).standard_normal((6, 4, 3)).astype(np.float32),
+            "lengths": np.array([2, 6, 1, 4], np.int64)}
+    module = onnx_import.to_relax(model, {"x": {"shape": [6, 4, 3], "dtype": "float32"},
+                                          "lengths": {"shape": [4], "dtype": "int64"}})
+    vm = relax.VirtualMachine(tvm.compile(module, target="llvm"), tvm.cpu())
+    ours = vm["main"](tvm.runtime.tensor(feed["x"]), tvm.runtime.tensor(feed["lengths"])).numpy()
+    np.testing.assert_array_equal(ours, run_feed(model, feed))

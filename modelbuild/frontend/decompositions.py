@@ -2,8 +2,10 @@
 
 LpNormalization is how an exporter writes an embedding's x / |x| (a face or speaker embedding's last node;
 onnx_import.NORMALISING already reads it as one), Celu is an activation of the ELU family, opset 23's
-Attention is scaled dot-product attention as one operator, and opset 17's STFT is how torch.stft exports (an
-audio model's spectrogram front end): a strided Conv1d by the windowed cosines and sines. Each failed
+Attention is scaled dot-product attention as one operator, opset 17's STFT is how torch.stft exports (an
+audio model's spectrogram front end: a strided Conv1d by the windowed cosines and sines here), DFT how
+torch.fft's transforms do (MatMuls by the cosines and sines), and ReverseSequence how tf2onnx writes a
+bidirectional RNN over sequences of several lengths (a GatherElements). Each failed
 the import with "operator ... is not supported by TVM's ONNX frontend". Each form here computes what
 onnxruntime computes, a zero vector normalised to zeros included (tests/test_decompositions.py).
 """
@@ -23,9 +25,10 @@ AXES_AS_INPUT = 18  # from this opset a reduction reads its axes as an input; an
 
 
 def decomposed(model: onnx.ModelProto) -> onnx.ModelProto:
-    """The model with each float32 LpNormalization, Celu and Attention of its main graph written out; the
-    model itself when it has none (an LpNormalization of a p other than 1 or 2, or a node of another dtype,
-    the import then names as TVM's to lack). An Attention it cannot write out is a StageError with the fix."""
+    """The model with each float32 LpNormalization, Celu, Attention, STFT, DFT and ReverseSequence of its main
+    graph written out; the model itself when it has none (an LpNormalization of a p other than 1 or 2, or a
+    node of another dtype, the import then names as TVM's to lack). One it cannot write out (an Attention with
+    past states, an STFT of a complex signal, ...) is a StageError with the fix."""
     if not any(_writes(node) for node in model.graph.node):
         return model
     tensors = inferred.tensors(model)  # the written-out forms' constants are float32: only float32 nodes
@@ -65,6 +68,8 @@ def _writes(node, float32: set[str] | None = None):
         return _stft
     if node.op_type == "DFT":
         return _dft
+    if node.op_type == "ReverseSequence":
+        return _reverse_sequence
     return None
 
 
@@ -272,6 +277,37 @@ def _dft_axis_and_length(node, version: int, shape, values: dict) -> tuple[int, 
     if _attribute(node, "onesided", 0) and (shape[-1] != 1 or _attribute(node, "inverse", 0)):
         return 0, 0, "a onesided transform is written out only forward, of a real signal"
     return axis, shape[axis], None
+
+
+def _reverse_sequence(node, version: int, tensors: dict, values: dict):
+    """Each batch entry's first sequence_lens[b] steps reversed, as a GatherElements along the time axis whose
+    index is (L - 1 - t where t < L, else t), L the run-time lengths. tf2onnx writes a bidirectional RNN over
+    sequences of several lengths with it."""
+    x, lengths = node.input[:2]
+    y, name = node.output[0], _prefix(node)
+    shape = tensors.get(x, (None, None))[1]
+    if shape is None or None in shape or len(shape) < 2:
+        raise StageError(f"ReverseSequence node {node.name!r}: only an input of known shape is written out (fix: "
+                         f"give the model's inputs fixed shapes in the recipe)")
+    time = _attribute(node, "time_axis", 0)  # ONNX: the batch axis is the other of 0 and 1
+    steps = np.arange(shape[time], dtype=np.int64).reshape([-1, 1] if time == 0 else [1, -1])
+    constants = [numpy_helper.from_array(steps, f"{name}steps"),
+                 numpy_helper.from_array(np.array([1, -1] if time == 0 else [-1, 1], np.int64), f"{name}across"),
+                 numpy_helper.from_array(np.array(1, np.int64), f"{name}one"),
+                 numpy_helper.from_array(np.arange(2, len(shape), dtype=np.int64), f"{name}inner"),
+                 numpy_helper.from_array(np.array(shape, np.int64), f"{name}shape")]
+    nodes = [helper.make_node("Reshape", [lengths, f"{name}across"], [f"{name}lengths"]),
+             helper.make_node("Less", [f"{name}steps", f"{name}lengths"], [f"{name}inside"]),
+             helper.make_node("Sub", [f"{name}lengths", f"{name}one"], [f"{name}last"]),
+             helper.make_node("Sub", [f"{name}last", f"{name}steps"], [f"{name}reversed"]),
+             helper.make_node("Where", [f"{name}inside", f"{name}reversed", f"{name}steps"], [f"{name}index"])]
+    index = f"{name}index"
+    if len(shape) > 2:
+        nodes.append(helper.make_node("Unsqueeze", [index, f"{name}inner"], [f"{name}index_inner"]))
+        index = f"{name}index_inner"
+    nodes += [helper.make_node("Expand", [index, f"{name}shape"], [f"{name}index_full"]),
+              helper.make_node("GatherElements", [x, f"{name}index_full"], [y], name=node.name, axis=time)]
+    return nodes, constants
 
 
 def _scalar(value: float, name: str):

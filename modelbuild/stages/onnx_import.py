@@ -197,7 +197,7 @@ def to_relax(model, declared: dict):
     model = batchnorm.fold(model)  # what onnxslim could not fold into a (quantized) conv
     model = auto_pad.resolve(model)  # SAME padding as the conv's own, not a pad kernel before it
     model = resize_inputs.absent_when_empty(model)  # an empty scales is no scales, as onnxruntime reads it
-    model = decompositions.decomposed(model)  # LpNormalization and Celu, which TVM has no converter for
+    model = decompositions.decomposed(model)  # operators TVM has no converter for (LpNormalization, STFT, ...)
     model = roi_align.offsets_where_tvm_scales_them(model)  # its converter offsets boxes before scaling them
     _check_supported(model, onnx_frontend._get_convert_map())
     shapes = {name: spec["shape"] for name, spec in declared.items()}
