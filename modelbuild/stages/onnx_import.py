@@ -21,8 +21,8 @@ from onnx import numpy_helper
 from modelbuild import signature
 from modelbuild.errors import InputError, last_line, StageError
 from modelbuild.compiler import integer_ops, layer_names
-from modelbuild.frontend import (auto_pad, batchnorm, decompositions, float16, node_order, opset, predication,
-                                 qoperator, recurrent, resize_inputs, roi_align)
+from modelbuild.frontend import (auto_pad, batchnorm, constant_operators, decompositions, float16, node_order, opset,
+                                 predication, qoperator, recurrent, resize_inputs, roi_align)
 from modelbuild.recipe.params import ImportParams, parse
 from modelbuild.recipe.schema import InputSpec, toml_key
 
@@ -197,6 +197,7 @@ def to_relax(model, declared: dict):
     model = batchnorm.fold(model)  # what onnxslim could not fold into a (quantized) conv
     model = auto_pad.resolve(model)  # SAME padding as the conv's own, not a pad kernel before it
     model = resize_inputs.absent_when_empty(model)  # an empty scales is no scales, as onnxruntime reads it
+    model = constant_operators.folded(model)  # tables TVM lacks, built from constants (HannWindow, ...)
     model = decompositions.decomposed(model)  # operators TVM has no converter for (LpNormalization, STFT, ...)
     model = roi_align.offsets_where_tvm_scales_them(model)  # its converter offsets boxes before scaling them
     _check_supported(model, onnx_frontend._get_convert_map())
