@@ -28,7 +28,7 @@ def run(model: onnx.ModelProto, x: np.ndarray = X) -> np.ndarray:
 @pytest.mark.parametrize("op, attributes", [
     ("LpNormalization", {"axis": 1, "p": 2}), ("LpNormalization", {"axis": 0, "p": 1}),
     ("LpNormalization", {}), ("LpNormalization", {"axis": 0, "opset": 18}),  # axes an input from opset 18
-    ("Celu", {"alpha": 0.7}), ("Celu", {})])
+    ("Celu", {"alpha": 0.7}), ("Celu", {}), ("Swish", {"alpha": 1.5, "opset": 24}), ("Swish", {"opset": 24})])
 def test_a_written_out_operator_computes_what_onnxruntime_computes_of_the_original(op, attributes):
     model = one_node(op, **attributes)
     written = decompositions.decomposed(model)
@@ -55,7 +55,8 @@ def test_a_form_it_does_not_write_leaves_the_model_as_it_is(model):
 
 
 @pytest.mark.tvm
-@pytest.mark.parametrize("op, opset", [("LpNormalization", 13), ("LpNormalization", 18), ("Celu", 13)])
+@pytest.mark.parametrize("op, opset", [("LpNormalization", 13), ("LpNormalization", 18), ("Celu", 13),
+                                       ("Swish", 24)])
 def test_tvm_imports_the_operator_and_computes_what_onnxruntime_does(op, opset):
     import tvm
     from tvm import relax

@@ -1,7 +1,7 @@
 """Operators TVM's ONNX frontend has no converter for, written as the operators it has.
 
 LpNormalization is how an exporter writes an embedding's x / |x| (a face or speaker embedding's last node;
-onnx_import.NORMALISING already reads it as one), Celu is an activation of the ELU family, opset 23's
+onnx_import.NORMALISING already reads it as one), Celu and opset 24's Swish are activations, opset 23's
 Attention is scaled dot-product attention as one operator, opset 17's STFT is how torch.stft exports (an
 audio model's spectrogram front end: a strided Conv1d by the windowed cosines and sines here), DFT how
 torch.fft's transforms do (MatMuls by the cosines and sines), and ReverseSequence how tf2onnx writes a
@@ -25,7 +25,7 @@ AXES_AS_INPUT = 18  # from this opset a reduction reads its axes as an input; an
 
 
 def decomposed(model: onnx.ModelProto) -> onnx.ModelProto:
-    """The model with each float32 LpNormalization, Celu, Attention, STFT, DFT and ReverseSequence of its main
+    """The model with each float32 LpNormalization, Celu, Swish, Attention, STFT, DFT and ReverseSequence of its main
     graph written out; the model itself when it has none (an LpNormalization of a p other than 1 or 2, or a
     node of another dtype, the import then names as TVM's to lack). One it cannot write out (an Attention with
     past states, an STFT of a complex signal, ...) is a StageError with the fix."""
@@ -62,6 +62,8 @@ def _writes(node, float32: set[str] | None = None):
         return _lp_normalization
     if node.op_type == "Celu":
         return _celu
+    if node.op_type == "Swish":
+        return _swish
     if node.op_type == "Attention" and node.domain in ("", "ai.onnx"):
         return _attention
     if node.op_type == "STFT":
@@ -114,6 +116,16 @@ def _celu(node, version: int, tensors: dict, values: dict):
              helper.make_node("Relu", [x], [f"{name}positive"]),
              helper.make_node("Add", [f"{name}positive", f"{name}negative"], [y], name=node.name)]
     return nodes, [alpha, zero, one]
+
+
+def _swish(node, version: int, tensors: dict, values: dict):
+    """Opset 24's Swish: x sigmoid(alpha x)."""
+    x, y, name = node.input[0], node.output[0], _prefix(node)
+    alpha = _scalar(_attribute(node, "alpha", 1.0), f"{name}alpha")
+    nodes = [helper.make_node("Mul", [x, alpha.name], [f"{name}scaled"]),
+             helper.make_node("Sigmoid", [f"{name}scaled"], [f"{name}gate"]),
+             helper.make_node("Mul", [x, f"{name}gate"], [y], name=node.name)]
+    return nodes, [alpha]
 
 
 def _attention(node, version: int, tensors: dict, values: dict):
