@@ -277,3 +277,61 @@ def test_tvm_imports_reverse_sequence_and_computes_what_onnxruntime_does():
     vm = relax.VirtualMachine(tvm.compile(module, target="llvm"), tvm.cpu())
     ours = vm["main"](tvm.runtime.tensor(feed["x"]), tvm.runtime.tensor(feed["lengths"])).numpy()
     np.testing.assert_array_equal(ours, run_feed(model, feed))
+
+
+def rotary(shape: list[int], positions: bool = True, **attributes) -> tuple[onnx.ModelProto, np.ndarray]:
+    """x of `shape` -> opset 23's RotaryEmbedding, its caches (and position ids) constants."""
+    from onnx import numpy_helper
+
+    rng = np.random.default_rng(12)
+    batch, seq = shape[0], shape[2] if len(shape) == 4 else shape[1]
+    half = (attributes.get("rotary_embedding_dim") or (shape[3] if len(shape) == 4 else
+                                                       shape[2] // attributes["num_heads"])) // 2
+    rows = [16] if positions else [batch, seq]
+    constants = {"cos": rng.standard_normal([*rows, half]).astype(np.float32),
+                 "sin": rng.standard_normal([*rows, half]).astype(np.float32)}
+    if positions:
+        constants["positions"] = rng.integers(0, 16, (batch, seq)).astype(np.int64)
+    node = helper.make_node("RotaryEmbedding", ["x", "cos", "sin", *(["positions"] if positions else [])], ["y"],
+                            name="rope", **attributes)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              initializer=[numpy_helper.from_array(v, k) for k, v in constants.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)])
+    return model, rng.standard_normal(shape).astype(np.float32)
+
+
+@pytest.mark.parametrize("shape, positions, attributes", [
+    ([2, 3, 5, 8], True, {}), ([2, 3, 5, 8], True, {"interleaved": 1}), ([1, 5, 24], True, {"num_heads": 3}),
+    ([2, 2, 5, 8], False, {"rotary_embedding_dim": 4}), ([1, 5, 24], True, {"num_heads": 2, "interleaved": 1,
+                                                                           "rotary_embedding_dim": 6})],
+    ids=["halves", "interleaved", "3d", "partial-no-positions", "3d-interleaved-partial"])
+def test_opset_23_rotary_embedding_written_out_computes_what_onnxruntime_computes(shape, positions, attributes):
+    """The torch.onnx exporter's opset-23 LLM graphs rotate queries and keys with it; TVM lacks it."""
+    model, x = rotary(shape, positions, **attributes)
+    written = decompositions.decomposed(model)
+    assert "RotaryEmbedding" not in {n.op_type for n in written.graph.node}
+    names = [t.name for t in written.graph.initializer]
+    assert len(names) == len(set(names))  # an axis both halves read is one constant
+    np.testing.assert_allclose(run(written, x), run(model, x), rtol=1e-5, atol=1e-6)
+
+
+def test_a_rotary_embedding_it_cannot_write_out_is_refused_with_the_fix():
+    model, _ = rotary([1, 5, 24], num_heads=3)
+    del model.graph.node[0].attribute[:]  # a 3-D input with no num_heads has no head size
+    with pytest.raises(StageError, match="RotaryEmbedding node 'rope': only an input of known shape, 4-D or 3-D "
+                                         "with num_heads, is written out .fix: give"):
+        decompositions.decomposed(model)
+
+
+@pytest.mark.tvm
+def test_tvm_imports_opset_23_rotary_embedding_and_computes_what_onnxruntime_does():
+    import tvm
+    from tvm import relax
+
+    from modelbuild.stages import onnx_import
+
+    model, x = rotary([2, 3, 5, 8], interleaved=1)
+    module = onnx_import.to_relax(model, {"x": {"shape": [2, 3, 5, 8], "dtype": "float32"}})
+    vm = relax.VirtualMachine(tvm.compile(module, target="llvm"), tvm.cpu())
+    np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(x)).numpy(), run(model, x), rtol=1e-5, atol=1e-6)

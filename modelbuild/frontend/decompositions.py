@@ -1,13 +1,14 @@
 """Operators TVM's ONNX frontend has no converter for, written as the operators it has.
 
 LpNormalization is how an exporter writes an embedding's x / |x| (a face or speaker embedding's last node;
-onnx_import.NORMALISING already reads it as one), Celu and opset 24's Swish are activations, opset 23's
-Attention is scaled dot-product attention as one operator, opset 17's STFT is how torch.stft exports (an
-audio model's spectrogram front end: a strided Conv1d by the windowed cosines and sines here), DFT how
-torch.fft's transforms do (MatMuls by the cosines and sines), and ReverseSequence how tf2onnx writes a
-bidirectional RNN over sequences of several lengths (a GatherElements). Each failed
-the import with "operator ... is not supported by TVM's ONNX frontend". Each form here computes what
-onnxruntime computes, a zero vector normalised to zeros included (tests/test_decompositions.py).
+onnx_import.NORMALISING already reads it as one); Celu and opset 24's Swish are activations; opset 23's
+Attention is scaled dot-product attention as one operator and its RotaryEmbedding the rotation of queries
+and keys (both in the torch.onnx exporter's LLM graphs at that opset); opset 17's STFT is how torch.stft
+exports (an audio model's spectrogram front end: a strided Conv1d by the windowed cosines and sines here),
+DFT how torch.fft's transforms do (MatMuls by the cosines and sines), and ReverseSequence how tf2onnx
+writes a bidirectional RNN over sequences of several lengths (a GatherElements). Each failed the import
+with "operator ... is not supported by TVM's ONNX frontend". Each form here computes what onnxruntime
+computes, a zero vector normalised to zeros included (tests/test_decompositions.py).
 """
 
 from __future__ import annotations
@@ -25,10 +26,11 @@ AXES_AS_INPUT = 18  # from this opset a reduction reads its axes as an input; an
 
 
 def decomposed(model: onnx.ModelProto) -> onnx.ModelProto:
-    """The model with each float32 LpNormalization, Celu, Swish, Attention, STFT, DFT and ReverseSequence of its main
-    graph written out; the model itself when it has none (an LpNormalization of a p other than 1 or 2, or a
-    node of another dtype, the import then names as TVM's to lack). One it cannot write out (an Attention with
-    past states, an STFT of a complex signal, ...) is a StageError with the fix."""
+    """The model with each float32 LpNormalization, Celu, Swish, Attention, RotaryEmbedding, STFT, DFT and
+    ReverseSequence of its main graph written out; the model itself when it has none (an LpNormalization of
+    a p other than 1 or 2, or a node of another dtype, the import then names as TVM's to lack). One it
+    cannot write out (an Attention with past states, an STFT of a complex signal, ...) is a StageError with
+    the fix."""
     if not any(_writes(node) for node in model.graph.node):
         return model
     tensors = inferred.tensors(model)  # the written-out forms' constants are float32: only float32 nodes
@@ -66,6 +68,8 @@ def _writes(node, float32: set[str] | None = None):
         return _swish
     if node.op_type == "Attention" and node.domain in ("", "ai.onnx"):
         return _attention
+    if node.op_type == "RotaryEmbedding" and node.domain in ("", "ai.onnx"):
+        return _rotary_embedding
     if node.op_type == "STFT":
         return _stft
     if node.op_type == "DFT":
@@ -160,6 +164,74 @@ def _attention(node, version: int, tensors: dict, values: dict):
         scores = f"{name}causal_scores"
     nodes += [helper.make_node("Softmax", [scores], [f"{name}weights"], axis=-1),
               helper.make_node("MatMul", [f"{name}weights", v], [y], name=node.name)]
+    return nodes, constants
+
+
+def _rotary_embedding(node, version: int, tensors: dict, values: dict):
+    """Opset 23's RotaryEmbedding as its definition computes it: x as [batch, seq, heads, head], the cos and
+    sin caches gathered at the position ids, the first rotary_embedding_dim features in two halves (or even
+    and odd ones, interleaved) rotated, (x1 cos - x2 sin, x1 sin + x2 cos), the rest passed through."""
+    x, cos_cache, sin_cache = node.input[:3]
+    positions = node.input[3] if len(node.input) > 3 and node.input[3] else None
+    shape = tensors.get(x, (None, None))[1]
+    if shape is None or None in shape or len(shape) not in (3, 4) or (len(shape) == 3
+                                                                     and not _attribute(node, "num_heads", 0)):
+        raise StageError(f"RotaryEmbedding node {node.name!r}: only an input of known shape, 4-D or 3-D with "
+                         f"num_heads, is written out (fix: give the model's inputs fixed shapes in the recipe)")
+    y, name = node.output[0], _prefix(node)
+    if len(shape) == 4:
+        batch, heads, seq, head = shape
+    else:
+        heads = _attribute(node, "num_heads", 0)
+        batch, seq, head = shape[0], shape[1], shape[2] // heads
+    rotated = _attribute(node, "rotary_embedding_dim", 0) or head
+    half = rotated // 2
+    constants = []
+
+    def const(label: str, value) -> str:
+        if not any(c.name == f"{name}{label}" for c in constants):  # an axis both halves use is one constant
+            constants.append(numpy_helper.from_array(np.asarray(value, np.int64), f"{name}{label}"))
+        return f"{name}{label}"
+
+    def sliced(source: str, label: str, start: int, end: int, step: int = 1) -> str:
+        nodes.append(helper.make_node("Slice", [source, const(f"{label}_s", [start]), const(f"{label}_e", [end]),
+                                                const(f"{label}_a", [-1]), const(f"{label}_st", [step])],
+                                      [f"{name}{label}"]))
+        return f"{name}{label}"
+
+    nodes = [helper.make_node("Transpose", [x], [f"{name}bshd"], perm=[0, 2, 1, 3]) if len(shape) == 4 else
+             helper.make_node("Reshape", [x, const("bshd_shape", [batch, seq, heads, head])], [f"{name}bshd"])]
+    tables = []
+    for cache, label in ((cos_cache, "cos"), (sin_cache, "sin")):
+        if positions:
+            nodes.append(helper.make_node("Gather", [cache, positions], [f"{name}{label}_at"]))
+            cache = f"{name}{label}_at"
+        nodes.append(helper.make_node("Unsqueeze", [sliced(cache, f"{label}_half", 0, half), const("heads_axis", [2])],
+                                      [f"{name}{label}"]))
+        tables.append(f"{name}{label}")
+    cos, sin = tables
+    interleaved = _attribute(node, "interleaved", 0)
+    x1 = sliced(f"{name}bshd", "x1", 0, rotated, 2) if interleaved else sliced(f"{name}bshd", "x1", 0, half)
+    x2 = sliced(f"{name}bshd", "x2", 1, rotated, 2) if interleaved else sliced(f"{name}bshd", "x2", half, rotated)
+    for out, (a, b, op) in (("real", ((cos, x1), (sin, x2), "Sub")), ("imag", ((sin, x1), (cos, x2), "Add"))):
+        nodes += [helper.make_node("Mul", list(a), [f"{name}{out}_a"]),
+                  helper.make_node("Mul", list(b), [f"{name}{out}_b"]),
+                  helper.make_node(op, [f"{name}{out}_a", f"{name}{out}_b"], [f"{name}{out}"])]
+    if interleaved:  # (real, imag) pairs back in even and odd places
+        nodes += [helper.make_node("Unsqueeze", [f"{name}{part}", const("pair_axis", [-1])], [f"{name}{part}_pair"])
+                  for part in ("real", "imag")]
+        nodes += [helper.make_node("Concat", [f"{name}real_pair", f"{name}imag_pair"], [f"{name}pairs"], axis=-1),
+                  helper.make_node("Reshape", [f"{name}pairs", const("rot_shape", [batch, seq, heads, rotated])],
+                                   [f"{name}turned"])]
+    else:
+        nodes.append(helper.make_node("Concat", [f"{name}real", f"{name}imag"], [f"{name}turned"], axis=-1))
+    turned = f"{name}turned"
+    if rotated < head:
+        nodes.append(helper.make_node("Concat", [turned, sliced(f"{name}bshd", "kept", rotated, head)],
+                                      [f"{name}whole"], axis=-1))
+        turned = f"{name}whole"
+    nodes.append(helper.make_node("Transpose", [turned], [y], name=node.name, perm=[0, 2, 1, 3]) if len(shape) == 4
+                 else helper.make_node("Reshape", [turned, const("out_shape", shape)], [y], name=node.name))
     return nodes, constants
 
 
