@@ -305,6 +305,16 @@ def test_a_large_global_pool_computes_its_partial_sums_in_the_parallel_loop():
     assert script.count("T.parallel(") == 1 and script.index("T.parallel(") < script.index('_rf_update"')
 
 
+@pytest.mark.parametrize("shape, parallel", [((1, 32, 112, 112), True), ((1, 1152, 7, 7), True),
+                                             ((1, 64, 16, 16), False)])
+def test_a_pool_summed_in_lanes_runs_on_every_core_from_32k_elements(shape, parallel):
+    """Summed a vector a step, a pool costs far more a step than a conv's multiply-add, whose threshold (1 M)
+    it had: EfficientNet's int8 squeeze-and-excite pools ran on one core, 32 x 112 x 112 in 20 us a call
+    (12 on two), 1152 x 7 x 7 in 7.3 (5.7). 64 x 16 x 16 stays on one."""
+    script = scheduled_global_mean(shape)
+    assert ("T.parallel(" in script) is parallel
+
+
 @pytest.mark.parametrize("dtype", ["float32", "int8"])
 def test_an_nchw_depthwise_conv_pads_its_rows_with_no_condition_in_a_vector_and_computes_the_same(dtype):
     """A depthwise conv kept NCHW (an int8 one on a target without VNNI, summed in float): the padding's
