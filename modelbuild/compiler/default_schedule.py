@@ -59,7 +59,7 @@ PARALLEL_MIN_WORK = 1 << 18  # spatial iterations below which a parallel region 
 # is unchanged, its kernels being far larger)
 SHORT_REDUCTION = 25  # steps per output up to which padding is computed inside the reduction (5x5 taps)
 PARALLEL_MIN_MACS = 1 << 20  # the same for a reduction, counted in multiply-adds
-PARALLEL_MIN_SUMS = 1 << 15  # the same for one summed in lanes per output (a pool), far slower a step (_sum_in_lanes)
+PARALLEL_MIN_SUMS = 1 << 15  # the same for one summed in lanes (a pool), far slower a step (_sum_in_lanes)
 BROADCAST_RATIO = 16  # a fused consumer with this many times a reduction's steps broadcasts it (_broadcasts)
 GATE_MIN_TERMS = 32  # terms of an element-wise block that cost more than reading it back (_gates_broadcast)
 # Weights one pass of a register tile's reduction reads, above which the reduction is split into passes over
@@ -443,7 +443,7 @@ def _schedule_reduction(sch, block, on: Machine) -> None:
         spatial = sch.get_loops(block)[:len(spatial)]
         for consumer in consumers:
             sch.reverse_compute_at(consumer, spatial[-1])
-        _parallelize(sch, spatial, on.cores, worth_it or macs >= PARALLEL_MIN_SUMS)
+        _parallelize(sch, spatial, on.cores, worth_it or (partial is not None and macs >= PARALLEL_MIN_SUMS))
         if partial is not None:  # only now: a decomposed reduction cannot be placed or run in parallel
             _partial_sums_from_zero(sch, *partial)
         return
