@@ -13,15 +13,15 @@ from __future__ import annotations
 import onnx
 from onnx import helper, numpy_helper
 
+from modelbuild.frontend import inferred
+
 TABLES = ("HannWindow", "HammingWindow", "BlackmanWindow", "MelWeightMatrix")
 
 
 def folded(model: onnx.ModelProto) -> onnx.ModelProto:
     """The model with each such node of its main graph whose inputs are all constants replaced by its value;
     the model itself when it has none."""
-    values = {t.name: t for t in model.graph.initializer}
-    values |= {n.output[0]: n.attribute[0].t for n in model.graph.node
-               if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value"}
+    values = inferred.constants(model)
     foldable = [n for n in model.graph.node if n.op_type in TABLES and n.domain in ("", "ai.onnx")
                 and all(name in values for name in n.input if name)]
     if not foldable:
@@ -41,14 +41,8 @@ def _value(node, values: dict, version: int):
     """The node's one output, computed from its constant inputs, as an initializer of the output's name."""
     from onnx.reference import ReferenceEvaluator
 
-    constants = []
-    for name in (name for name in node.input if name):
-        constant = onnx.TensorProto()
-        constant.CopyFrom(values[name])
-        constant.name = name  # a Constant node's tensor may have none
-        constants.append(constant)
     graph = helper.make_graph([node], "table", [], [helper.make_empty_tensor_value_info(node.output[0])],
-                              initializer=constants)
+                              initializer=[values[name] for name in node.input if name])
     single = helper.make_model(graph, opset_imports=[helper.make_opsetid("", version)])
     (value,) = ReferenceEvaluator(single).run(None, {})
     return numpy_helper.from_array(value, node.output[0])

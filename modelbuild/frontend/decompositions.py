@@ -41,7 +41,7 @@ def decomposed(model: onnx.ModelProto) -> onnx.ModelProto:
     out.CopyFrom(model)
     nodes, constants = [], []
     version = default_opset(model)
-    values = _constant_values(model)
+    values = {name: numpy_helper.to_array(t) for name, t in inferred.constants(model).items()}
     for node in out.graph.node:
         written = _writes(node, float32)
         if written is None:
@@ -77,15 +77,6 @@ def _writes(node, float32: set[str] | None = None):
     if node.op_type == "ReverseSequence":
         return _reverse_sequence
     return None
-
-
-def _constant_values(model: onnx.ModelProto) -> dict[str, np.ndarray]:
-    """The value of every initializer and Constant node's output of the main graph."""
-    values = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
-    for node in model.graph.node:
-        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
-            values[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
-    return values
 
 
 def _lp_normalization(node, version: int, tensors: dict, values: dict):
