@@ -335,3 +335,53 @@ def test_tvm_imports_opset_23_rotary_embedding_and_computes_what_onnxruntime_doe
     module = onnx_import.to_relax(model, {"x": {"shape": [2, 3, 5, 8], "dtype": "float32"}})
     vm = relax.VirtualMachine(tvm.compile(module, target="llvm"), tvm.cpu())
     np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(x)).numpy(), run(model, x), rtol=1e-5, atol=1e-6)
+
+
+def tensor_scatter(past: list[int], update: list[int], write: list[int] | None, **attributes):
+    """past, update (inputs) and write indices (a constant, or none) -> opset 24's TensorScatter."""
+    from onnx import numpy_helper
+
+    inits = [numpy_helper.from_array(np.array(write, np.int64), "write")] if write is not None else []
+    node = helper.make_node("TensorScatter", ["past", "update", *(["write"] if write is not None else [])], ["y"],
+                            name="cache", **attributes)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("past", TensorProto.FLOAT, past),
+                                            helper.make_tensor_value_info("update", TensorProto.FLOAT, update)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 24)])
+    rng = np.random.default_rng(13)
+    return model, {"past": rng.standard_normal(past).astype(np.float32),
+                   "update": rng.standard_normal(update).astype(np.float32)}
+
+
+@pytest.mark.parametrize("past, update, write, attributes", [
+    ([2, 3, 8, 4], [2, 3, 3, 4], [1, 5], {}), ([2, 3, 8, 4], [2, 3, 3, 4], [1, 6], {"mode": "circular"}),
+    ([2, 8, 4], [2, 1, 4], [7, 0], {"axis": 1}), ([1, 2, 6, 4], [1, 2, 6, 4], None, {})],
+    ids=["linear", "circular-wraps", "axis-1-one-step", "prefill-no-indices"])
+def test_opset_24_tensor_scatter_written_out_computes_what_onnxruntime_computes(past, update, write, attributes):
+    """An LLM decoder's KV-cache update at opset 24; TVM lacks it."""
+    model, feed = tensor_scatter(past, update, write, **attributes)
+    written = decompositions.decomposed(model)
+    assert "TensorScatter" not in {n.op_type for n in written.graph.node}
+    np.testing.assert_array_equal(run_feed(written, feed), run_feed(model, feed))
+
+
+def test_a_tensor_scatter_over_caches_of_unknown_shape_is_refused_with_the_fix():
+    model, _ = tensor_scatter([2, 3, 8, 4], [2, 3, 3, 4], [1, 5])
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
+    with pytest.raises(StageError, match="TensorScatter node 'cache': only caches of known shapes .* .fix: give"):
+        decompositions.decomposed(model)
+
+
+@pytest.mark.tvm
+def test_tvm_imports_opset_24_tensor_scatter_and_computes_what_onnxruntime_does():
+    import tvm
+    from tvm import relax
+
+    from modelbuild.stages import onnx_import
+
+    model, feed = tensor_scatter([2, 3, 8, 4], [2, 3, 3, 4], [1, 6], mode="circular")
+    module = onnx_import.to_relax(model, {"past": {"shape": [2, 3, 8, 4], "dtype": "float32"},
+                                          "update": {"shape": [2, 3, 3, 4], "dtype": "float32"}})
+    vm = relax.VirtualMachine(tvm.compile(module, target="llvm"), tvm.cpu())
+    ours = vm["main"](tvm.runtime.tensor(feed["past"]), tvm.runtime.tensor(feed["update"])).numpy()
+    np.testing.assert_array_equal(ours, run_feed(model, feed))

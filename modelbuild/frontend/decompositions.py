@@ -5,10 +5,11 @@ onnx_import.NORMALISING already reads it as one); Celu and opset 24's Swish are 
 Attention is scaled dot-product attention as one operator and its RotaryEmbedding the rotation of queries
 and keys (both in the torch.onnx exporter's LLM graphs at that opset); opset 17's STFT is how torch.stft
 exports (an audio model's spectrogram front end: a strided Conv1d by the windowed cosines and sines here),
-DFT how torch.fft's transforms do (MatMuls by the cosines and sines), and ReverseSequence how tf2onnx
-writes a bidirectional RNN over sequences of several lengths (a GatherElements). Each failed the import
-with "operator ... is not supported by TVM's ONNX frontend". Each form here computes what onnxruntime
-computes, a zero vector normalised to zeros included (tests/test_decompositions.py).
+DFT how torch.fft's transforms do (MatMuls by the cosines and sines), ReverseSequence how tf2onnx writes
+a bidirectional RNN over sequences of several lengths (a GatherElements), and opset 24's TensorScatter an
+LLM's KV-cache update (a GatherElements and a Where). Each failed the import with "operator ... is not
+supported by TVM's ONNX frontend". Each form here computes what onnxruntime computes, a zero vector
+normalised to zeros included (tests/test_decompositions.py).
 """
 
 from __future__ import annotations
@@ -26,11 +27,11 @@ AXES_AS_INPUT = 18  # from this opset a reduction reads its axes as an input; an
 
 
 def decomposed(model: onnx.ModelProto) -> onnx.ModelProto:
-    """The model with each float32 LpNormalization, Celu, Swish, Attention, RotaryEmbedding, STFT, DFT and
-    ReverseSequence of its main graph written out; the model itself when it has none (an LpNormalization of
-    a p other than 1 or 2, or a node of another dtype, the import then names as TVM's to lack). One it
-    cannot write out (an Attention with past states, an STFT of a complex signal, ...) is a StageError with
-    the fix."""
+    """The model with each float32 LpNormalization, Celu, Swish, Attention, RotaryEmbedding, STFT, DFT,
+    ReverseSequence and TensorScatter of its main graph written out; the model itself when it has none (an
+    LpNormalization of a p other than 1 or 2, or a node of another dtype, the import then names as TVM's to
+    lack). One it cannot write out (an Attention with past states, an STFT of a complex signal, ...) is a
+    StageError with the fix."""
     if not any(_writes(node) for node in model.graph.node):
         return model
     tensors = inferred.tensors(model)  # the written-out forms' constants are float32: only float32 nodes
@@ -76,6 +77,8 @@ def _writes(node, float32: set[str] | None = None):
         return _dft
     if node.op_type == "ReverseSequence":
         return _reverse_sequence
+    if node.op_type == "TensorScatter":
+        return _tensor_scatter
     return None
 
 
@@ -382,6 +385,49 @@ def _reverse_sequence(node, version: int, tensors: dict, values: dict):
         index = f"{name}index_inner"
     nodes += [helper.make_node("Expand", [index, f"{name}shape"], [f"{name}index_full"]),
               helper.make_node("GatherElements", [x, f"{name}index_full"], [y], name=node.name, axis=time)]
+    return nodes, constants
+
+
+def _tensor_scatter(node, version: int, tensors: dict, values: dict):
+    """Opset 24's TensorScatter (an LLM's KV-cache update) as a select: position s of the sequence axis takes
+    update[s - w[b]] where 0 <= s - w[b] < the update's length (modulo the cache's length, circular), else the
+    past cache's own value; w the run-time write indices (zeros where absent). A GatherElements of the
+    update by the clamped offsets, then a Where."""
+    past, update = node.input[:2]
+    write = node.input[2] if len(node.input) > 2 and node.input[2] else None
+    shape, update_shape = (tensors.get(n, (None, None))[1] for n in (past, update))
+    if any(s is None or None in s for s in (shape, update_shape)):
+        raise StageError(f"TensorScatter node {node.name!r}: only caches of known shapes are written out (fix: "
+                         f"give the model's inputs fixed shapes in the recipe)")
+    y, name = node.output[0], _prefix(node)
+    axis = _attribute(node, "axis", -2) % len(shape)
+    length, written = shape[axis], update_shape[axis]
+    along = [1] * len(shape)
+    along[axis] = length
+    per_batch = [-1] + [1] * (len(shape) - 1)
+    constants = [numpy_helper.from_array(np.arange(length, dtype=np.int64).reshape(along), f"{name}steps"),
+                 numpy_helper.from_array(np.array(per_batch, np.int64), f"{name}per_batch"),
+                 numpy_helper.from_array(np.array(0, np.int64), f"{name}zero"),
+                 numpy_helper.from_array(np.array(length, np.int64), f"{name}length"),
+                 numpy_helper.from_array(np.array(written, np.int64), f"{name}written"),
+                 numpy_helper.from_array(np.array(shape, np.int64), f"{name}shape")]
+    offset = f"{name}steps"
+    nodes = []
+    if write:
+        nodes += [helper.make_node("Reshape", [write, f"{name}per_batch"], [f"{name}write"]),
+                  helper.make_node("Sub", [f"{name}steps", f"{name}write"], [f"{name}offset"])]
+        offset = f"{name}offset"
+    if _attribute(node, "mode", b"linear") in (b"circular", "circular"):
+        nodes.append(helper.make_node("Mod", [offset, f"{name}length"], [f"{name}wrapped"]))  # sign of the divisor
+        offset = f"{name}wrapped"
+    nodes += [helper.make_node("GreaterOrEqual", [offset, f"{name}zero"], [f"{name}from"]),
+              helper.make_node("Less", [offset, f"{name}written"], [f"{name}before_end"]),
+              helper.make_node("And", [f"{name}from", f"{name}before_end"], [f"{name}inside"]),
+              helper.make_node("Where", [f"{name}inside", offset, f"{name}zero"], [f"{name}clamped"]),
+              helper.make_node("Expand", [f"{name}clamped", f"{name}shape"], [f"{name}index"]),
+              helper.make_node("Expand", [f"{name}inside", f"{name}shape"], [f"{name}taken"]),
+              helper.make_node("GatherElements", [update, f"{name}index"], [f"{name}updated"], axis=axis),
+              helper.make_node("Where", [f"{name}taken", f"{name}updated", past], [y], name=node.name)]
     return nodes, constants
 
 
