@@ -14,6 +14,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from modelbuild.frontend import inferred
+from modelbuild.frontend.opset import default_opset
 
 TABLES = ("HannWindow", "HammingWindow", "BlackmanWindow", "MelWeightMatrix")
 
@@ -28,9 +29,9 @@ def folded(model: onnx.ModelProto) -> onnx.ModelProto:
         return model
     out = onnx.ModelProto()
     out.CopyFrom(model)
-    version = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
-    computed = [_value(node, values, version) for node in foldable]
-    kept = [n for n in out.graph.node if not any(n.output[0] == f.output[0] for f in foldable)]
+    computed = [_value(node, values, default_opset(model)) for node in foldable]
+    outputs = {node.output[0] for node in foldable}
+    kept = [n for n in out.graph.node if n.output[0] not in outputs]
     del out.graph.node[:]
     out.graph.node.extend(kept)
     out.graph.initializer.extend(computed)

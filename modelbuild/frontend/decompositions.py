@@ -42,7 +42,7 @@ def decomposed(model: onnx.ModelProto) -> onnx.ModelProto:
     out.CopyFrom(model)
     nodes, constants = [], []
     version = default_opset(model)
-    values = {name: numpy_helper.to_array(t) for name, t in inferred.constants(model).items()}
+    values = _Constants(inferred.constants(model))
     for node in out.graph.node:
         written = _writes(node, float32)
         if written is None:
@@ -429,6 +429,14 @@ def _tensor_scatter(node, version: int, tensors: dict, values: dict):
               helper.make_node("GatherElements", [update, f"{name}index"], [f"{name}updated"], axis=axis),
               helper.make_node("Where", [f"{name}taken", f"{name}updated", past], [y], name=node.name)]
     return nodes, constants
+
+
+class _Constants(dict):
+    """A graph's constants by name, each read into numpy only when a rewrite asks for it: converting every
+    initializer would copy a model's weights to write out one node."""
+
+    def __getitem__(self, name: str):
+        return numpy_helper.to_array(super().__getitem__(name))
 
 
 def _scalar(value: float, name: str):

@@ -59,22 +59,13 @@ def _body(data, indices, updates, out, reduction: str):
     where, value = T.buffer_proxy(indices), T.buffer_proxy(updates)
     with IRBuilder() as ib:
         with T.seq_scope():
-            _copy(T, source, target, math.prod(shape))
+            total = math.prod(shape)
+            copy = T.parallel if total >= PARALLEL_MIN_ELEMENTS else T.serial
+            _each_in_vectors(T, total, lambda j: _store(target, j, source[j], "update"), copy)
             with T.serial(0, count) as u:
                 start = _slice_start(where, u, shape, depth, width)
                 _each_in_vectors(T, width, lambda j: _store(target, start + j, value[u * width + j], reduction))
     return ib.get()
-
-
-def _copy(T, source, target, total: int) -> None:
-    vectors = total // LANES
-    loop = T.parallel if total >= PARALLEL_MIN_ELEMENTS else T.serial
-    if vectors:
-        with loop(0, vectors) as i:
-            with T.vectorized(0, LANES) as j:
-                target[i * LANES + j] = source[i * LANES + j]
-    for j in range(vectors * LANES, total):
-        target[j] = source[j]
 
 
 def _slice_start(where, u, shape: list[int], depth: int, width: int):
@@ -90,11 +81,12 @@ def _slice_start(where, u, shape: list[int], depth: int, width: int):
     return start
 
 
-def _each_in_vectors(T, width: int, store) -> None:
-    """store(j) for j in [0, width): whole vectors, then the rest one by one."""
+def _each_in_vectors(T, width: int, store, loop=None) -> None:
+    """store(j) for j in [0, width): whole vectors (the loop over them `loop`, serial by default), then the rest
+    one by one."""
     vectors, tail = divmod(width, LANES)
     if vectors:
-        with T.serial(0, vectors) as i:
+        with (loop or T.serial)(0, vectors) as i:
             with T.vectorized(0, LANES) as j:
                 store(i * LANES + j)
     if tail:
