@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import math
 
+from modelbuild.compiler.kernels import statements
+
 LANES = 16  # elements a vector copies (float32 on AVX-512; LLVM splits it on narrower units)
 PARALLEL_MIN_ELEMENTS = 1 << 16  # a copy shorter than this runs on one core: waking the pool costs more
 REDUCTIONS = ("update", "add", "mul", "min", "max")
@@ -48,24 +50,22 @@ def scatter_nd(data, indices, updates, reduction: str):
 
 
 def _body(data, indices, updates, out, reduction: str):
-    from tvm.script.ir_builder import IRBuilder
-    from tvm.script.ir_builder import tirx as T
-
     shape = [int(d) for d in data.shape]
     depth = int(indices.shape[-1])  # the index tuple's length: the axes an update addresses
     count = math.prod(int(d) for d in indices.shape[:-1])
     width = math.prod(shape[depth:])  # elements of one update's slice
-    source, target = T.buffer_proxy(data), T.buffer_proxy(out)
-    where, value = T.buffer_proxy(indices), T.buffer_proxy(updates)
-    with IRBuilder() as ib:
-        with T.seq_scope():
-            total = math.prod(shape)
-            copy = T.parallel if total >= PARALLEL_MIN_ELEMENTS else T.serial
-            _each_in_vectors(T, total, lambda j: _store(target, j, source[j], "update"), copy)
-            with T.serial(0, count) as u:
-                start = _slice_start(where, u, shape, depth, width)
-                _each_in_vectors(T, width, lambda j: _store(target, start + j, value[u * width + j], reduction))
-    return ib.get()
+
+    def write(T):
+        source, target = T.buffer_proxy(data), T.buffer_proxy(out)
+        where, value = T.buffer_proxy(indices), T.buffer_proxy(updates)
+        total = math.prod(shape)
+        copy = T.parallel if total >= PARALLEL_MIN_ELEMENTS else T.serial
+        _each_in_vectors(T, total, lambda j: _store(target, j, source[j], "update"), copy)
+        with T.serial(0, count) as u:
+            start = _slice_start(where, u, shape, depth, width)
+            _each_in_vectors(T, width, lambda j: _store(target, start + j, value[u * width + j], reduction))
+
+    return statements.written(write)
 
 
 def _slice_start(where, u, shape: list[int], depth: int, width: int):
