@@ -19,7 +19,7 @@ depth-to-space (conv_transpose.py), which is exact, convs on maps smaller than t
 rows and columns that only ever multiply padding (padding_taps.py, exact too), matmuls and convs whose output
 channels no vector width divides compute them rounded up to whole vectors (channel_padding.py), and int8
 1x1 convs whose rows the packed kernels' vector lanes do not divide are computed on their pixels cut into
-rows that they do (pixel_rows.py).
+rows that they do (pixel_rows.py). A TopK becomes top_k.py's kernel before TVM's sort dispatch sees it.
 These run whether or not the default schedule does, so the tune stage sees the kernels the compile stage
 builds. exp, erf, tanh, sigmoid and softmax are legalised as polynomials that stay in vectors (fast_math.py).
 """
@@ -34,7 +34,7 @@ from modelbuild.compiler import (channel_padding, channels_last, constant_foldin
                                  fast_math, float16_compute, group_blocks, layer_names, padding_taps, pixel_rows)
 from modelbuild.compiler.analysis import KernelCall, Step
 from modelbuild.compiler.kernels import (layer_norm, linear_upsample, nearest_upsample, packed_gemv, pairwise_pool,
-                                        scatter_nd)
+                                        scatter_nd, top_k)
 from modelbuild.compiler.kernels.integer_kernels import (conv_instruction, legalize_conv2d, legalize_matmul,
                                                          legalize_quantize)
 
@@ -79,6 +79,7 @@ def lower(module, target, *, fuse: bool, layout: str | None, database=None, sche
         "relax.nn.max_pool2d": pairwise_pool.legalize_max_pool2d, "relax.nn.layer_norm": layer_norm.legalize,
         "relax.scatter_nd": scatter_nd.legalize,
         **fast_math.legalizations()})
+    module = top_k.rewrite(module)  # before the library dispatch, which would send topk to TVM's full sort
     legalized = seq(cpu.library_dispatch_passes(target) + [legalize,
                     relax.transform.AnnotateTIROpPattern(), relax.transform.FoldConstant()])(module)
     grouped = relax.transform.FuseOps()(legalized) if fuse else legalized
