@@ -8,6 +8,7 @@ usage: python -m modelbuild.stages.measure LIBRARY GOLDEN.npz SIGNATURE.json TIM
 from __future__ import annotations
 
 import json
+import math
 import os
 import resource
 import shutil
@@ -190,13 +191,21 @@ def time_kernel(module, kernel: dict) -> float | None:
     import tvm
 
     rng = np.random.default_rng(0)
-    args = [tvm.runtime.tensor(rng.standard_normal(shape).astype(dtype) if dtype.startswith("float")
-                               else np.zeros(shape, dtype)) for shape, dtype in kernel["args"]]
+    args = [tvm.runtime.tensor(_argument(shape, dtype, rng)) for shape, dtype in kernel["args"]]
     try:
         timer = module.time_evaluator(kernel["kernel"], tvm.cpu(), number=5, repeat=5, min_repeat_ms=20)
         return float(np.median(timer(*args).results))
     except Exception:  # a kernel the library names differently is left off the roofline, not fatal
         return None
+
+
+def _argument(shape: list[int], dtype: str, rng) -> np.ndarray:
+    """A value a kernel can be timed on: floats at random; integers zero (indices in bounds), but ones where
+    the argument has one element: a constant divisor is its kernel's argument (YOLOv10's `// 80` for labels),
+    and an integer division by zero kills the process (SIGFPE), which no except clause catches."""
+    if dtype.startswith("float"):
+        return rng.standard_normal(shape).astype(dtype)
+    return np.ones(shape, dtype) if math.prod(shape) == 1 else np.zeros(shape, dtype)
 
 
 def machine_peaks() -> tuple[float, float]:
