@@ -193,6 +193,8 @@ ZOO = [
              "generated:llama_ish", {"input_ids": [1, 128]}, {"input_ids": "int64"}, int_range=(0, 6000)),
     ZooModel("yolov5_ish", "generated: a YOLOv5-style detector whose heads decode boxes in place (ScatterND)",
              "generated:yolov5_ish", {"x": [1, 3, 320, 320]}),
+    ZooModel("yolov10_ish", "generated: a YOLOv10-style detector, DFL heads, NMS-free end-to-end output by two TopKs",
+             "generated:yolov10_ish", {"x": [1, 3, 320, 320]}),
 ]
 
 
@@ -883,6 +885,25 @@ def efficientnet_ish(path: Path) -> None:
              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 1000])], 13, path)
 
 
+def _silu(net: _Graph, x: str) -> str:
+    return net.node("Mul", [x, net.node("Sigmoid", [x], x + ".sig")], x + ".silu")
+
+
+def _yolo_backbone(net: _ConvNet) -> dict[int, tuple[str, int]]:
+    """A YOLO-style backbone of SiLU convs with residual bottlenecks down to stride 32 on the 320x320 input x:
+    stride -> (its feature map, channels), for strides 2 to 32."""
+    def block(x, c, name):
+        y = _silu(net, net.conv(_silu(net, net.conv(x, c, c // 2, 1, 1, f"{name}.cv1")), c // 2, c, 3, 1,
+                                f"{name}.cv2"))
+        return net.node("Add", [x, y], f"{name}.sum")
+
+    x, levels, c = "x", {}, 3
+    for stride, cout in ((2, 16), (4, 32), (8, 64), (16, 128), (32, 256)):
+        x = block(_silu(net, net.conv(x, c, cout, 3, 2, f"down{stride}")), cout, f"c3_{stride}")
+        levels[stride], c = (x, cout), cout
+    return levels
+
+
 YOLOV5_ANCHORS = {8: [(10, 13), (16, 30), (33, 23)], 16: [(30, 61), (62, 45), (59, 119)],
                   32: [(116, 90), (156, 198), (373, 326)]}
 
@@ -897,18 +918,7 @@ def yolov5_ish(path: Path) -> None:
 
     net = _ConvNet()
     node, const = net.node, net.const
-
-    def silu(x):
-        return node("Mul", [x, node("Sigmoid", [x], x + ".sig")], x + ".silu")
-
-    def block(x, c, name):
-        y = silu(net.conv(silu(net.conv(x, c, c // 2, 1, 1, f"{name}.cv1")), c // 2, c, 3, 1, f"{name}.cv2"))
-        return node("Add", [x, y], f"{name}.sum")
-
-    x, levels, c = "x", {}, 3
-    for stride, cout in ((2, 16), (4, 32), (8, 64), (16, 128), (32, 256)):
-        x = block(silu(net.conv(x, c, cout, 3, 2, f"down{stride}")), cout, f"c3_{stride}")
-        levels[stride], c = (x, cout), cout
+    levels = _yolo_backbone(net)
     boxes = []
     for stride, (x, c) in ((s, levels[s]) for s in (8, 16, 32)):
         n, size = f"head{stride}", 320 // stride
@@ -937,6 +947,72 @@ def yolov5_ish(path: Path) -> None:
     node("Concat", boxes, "output", axis=1)
     net.save("yolov5_ish", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 320, 320])],
              [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, 6300, 85])], 13, path)
+
+
+YOLOV10 = {"classes": 80, "bins": 16, "detections": 100}
+
+
+def yolov10_ish(path: Path) -> None:
+    """A YOLOv10-style detector at 320x320 with its end-to-end post-processing, as ultralytics exports
+    YOLOv10: decoupled heads (box distances as 16-bin DFL, 80 class scores) over strides 8-32, boxes decoded
+    against anchor points, then no NMS but two TopKs, the 100 best anchors by their best class and the 100
+    best (anchor, class) pairs among them, gathered into [1, 100, 6] (box, score, label); seeded weights."""
+    import numpy as np
+    from onnx import TensorProto, helper
+
+    net = _ConvNet()
+    node, const = net.node, net.const
+    classes, bins, kept = YOLOV10["classes"], YOLOV10["bins"], YOLOV10["detections"]
+    levels = _yolo_backbone(net)
+    distances, scores, points, scales = [], [], [], []
+    for stride in (8, 16, 32):
+        (x, c), n, size = levels[stride], f"head{stride}", 320 // stride
+        box = net.conv(_silu(net, net.conv(x, c, 64, 3, 1, f"{n}.box1")), 64, 4 * bins, 1, 1, f"{n}.box2")
+        cls = net.conv(_silu(net, net.conv(x, c, c, 3, 1, f"{n}.cls1")), c, classes, 1, 1, f"{n}.cls2")
+        distances.append(node("Reshape", [box, const(f"{n}.bs", [1, 4 * bins, -1], np.int64)], f"{n}.boxes"))
+        scores.append(node("Reshape", [cls, const(f"{n}.cs", [1, classes, -1], np.int64)], f"{n}.classes"))
+        rows, cols = np.meshgrid(np.arange(size) + 0.5, np.arange(size) + 0.5, indexing="ij")
+        points.append(np.stack([cols.ravel(), rows.ravel()]))
+        scales.append(np.full(size * size, float(stride)))
+    anchors = len(np.concatenate(scales))
+    bins_of = node("Reshape", [node("Concat", distances, "distances", axis=2),
+                               const("dfl.shape", [1, 4, bins, anchors], np.int64)], "dfl.bins")
+    spread = node("Mul", [node("Softmax", [bins_of], "dfl.softmax", axis=2),
+                          const("dfl.arange", np.arange(bins).reshape(1, 1, bins, 1))], "dfl.weighted")
+    dist = node("ReduceSum", [spread, const("dfl.axis", [2], np.int64)], "dfl.dist", keepdims=0)  # [1, 4, A]
+    halves = [node("Slice", [dist, const(f"dist.{side}.s", [start], np.int64),
+                             const(f"dist.{side}.e", [start + 2], np.int64), const(f"dist.{side}.a", [1], np.int64)],
+                   f"dist.{side}") for start, side in ((0, "lt"), (2, "rb"))]
+    point = const("anchor.points", np.concatenate(points, axis=1)[None])
+    corners = [node("Sub", [point, halves[0]], "box.x1y1"), node("Add", [point, halves[1]], "box.x2y2")]
+    boxes = node("Transpose", [node("Mul", [node("Concat", corners, "box.xyxy", axis=1),
+                                            const("anchor.strides", np.concatenate(scales)[None, None])],
+                                    "box.pixels")], "boxes", perm=[0, 2, 1])  # [1, A, 4]
+    probs = node("Transpose", [node("Sigmoid", [node("Concat", scores, "logits", axis=2)], "probs.ca")], "probs",
+                 perm=[0, 2, 1])  # [1, A, 80]
+
+    def gathered(data, at, width, name):  # data[0, at[i], :] for each of the `kept` rows
+        index = node("Expand", [node("Unsqueeze", [at, const(f"{name}.ax", [-1], np.int64)], f"{name}.u"),
+                                const(f"{name}.shape", [1, kept, width], np.int64)], f"{name}.index")
+        return node("GatherElements", [data, index], name, axis=1)
+
+    best = node("ReduceMax", [probs], "best", axes=[-1], keepdims=0)  # each anchor's best class
+    net.nodes.append(helper.make_node("TopK", [best, const("k", [kept], np.int64)], ["top.values", "top.anchors"],
+                                      name="top", axis=-1))
+    candidate_boxes = gathered(boxes, "top.anchors", 4, "cand.boxes")
+    candidate_probs = node("Reshape", [gathered(probs, "top.anchors", classes, "cand.probs"),
+                                       const("cand.flat", [1, kept * classes], np.int64)], "cand.flat_probs")
+    net.nodes.append(helper.make_node("TopK", [candidate_probs, "k"], ["final.scores", "final.pairs"], name="final",
+                                      axis=-1))
+    labels = node("Mod", ["final.pairs", const("classes", [classes], np.int64)], "labels")
+    rows = node("Div", ["final.pairs", "classes"], "rows")
+    columns = [gathered(candidate_boxes, rows, 4, "det.boxes")] + [
+        node("Unsqueeze", [x, const(f"{name}.ax", [-1], np.int64)], name)
+        for x, name in (("final.scores", "det.scores"), (node("Cast", [labels], "labels.f", to=TensorProto.FLOAT),
+                                                           "det.labels"))]
+    node("Concat", columns, "detections", axis=-1)
+    net.save("yolov10_ish", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 320, 320])],
+             [helper.make_tensor_value_info("detections", TensorProto.FLOAT, [1, kept, 6])], 13, path)
 
 
 WHISPER = {"frames": 3000, "mels": 80, "hidden": 384, "heads": 6, "layers": 2}
@@ -1073,7 +1149,7 @@ GENERATORS = {"resnet_ish": resnet_ish, "resnext_ish": resnext_ish, "orientation
               "convnext_ish": convnext_ish, "style_ish": style_ish, "c3d_ish": c3d_ish,
               "conformer_ish": conformer_ish, "gpt_ish": gpt_ish, "bert_ish_dynq": bert_ish_dynq,
               "efficientnet_ish": efficientnet_ish, "whisper_ish": whisper_ish, "deeplab_ish": deeplab_ish,
-              "llama_ish": llama_ish, "yolov5_ish": yolov5_ish}
+              "llama_ish": llama_ish, "yolov5_ish": yolov5_ish, "yolov10_ish": yolov10_ish}
 
 
 # --- building ------------------------------------------------------------------------------------------------
