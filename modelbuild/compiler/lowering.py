@@ -31,7 +31,8 @@ import re
 from dataclasses import dataclass
 
 from modelbuild.compiler import (channel_padding, channels_last, constant_folding, conv_transpose, default_schedule,
-                                 fast_math, float16_compute, group_blocks, layer_names, padding_taps, pixel_rows)
+                                 fast_math, float16_compute, group_blocks, layer_names, padding_taps, pixel_rows,
+                                 transpose_folding)
 from modelbuild.compiler.analysis import KernelCall, Step
 from modelbuild.compiler.kernels import (layer_norm, linear_upsample, nearest_upsample, packed_gemv, pairwise_pool,
                                         scatter_nd, top_k)
@@ -63,6 +64,7 @@ def lower(module, target, *, fuse: bool, layout: str | None, database=None, sche
 
     module = float16_compute.widen(module)
     module, used_layout = _channels_last(padding_taps.rewrite(conv_transpose.rewrite(module)), layout)
+    module = transpose_folding.fold(module)
     module = constant_folding.fold(channel_padding.rewrite(module))
     # computed once, used twice: smoothing gives each conv reading a tensor the same divisor, so the QDQ
     # graph quantizes that tensor once per conv with equal constants (6 of the DB detector's 10 quantize

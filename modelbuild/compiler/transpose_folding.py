@@ -1,0 +1,140 @@
+"""Transposes that cancel through a reshape, folded into the reshape.
+
+Channels-last convs (channels_last.py) hand a model's NCHW reshapes their input through a transpose back to
+NCHW. Where the model then transposes the result back to channels last, as a ViT's patch embedding does
+(`conv(x).flatten(2).transpose(1, 2)`) and YOLOv10's head (each level's [1, 80, H*W] scores concatenated,
+a sigmoid, then `.transpose(1, 2)`), the two transposes cancel: the element order at the end is the conv's
+own, and the whole chain is a reshape of it, which costs nothing. Computed instead, YOLOv10's chain was one
+fused kernel of index arithmetic at 4.5 ns an element (760 us of an 8 ms model).
+
+A transpose is folded where the chain under it is a reshape or transpose of reshapes and transposes (the
+leaf), or a concatenation or an element-wise function of such chains, every value in it read only there,
+and where the leaves' composite keeps every element in place (checked on the indices themselves). The
+transpose then moves down through the element-wise functions and the concatenation (its axis renumbered),
+and each leaf becomes one reshape.
+"""
+
+from __future__ import annotations
+
+import math
+
+from modelbuild.compiler.relax_rewrite import known_shape, rewrite_calls
+
+# functions of one element that commute with any permutation of the axes
+ELEMENTWISE = {"relax.sigmoid", "relax.nn.relu", "relax.tanh", "relax.exp", "relax.nn.silu", "relax.nn.gelu",
+               "relax.nn.gelu_tanh", "relax.negative", "relax.abs", "relax.sqrt", "relax.log", "relax.erf",
+               "relax.nn.softplus", "relax.clip"}
+RESHAPES = {"relax.reshape", "relax.permute_dims"}
+CHECKED_ELEMENTS = 1 << 22  # a leaf's indices are checked as an array of this many int32 at most (16 MiB)
+
+
+def fold(module):
+    """The module with every foldable transpose folded (dead code removed)."""
+    from tvm import relax
+
+    uses = _uses(module)
+    changed = []
+
+    def rule(mutator, call):
+        if _name(call) != "relax.permute_dims":
+            return call
+        folded = _through(mutator, call.args[0], _axes(call), uses)
+        if folded is None:
+            return call
+        changed.append(call)
+        return folded
+
+    rewritten = rewrite_calls(module, rule)
+    return relax.transform.DeadCodeElimination()(rewritten) if changed else module
+
+
+def _through(mutator, value, axes: list[int], uses: dict):
+    """`value` transposed by `axes`, with the transpose moved down to its leaves and folded there; None where
+    some leaf's elements would move."""
+    from tvm import relax
+
+    call = _single_use_binding(mutator, value, uses)
+    if call is None:
+        return None
+    name = _name(call)
+    if name in ELEMENTWISE:
+        inner = _through(mutator, call.args[0], axes, uses)
+        return None if inner is None else relax.Call(call.op, [mutator.builder_.emit(inner)] + list(call.args[1:]),
+                                                     call.attrs)
+    if name == "relax.concat" and isinstance(call.args[0], relax.Tuple):
+        parts = [_through(mutator, part, axes, uses) for part in call.args[0].fields]
+        if any(part is None for part in parts):
+            return None
+        return relax.op.concat([mutator.builder_.emit(part) for part in parts], axis=axes.index(_concat_axis(call)))
+    return _leaf(mutator, value, axes, uses)
+
+
+def _leaf(mutator, value, axes: list[int], uses: dict):
+    """The reshape a chain of reshapes and transposes ending in `value`, then transposed by `axes`, is; None
+    where it moves elements."""
+    from tvm import relax
+
+    chain, base = [], value
+    while (call := _single_use_binding(mutator, base, uses)) is not None and _name(call) in RESHAPES:
+        chain.append(call)
+        base = call.args[0]
+    shape = known_shape(base)
+    if not chain or shape is None or math.prod(shape) > CHECKED_ELEMENTS:
+        return None
+    steps = [(_name(c), _axes(c) if _name(c) == "relax.permute_dims" else known_shape(c)) for c in reversed(chain)]
+    final = _kept_in_place(shape, steps + [("relax.permute_dims", axes)])
+    return None if final is None else relax.op.reshape(base, final)
+
+
+def _kept_in_place(shape: list[int], steps: list[tuple]) -> list[int] | None:
+    """The final shape, where the steps (reshapes to a shape, transposes by axes) leave every element at its
+    place in memory; else None."""
+    import numpy as np
+
+    indices = np.arange(math.prod(shape), dtype=np.int32).reshape(shape)
+    for kind, argument in steps:
+        if argument is None:
+            return None
+        indices = indices.transpose(argument) if kind == "relax.permute_dims" else indices.reshape(argument)
+    return list(indices.shape) if np.array_equal(indices.ravel(), np.arange(indices.size)) else None
+
+
+def _single_use_binding(mutator, value, uses: dict):
+    """The call bound to `value` where the function reads `value` once, else None."""
+    from tvm import relax
+
+    if not isinstance(value, relax.Var) or uses.get(value, 0) != 1:
+        return None
+    bound = mutator.lookup_binding(value)
+    return bound if isinstance(bound, relax.Call) else None
+
+
+def _uses(module) -> dict:
+    """How many times each variable is read in the module's Relax functions."""
+    from tvm import relax
+
+    counts: dict = {}
+
+    def visit(expr):
+        if isinstance(expr, relax.Var):
+            counts[expr] = counts.get(expr, 0) + 1
+
+    for func in module.functions.values():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func.body, visit)
+    return counts
+
+
+def _name(call) -> str | None:
+    return getattr(getattr(call, "op", None), "name", None)
+
+
+def _axes(call) -> list[int]:
+    rank = len(known_shape(call.args[0]) or [])
+    axes = call.attrs.axes
+    return list(reversed(range(rank))) if axes is None else [int(a) % rank for a in axes]
+
+
+def _concat_axis(call) -> int:
+    rank = len(known_shape(call) or [])
+    return int(call.attrs.axis) % rank
