@@ -106,3 +106,21 @@ def test_a_value_read_twice_on_the_way_is_not_folded():
     shapes = [[1, 8, 8, 16]]
     mod = module(body, shapes)
     assert transposes(folded_and_checked(mod, shapes)) == 2
+
+
+def test_a_tensor_of_symbolic_shape_is_left_as_it_is():
+    """A batch of any size: no index array to check the chain on."""
+    from tvm import relax, tirx
+
+    from modelbuild.compiler import transpose_folding
+
+    batch = tirx.Var("batch", "int64")
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType([batch, 8, 8, 16], "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            tokens = bb.emit(relax.op.reshape(bb.emit(relax.op.permute_dims(x, [0, 3, 1, 2])), [batch, 16, 64]))
+            out = bb.emit_output(relax.op.permute_dims(tokens, [0, 2, 1]))
+        bb.emit_func_output(out)
+    mod = bb.get()
+    assert transposes(transpose_folding.fold(mod)) == 2

@@ -36,7 +36,7 @@ def fold(module):
     changed = []
 
     def rule(mutator, call):
-        if _name(call) != "relax.permute_dims":
+        if _name(call) != "relax.permute_dims" or _rank(call.args[0]) is None:
             return call
         folded = _through(mutator, call.args[0], _axes(call), uses)
         if folded is None:
@@ -61,7 +61,7 @@ def _through(mutator, value, axes: list[int], uses: dict):
         inner = _through(mutator, call.args[0], axes, uses)
         return None if inner is None else relax.Call(call.op, [mutator.builder_.emit(inner)] + list(call.args[1:]),
                                                      call.attrs)
-    if name == "relax.concat" and isinstance(call.args[0], relax.Tuple):
+    if name == "relax.concat" and isinstance(call.args[0], relax.Tuple) and _concat_axis(call) is not None:
         parts = [_through(mutator, part, axes, uses) for part in call.args[0].fields]
         if any(part is None for part in parts):
             return None
@@ -129,12 +129,18 @@ def _name(call) -> str | None:
     return getattr(getattr(call, "op", None), "name", None)
 
 
+def _rank(expr) -> int | None:
+    """The tensor's number of axes, where known (a symbolic shape's too)."""
+    ndim = getattr(expr.ty, "ndim", -1)
+    return None if ndim is None or ndim < 0 else int(ndim)
+
+
 def _axes(call) -> list[int]:
-    rank = len(known_shape(call.args[0]) or [])
+    rank = _rank(call.args[0])
     axes = call.attrs.axes
     return list(reversed(range(rank))) if axes is None else [int(a) % rank for a in axes]
 
 
-def _concat_axis(call) -> int:
-    rank = len(known_shape(call) or [])
-    return int(call.attrs.axis) % rank
+def _concat_axis(call) -> int | None:
+    rank = _rank(call)
+    return None if rank is None or call.attrs.axis is None else int(call.attrs.axis) % rank
