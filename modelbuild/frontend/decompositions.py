@@ -22,6 +22,8 @@ from modelbuild.errors import StageError
 from modelbuild.frontend import inferred
 from modelbuild.frontend.opset import default_opset
 
+OPERATORS = ("LpNormalization", "Celu", "Swish", "Attention", "RotaryEmbedding", "STFT", "DFT", "ReverseSequence",
+             "TensorScatter")  # what this module writes out (float32 nodes of them)
 REDUCTIONS = {1: "ReduceL1", 2: "ReduceL2"}  # LpNormalization's p -> the norm that divides
 AXES_AS_INPUT = 18  # from this opset a reduction reads its axes as an input; an attribute is ignored
 

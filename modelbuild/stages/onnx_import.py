@@ -21,8 +21,8 @@ from onnx import numpy_helper
 from modelbuild import signature
 from modelbuild.errors import InputError, last_line, StageError
 from modelbuild.compiler import integer_ops, layer_names
-from modelbuild.frontend import (auto_pad, batchnorm, constant_operators, decompositions, float16, node_order, opset,
-                                 predication, qoperator, recurrent, resize_inputs, roi_align)
+from modelbuild.frontend import (auto_pad, batchnorm, constant_operators, decompositions, float16, functions,
+                                 node_order, opset, predication, qoperator, recurrent, resize_inputs, roi_align)
 from modelbuild.recipe.params import ImportParams, parse
 from modelbuild.recipe.schema import InputSpec, toml_key
 
@@ -38,6 +38,9 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
     bound = {name: spec for name, spec in p.inputs.items() if spec.value is not None}
     bind_inputs(model, bound)
     frozen = freeze_inputs(model, {name: spec for name, spec in p.inputs.items() if name not in bound})
+    # before the domains are checked (a model's functions have their own) and before onnxslim, which folds
+    # what an expanded body computes from shapes (CenterCropPad's pads)
+    model = functions.expanded(functions.inlined(model), converted_operators())
     _check_domains(model)
     if p.simplify:
         model = _simplify(model)
@@ -207,6 +210,13 @@ def to_relax(model, declared: dict):
         return layer_names.from_onnx(model, shapes, dtypes)
     except Exception as err:
         raise StageError(_invalid(model) or f"TVM could not import the model: {last_line(err)}") from err
+
+
+def converted_operators() -> set[str]:
+    """The standard operators the import converts: TVM's, and those the rewrites above write out."""
+    from tvm.relax.frontend.onnx import onnx_frontend
+
+    return set(onnx_frontend._get_convert_map()) | set(decompositions.OPERATORS) | set(constant_operators.TABLES)
 
 
 def _invalid(model) -> str | None:
