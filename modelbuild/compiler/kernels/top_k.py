@@ -5,12 +5,13 @@ k of 100 out of YOLO's 25200 anchors as for a k of 25200 (47 us, 1.6x onnxruntim
 once against the worst of the k kept so far (a compare and a branch that is almost never taken once the heap
 holds good values), and only an element better than it enters the heap: about k log(n / k) of them on
 scores in no particular order, n in the worst case (a row already in increasing order: 0.80 ms for 25200,
-onnxruntime's heap 0.71 ms). The heap lives in the outputs, so the kernel needs no scratch memory. A
+onnxruntime's heap 0.71 ms). The heap lives in the outputs, so the kernel needs no scratch array. A
 contiguous row is read 16 elements at a time, and a vector none of whose elements beats the heap's worst
 costs one vector comparison: 100 of 25200 anchors 47 -> 23 us (0.79x onnxruntime), 1 of them 23 -> 3 us.
 
 Order is ONNX's: best first; equal values by lower index first. A later element enters only when strictly
-better than the heap's worst, which keeps the lower of two equal indices.
+better than the heap's worst, which keeps the lower of two equal indices. A row holding NaNs is not
+ordered as onnxruntime orders it (a comparison with a NaN is false here).
 """
 
 from __future__ import annotations
