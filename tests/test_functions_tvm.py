@@ -14,8 +14,9 @@ from tests.test_functions import outputs, saved
 pytestmark = pytest.mark.tvm
 
 
-def built(model, tmp_path, shape):
-    """main() of the model imported by the import stage (onnxslim included) and compiled for this host."""
+def built(model, tmp_path, shapes: dict):
+    """main() of the model (its float32 inputs' shapes) imported by the import stage, onnxslim included, and
+    compiled for this host."""
     import tvm
     from tvm import relax
 
@@ -24,7 +25,8 @@ def built(model, tmp_path, shape):
 
     path = tmp_path / "model.onnx"
     onnx.save(model, str(path))
-    params = {"inputs": {"x": {"shape": shape, "dtype": "float32"}}, "simplify": True}
+    params = {"inputs": {name: {"shape": shape, "dtype": "float32"} for name, shape in shapes.items()},
+              "simplify": True}
     onnx_import.run(inputs={"model": path}, params=params, out=tmp_path)
     module = tvm.ir.load_json((tmp_path / onnx_import.IR_FILE).read_text())
     target = tvm.target.Target({"kind": "llvm", "num-cores": 2})
@@ -42,7 +44,7 @@ def test_a_center_crop_pad_imports_and_matches_onnxruntime(tmp_path):
                   [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 20, 13])],
                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
                   initializers=[numpy_helper.from_array(np.array([16, 16], np.int64), "shape")])
-    main, _ = built(model, tmp_path, [1, 3, 20, 13])
+    main, _ = built(model, tmp_path, {"x": [1, 3, 20, 13]})
     x = np.random.default_rng(0).standard_normal((1, 3, 20, 13)).astype(np.float32)
     np.testing.assert_array_equal(main(tvm.runtime.tensor(x)).numpy(), outputs(model, {"x": x})[0])
 
@@ -60,7 +62,7 @@ def test_a_model_whose_modules_are_its_own_functions_imports(tmp_path):
                   [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
                   initializers=[numpy_helper.from_array(weights, "w")], local=[block])
-    main, _ = built(model, tmp_path, [1, 4, 8, 8])
+    main, _ = built(model, tmp_path, {"x": [1, 4, 8, 8]})
     x = np.random.default_rng(2).standard_normal((1, 4, 8, 8)).astype(np.float32)
     np.testing.assert_allclose(main(tvm.runtime.tensor(x)).numpy(), outputs(model, {"x": x})[0], rtol=1e-5,
                                atol=1e-5)

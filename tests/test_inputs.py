@@ -13,6 +13,7 @@ import pytest
 
 from modelbuild import signature
 from modelbuild.errors import RecipeError, StageError
+from modelbuild.frontend import loops
 from modelbuild.recipe import load_recipe
 from modelbuild.recipe.schema import InputSpec
 from modelbuild.stages import measure, onnx_import, reference
@@ -192,9 +193,10 @@ def test_an_onnxruntime_operator_tvm_lacks_says_how_to_export_without_it(tmp_pat
         "or quantize in the QDQ format")
 
 
-def test_a_loop_of_a_constant_count_over_an_input_says_to_export_it_unrolled():
-    """onnxslim folds control flow on constants, but unrolls no loop: a Loop of 3 steps adding one to x stays,
-    and simplify = true, which the hint for an If on constants says, would not fold it."""
+def test_a_loop_of_a_constant_count_over_an_input_says_why_it_stays_and_to_export_it_unrolled():
+    """onnxslim folds control flow on constants, but unrolls no loop, and simplify = true, which the hint for an
+    If on constants says, would not fold it; frontend/loops.py unrolls up to 256 steps: a Loop of 300 steps
+    adding one to x stays."""
     from onnx import TensorProto, helper, numpy_helper
 
     one = numpy_helper.from_array(np.ones((1, 4), np.float32), "one")
@@ -210,15 +212,17 @@ def test_a_loop_of_a_constant_count_over_an_input_says_to_export_it_unrolled():
         [helper.make_node("Loop", ["trip", "cond", "x"], ["y"], name="steps", body=body)], "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
-        initializer=[numpy_helper.from_array(np.array(3, np.int64), "trip"),
+        initializer=[numpy_helper.from_array(np.array(300, np.int64), "trip"),
                      numpy_helper.from_array(np.array(True), "cond")])
+    model = helper.make_model(graph)
+    assert loops.unrolled(model) is model
     with pytest.raises(StageError) as caught:
-        onnx_import._check_supported(helper.make_model(graph), {"Add": None, "Identity": None})
+        onnx_import._check_supported(model, {"Add": None, "Identity": None})
     assert caught.value.message == (
         "operator Loop (node 'steps') is not supported by TVM's ONNX frontend; its trip count and condition is "
-        "computed from constants alone, but it runs over values computed from input 'x', and no step before TVM "
-        "unrolls a Loop: export the model with the loop unrolled (torch.onnx.export traces a Python loop unrolled; "
-        "a scripted one stays a Loop), or run it with onnxruntime")
+        "computed from constants alone, but it runs over values computed from input 'x', and modelbuild unrolls a "
+        "Loop of 1 to 256 steps, and this one runs 300: export the model with the loop unrolled "
+        "(torch.onnx.export traces a Python loop unrolled; a scripted one stays a Loop), or run it with onnxruntime")
 
 
 def test_an_if_on_constants_left_by_simplify_false_says_to_simplify(tmp_path):

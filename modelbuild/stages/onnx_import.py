@@ -22,7 +22,8 @@ from modelbuild import signature
 from modelbuild.errors import InputError, last_line, StageError
 from modelbuild.compiler import integer_ops, layer_names
 from modelbuild.frontend import (auto_pad, batchnorm, constant_operators, decompositions, float16, functions,
-                                 node_order, opset, predication, qoperator, recurrent, resize_inputs, roi_align)
+                                 inferred, loops, node_order, opset, predication, qoperator, recurrent, resize_inputs,
+                                 roi_align)
 from modelbuild.recipe.params import ImportParams, parse
 from modelbuild.recipe.schema import InputSpec, toml_key
 
@@ -195,6 +196,7 @@ def to_relax(model, declared: dict):
 
     model = node_order.topologically_sorted(model)  # as onnxruntime runs an unsorted graph; TVM reads it in order
     model = opset.importable(model)  # first of the rewrites: they write the operators of opset 13
+    model = loops.unrolled(model)  # TVM has no Loop: one of a constant count, its body written out that often
     model = predication.predicate(model)  # TVM has no If; before the LSTM rewrite, which unrolls a branch's too
     model = qoperator.to_qdq(recurrent.decompose(model))  # TVM has no LSTM, GRU or QLinearConv converter
     model = batchnorm.fold(model)  # what onnxslim could not fold into a (quantized) conv
@@ -282,11 +284,13 @@ def _foldable_hint(model, node) -> str:
         return ""
     inputs = _upstream_inputs(model, node.input[:2] if node.op_type == "Loop" else node.input[:1])
     carried = _upstream_inputs(model, node.input) if node.op_type != "If" else {}
-    if not inputs and carried:  # a loop of a constant count over the model's values: onnxslim unrolls none
+    if not inputs and carried:  # a loop of a constant count over the model's values that loops.py left
+        why = (loops.steps_or_refusal(node, inferred.constants(model))[1] if node.op_type == "Loop"
+               else f"no step before TVM unrolls a {node.op_type}")
         return (f"; {CONTROL_FLOW[node.op_type]} is computed from constants alone, but it runs over values computed "
-                f"from input {', '.join(map(repr, carried))}, and no step before TVM unrolls a {node.op_type}: export "
-                f"the model with the loop unrolled (torch.onnx.export traces a Python loop unrolled; a scripted one "
-                f"stays a {node.op_type}), or run it with onnxruntime")
+                f"from input {', '.join(map(repr, carried))}, and {why}: export the model with the loop unrolled "
+                f"(torch.onnx.export traces a Python loop unrolled; a scripted one stays a {node.op_type}), or run "
+                f"it with onnxruntime")
     if not inputs:  # onnxslim folds control flow on constants: only simplify = false leaves it
         return (f"; {CONTROL_FLOW[node.op_type]} is computed from constants alone: simplify = true (the default) "
                 f"folds it away")
