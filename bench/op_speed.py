@@ -60,6 +60,17 @@ def cases() -> dict:
                        "u": rng.standard_normal((100, 256)).astype(np.float32)}, 18, False),
         "TopK": ([node("TopK", ["x", "k"], ["y", "i"], axis=-1)], {"x": [1, 25200]}, {"k": np.array([100])}, 18,
                  False),
+        # ReflectionPad2d / ReplicationPad2d before a style-transfer or super-resolution conv
+        **{f"Pad_{mode}": ([node("Pad", ["x", "pads"], ["y"], mode=mode)], {"x": MAP},
+                           {"pads": np.array([0, 0, 1, 1, 0, 0, 1, 1])}, 18, False) for mode in ("reflect", "edge")},
+        # a spatial transformer's / optical flow's warp: bilinear sampling at a grid of the map's own size
+        "GridSample": ([node("GridSample", ["x", "grid"], ["y"], align_corners=0)], {"x": [1, 64, 64, 64]},
+                       {"grid": rng.uniform(-1, 1, (1, 64, 64, 2)).astype(np.float32)}, 18, False),
+        # a two-stage detector's pooling: 100 boxes of a 56x56 map to 7x7
+        "RoiAlign": ([node("RoiAlign", ["x", "rois", "batch"], ["y"], output_height=7, output_width=7,
+                           sampling_ratio=2, spatial_scale=0.25)], {"x": [1, 256, 56, 56]},
+                     {"rois": np.sort(rng.uniform(0, 220, (100, 2, 2)), axis=1).reshape(100, 4).astype(np.float32),
+                      "batch": np.zeros(100, np.int64)}, 16, False),  # rows x1, y1, x2, y2
         # Whisper's front end as torch.stft exports it: 400-sample Hann frames every 160 of a second of audio
         "STFT": ([node("STFT", ["x", "step", "window", "length"], ["y"])], {"x": [1, 16000, 1]},
                  {"step": np.array(160), "window": np.hanning(400).astype(np.float32), "length": np.array(400)}, 17,
