@@ -19,7 +19,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from modelbuild.errors import StageError
-from modelbuild.frontend import inferred
+from modelbuild.frontend import inferred, node_rewrite
 from modelbuild.frontend.opset import default_opset
 
 OPERATORS = ("LpNormalization", "Celu", "Swish", "Attention", "RotaryEmbedding", "STFT", "DFT", "ReverseSequence",
@@ -40,23 +40,14 @@ def decomposed(model: onnx.ModelProto) -> onnx.ModelProto:
     float32 = {name for name, (dtype, _) in tensors.items() if dtype == onnx.TensorProto.FLOAT}
     if not any(_writes(node, float32) for node in model.graph.node):
         return model
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    nodes, constants = [], []
     version = default_opset(model)
     values = _Constants(inferred.constants(model))
-    for node in out.graph.node:
+
+    def replacement(_index, node):
         written = _writes(node, float32)
-        if written is None:
-            nodes.append(node)
-            continue
-        new_nodes, new_constants = written(node, version, tensors, values)
-        nodes += new_nodes
-        constants += new_constants
-    del out.graph.node[:]
-    out.graph.node.extend(nodes)
-    out.graph.initializer.extend(constants)
-    return out
+        return None if written is None else written(node, version, tensors, values)
+
+    return node_rewrite.replaced(model, replacement)
 
 
 def _writes(node, float32: set[str] | None = None):

@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from modelbuild.frontend import inferred
+from modelbuild.frontend import inferred, node_rewrite
 
 MAX_ITERATIONS = 256
 MAX_NODES = 20000  # the unrolled graph's nodes, at most: the body times the count
@@ -31,21 +31,8 @@ def unrolled(model: onnx.ModelProto) -> onnx.ModelProto:
     counts = {i: _count(node, values) for i, node in enumerate(model.graph.node) if node.op_type == "Loop"}
     if not any(count is not None for count in counts.values()):
         return model
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    nodes, constants = [], []
-    for index, node in enumerate(out.graph.node):
-        count = counts.get(index)
-        if count is None:
-            nodes.append(node)
-            continue
-        written, written_constants = _unroll(node, count, f"{node.name or 'loop'}.{index}")
-        nodes += written
-        constants += written_constants
-    del out.graph.node[:]
-    out.graph.node.extend(nodes)
-    out.graph.initializer.extend(constants)
-    return out
+    return node_rewrite.replaced(model, lambda index, node: None if counts.get(index) is None else
+                                 _unroll(node, counts[index], f"{node.name or 'loop'}.{index}"))
 
 
 def _count(node, values: dict) -> int | None:

@@ -20,6 +20,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from modelbuild.errors import StageError
+from modelbuild.frontend import node_rewrite
 
 ACTIVATIONS = {"Sigmoid", "Tanh", "Relu"}
 DEFAULTS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"], "RNN": ["Tanh"]}
@@ -31,21 +32,15 @@ def decompose(model: onnx.ModelProto) -> onnx.ModelProto:
         return model
     shapes = _static_shapes(model)
     constants = {t.name: t for t in model.graph.initializer}
-    nodes, initializers = [], []
-    for index, node in enumerate(model.graph.node):
+
+    def replacement(index, node):
         if node.op_type not in DEFAULTS:
-            nodes.append(node)
-            continue
+            return None
         emit = _Emitter(f"{node.name or node.op_type}~{index}")
         UNROLL[node.op_type](emit, node, shapes, constants)
-        nodes += emit.nodes
-        initializers += emit.initializers
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    del out.graph.node[:]
-    out.graph.node.extend(nodes)
-    out.graph.initializer.extend(initializers)
-    return out
+        return emit.nodes, emit.initializers
+
+    return node_rewrite.replaced(model, replacement)
 
 
 class _Emitter:
