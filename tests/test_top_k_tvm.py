@@ -103,3 +103,21 @@ def test_an_onnx_topk_with_ties_matches_onnxruntime():
     got = relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(x))
     for actual, wanted in zip(got, expected):
         np.testing.assert_array_equal(actual.numpy(), wanted)
+
+
+def test_an_unsorted_topk_imports_and_matches_its_reference(tmp_path):
+    """TVM's converter refused sorted = 0 ("TopK sorted must be 1"): read sorted, as the reference is."""
+    import onnx
+    import tvm
+
+    from modelbuild.stages.reference import _run_onnxruntime
+    from tests.test_functions_tvm import built
+    from tests.test_topk_order import unsorted_topk
+
+    path = unsorted_topk(tmp_path / "source.onnx")
+    main, _ = built(onnx.load(str(path)), tmp_path, {"x": [1, 1000]})
+    x = np.random.default_rng(5).standard_normal((1, 1, 1000)).astype(np.float32)
+    expected = _run_onnxruntime(path, {"x": x}, {}, {})
+    values, indices = main(tvm.runtime.tensor(x[0]))
+    np.testing.assert_array_equal(values.numpy(), expected["values"][0])
+    np.testing.assert_array_equal(indices.numpy(), expected["indices"][0])

@@ -23,7 +23,7 @@ from modelbuild.errors import InputError, last_line, StageError
 from modelbuild.compiler import integer_ops, layer_names
 from modelbuild.frontend import (auto_pad, batchnorm, constant_operators, decompositions, float16, functions,
                                  inferred, loops, node_order, opset, predication, qoperator, recurrent, resize_inputs,
-                                 roi_align)
+                                 roi_align, topk_order)
 from modelbuild.recipe.params import ImportParams, parse
 from modelbuild.recipe.schema import InputSpec, toml_key
 
@@ -196,6 +196,7 @@ def to_relax(model, declared: dict):
 
     model = node_order.topologically_sorted(model)  # as onnxruntime runs an unsorted graph; TVM reads it in order
     model = opset.importable(model)  # first of the rewrites: they write the operators of opset 13
+    model = topk_order.sorted_everywhere(model)  # TVM sorts every TopK; the reference stage does the same
     model = loops.unrolled(model)  # TVM has no Loop: one of a constant count, its body written out that often
     model = predication.predicate(model)  # TVM has no If; before the LSTM rewrite, which unrolls a branch's too
     model = qoperator.to_qdq(recurrent.decompose(model))  # TVM has no LSTM, GRU or QLinearConv converter

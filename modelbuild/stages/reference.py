@@ -9,6 +9,7 @@ import numpy as np
 
 from modelbuild import signature
 from modelbuild.errors import last_line, StageError
+from modelbuild.frontend import topk_order
 from modelbuild.recipe.params import ReferenceParams, parse
 from modelbuild.recipe.schema import toml_key
 from modelbuild.validation import golden
@@ -69,17 +70,23 @@ def session_options(model: Path, graph=None):
 
 def _exact_form(model: Path, loaded) -> str | bytes:
     """What onnxruntime is given: the model, or where it has int8 weights on uint8 activations the same model
-    with them as uint8, whose sums onnxruntime computes exactly on every CPU (validation.unsigned_weights).
+    with them as uint8, whose sums onnxruntime computes exactly on every CPU (validation.unsigned_weights), and
+    where it has a TopK of open order the same model sorted, as the import reads it (frontend.topk_order).
     `loaded`: the model as read without its external data."""
     import onnx
     from onnx.external_data_helper import uses_external_data
 
+    ordered = topk_order.sorted_everywhere(loaded)
     if any(uses_external_data(t) for t in loaded.graph.initializer):  # weights beside it: read them too,
-        if not any(t.data_type == onnx.TensorProto.INT8 for t in loaded.graph.initializer):  # if any is int8
+        int8 = any(t.data_type == onnx.TensorProto.INT8 for t in loaded.graph.initializer)
+        if not int8 and ordered is loaded:  # if any is int8, or there is a TopK to sort
             return str(model)
         loaded = onnx.load(str(model))
-    rewritten = unsigned_weights(loaded)
-    return str(model) if rewritten is None else rewritten.SerializeToString()
+        ordered = topk_order.sorted_everywhere(loaded)
+    rewritten = unsigned_weights(ordered)
+    if rewritten is None and ordered is loaded:
+        return str(model)
+    return (rewritten or ordered).SerializeToString()
 
 
 def _run_onnxruntime(model: Path, samples: dict[str, np.ndarray], bound: dict[str, dict],
