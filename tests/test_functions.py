@@ -76,3 +76,23 @@ def test_a_models_own_function_is_inlined_under_names_that_do_not_collide():
     onnx.checker.check_model(inlined)
     feed = {"x": np.linspace(-2, 2, 8, dtype=np.float32)}
     np.testing.assert_array_equal(outputs(inlined, feed)[0], outputs(model, feed)[0])
+
+
+def test_a_function_the_inliner_cannot_inline_is_left_for_the_import_to_name(tmp_path):
+    """A call with more inputs than its function takes: onnx's inliner asserts; the import says, in one line,
+    that the call's operator is not supported."""
+    import pytest
+
+    from modelbuild.errors import StageError
+    from modelbuild.stages import onnx_import
+
+    one_input = helper.make_function("mymodules", "Twice", ["a"], ["b"], [helper.make_node("Add", ["a", "a"], ["b"])],
+                                     [helper.make_opsetid("", 18)])
+    model = saved([helper.make_node("Twice", ["x", "x"], ["y"], domain="mymodules", name="call")],
+                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])], local=[one_input])
+    assert functions.inlined(model) is model
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path))
+    with pytest.raises(StageError, match=r"^operator mymodules\.Twice \(node 'call'\) is not supported by TVM$"):
+        onnx_import.run(inputs={"model": path}, params={"inputs": {}, "simplify": True}, out=tmp_path)

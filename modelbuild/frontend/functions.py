@@ -21,10 +21,17 @@ EXPANDED = "modelbuild.expanded"  # the domain each standard operator's body is 
 
 
 def inlined(model: onnx.ModelProto) -> onnx.ModelProto:
-    """The model with the functions it defines inlined; the model itself when it defines none."""
+    """The model with the functions it defines inlined; the model itself when it defines none, or when onnx's
+    inliner cannot inline them (a call with more inputs than its function takes): the import then names the
+    function's call as an operator TVM lacks, in one line."""
     from onnx import inliner
 
-    return inliner.inline_local_functions(model) if model.functions else model
+    if not model.functions:
+        return model
+    try:
+        return inliner.inline_local_functions(model)
+    except Exception:  # onnx's inliner raises its C++ assertions as plain exceptions
+        return model
 
 
 def expanded(model: onnx.ModelProto, supported: set[str]) -> onnx.ModelProto:
