@@ -76,17 +76,16 @@ def _exact_form(model: Path, loaded) -> str | bytes:
     import onnx
     from onnx.external_data_helper import uses_external_data
 
-    ordered = topk_order.sorted_everywhere(loaded)
     if any(uses_external_data(t) for t in loaded.graph.initializer):  # weights beside it: read them too,
         int8 = any(t.data_type == onnx.TensorProto.INT8 for t in loaded.graph.initializer)
-        if not int8 and ordered is loaded:  # if any is int8, or there is a TopK to sort
+        if not int8 and topk_order.sorted_everywhere(loaded) is loaded:  # if there is anything to rewrite
             return str(model)
         loaded = onnx.load(str(model))
-        ordered = topk_order.sorted_everywhere(loaded)
+    ordered = topk_order.sorted_everywhere(loaded)
     rewritten = unsigned_weights(ordered)
-    if rewritten is None and ordered is loaded:
-        return str(model)
-    return (rewritten or ordered).SerializeToString()
+    if rewritten is None:
+        rewritten = None if ordered is loaded else ordered
+    return str(model) if rewritten is None else rewritten.SerializeToString()
 
 
 def _run_onnxruntime(model: Path, samples: dict[str, np.ndarray], bound: dict[str, dict],
