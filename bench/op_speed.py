@@ -44,6 +44,8 @@ def cases() -> dict:
         "Softplus": unary("Softplus"), "Mish": unary("Mish"), "Gelu": unary("Gelu", opset=20),
         "HardSwish": unary("HardSwish"), "Elu": unary("Elu"), "Atan": unary("Atan"), "Round": unary("Round"),
         "Sinh": unary("Sinh"),  # TVM could not compile it for a CPU at all
+        # a YOLO head's class scores at 320 pixels: 2100 anchors, a row no 16-lane vector divides
+        "Sigmoid_anchors": unary("Sigmoid", [1, 80, 2100]), "Softmax_anchors": unary("Softmax", [1, 80, 2100], axis=-1),
         "Softmax": unary("Softmax", ROWS, axis=-1), "LogSoftmax": unary("LogSoftmax", ROWS, axis=-1),
         "Softmax_attention": unary("Softmax", [1, 12, 197, 197], axis=-1),
         "LayerNorm": ([node("LayerNormalization", ["x", "s", "b"], ["y"], axis=-1)], {"x": [1, 4096, 320]},
@@ -53,6 +55,8 @@ def cases() -> dict:
         "ReduceMean_channels": ([node("ReduceMean", ["x", "a"], ["y"])], {"x": MAP}, {"a": np.array([1])}, 18, False),
         "MatMul_QK": ([node("MatMul", ["x", "k"], ["y"])], {"x": [1, 12, 197, 64], "k": [1, 12, 64, 197]}, {}, 18,
                       False),
+        "MatMul_anchors": ([node("MatMul", ["x", "w"], ["y"])], {"x": [1, 32, 64]},  # a prototype-mask head
+                           {"w": rng.standard_normal((64, 2100)).astype(np.float32)}, 18, False),
         "MatMul_linear": ([node("MatMul", ["x", "w"], ["y"])], {"x": [1, 197, 192]},
                           {"w": rng.standard_normal((192, 768)).astype(np.float32)}, 18, False),
         "ScatterND": ([node("ScatterND", ["x", "i", "u"], ["y"])], {"x": [1000, 256]},

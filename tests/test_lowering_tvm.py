@@ -891,3 +891,31 @@ def test_a_conv_padded_to_one_vector_of_channels_keeps_its_epilogue_in_a_vector_
     _, stock = scheduled_kernel(build_module(body, shape), "conv2d", schedule=False, layout="NCHW")
     x = tvm.runtime.tensor(np.random.default_rng(34).standard_normal(shape).astype("float32"))
     np.testing.assert_allclose(scheduled(x).numpy(), stock(x).numpy(), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("width", [2100, 2101])
+def test_a_long_row_no_vector_divides_runs_in_full_vectors_and_one_short_tail(width):
+    """YOLO's class scores at 320 pixels are [80, 2100]: split by its widest divisor the row ran in vectors of
+    4 lanes, and a sigmoid over it took 3.3x the time of one over [80, 2112]."""
+    import numpy as np
+    import tvm
+    from tvm import relax
+
+    module = build_module(lambda bb, x: bb.emit(relax.op.sigmoid(x)), (1, 80, width))
+    script, main = scheduled_kernel(module, "sigmoid", schedule=True)
+    body = width - width % 16
+    assert "T.vectorized(T.int64(16))" in script and f"T.vectorized(T.int64({body}), T.int64({width}))" in script
+    x = np.random.default_rng(5).standard_normal((1, 80, width)).astype("float32")
+    np.testing.assert_allclose(main(tvm.runtime.tensor(x)).numpy(), 1 / (1 + np.exp(-x)), rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("function, parallel", [("sigmoid", True), ("relu", False)])
+def test_a_costly_element_wise_function_runs_on_every_core_from_fewer_elements_than_a_copy(function, parallel):
+    """32 Ki elements are too few for a copy to pay for a parallel region and enough for a sigmoid (11 -> 8 us
+    on 2 cores)."""
+    from tvm import relax
+
+    module = build_module(lambda bb, x: bb.emit(getattr(relax.op.nn if function == "relu" else relax.op,
+                                                        function)(x)), (1, 32, 32, 32))
+    script, _ = scheduled_kernel(module, function, schedule=True)
+    assert ("T.parallel(" in script) is parallel

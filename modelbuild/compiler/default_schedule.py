@@ -57,6 +57,10 @@ MIN_ROW_LANES = 4  # and from this short: 512 channels at 4x4, 3.2 -> 1.0 us (a 
 PARALLEL_MIN_WORK = 1 << 18  # spatial iterations below which a parallel region costs more than it saves
 # (measured on 2 cores: 4096 made the small classifier 1.25 ms, 65536 0.98 ms, 262144 0.93 ms; the detector
 # is unchanged, its kernels being far larger)
+# terms of an element-wise function that cost what a copy of its element costs, counted for _parallel_loops:
+# on 2 cores a sigmoid over 32 Ki elements 11 -> 8 us in parallel, over 128 Ki 42 -> 25 us, an exponential
+# (387 terms) over 64 Ki 15 -> 9 us; 16 Ki elements of a sigmoid 5 -> 6 us
+TERMS_PER_COPY = 48
 SHORT_REDUCTION = 25  # steps per output up to which padding is computed inside the reduction (5x5 taps)
 PARALLEL_MIN_MACS = 1 << 20  # the same for a reduction, counted in multiply-adds
 PARALLEL_MIN_SUMS = 1 << 15  # the same for one summed in lanes (a pool), far slower a step (_sum_in_lanes)
@@ -810,15 +814,17 @@ def _schedule_spatial(sch, block, cores: int) -> None:
         block = sch.get_sblock(name)
     transposed = transposed_tiles.transposed_read(sch, block, VECTOR_LANES)
     if transposed is not None:
+        worth_it = _worth_running_in_parallel(sch, block, _work(sch, sch.get_loops(block)))
         outer = transposed_tiles.tile(sch, block, *transposed, VECTOR_LANES)
-        _parallelize(sch, outer, cores, _work(sch, sch.get_loops(block)) >= PARALLEL_MIN_WORK)
+        _parallelize(sch, outer, cores, worth_it)
         return
     pieces = _concatenated_pieces(sch, block)
     if pieces:
         outer = sch.get_loops(block)[:-1]
-        for piece in _cut_at(sch, sch.get_loops(block)[-1], pieces):
+        worth_it = _worth_running_in_parallel(sch, block, _work(sch, outer) * sum(pieces))
+        for piece in _cut_at(sch, sch.get_loops(block)[-1], pieces):  # the block copied into each piece
             sch.vectorize(piece)
-        _parallelize(sch, outer, cores, _work(sch, outer) * sum(pieces) >= PARALLEL_MIN_WORK)
+        _parallelize(sch, outer, cores, worth_it)
         return
     _schedule_loops(sch, block, cores)
 
@@ -863,13 +869,37 @@ def _schedule_loops(sch, block, cores: int) -> None:
     loops = sch.get_loops(block)
     if not loops:
         return
-    worth_it = _work(sch, loops) >= PARALLEL_MIN_WORK
+    worth_it = _worth_running_in_parallel(sch, block, _work(sch, loops))
     extent = _extent(sch, loops[-1])
     if extent and extent % VECTOR_LANES and VECTOR_LANES < extent <= WHOLE_ROW_LANES:
         sch.vectorize(loops[-1])
+        loops = loops[:-1]
+    # the row's own loop stays whole where it is all there is to run in parallel (a 1-D tensor)
+    elif extent and extent % VECTOR_LANES and extent > WHOLE_ROW_LANES and (
+            not worth_it or _work(sch, loops[:-1]) >= 2 * cores):
+        _vectorize_with_tail(sch, loops[-1], extent)
         loops = loops[:-1]
     elif (split := _vector_split(sch, loops[-1])) is not None:
         outer, inner = split
         sch.vectorize(inner)
         loops = [*loops[:-1], outer]
     _parallelize(sch, loops, cores, worth_it)
+
+
+def _worth_running_in_parallel(sch, block, elements: int) -> bool:
+    """Whether an element-wise block over `elements` runs faster on every core: a copy from PARALLEL_MIN_WORK
+    elements, a function of many terms from as many fewer as it has TERMS_PER_COPY times its terms (a
+    sigmoid, 549 terms once fast_math has written out its exponential, from 24 Ki elements)."""
+    value = getattr(sch.get(block).body, "value", None)
+    terms = sum(1 for _ in subexpressions(value)) if value is not None else 0
+    return elements * max(1, terms // TERMS_PER_COPY) >= PARALLEL_MIN_WORK
+
+
+def _vectorize_with_tail(sch, loop, extent: int) -> None:
+    """A long row that 16 lanes do not divide, run in full vectors and one short vector for the rest: split by
+    its widest divisor, YOLO's 2100 anchors ran in vectors of 4, a sigmoid over [80, 2100] in 3.3x the time of
+    one over [80, 2112]."""
+    body, tail = sch.loop_partition(loop, factors=[extent - extent % VECTOR_LANES, None])
+    _, inner = sch.split(body, factors=[None, VECTOR_LANES])
+    sch.vectorize(inner)
+    sch.vectorize(tail)
