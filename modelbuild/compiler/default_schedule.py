@@ -45,8 +45,8 @@ import math
 from dataclasses import dataclass
 
 from modelbuild.compiler.kernels import (
-    amx_conv, avx2_conv, layer_norm, linear_upsample, nearest_upsample, packed_conv, pairwise_pool, sdot_conv, softmax,
-    transposed_tiles, vnni_conv, vnni_depthwise,
+    amx_conv, avx2_conv, layer_norm, linear_upsample, nearest_upsample, packed_conv, pairwise_pool, row_reductions,
+    sdot_conv, softmax, transposed_tiles, vnni_conv, vnni_depthwise,
 )
 from modelbuild.compiler.kernels.iterators import is_reduction, subexpressions, sums
 
@@ -877,7 +877,7 @@ def _schedule_loops(sch, block, cores: int) -> None:
     # the row's own loop stays whole where it is all there is to run in parallel (a 1-D tensor)
     elif extent and extent % VECTOR_LANES and extent > WHOLE_ROW_LANES and (
             not worth_it or _work(sch, loops[:-1]) >= 2 * cores):
-        _vectorize_with_tail(sch, loops[-1], extent)
+        row_reductions.in_vectors(sch, loops[-1])  # YOLO's 2100 anchors had run in 4-lane vectors: 3.3x slower
         loops = loops[:-1]
     elif (split := _vector_split(sch, loops[-1])) is not None:
         outer, inner = split
@@ -893,13 +893,3 @@ def _worth_running_in_parallel(sch, block, elements: int) -> bool:
     value = getattr(sch.get(block).body, "value", None)
     terms = sum(1 for _ in subexpressions(value)) if value is not None else 0
     return elements * max(1, terms // TERMS_PER_COPY) >= PARALLEL_MIN_WORK
-
-
-def _vectorize_with_tail(sch, loop, extent: int) -> None:
-    """A long row that 16 lanes do not divide, run in full vectors and one short vector for the rest: split by
-    its widest divisor, YOLO's 2100 anchors ran in vectors of 4, a sigmoid over [80, 2100] in 3.3x the time of
-    one over [80, 2112]."""
-    body, tail = sch.loop_partition(loop, factors=[extent - extent % VECTOR_LANES, None])
-    _, inner = sch.split(body, factors=[None, VECTOR_LANES])
-    sch.vectorize(inner)
-    sch.vectorize(tail)

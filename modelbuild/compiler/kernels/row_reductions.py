@@ -96,8 +96,12 @@ def _partial_in_lanes(sch, block) -> None:
 
 
 def _sweep_in_vectors(sch, block) -> None:
-    """A loop over the row as whole vectors and one shorter vector for its tail."""
-    innermost = sch.get_loops(block)[-1]
+    in_vectors(sch, sch.get_loops(block)[-1])
+
+
+def in_vectors(sch, innermost) -> None:
+    """A loop over a row as whole vectors and one shorter vector for its tail (the default schedule's
+    element-wise rows too)."""
     length = int(sch.get(innermost).extent)
     whole = length // LANES * LANES
     if whole == 0:
