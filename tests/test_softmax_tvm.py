@@ -21,8 +21,9 @@ def compiled(shape, body):
 
 
 @pytest.mark.tvm
-@pytest.mark.parametrize("shape", [(3, 1000), (2, 5, 256), (4, 100), (2, 40), (40, 18710)],
-                         ids=["tail-of-40", "no-tail", "one-vector-of-partials", "shortest", "recogniser-head"])
+@pytest.mark.parametrize("shape", [(3, 1000), (2, 5, 256), (4, 100), (2, 40), (40, 18710), (2, 33)],
+                         ids=["tail-of-40", "no-tail", "one-vector-of-partials", "shortest", "recogniser-head",
+                              "tail-of-1"])
 def test_every_row_length_matches_float64_within_fast_exps_error(shape):
     import tvm
     from tvm import relax
@@ -51,14 +52,16 @@ def test_a_fused_consumer_is_computed_row_by_row_with_it():
 
 
 @pytest.mark.tvm
-def test_a_long_rows_partials_are_folded_to_one_vector_before_its_scalar_steps():
-    """Rows of 1000: 15 steps of 64 partials, folded to 16 lanes in vectors, then 16 + the 40 left over in
-    scalar steps (56), where all 64 partials were (104 dependent steps per reduction, 40% of the time)."""
+def test_a_long_rows_partials_and_tail_are_folded_to_one_vector_and_halved_to_two_lanes():
+    """Rows of 1000: 15 steps of 64 partials, then 16 + the 40 left over had been scalar steps (56 a
+    reduction; 104 before the partials were folded). Now the 4 vectors of partials, the tail's 2 whole vectors
+    and its last vector (8 of its lanes masked) fold to one vector in 7 steps, halved three times to 2 lanes."""
     from tvm import relax
 
     script, _ = compiled((3, 1000), lambda bb, x: bb.emit(relax.op.nn.softmax(x, axis=-1)))
-    assert 'T.sblock("softmax_max_lanes_update")' in script and 'T.sblock("softmax_sum_lanes_update")' in script
-    assert script.count("T.axis.reduce(T.int64(56)") == 2 and "T.axis.reduce(T.int64(104)" not in script
+    for reduction in ("softmax_max", "softmax_sum"):
+        assert all(f'T.sblock("{reduction}_{suffix}_update")' in script for suffix in ("lanes", "half8", "half2"))
+    assert script.count("range(T.int64(7))") == 2 and "T.int64(56)" not in script
 
 
 def log_softmax_reference(x: np.ndarray, axis: int) -> np.ndarray:
