@@ -232,3 +232,15 @@ def test_an_if_on_constants_left_by_simplify_false_says_to_simplify(tmp_path):
                                          r"condition is computed from constants alone: simplify = true \(the default\) "
                                          r"folds it away"):
         onnx_import._check_supported(model, {"Equal": None, "Mul": None})
+
+
+def test_a_scan_too_long_to_write_out_says_how_long_it_is_and_to_export_it_unrolled():
+    from tests.test_loops import scan_model
+
+    model = scan_model(length=300)
+    with pytest.raises(StageError) as caught:
+        onnx_import._check_supported(loops.unrolled(model), {"Transpose": None, "Mul": None, "Add": None})
+    assert caught.value.message == (
+        "operator Scan (node '') is not supported by TVM's ONNX frontend; modelbuild writes a Scan out step by step, "
+        "and modelbuild unrolls a Scan of 1 to 256 steps, and this one runs 300: export the model with the loop "
+        "unrolled, or run it with onnxruntime")

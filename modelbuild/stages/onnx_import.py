@@ -276,18 +276,21 @@ CONTRIB_HINT = ("; it is onnxruntime's own operator, written by its graph optimi
 DOMAIN_HINTS = {qoperator.CONTRIB: CONTRIB_HINT,
                 "ai.onnx.ml": "; it is a classical machine-learning operator (scikit-learn's, through skl2onnx), and "
                               "TVM compiles neural networks: run this model with onnxruntime"}
-CONTROL_FLOW = {"If": "its condition", "Loop": "its trip count and condition", "Scan": "its inputs"}
+CONTROL_FLOW = {"If": "its condition", "Loop": "its trip count and condition"}
 
 
 def _foldable_hint(model, node) -> str:
     """For control flow TVM cannot import: the graph inputs it depends on, which binding would fold away."""
+    if node.op_type == "Scan":  # its steps are its inputs' length, which the recipe's shapes fix
+        why = loops.scan_steps_or_refusal(node, inferred.tensors(model))[1]
+        return (f"; modelbuild writes a Scan out step by step, and {why}: export the model with the loop unrolled, "
+                f"or run it with onnxruntime")
     if node.op_type not in CONTROL_FLOW:
         return ""
     inputs = _upstream_inputs(model, node.input[:2] if node.op_type == "Loop" else node.input[:1])
     carried = _upstream_inputs(model, node.input) if node.op_type != "If" else {}
     if not inputs and carried:  # a loop of a constant count over the model's values that loops.py left
-        why = (loops.steps_or_refusal(node, inferred.constants(model))[1] if node.op_type == "Loop"
-               else f"no step before TVM unrolls a {node.op_type}")
+        why = loops.steps_or_refusal(node, inferred.constants(model))[1]
         return (f"; {CONTROL_FLOW[node.op_type]} is computed from constants alone, but it runs over values computed "
                 f"from input {', '.join(map(repr, carried))}, and {why}: export the model with the loop unrolled "
                 f"(torch.onnx.export traces a Python loop unrolled; a scripted one stays a {node.op_type}), or run "
