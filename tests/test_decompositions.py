@@ -385,3 +385,52 @@ def test_tvm_imports_opset_24_tensor_scatter_and_computes_what_onnxruntime_does(
     vm = relax.VirtualMachine(tvm.compile(module, target="llvm"), tvm.cpu())
     ours = vm["main"](tvm.runtime.tensor(feed["past"]), tvm.runtime.tensor(feed["update"])).numpy()
     np.testing.assert_array_equal(ours, run_feed(model, feed))
+
+
+def col2im(image: list[int], block: list[int], **attributes) -> tuple[onnx.ModelProto, list[int]]:
+    """torch.nn.Fold as it exports: Col2Im of columns [2, 3 * kh * kw, L] into 3 channels; the columns' shape."""
+    from onnx import numpy_helper
+
+    dilations, strides = attributes.get("dilations", [1, 1]), attributes.get("strides", [1, 1])
+    pads = attributes.get("pads", [0, 0, 0, 0])
+    grid = [(image[d] + pads[d] + pads[d + 2] - dilations[d] * (block[d] - 1) - 1) // strides[d] + 1 for d in (0, 1)]
+    columns = [2, 3 * block[0] * block[1], grid[0] * grid[1]]
+    graph = helper.make_graph(
+        [helper.make_node("Col2Im", ["x", "image", "block"], ["y"], name="fold", **attributes)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, columns)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=[numpy_helper.from_array(np.array(image, np.int64), "image"),
+                     numpy_helper.from_array(np.array(block, np.int64), "block")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), columns
+
+
+@pytest.mark.parametrize("image, block, attributes", [
+    ([5, 5], [2, 2], {}), ([6, 7], [3, 2], {"strides": [2, 1], "pads": [1, 0, 1, 1], "dilations": [1, 2]}),
+    ([9, 8], [3, 3], {"strides": [2, 3]})], ids=["overlapping", "strided-padded-dilated", "strides-leave-a-remainder"])
+def test_col2im_is_a_transposed_conv_by_one_hot_kernels(image, block, attributes):
+    model, columns = col2im(image, block, **attributes)
+    feed = {"x": np.random.default_rng(12).standard_normal(columns).astype(np.float32)}
+    written = decompositions.decomposed(model)
+    assert "Col2Im" not in {n.op_type for n in written.graph.node}
+    np.testing.assert_array_equal(run_feed(written, feed), run_feed(model, feed))
+
+
+def test_col2im_of_columns_that_are_not_the_images_blocks_is_refused_with_the_fix():
+    model, _ = col2im([5, 5], [2, 2])
+    model.graph.input[0].type.tensor_type.shape.dim[2].dim_value = 15  # 16 blocks of 2x2 tile a 5x5 image
+    with pytest.raises(StageError, match=r"Col2Im node 'fold': its columns \[2, 12, 15\] are not the 2x2 blocks of a "
+                                         r"5x5 image \(fix: the exporter's Fold parameters\)"):
+        decompositions.decomposed(model)
+
+
+@pytest.mark.tvm
+def test_tvm_imports_col2im_and_computes_what_onnxruntime_does(tmp_path):
+    import tvm
+
+    from tests.test_functions_tvm import built
+
+    model, columns = col2im([12, 10], [3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    main, _ = built(model, tmp_path, {"x": columns})
+    feed = {"x": np.random.default_rng(13).standard_normal(columns).astype(np.float32)}
+    np.testing.assert_allclose(main(tvm.runtime.tensor(feed["x"])).numpy(), run_feed(model, feed), rtol=1e-6,
+                               atol=1e-6)

@@ -6,8 +6,9 @@ Attention is scaled dot-product attention as one operator and its RotaryEmbeddin
 and keys (both in the torch.onnx exporter's LLM graphs at that opset); opset 17's STFT is how torch.stft
 exports (an audio model's spectrogram front end: a strided Conv1d by the windowed cosines and sines here),
 DFT how torch.fft's transforms do (MatMuls by the cosines and sines), ReverseSequence how tf2onnx writes
-a bidirectional RNN over sequences of several lengths (a GatherElements), and opset 24's TensorScatter an
-LLM's KV-cache update (a GatherElements and a Where). Each failed the import with "operator ... is not
+a bidirectional RNN over sequences of several lengths (a GatherElements), opset 24's TensorScatter an
+LLM's KV-cache update (a GatherElements and a Where), and opset 18's Col2Im how torch.nn.Fold does (a
+transposed conv by one-hot kernels). Each failed the import with "operator ... is not
 supported by TVM's ONNX frontend". Each form here computes what onnxruntime computes, a zero vector
 normalised to zeros included (tests/test_decompositions.py).
 """
@@ -23,14 +24,14 @@ from modelbuild.frontend import inferred, node_rewrite
 from modelbuild.frontend.opset import default_opset
 
 OPERATORS = ("LpNormalization", "Celu", "Swish", "Attention", "RotaryEmbedding", "STFT", "DFT", "ReverseSequence",
-             "TensorScatter")  # what this module writes out (float32 nodes of them)
+             "TensorScatter", "Col2Im")  # what this module writes out (float32 nodes of them)
 REDUCTIONS = {1: "ReduceL1", 2: "ReduceL2"}  # LpNormalization's p -> the norm that divides
 AXES_AS_INPUT = 18  # from this opset a reduction reads its axes as an input; an attribute is ignored
 
 
 def decomposed(model: onnx.ModelProto) -> onnx.ModelProto:
     """The model with each float32 LpNormalization, Celu, Swish, Attention, RotaryEmbedding, STFT, DFT,
-    ReverseSequence and TensorScatter of its main graph written out; the model itself when it has none (an
+    ReverseSequence, TensorScatter and Col2Im of its main graph written out; the model itself when it has none (an
     LpNormalization of a p other than 1 or 2, or a node of another dtype, the import then names as TVM's to
     lack). One it cannot write out (an Attention with past states, an STFT of a complex signal, ...) is a
     StageError with the fix."""
@@ -72,6 +73,8 @@ def _writes(node, float32: set[str] | None = None):
         return _reverse_sequence
     if node.op_type == "TensorScatter":
         return _tensor_scatter
+    if node.op_type == "Col2Im":
+        return _col2im
     return None
 
 
@@ -422,6 +425,40 @@ def _tensor_scatter(node, version: int, tensors: dict, values: dict):
               helper.make_node("GatherElements", [update, f"{name}index"], [f"{name}updated"], axis=axis),
               helper.make_node("Where", [f"{name}taken", f"{name}updated", past], [y], name=node.name)]
     return nodes, constants
+
+
+def _col2im(node, version: int, tensors: dict, values: dict):
+    """Col2Im of 2-D blocks: the columns [N, C * kh * kw, L] as a map of the blocks' grid, [N, C * kh * kw,
+    rows, columns], summed into the image by a transposed conv of C groups whose kernel for column
+    (c, i, j) is one at tap (i, j): what Col2Im adds at an image pixel is what that conv adds there. The
+    grid's last row and column reach to the image's edge by output_padding where the strides leave a
+    remainder. torch.nn.Fold exports as it."""
+    x, image, block = node.input[:3]
+    y, name = node.output[0], _prefix(node)
+    shape = tensors.get(x, (None, None))[1]
+    if image not in values or block not in values or shape is None or len(shape) != 3 or None in shape[1:] or \
+            len(values[image]) != 2:
+        raise StageError(f"Col2Im node {node.name!r}: only 2-D blocks of constant image and block shapes over "
+                         f"columns of known shape are written out (fix: give the model's inputs fixed shapes in the "
+                         f"recipe, or fold the columns before the model)")
+    (height, width), (kh, kw) = [int(v) for v in values[image]], [int(v) for v in values[block]]
+    dilations, strides = _attribute(node, "dilations", [1, 1]), _attribute(node, "strides", [1, 1])
+    pads = _attribute(node, "pads", [0, 0, 0, 0])
+    reach = [size + pads[d] + pads[d + 2] - dilations[d] * (k - 1) - 1 for d, (size, k) in
+             enumerate(((height, kh), (width, kw)))]
+    grid = [r // stride + 1 for r, stride in zip(reach, strides)]
+    taps, channels = kh * kw, shape[1]
+    if channels % taps or grid[0] * grid[1] != shape[2]:
+        raise StageError(f"Col2Im node {node.name!r}: its columns {shape} are not the {kh}x{kw} blocks of a "
+                         f"{height}x{width} image (fix: the exporter's Fold parameters)")
+    kernels = np.zeros((channels, 1, kh, kw), np.float32)
+    kernels[np.arange(channels), 0, np.arange(channels) % taps // kw, np.arange(channels) % kw] = 1
+    grid_shape = numpy_helper.from_array(np.array([0, channels, *grid], np.int64), f"{name}grid")
+    nodes = [helper.make_node("Reshape", [x, grid_shape.name], [f"{name}map"]),
+             helper.make_node("ConvTranspose", [f"{name}map", f"{name}kernels"], [y], name=node.name,
+                              group=channels // taps, strides=strides, dilations=dilations, pads=pads,
+                              output_padding=[r % stride for r, stride in zip(reach, strides)])]
+    return nodes, [numpy_helper.from_array(kernels, f"{name}kernels"), grid_shape]
 
 
 class _Constants(dict):
