@@ -434,3 +434,39 @@ def test_tvm_imports_col2im_and_computes_what_onnxruntime_does(tmp_path):
     feed = {"x": np.random.default_rng(13).standard_normal(columns).astype(np.float32)}
     np.testing.assert_allclose(main(tvm.runtime.tensor(feed["x"])).numpy(), run_feed(model, feed), rtol=1e-6,
                                atol=1e-6)
+
+
+def det(shape: list[int]) -> onnx.ModelProto:
+    graph = helper.make_graph([helper.make_node("Det", ["x"], ["y"], name="det")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+@pytest.mark.parametrize("shape", [[1, 1], [2, 2], [3, 3], [4, 2, 3, 3], [5, 2, 2]],
+                         ids=["1x1", "2x2", "3x3", "batches-of-3x3", "batch-of-2x2"])
+def test_det_of_small_matrices_is_their_cofactor_expansion(shape):
+    model = det(shape)
+    feed = {"x": np.random.default_rng(14).standard_normal(shape).astype(np.float32)}
+    written = decompositions.decomposed(model)
+    assert "Det" not in {n.op_type for n in written.graph.node}
+    np.testing.assert_allclose(run_feed(written, feed), run_feed(model, feed), rtol=1e-5, atol=1e-6)
+
+
+def test_det_of_a_larger_matrix_is_refused_with_the_fix():
+    with pytest.raises(StageError, match=r"Det node 'det': only matrices of 1x1 to 3x3 of known shape are written out, "
+                                         r"and its input is \[4, 4\]"):
+        decompositions.decomposed(det([4, 4]))
+
+
+@pytest.mark.tvm
+def test_tvm_imports_det_and_computes_what_onnxruntime_does(tmp_path):
+    import tvm
+
+    from tests.test_functions_tvm import built
+
+    model = det([6, 3, 3])
+    main, _ = built(model, tmp_path, {"x": [6, 3, 3]})
+    feed = {"x": np.random.default_rng(15).standard_normal((6, 3, 3)).astype(np.float32)}
+    np.testing.assert_allclose(main(tvm.runtime.tensor(feed["x"])).numpy(), run_feed(model, feed), rtol=1e-5,
+                               atol=1e-6)

@@ -7,8 +7,9 @@ and keys (both in the torch.onnx exporter's LLM graphs at that opset); opset 17'
 exports (an audio model's spectrogram front end: a strided Conv1d by the windowed cosines and sines here),
 DFT how torch.fft's transforms do (MatMuls by the cosines and sines), ReverseSequence how tf2onnx writes
 a bidirectional RNN over sequences of several lengths (a GatherElements), opset 24's TensorScatter an
-LLM's KV-cache update (a GatherElements and a Where), and opset 18's Col2Im how torch.nn.Fold does (a
-transposed conv by one-hot kernels). Each failed the import with "operator ... is not
+LLM's KV-cache update (a GatherElements and a Where), opset 18's Col2Im how torch.nn.Fold does (a
+transposed conv by one-hot kernels), and Det of 1x1 to 3x3 matrices (a pose or camera model's rotations:
+the cofactor expansion). Each failed the import with "operator ... is not
 supported by TVM's ONNX frontend". Each form here computes what onnxruntime computes, a zero vector
 normalised to zeros included (tests/test_decompositions.py).
 """
@@ -24,14 +25,14 @@ from modelbuild.frontend import inferred, node_rewrite
 from modelbuild.frontend.opset import default_opset
 
 OPERATORS = ("LpNormalization", "Celu", "Swish", "Attention", "RotaryEmbedding", "STFT", "DFT", "ReverseSequence",
-             "TensorScatter", "Col2Im")  # what this module writes out (float32 nodes of them)
+             "TensorScatter", "Col2Im", "Det")  # what this module writes out (float32 nodes of them)
 REDUCTIONS = {1: "ReduceL1", 2: "ReduceL2"}  # LpNormalization's p -> the norm that divides
 AXES_AS_INPUT = 18  # from this opset a reduction reads its axes as an input; an attribute is ignored
 
 
 def decomposed(model: onnx.ModelProto) -> onnx.ModelProto:
     """The model with each float32 LpNormalization, Celu, Swish, Attention, RotaryEmbedding, STFT, DFT,
-    ReverseSequence, TensorScatter and Col2Im of its main graph written out; the model itself when it has none (an
+    ReverseSequence, TensorScatter, Col2Im and Det of its main graph written out; the model itself when it has none (an
     LpNormalization of a p other than 1 or 2, or a node of another dtype, the import then names as TVM's to
     lack). One it cannot write out (an Attention with past states, an STFT of a complex signal, ...) is a
     StageError with the fix."""
@@ -75,6 +76,8 @@ def _writes(node, float32: set[str] | None = None):
         return _tensor_scatter
     if node.op_type == "Col2Im":
         return _col2im
+    if node.op_type == "Det":
+        return _det
     return None
 
 
@@ -459,6 +462,54 @@ def _col2im(node, version: int, tensors: dict, values: dict):
                               group=channels // taps, strides=strides, dilations=dilations, pads=pads,
                               output_padding=[r % stride for r, stride in zip(reach, strides)])]
     return nodes, [numpy_helper.from_array(kernels, f"{name}kernels"), grid_shape]
+
+
+DET_MAX_ORDER = 3  # Det's matrices are written out by the cofactor expansion up to 3x3
+
+
+def _det(node, version: int, tensors: dict, values: dict):
+    """The determinant of each matrix [..., n, n] for n of 1 to 3 by the cofactor expansion along its first
+    row, the matrix's elements gathered from its rows flattened: a(ei - fh) - b(di - fg) + c(dh - eg) for a
+    3x3. onnxruntime's LU factorisation rounds otherwise, within 1e-5 of it."""
+    x, y, name = node.input[0], node.output[0], _prefix(node)
+    shape = tensors.get(x, (None, None))[1]
+    if shape is None or None in shape or len(shape) < 2 or shape[-1] != shape[-2] or shape[-1] > DET_MAX_ORDER:
+        raise StageError(f"Det node {node.name!r}: only matrices of 1x1 to {DET_MAX_ORDER}x{DET_MAX_ORDER} of known "
+                         f"shape are written out, and its input is {shape} (fix: give the model's inputs fixed "
+                         f"shapes in the recipe, or compute the determinant after the model)")
+    order = shape[-1]
+    flat = numpy_helper.from_array(np.array([*shape[:-2], order * order], np.int64), f"{name}flat")
+    nodes, constants = [helper.make_node("Reshape", [x, flat.name], [f"{name}rows"])], [flat]
+
+    def element(row: int, column: int) -> str:
+        out = f"{name}m{row}{column}"
+        if not any(out in n.output for n in nodes):
+            at = numpy_helper.from_array(np.array(row * order + column, np.int64), f"{out}.at")
+            constants.append(at)
+            nodes.append(helper.make_node("Gather", [f"{name}rows", at.name], [out], axis=-1))
+        return out
+
+    def written(op: str, a: str, b: str, out: str = "") -> str:
+        out = out or f"{name}{op}{len(nodes)}"
+        nodes.append(helper.make_node(op, [a, b], [out]))
+        return out
+
+    def expansion(rows: list[int], columns: list[int], out: str = "") -> str:
+        if len(rows) == 1:
+            return element(rows[0], columns[0])
+        terms = [written("Mul", element(rows[0], c), expansion(rows[1:], [d for d in columns if d != c]))
+                 for c in columns]
+        total = terms[0]
+        for k, term in enumerate(terms[1:], 1):
+            last = out if k == len(terms) - 1 else ""
+            total = written("Sub" if k % 2 else "Add", total, term, last)
+        return total
+
+    if order == 1:
+        nodes.append(helper.make_node("Identity", [element(0, 0)], [y]))
+    else:
+        expansion(list(range(order)), list(range(order)), y)
+    return nodes, constants
 
 
 class _Constants(dict):
