@@ -470,3 +470,40 @@ def test_tvm_imports_det_and_computes_what_onnxruntime_does(tmp_path):
     feed = {"x": np.random.default_rng(15).standard_normal((6, 3, 3)).astype(np.float32)}
     np.testing.assert_allclose(main(tvm.runtime.tensor(feed["x"])).numpy(), run_feed(model, feed), rtol=1e-5,
                                atol=1e-6)
+
+
+def cumulative_product(shape: list[int], axis: int, **attributes) -> onnx.ModelProto:
+    from onnx import numpy_helper
+
+    graph = helper.make_graph([helper.make_node("CumProd", ["x", "axis"], ["y"], name="products", **attributes)],
+                              "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              initializer=[numpy_helper.from_array(np.array(axis, np.int64), "axis")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 26)])
+    model.ir_version = 10
+    return model
+
+
+@pytest.mark.parametrize("shape, axis, attributes", [
+    ([3, 7], 1, {}), ([3, 7], 0, {"exclusive": 1}), ([2, 6, 3], 1, {"reverse": 1}),
+    ([2, 6, 3], -2, {"reverse": 1, "exclusive": 1}), ([5], 0, {})],
+    ids=["last-axis", "exclusive", "reverse-middle-axis", "reverse-exclusive-negative-axis", "vector"])
+def test_cumprod_is_a_product_over_a_triangular_mask(shape, axis, attributes):
+    model = cumulative_product(shape, axis, **attributes)
+    x = np.random.default_rng(16).uniform(-2, 2, shape).astype(np.float32)
+    x.flat[3] = 0.0  # a zero in a prefix: no logarithm could carry it
+    written = decompositions.decomposed(model)
+    assert "CumProd" not in {n.op_type for n in written.graph.node}
+    np.testing.assert_allclose(run_feed(written, {"x": x}), run_feed(model, {"x": x}), rtol=1e-6, atol=0)
+
+
+@pytest.mark.tvm
+def test_tvm_imports_cumprod_and_computes_what_onnxruntime_does(tmp_path):
+    import tvm
+
+    from tests.test_functions_tvm import built
+
+    model = cumulative_product([4, 9], 1, reverse=1)
+    main, _ = built(model, tmp_path, {"x": [4, 9]})
+    x = np.random.default_rng(17).uniform(-2, 2, (4, 9)).astype(np.float32)
+    np.testing.assert_allclose(main(tvm.runtime.tensor(x)).numpy(), run_feed(model, {"x": x}), rtol=1e-6, atol=0)

@@ -8,13 +8,15 @@ exports (an audio model's spectrogram front end: a strided Conv1d by the windowe
 DFT how torch.fft's transforms do (MatMuls by the cosines and sines), ReverseSequence how tf2onnx writes
 a bidirectional RNN over sequences of several lengths (a GatherElements), opset 24's TensorScatter an
 LLM's KV-cache update (a GatherElements and a Where), opset 18's Col2Im how torch.nn.Fold does (a
-transposed conv by one-hot kernels), and Det of 1x1 to 3x3 matrices (a pose or camera model's rotations:
-the cofactor expansion). Each failed the import with "operator ... is not
-supported by TVM's ONNX frontend". Each form here computes what onnxruntime computes, a zero vector
-normalised to zeros included (tests/test_decompositions.py).
+transposed conv by one-hot kernels), Det of 1x1 to 3x3 matrices (a pose or camera model's rotations: the
+cofactor expansion) and opset 26's CumProd (a product over a triangular mask). Each failed the import with
+"operator ... is not supported by TVM's ONNX frontend". Each form here computes what onnxruntime computes,
+a zero vector normalised to zeros included (tests/test_decompositions.py).
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import onnx
@@ -25,16 +27,16 @@ from modelbuild.frontend import inferred, node_rewrite
 from modelbuild.frontend.opset import default_opset
 
 OPERATORS = ("LpNormalization", "Celu", "Swish", "Attention", "RotaryEmbedding", "STFT", "DFT", "ReverseSequence",
-             "TensorScatter", "Col2Im", "Det")  # what this module writes out (float32 nodes of them)
+             "TensorScatter", "Col2Im", "Det", "CumProd")  # what this module writes out (float32 nodes of them)
 REDUCTIONS = {1: "ReduceL1", 2: "ReduceL2"}  # LpNormalization's p -> the norm that divides
 AXES_AS_INPUT = 18  # from this opset a reduction reads its axes as an input; an attribute is ignored
 
 
 def decomposed(model: onnx.ModelProto) -> onnx.ModelProto:
     """The model with each float32 LpNormalization, Celu, Swish, Attention, RotaryEmbedding, STFT, DFT,
-    ReverseSequence, TensorScatter, Col2Im and Det of its main graph written out; the model itself when it has none (an
-    LpNormalization of a p other than 1 or 2, or a node of another dtype, the import then names as TVM's to
-    lack). One it cannot write out (an Attention with past states, an STFT of a complex signal, ...) is a
+    ReverseSequence, TensorScatter, Col2Im, Det and CumProd of its main graph written out; the model itself
+    when it has none (an LpNormalization of a p other than 1 or 2, or a node of another dtype, the import then
+    names as TVM's to lack). One it cannot write out (an Attention with past states, an STFT of a complex signal, ...) is a
     StageError with the fix."""
     if not any(_writes(node) for node in model.graph.node):
         return model
@@ -78,6 +80,8 @@ def _writes(node, float32: set[str] | None = None):
         return _col2im
     if node.op_type == "Det":
         return _det
+    if node.op_type == "CumProd":
+        return _cumulative_product
     return None
 
 
@@ -509,6 +513,37 @@ def _det(node, version: int, tensors: dict, values: dict):
         nodes.append(helper.make_node("Identity", [element(0, 0)], [y]))
     else:
         expansion(list(range(order)), list(range(order)), y)
+    return nodes, constants
+
+
+CUMULATIVE_MAX_ELEMENTS = 1 << 24  # the masked [..., L, L, ...] tensor a CumProd is written with, at most
+
+
+def _cumulative_product(node, version: int, tensors: dict, values: dict):
+    """Each prefix's product along the axis as a product over a triangular mask: x spread to [..., L, L, ...]
+    (output position i, input position j), 1 where j is not in i's prefix (j <= i; j < i exclusive; from the
+    end with reverse), multiplied along j. Forwards the factors are taken in onnxruntime's order."""
+    x, axis_input = node.input[:2]
+    y, name = node.output[0], _prefix(node)
+    shape = tensors.get(x, (None, None))[1]
+    if shape is None or None in shape or axis_input not in values or \
+            math.prod(shape) * shape[int(values[axis_input]) % len(shape)] > CUMULATIVE_MAX_ELEMENTS:
+        raise StageError(f"CumProd node {node.name!r}: only a constant axis of an input of known shape whose "
+                         f"length times its size is at most {CUMULATIVE_MAX_ELEMENTS} is written out, and its input "
+                         f"is {shape} (fix: give the model's inputs fixed shapes in the recipe)")
+    axis = int(values[axis_input]) % len(shape)
+    length = shape[axis]
+    i, j = np.arange(length)[:, None], np.arange(length)[None, :]
+    inside = j >= i if _attribute(node, "reverse", 0) else j <= i
+    if _attribute(node, "exclusive", 0):
+        inside &= i != j
+    mask = inside.reshape([length, length] + [1] * (len(shape) - axis - 1))
+    constants = [numpy_helper.from_array(mask, f"{name}mask"), _scalar(1.0, f"{name}one"),
+                 numpy_helper.from_array(np.array([axis], np.int64), f"{name}at"),
+                 numpy_helper.from_array(np.array([axis + 1], np.int64), f"{name}along")]
+    nodes = [helper.make_node("Unsqueeze", [x, f"{name}at"], [f"{name}spread"]),
+             helper.make_node("Where", [f"{name}mask", f"{name}spread", f"{name}one"], [f"{name}factors"]),
+             helper.make_node("ReduceProd", [f"{name}factors", f"{name}along"], [y], name=node.name, keepdims=0)]
     return nodes, constants
 
 
