@@ -36,8 +36,8 @@ def decomposed(model: onnx.ModelProto) -> onnx.ModelProto:
     """The model with each float32 LpNormalization, Celu, Swish, Attention, RotaryEmbedding, STFT, DFT,
     ReverseSequence, TensorScatter, Col2Im, Det and CumProd of its main graph written out; the model itself
     when it has none (an LpNormalization of a p other than 1 or 2, or a node of another dtype, the import then
-    names as TVM's to lack). One it cannot write out (an Attention with past states, an STFT of a complex signal, ...) is a
-    StageError with the fix."""
+    names as TVM's to lack). One it cannot write out (an Attention with past states, an STFT of a complex
+    signal, ...) is a StageError with the fix."""
     if not any(_writes(node) for node in model.graph.node):
         return model
     tensors = inferred.tensors(model)  # the written-out forms' constants are float32: only float32 nodes
