@@ -507,3 +507,56 @@ def test_tvm_imports_cumprod_and_computes_what_onnxruntime_does(tmp_path):
     main, _ = built(model, tmp_path, {"x": [4, 9]})
     x = np.random.default_rng(17).uniform(-2, 2, (4, 9)).astype(np.float32)
     np.testing.assert_allclose(main(tvm.runtime.tensor(x)).numpy(), run_feed(model, {"x": x}), rtol=1e-6, atol=0)
+
+
+def deform_conv(x: list[int], out_channels: int, kernel: list[int], masked: bool, opset: int = 19,
+                **attributes) -> tuple[onnx.ModelProto, dict]:
+    """A deformable conv (torchvision's deform_conv2d, DCNv2 with a mask) and a feed with offsets of a few
+    pixels, some reaching outside the map."""
+    from onnx import numpy_helper
+
+    rng = np.random.default_rng(18)
+    groups, offset_groups = attributes.get("group", 1), attributes.get("offset_group", 1)
+    strides, dilations = attributes.get("strides", [1, 1]), attributes.get("dilations", [1, 1])
+    pads = attributes.get("pads", [0, 0, 0, 0])
+    out = [(x[2 + d] + pads[d] + pads[d + 2] - dilations[d] * (kernel[d] - 1) - 1) // strides[d] + 1 for d in (0, 1)]
+    taps = kernel[0] * kernel[1]
+    feed = {"x": rng.standard_normal(x).astype(np.float32),
+            "offset": (rng.standard_normal([x[0], offset_groups * taps * 2, *out]) * 2).astype(np.float32)}
+    inputs = ["x", "w", "offset", "b"]
+    if masked:
+        feed["mask"] = rng.uniform(0, 1, [x[0], offset_groups * taps, *out]).astype(np.float32)
+        inputs.append("mask")
+    weights = rng.standard_normal([out_channels, x[1] // groups, *kernel]).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("DeformConv", inputs, ["y"], name="dcn", kernel_shape=kernel, **attributes)], "g",
+        [helper.make_tensor_value_info(k, TensorProto.FLOAT, list(v.shape)) for k, v in feed.items()],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=[numpy_helper.from_array(weights, "w"),
+                     numpy_helper.from_array(rng.standard_normal(out_channels).astype(np.float32), "b")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]), feed
+
+
+@pytest.mark.parametrize("x, kernel, masked, attributes", [
+    ([1, 4, 7, 6], [3, 3], False, {"pads": [1, 1, 1, 1]}),
+    ([2, 4, 8, 8], [3, 3], True, {"pads": [1, 1, 1, 1], "offset_group": 2, "group": 2}),
+    ([1, 3, 9, 10], [3, 2], True, {"strides": [2, 1], "dilations": [1, 2], "pads": [0, 1, 2, 1]})],
+    ids=["dcn-v1", "dcn-v2-groups", "strided-dilated-uneven-pads"])
+@pytest.mark.parametrize("opset", [19, 22])
+def test_deform_conv_is_its_taps_sampled_then_a_one_by_one_conv(x, kernel, masked, attributes, opset):
+    model, feed = deform_conv(x, 6, kernel, masked, opset, **attributes)
+    written = decompositions.decomposed(model)
+    assert "DeformConv" not in {n.op_type for n in written.graph.node}
+    np.testing.assert_allclose(run_feed(written, feed), run_feed(model, feed), rtol=1e-5, atol=2e-5)
+
+
+@pytest.mark.tvm
+def test_tvm_imports_deform_conv_and_computes_what_onnxruntime_does(tmp_path):
+    import tvm
+
+    from tests.test_functions_tvm import built
+
+    model, feed = deform_conv([1, 8, 12, 12], 16, [3, 3], True, pads=[1, 1, 1, 1], offset_group=2)
+    main, _ = built(model, tmp_path, {name: list(value.shape) for name, value in feed.items()})
+    got = main(*[tvm.runtime.tensor(feed[name]) for name in ("x", "offset", "mask")]).numpy()
+    np.testing.assert_allclose(got, run_feed(model, feed), rtol=1e-5, atol=2e-5)

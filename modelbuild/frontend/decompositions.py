@@ -9,7 +9,8 @@ DFT how torch.fft's transforms do (MatMuls by the cosines and sines), ReverseSeq
 a bidirectional RNN over sequences of several lengths (a GatherElements), opset 24's TensorScatter an
 LLM's KV-cache update (a GatherElements and a Where), opset 18's Col2Im how torch.nn.Fold does (a
 transposed conv by one-hot kernels), Det of 1x1 to 3x3 matrices (a pose or camera model's rotations: the
-cofactor expansion) and opset 26's CumProd (a product over a triangular mask). Each failed the import with
+cofactor expansion), opset 26's CumProd (a product over a triangular mask) and DeformConv (a deformable
+detector's conv: its taps sampled by GridSample, then a 1x1 conv). Each failed the import with
 "operator ... is not supported by TVM's ONNX frontend". Each form here computes what onnxruntime computes,
 a zero vector normalised to zeros included (tests/test_decompositions.py).
 """
@@ -26,17 +27,17 @@ from modelbuild.errors import StageError
 from modelbuild.frontend import inferred, node_rewrite
 from modelbuild.frontend.opset import default_opset
 
+# what this module writes out (float32 nodes of them)
 OPERATORS = ("LpNormalization", "Celu", "Swish", "Attention", "RotaryEmbedding", "STFT", "DFT", "ReverseSequence",
-             "TensorScatter", "Col2Im", "Det", "CumProd")  # what this module writes out (float32 nodes of them)
+             "TensorScatter", "Col2Im", "Det", "CumProd", "DeformConv")
 REDUCTIONS = {1: "ReduceL1", 2: "ReduceL2"}  # LpNormalization's p -> the norm that divides
 AXES_AS_INPUT = 18  # from this opset a reduction reads its axes as an input; an attribute is ignored
 
 
 def decomposed(model: onnx.ModelProto) -> onnx.ModelProto:
-    """The model with each float32 LpNormalization, Celu, Swish, Attention, RotaryEmbedding, STFT, DFT,
-    ReverseSequence, TensorScatter, Col2Im, Det and CumProd of its main graph written out; the model itself
-    when it has none (an LpNormalization of a p other than 1 or 2, or a node of another dtype, the import then
-    names as TVM's to lack). One it cannot write out (an Attention with past states, an STFT of a complex
+    """The model with each float32 node of its main graph whose operator is one of OPERATORS written out; the
+    model itself when it has none (an LpNormalization of a p other than 1 or 2, or a node of another dtype,
+    the import then names as TVM's to lack). One it cannot write out (an Attention with past states, an STFT of a complex
     signal, ...) is a StageError with the fix."""
     if not any(_writes(node) for node in model.graph.node):
         return model
@@ -82,6 +83,8 @@ def _writes(node, float32: set[str] | None = None):
         return _det
     if node.op_type == "CumProd":
         return _cumulative_product
+    if node.op_type == "DeformConv":
+        return _deform_conv
     return None
 
 
@@ -544,6 +547,69 @@ def _cumulative_product(node, version: int, tensors: dict, values: dict):
     nodes = [helper.make_node("Unsqueeze", [x, f"{name}at"], [f"{name}spread"]),
              helper.make_node("Where", [f"{name}mask", f"{name}spread", f"{name}one"], [f"{name}factors"]),
              helper.make_node("ReduceProd", [f"{name}factors", f"{name}along"], [y], name=node.name, keepdims=0)]
+    return nodes, constants
+
+
+GRID_SAMPLE_LINEAR = 20  # from this opset GridSample's bilinear mode is named "linear"
+
+
+def _deform_conv(node, version: int, tensors: dict, values: dict):
+    """A deformable conv as its taps sampled, then a 1x1 conv: tap k = (i, j) of output pixel (oy, ox) reads
+    the input bilinearly at (oy * stride - pad + i * dilation + dy, likewise x) with (dy, dx) the offsets of
+    its offset group, zero outside the map (GridSample, zeros padding, corners aligned, the offset groups as
+    its batch), scaled by the mask where there is one; the samples [N, C * kh * kw, oh, ow] then meet the
+    weights as a 1x1 conv of the same groups."""
+    x, weights, offsets = node.input[:3]
+    bias, mask = (node.input[i] if len(node.input) > i and node.input[i] else "" for i in (3, 4))
+    y, name = node.output[0], _prefix(node)
+    x_shape, w_shape = tensors.get(x, (None, None))[1], tensors.get(weights, (None, None))[1]
+    o_shape = tensors.get(offsets, (None, None))[1]
+    if any(s is None or None in s or len(s) != 4 for s in (x_shape, w_shape, o_shape)) or min(x_shape[2:]) < 2:
+        raise StageError(f"DeformConv node {node.name!r}: only a 2-D deformable conv over a map of known shape, "
+                         f"2x2 or larger, is written out (fix: give the model's inputs fixed shapes in the recipe)")
+    (batch, channels, height, width), (_, _, kh, kw), (_, _, rows, columns) = x_shape, w_shape, o_shape
+    taps, groups = kh * kw, _attribute(node, "offset_group", 1)
+    strides, dilations = _attribute(node, "strides", [1, 1]), _attribute(node, "dilations", [1, 1])
+    pads = _attribute(node, "pads", [0, 0, 0, 0])
+    k = np.arange(taps)
+    base = [(np.arange(size)[None, :, None] * strides[d] - pads[d] + (k // kw if d == 0 else k % kw)[:, None, None]
+             * dilations[d]).reshape(1, 1, taps, rows if d == 0 else 1, 1 if d == 0 else columns)
+            for d, size in ((0, rows), (1, columns))]
+    scale = [2.0 / (height - 1), 2.0 / (width - 1)]  # pixel -> GridSample's [-1, 1], corners aligned
+
+    def const(array, label: str) -> str:
+        constants.append(numpy_helper.from_array(np.asarray(array, np.float32 if np.asarray(array).dtype.kind == "f"
+                                                            else np.int64), f"{name}{label}"))
+        return f"{name}{label}"
+
+    def emit(op: str, inputs: list[str], label: str, **attributes) -> str:
+        nodes.append(helper.make_node(op, inputs, [f"{name}{label}"], **attributes))
+        return f"{name}{label}"
+
+    nodes, constants = [], []
+    pairs = emit("Reshape", [offsets, const([batch, groups, taps, 2, rows, columns], "pairs_shape")], "pairs")
+    coordinates = []
+    for d, axis_name in ((1, "x"), (0, "y")):  # GridSample's last axis is (x, y)
+        delta = emit("Gather", [pairs, const(np.array(d), f"{axis_name}_at")], f"d{axis_name}", axis=3)
+        at = emit("Add", [delta, const(base[d].astype(np.float32), f"{axis_name}_base")], f"{axis_name}_pixel")
+        normal = emit("Sub", [emit("Mul", [at, const(np.float32(scale[d]), f"{axis_name}_scale")],
+                                     f"{axis_name}_scaled"), const(np.float32(1), f"{axis_name}_one")],
+                       f"{axis_name}_normal")
+        coordinates.append(emit("Unsqueeze", [normal, const([-1], f"{axis_name}_last")], f"{axis_name}_point"))
+    grid = emit("Reshape", [emit("Concat", coordinates, "points", axis=-1),
+                             const([batch * groups, taps * rows, columns, 2], "grid_shape")], "grid")
+    maps = emit("Reshape", [x, const([batch * groups, channels // groups, height, width], "maps_shape")], "maps")
+    sampled = emit("GridSample", [maps, grid], "sampled", align_corners=1, padding_mode="zeros",
+                    mode="linear" if version >= GRID_SAMPLE_LINEAR else "bilinear")
+    samples = emit("Reshape", [sampled, const([batch, groups, channels // groups, taps, rows, columns],
+                                               "samples_shape")], "samples")
+    if mask:
+        weights_of = emit("Reshape", [mask, const([batch, groups, 1, taps, rows, columns], "mask_shape")], "masks")
+        samples = emit("Mul", [samples, weights_of], "masked")
+    unfolded = emit("Reshape", [samples, const([batch, channels * taps, rows, columns], "columns_shape")], "columns")
+    kernel = emit("Reshape", [weights, const([w_shape[0], w_shape[1] * taps, 1, 1], "kernel_shape")], "kernel")
+    nodes.append(helper.make_node("Conv", [unfolded, kernel, *([bias] if bias else [])], [y], name=node.name,
+                                  group=_attribute(node, "group", 1)))
     return nodes, constants
 
 
