@@ -70,6 +70,12 @@ def cases() -> dict:
         # a spatial transformer's / optical flow's warp: bilinear sampling at a grid of the map's own size
         "GridSample": ([node("GridSample", ["x", "grid"], ["y"], align_corners=0)], {"x": [1, 64, 64, 64]},
                        {"grid": rng.uniform(-1, 1, (1, 64, 64, 2)).astype(np.float32)}, 18, False),
+        # a deformable detector's DCNv2 layer (torchvision's deform_conv2d): 64 -> 64 channels, 3x3 taps
+        "DeformConv": ([node("DeformConv", ["x", "w", "offset", "b", "mask"], ["y"], kernel_shape=[3, 3],
+                             pads=[1, 1, 1, 1])],
+                       {"x": [1, 64, 64, 64], "offset": [1, 18, 64, 64], "mask": [1, 9, 64, 64]},
+                       {"w": (rng.standard_normal((64, 64, 3, 3)) / 24).astype(np.float32),
+                        "b": np.zeros(64, np.float32)}, 19, False),
         # a two-stage detector's pooling: 100 boxes of a 56x56 map to 7x7
         "RoiAlign": ([node("RoiAlign", ["x", "rois", "batch"], ["y"], output_height=7, output_width=7,
                            sampling_ratio=2, spatial_scale=0.25)], {"x": [1, 256, 56, 56]},
