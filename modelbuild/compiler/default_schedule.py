@@ -57,7 +57,7 @@ MIN_ROW_LANES = 4  # and from this short: 512 channels at 4x4, 3.2 -> 1.0 us (a 
 PARALLEL_MIN_WORK = 1 << 18  # spatial iterations below which a parallel region costs more than it saves
 # (measured on 2 cores: 4096 made the small classifier 1.25 ms, 65536 0.98 ms, 262144 0.93 ms; the detector
 # is unchanged, its kernels being far larger)
-# terms of an element-wise function that cost what a copy of its element costs, counted for _parallel_loops:
+# terms of an element-wise function that cost what a copy of its element costs (_worth_running_in_parallel):
 # on 2 cores a sigmoid over 32 Ki elements 11 -> 8 us in parallel, over 128 Ki 42 -> 25 us, an exponential
 # (387 terms) over 64 Ki 15 -> 9 us; 16 Ki elements of a sigmoid 5 -> 6 us
 TERMS_PER_COPY = 48

@@ -5,7 +5,7 @@ TVM's own kernels for them (softmax, layer_norm) reduce each row in whole-tensor
 schedule could only vectorise across rows (a gather per vector, from rows a row's length apart), and left
 others scalar and on one core. Here a row's reduction is first taken in `width` partial results, CHAINS
 vectors of them on a long row (element b * width + l goes to partial l: contiguous vector loads), the CHAINS
-vectors folded into one (in vectors too), then across its lanes and the row's last len % width elements;
+vectors and the row's last len % width elements folded into one vector, whose lanes are halved to two;
 every block is computed one row at a time under the output's row loop (what a row's later blocks read stays
 in cache), rows in parallel, and every sweep along a row is whole vectors and one shorter vector for its
 tail.
