@@ -37,8 +37,8 @@ AXES_AS_INPUT = 18  # from this opset a reduction reads its axes as an input; an
 def decomposed(model: onnx.ModelProto) -> onnx.ModelProto:
     """The model with each float32 node of its main graph whose operator is one of OPERATORS written out; the
     model itself when it has none (an LpNormalization of a p other than 1 or 2, or a node of another dtype,
-    the import then names as TVM's to lack). One it cannot write out (an Attention with past states, an STFT of a complex
-    signal, ...) is a StageError with the fix."""
+    the import then names as TVM's to lack). One it cannot write out (an Attention with past states, an STFT of
+    a complex signal, ...) is a StageError with the fix."""
     if not any(_writes(node) for node in model.graph.node):
         return model
     tensors = inferred.tensors(model)  # the written-out forms' constants are float32: only float32 nodes
@@ -59,33 +59,11 @@ def _writes(node, float32: set[str] | None = None):
     """The function writing the node out, or None; with `float32`, only for a node whose input is in it."""
     if float32 is not None and not (node.input and node.input[0] in float32):
         return None
-    if node.op_type == "LpNormalization" and _attribute(node, "p", 2) in REDUCTIONS:
-        return _lp_normalization
-    if node.op_type == "Celu":
-        return _celu
-    if node.op_type == "Swish":
-        return _swish
-    if node.op_type == "Attention" and node.domain in ("", "ai.onnx"):
-        return _attention
-    if node.op_type == "RotaryEmbedding" and node.domain in ("", "ai.onnx"):
-        return _rotary_embedding
-    if node.op_type == "STFT":
-        return _stft
-    if node.op_type == "DFT":
-        return _dft
-    if node.op_type == "ReverseSequence":
-        return _reverse_sequence
-    if node.op_type == "TensorScatter":
-        return _tensor_scatter
-    if node.op_type == "Col2Im":
-        return _col2im
-    if node.op_type == "Det":
-        return _det
-    if node.op_type == "CumProd":
-        return _cumulative_product
-    if node.op_type == "DeformConv":
-        return _deform_conv
-    return None
+    if node.domain not in ("", "ai.onnx"):  # onnxruntime's contrib Attention is TVM's own
+        return None
+    if node.op_type == "LpNormalization" and _attribute(node, "p", 2) not in REDUCTIONS:
+        return None
+    return _WRITERS.get(node.op_type)
 
 
 def _lp_normalization(node, version: int, tensors: dict, values: dict):
@@ -632,3 +610,10 @@ def _prefix(node) -> str:
 
 def _attribute(node, name: str, default):
     return next((helper.get_attribute_value(a) for a in node.attribute if a.name == name), default)
+
+
+# each operator of OPERATORS and the function writing it out
+_WRITERS = {"LpNormalization": _lp_normalization, "Celu": _celu, "Swish": _swish, "Attention": _attention,
+            "RotaryEmbedding": _rotary_embedding, "STFT": _stft, "DFT": _dft, "ReverseSequence": _reverse_sequence,
+            "TensorScatter": _tensor_scatter, "Col2Im": _col2im, "Det": _det, "CumProd": _cumulative_product,
+            "DeformConv": _deform_conv}
