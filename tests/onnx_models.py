@@ -102,12 +102,13 @@ def two_in_two_out(path: Path, names: tuple[str, str, str, str] = ("zeta", "alph
 
 
 def with_unsupported_op(path: Path) -> Path:
-    """A model whose only node is an operator TVM's ONNX frontend lacks (Det)."""
+    """A model whose only node is an operator TVM's ONNX frontend lacks and the import does not write out
+    (RandomNormalLike: no generator matches onnxruntime's)."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4, 4])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1])
-    node = helper.make_node("Det", ["x"], ["y"], name="det")
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 4, 4])
+    node = helper.make_node("RandomNormalLike", ["x"], ["y"], name="draw")
     graph = helper.make_graph([node], "unsupported", [x], [y])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)])
     model.ir_version = 8
     onnx.save(model, str(path))
     return path
