@@ -261,9 +261,8 @@ def _gates_broadcast(sch, block) -> bool:
     one per channel, scaling a whole feature map. Inlined, the gate was computed again for every vector of
     the map (EfficientNet's int8 480-channel gate at 14x14: thirteen scalar sigmoids per channel); kept
     apart, it is computed once per channel where its producer's epilogue is."""
-    value = getattr(sch.get(block).body, "value", None)
     gated = _domain(sch.get(block))
-    return (value is not None and sum(1 for _ in subexpressions(value)) >= GATE_MIN_TERMS
+    return (_terms(sch, block) >= GATE_MIN_TERMS
             and any(_scales_a_map(sch.get(c), BROADCAST_RATIO * gated) for c in sch.get_consumers(block)))
 
 
@@ -907,6 +906,10 @@ def _worth_running_in_parallel(sch, block, elements: int) -> bool:
     """Whether an element-wise block over `elements` runs faster on every core: a copy from PARALLEL_MIN_WORK
     elements, a function of many terms from as many fewer as it has TERMS_PER_COPY times its terms (a
     sigmoid, 549 terms once fast_math has written out its exponential, from 24 Ki elements)."""
+    return elements * max(1, _terms(sch, block) // TERMS_PER_COPY) >= PARALLEL_MIN_WORK
+
+
+def _terms(sch, block) -> int:
+    """The terms of the value the block stores (0 where it stores none): what an element costs to compute."""
     value = getattr(sch.get(block).body, "value", None)
-    terms = sum(1 for _ in subexpressions(value)) if value is not None else 0
-    return elements * max(1, terms // TERMS_PER_COPY) >= PARALLEL_MIN_WORK
+    return 0 if value is None else sum(1 for _ in subexpressions(value))

@@ -571,16 +571,16 @@ def _deform_conv(node, version: int, tensors: dict, values: dict):
         delta = emit("Gather", [pairs, const(np.array(d), f"{axis_name}_at")], f"d{axis_name}", axis=3)
         at = emit("Add", [delta, const(base[d].astype(np.float32), f"{axis_name}_base")], f"{axis_name}_pixel")
         normal = emit("Sub", [emit("Mul", [at, const(np.float32(scale[d]), f"{axis_name}_scale")],
-                                     f"{axis_name}_scaled"), const(np.float32(1), f"{axis_name}_one")],
-                       f"{axis_name}_normal")
+                                   f"{axis_name}_scaled"), const(np.float32(1), f"{axis_name}_one")],
+                      f"{axis_name}_normal")
         coordinates.append(emit("Unsqueeze", [normal, const([-1], f"{axis_name}_last")], f"{axis_name}_point"))
     grid = emit("Reshape", [emit("Concat", coordinates, "points", axis=-1),
-                             const([batch * groups, taps * rows, columns, 2], "grid_shape")], "grid")
+                            const([batch * groups, taps * rows, columns, 2], "grid_shape")], "grid")
     maps = emit("Reshape", [x, const([batch * groups, channels // groups, height, width], "maps_shape")], "maps")
     sampled = emit("GridSample", [maps, grid], "sampled", align_corners=1, padding_mode="zeros",
-                    mode="linear" if version >= GRID_SAMPLE_LINEAR else "bilinear")
+                   mode="linear" if version >= GRID_SAMPLE_LINEAR else "bilinear")
     samples = emit("Reshape", [sampled, const([batch, groups, channels // groups, taps, rows, columns],
-                                               "samples_shape")], "samples")
+                                              "samples_shape")], "samples")
     if mask:
         weights_of = emit("Reshape", [mask, const([batch, groups, 1, taps, rows, columns], "mask_shape")], "masks")
         samples = emit("Mul", [samples, weights_of], "masked")
