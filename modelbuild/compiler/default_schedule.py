@@ -150,7 +150,7 @@ def schedule_function(func, on: Machine):
     """The function with the default schedule, or None when it has no block to schedule."""
     from tvm.s_tir import Schedule, ScheduleError
 
-    sch = Schedule(func)
+    sch = Schedule(_simplified(func))
     try:
         root = sch.get_sblock("root")
     except ScheduleError:
@@ -183,6 +183,17 @@ def schedule_function(func, on: Machine):
     if held and hasattr(kernel, "finish"):  # what a hand-written schedule adds once scheduled
         func = kernel.finish(func)
     return func.with_attr(REFUSED, len(refused))
+
+
+def _simplified(func):
+    """The function with its blocks' index expressions simplified over their iterators' ranges: a reshape
+    fused after a concatenation or transpose reads through its flat index (`v % 2100`, `v // 80` of an
+    iterator that never reaches 2100 or 80), which hides a concatenation's pieces and which TVM's vectoriser
+    computes lane by lane."""
+    from tvm import IRModule
+    from tvm.s_tir import transform
+
+    return transform.StmtSimplify()(IRModule({"main": func}))["main"]
 
 
 def _written_by_hand(sch, root) -> bool:
@@ -825,6 +836,12 @@ def _schedule_spatial(sch, block, cores: int) -> None:
             sch.vectorize(piece)
         _parallelize(sch, outer, cores, worth_it)
         return
+    along_outer = _concatenated_outer(sch, block)
+    if along_outer:
+        position, pieces = along_outer
+        for cut in sch.loop_partition(sch.get_loops(block)[position], factors=[*pieces[:-1], None]):
+            _schedule_loops(sch, sch.get_child_blocks(cut)[0], cores)
+        return
     _schedule_loops(sch, block, cores)
 
 
@@ -846,22 +863,46 @@ def _concatenated_pieces(sch, block) -> list[int] | None:
     a whole number of vectors: one if_then_else per input on that axis (`start <= v`), evaluated by every lane
     of a vector. torchvision's DenseNet concatenates up to 25 inputs, and such a kernel at 14x14 x 1024 took
     2.8 ms; cut at the inputs' bounds, each piece is a copy whose branch TVM knows."""
+    pieces = _pieces_along(sch, block, -1)
+    return pieces if pieces and math.gcd(VECTOR_LANES, *pieces) >= MIN_PIECE_LANES else None
+
+
+def _concatenated_outer(sch, block) -> tuple[int, list[int]] | None:
+    """(the position of the iterator, the pieces) of a concatenation along an outer axis with nothing but
+    loops of one iteration outside it (YOLOv10's class scores, [1, 2100, 80] from three maps' anchors, then a
+    sigmoid): vectorised along the innermost axis, every vector evaluated the if_then_else per use of its
+    input, which a sigmoid's exponential has a dozen of (118 us; cut apart, 24 us)."""
+    loops, iter_vars = sch.get_loops(block), sch.get(block).iter_vars
+    if [_extent(sch, loop) for loop in loops] != [_extent_of(iv) for iv in iter_vars]:
+        return None  # the loops are not the block's iterators one for one
+    for position in range(len(loops) - 1):
+        pieces = _pieces_along(sch, block, position)
+        if pieces:
+            return position, pieces
+        if _extent(sch, loops[position]) != 1:
+            return None
+    return None
+
+
+def _pieces_along(sch, block, position: int) -> list[int] | None:
+    """The sizes of the inputs a concatenation along the block's iterator at `position` reads, in order (the
+    loop at `position` its loop): one if_then_else per input on that iterator (`start <= v`); or None."""
     from tvm import ir, tirx
 
     value = getattr(sch.get(block).body, "value", None)
-    loops = sch.get_loops(block)
-    extent = _extent(sch, loops[-1]) if loops else None
-    if value is None or not extent or not sch.get(block).iter_vars:
+    loops, iter_vars = sch.get_loops(block), sch.get(block).iter_vars
+    extent = _extent(sch, loops[position]) if loops else None
+    if value is None or not extent or not iter_vars:
         return None
-    innermost, starts = sch.get(block).iter_vars[-1].var, set()
+    var, starts = iter_vars[position].var, set()
     for node in subexpressions(value):
         if (isinstance(node, ir.Call) and getattr(node.op, "name", None) == "prim.if_then_else"
                 and isinstance(node.args[0], tirx.LE) and isinstance(node.args[0].a, tirx.IntImm)
-                and node.args[0].b.same_as(innermost)):
+                and node.args[0].b.same_as(var)):
             starts.add(int(node.args[0].a.value))
     bounds = [0, *sorted(b for b in starts if 0 < b < extent), extent]
     pieces = [b - a for a, b in zip(bounds, bounds[1:])]
-    return pieces if len(pieces) > 1 and math.gcd(VECTOR_LANES, *pieces) >= MIN_PIECE_LANES else None
+    return pieces if len(pieces) > 1 else None
 
 
 def _schedule_loops(sch, block, cores: int) -> None:
