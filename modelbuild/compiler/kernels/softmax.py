@@ -50,12 +50,12 @@ def _exponentials(x):
     """Per row of x: (the row shape, the row's max, exp(x - max), the sum of those)."""
     from tvm import te
 
-    from modelbuild.compiler.fast_math import exp_element
+    from modelbuild.compiler.fast_math import nonpositive_exp_element
 
     *rows, length = [int(d) for d in x.shape]
     rows = tuple(rows)
     row_max = row_reductions.row_reduction(lambda r, k: x[(*r, k)], rows, length, te.max, "softmax_max")
-    exp = te.compute(x.shape, lambda *i: exp_element(x[i] - row_max[i[:-1]]), name="softmax_exp")
+    exp = te.compute(x.shape, lambda *i: nonpositive_exp_element(x[i] - row_max[i[:-1]]), name="softmax_exp")
     row_sum = row_reductions.row_reduction(lambda r, k: exp[(*r, k)], rows, length, te.sum, "softmax_sum")
     return rows, row_max, exp, row_sum
 
