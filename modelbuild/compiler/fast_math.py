@@ -11,7 +11,8 @@ convs run at 50-70. Here each is a range reduction and a polynomial, as onnxrunt
 - exp (so sigmoid, and the long-row softmax) is `exp_element`, not TVM's fast_exp: 4e-7 relative at worst
   over [-87, 88] where fast_exp was 4.1e-6 (one float32 ln 2 in its range reduction), with a degree-5
   polynomial (XNNPACK's) for fast_exp's degree 7: EfficientNet-B0's int8 library, whose SiLU epilogues follow
-  cheap int8 convs, 6% faster; NaN stays NaN and exp is inf past float32's range;
+  cheap int8 convs, 6% faster; NaN stays NaN and exp is inf past float32's range (a sigmoid's and a
+  softmax's exponential leave that select out: `sigmoid_element`, `nonpositive_exp_element`);
 - log (so Softplus and Mish, which the importer writes with it) is `log_element`, from the float's bits and
   Cephes' polynomial: 2e-7; sin and cos are `sin_element`, reduced by pi / 2 in float64: 2e-7 up to 4e8;
   atan is `atan_element`, Cephes' reduction to [0, tan(pi / 8)] and polynomial; Round (no polynomial, but
