@@ -403,22 +403,12 @@ def test_a_concatenation_along_the_vectors_axis_is_computed_input_by_input(width
     every lane of a vector (DenseNet's, 25 inputs at 14x14: 2.8 ms); cut at the inputs' bounds where those are
     whole vectors of at least 4 lanes, each piece is a copy."""
     import numpy as np
-    import tvm
     from tvm import relax
 
-    shapes = [(1, 5, 6, w) for w in widths]
-    bb = relax.BlockBuilder()
-    inputs = [relax.Var(f"x{i}", relax.TensorType(shape=s, dtype="float32")) for i, s in enumerate(shapes)]
-    with bb.function("main", inputs):
-        with bb.dataflow():
-            out = bb.emit_output(relax.op.nn.relu(relax.op.concat(inputs, axis=3)))
-        bb.emit_func_output(out)
-    script, main = scheduled_kernel(bb.get(), "concatenate", schedule=True)
+    script, arrays, got = scheduled_concatenation([(1, 5, 6, w) for w in widths], 3, relax.op.nn.relu)
     starts = np.cumsum((0, *widths))
     pieces = [f"T.vectorized(T.int64({a}), T.int64({b}))" for a, b in zip(starts[1:-1], starts[2:])]
     assert all(piece in script for piece in pieces) == partitioned and '"modelbuild.refused_steps": 0' in script
-    arrays = [np.random.default_rng(i).standard_normal(s).astype("float32") for i, s in enumerate(shapes)]
-    got = main(*[tvm.runtime.tensor(a) for a in arrays]).numpy()
     np.testing.assert_array_equal(got, np.maximum(np.concatenate(arrays, axis=3), 0))
 
 
@@ -445,20 +435,11 @@ def test_a_reshape_reading_a_concatenation_through_its_flat_index_is_cut_into_th
     every element ran its nested selects and index arithmetic (285 us; once simplified over the iterators'
     ranges and cut, 79 us)."""
     import numpy as np
-    import tvm
     from tvm import relax
 
-    shapes = [(1, 64, w) for w in (1600, 400, 100)]
-    bb = relax.BlockBuilder()
-    inputs = [relax.Var(f"x{i}", relax.TensorType(shape=s, dtype="float32")) for i, s in enumerate(shapes)]
-    with bb.function("main", inputs):
-        with bb.dataflow():
-            out = bb.emit_output(relax.op.reshape(relax.op.concat(inputs, axis=2), (1, 4, 16, 2100)))
-        bb.emit_func_output(out)
-    script, main = scheduled_kernel(bb.get(), "concatenate", schedule=True)
+    script, arrays, got = scheduled_concatenation([(1, 64, w) for w in (1600, 400, 100)], 2,
+                                                  lambda v: relax.op.reshape(v, (1, 4, 16, 2100)))
     assert "range(T.int64(400), T.int64(500))" in script and "% T.int64(2100)" not in script
-    arrays = [np.random.default_rng(i).standard_normal(s).astype("float32") for i, s in enumerate(shapes)]
-    got = main(*[tvm.runtime.tensor(a) for a in arrays]).numpy()
     np.testing.assert_array_equal(got, np.concatenate(arrays, axis=2).reshape(1, 4, 16, 2100))
 
 
@@ -468,21 +449,11 @@ def test_a_concatenation_along_an_outer_axis_is_computed_input_by_input():
     which the sigmoid's exponential has a dozen of (118 us); the anchors' loop cut at the inputs' bounds,
     each piece reads one input (26 us)."""
     import numpy as np
-    import tvm
     from tvm import relax
 
-    shapes = [(1, w, 80) for w in (1600, 400, 100)]
-    bb = relax.BlockBuilder()
-    inputs = [relax.Var(f"x{i}", relax.TensorType(shape=s, dtype="float32")) for i, s in enumerate(shapes)]
-    with bb.function("main", inputs):
-        with bb.dataflow():
-            out = bb.emit_output(relax.op.sigmoid(relax.op.concat(inputs, axis=1)))
-        bb.emit_func_output(out)
-    script, main = scheduled_kernel(bb.get(), "concatenate", schedule=True)
+    script, arrays, got = scheduled_concatenation([(1, w, 80) for w in (1600, 400, 100)], 1, relax.op.sigmoid)
     assert "T.parallel(T.int64(1600))" in script and "T.parallel(T.int64(1600), T.int64(2000))" in script
     assert "range(T.int64(2000), T.int64(2100))" in script and '"modelbuild.refused_steps": 0' in script
-    arrays = [np.random.default_rng(i).standard_normal(s).astype("float32") for i, s in enumerate(shapes)]
-    got = main(*[tvm.runtime.tensor(a) for a in arrays]).numpy()
     np.testing.assert_allclose(got, 1 / (1 + np.exp(-np.concatenate(arrays, axis=1))), rtol=1e-5)
 
 
@@ -490,21 +461,29 @@ def scheduled_sigmoid_of_concatenated(*widths: int) -> str:
     """The script of sigmoid(concat) of [1, 3, width] inputs along the last axis (a detector's anchors), once
     its output is checked against numpy."""
     import numpy as np
+    from tvm import relax
+
+    script, arrays, got = scheduled_concatenation([(1, 3, w) for w in widths], 2, relax.op.sigmoid)
+    np.testing.assert_allclose(got, 1 / (1 + np.exp(-np.concatenate(arrays, axis=2))), rtol=1e-5)
+    return script
+
+
+def scheduled_concatenation(shapes: list, axis: int, after) -> tuple[str, list, object]:
+    """(the script of after(concat) of float32 inputs of `shapes` along `axis`, the inputs drawn at random,
+    the library's output on them)."""
+    import numpy as np
     import tvm
     from tvm import relax
 
-    shapes = [(1, 3, w) for w in widths]
     bb = relax.BlockBuilder()
     inputs = [relax.Var(f"x{i}", relax.TensorType(shape=s, dtype="float32")) for i, s in enumerate(shapes)]
     with bb.function("main", inputs):
         with bb.dataflow():
-            out = bb.emit_output(relax.op.sigmoid(relax.op.concat(inputs, axis=2)))
+            out = bb.emit_output(after(relax.op.concat(inputs, axis=axis)))
         bb.emit_func_output(out)
     script, main = scheduled_kernel(bb.get(), "concatenate", schedule=True)
     arrays = [np.random.default_rng(i).standard_normal(s).astype("float32") for i, s in enumerate(shapes)]
-    got = main(*[tvm.runtime.tensor(a) for a in arrays]).numpy()
-    np.testing.assert_allclose(got, 1 / (1 + np.exp(-np.concatenate(arrays, axis=2))), rtol=1e-5)
-    return script
+    return script, arrays, main(*[tvm.runtime.tensor(a) for a in arrays]).numpy()
 
 
 def test_a_refused_schedule_step_is_counted_and_any_other_error_fails_the_compile():
