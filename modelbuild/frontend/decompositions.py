@@ -27,9 +27,6 @@ from modelbuild.errors import StageError
 from modelbuild.frontend import inferred, node_rewrite
 from modelbuild.frontend.opset import default_opset
 
-# what this module writes out (float32 nodes of them)
-OPERATORS = ("LpNormalization", "Celu", "Swish", "Attention", "RotaryEmbedding", "STFT", "DFT", "ReverseSequence",
-             "TensorScatter", "Col2Im", "Det", "CumProd", "DeformConv")
 REDUCTIONS = {1: "ReduceL1", 2: "ReduceL2"}  # LpNormalization's p -> the norm that divides
 AXES_AS_INPUT = 18  # from this opset a reduction reads its axes as an input; an attribute is ignored
 
@@ -612,8 +609,9 @@ def _attribute(node, name: str, default):
     return next((helper.get_attribute_value(a) for a in node.attribute if a.name == name), default)
 
 
-# each operator of OPERATORS and the function writing it out
+# each operator this module writes out (float32 nodes of it) and the function writing it out
 _WRITERS = {"LpNormalization": _lp_normalization, "Celu": _celu, "Swish": _swish, "Attention": _attention,
             "RotaryEmbedding": _rotary_embedding, "STFT": _stft, "DFT": _dft, "ReverseSequence": _reverse_sequence,
             "TensorScatter": _tensor_scatter, "Col2Im": _col2im, "Det": _det, "CumProd": _cumulative_product,
             "DeformConv": _deform_conv}
+OPERATORS = tuple(_WRITERS)
