@@ -1,5 +1,6 @@
 """One way to rewrite the calls of a Relax module, shared by the graph rewrites before legalisation
-(conv_transpose.py, channel_padding.py, channels_last.py), and what those rewrites ask of an expression."""
+(conv_transpose.py, channel_padding.py, channels_last.py), and what those rewrites ask of an expression and
+of its readers."""
 
 from __future__ import annotations
 
@@ -36,3 +37,22 @@ def known_shape(expr) -> list[int] | None:
     if dims is None or not all(isinstance(d, tirx.IntImm) for d in dims):
         return None
     return [int(d) for d in dims]
+
+
+def use_counts(func) -> dict:
+    """Each var of a Relax function -> how many times its bindings and result read it: a rewrite may change
+    what computes a value only where nothing else reads it."""
+    from tvm import relax
+
+    counts: dict = {}
+
+    @relax.expr_functor.visitor
+    class Reads(relax.PyExprVisitor):
+        def visit_var_(self, var):
+            counts[var] = counts.get(var, 0) + 1
+
+        def visit_dataflow_var_(self, var):
+            counts[var] = counts.get(var, 0) + 1
+
+    Reads().visit_expr(func.body)
+    return counts

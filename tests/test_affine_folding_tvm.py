@@ -1,0 +1,112 @@
+"""Chains of multiplications, divisions, additions and subtractions by constants as one addition and one
+multiplication: fewer vector instructions in every int8 conv's epilogue."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.relax_graphs import SHAPE, build_module, kernel_shapes, scheduled_kernel
+
+pytestmark = pytest.mark.tvm
+
+CHANNELS = np.arange(1, 9, dtype="float32").reshape(1, 8, 1, 1)  # a per-channel constant: a rescale, a bias
+
+
+def operators(module) -> list[str]:
+    """The names of main's calls, in order."""
+    from tvm import relax
+
+    return [b.value.op.name for block in module["main"].body.blocks for b in block.bindings
+            if isinstance(b.value, relax.Call)]
+
+
+def constant(value):
+    from tvm import relax
+
+    return relax.const(np.asarray(value, "float32"), "float32")
+
+
+def rescaled_and_shifted(bb, x):
+    """An int8 conv's epilogue as PP-OCR's detector has it: the sums' rescale and bias per channel, then the
+    model's learnable affine block, x * 1.9 + 0.8, written with the constant first as the export writes it."""
+    from tvm import relax
+
+    y = bb.emit(relax.op.multiply(x, constant(CHANNELS / 16)))
+    y = bb.emit(relax.op.add(y, constant(CHANNELS)))
+    y = bb.emit(relax.op.multiply(constant(1.9), y))
+    return bb.emit(relax.op.add(y, constant(0.8)))
+
+
+def test_a_chain_of_four_constant_steps_is_one_addition_and_one_multiplication():
+    import tvm
+
+    from modelbuild.compiler import affine_folding
+
+    module = build_module(rescaled_and_shifted)
+    assert operators(affine_folding.fold(module)) == ["relax.add", "relax.multiply"]
+    assert list(kernel_shapes(module, layout="auto")) == ["fused_add_multiply"]  # as the compile stage lowers it
+    _, run = scheduled_kernel(module, "add", schedule=True)
+    x = np.random.default_rng(3).uniform(-1000, 1000, SHAPE).astype("float32")
+    want = (x.astype(np.float64) * (CHANNELS / 16) + CHANNELS) * 1.9 + 0.8
+    np.testing.assert_allclose(run(tvm.runtime.tensor(x)).numpy(), want, rtol=1e-6, atol=1e-4)
+
+
+def test_a_value_read_twice_ends_a_chain_and_the_steps_after_it_fold_apart():
+    """Hardswish reads its input twice: the chain before it folds, the chain after it (/ 6, then the next
+    affine block) folds again, and the hardswish between them is left as it was."""
+    from tvm import relax
+
+    from modelbuild.compiler import affine_folding
+
+    def hardswish_between(bb, x):
+        y = rescaled_and_shifted(bb, x)
+        gate = bb.emit(relax.op.clip(bb.emit(relax.op.add(y, constant(3.0))), 0, 6))
+        h = bb.emit(relax.op.divide(bb.emit(relax.op.multiply(y, gate)), constant(6.0)))
+        return bb.emit(relax.op.subtract(bb.emit(relax.op.multiply(h, constant(0.63))), constant(0.55)))
+
+    assert operators(affine_folding.fold(build_module(hardswish_between))) == [
+        "relax.add", "relax.multiply", "relax.add", "relax.clip", "relax.multiply", "relax.add", "relax.multiply"]
+
+
+def test_a_chain_that_ends_in_a_quantize_gives_it_its_multiplication():
+    """(x + b) * m, m > 0, then quantize(., s) is quantize(x + b, s / m): the epilogue keeps one addition."""
+    from tvm import relax
+
+    from modelbuild.compiler import affine_folding
+
+    def quantized(bb, x):
+        y = bb.emit(relax.op.multiply(rescaled_and_shifted(bb, x), constant(0.5)))
+        return bb.emit(relax.op.quantize(y, constant(0.25), relax.const(0, "int8"), axis=1, out_dtype="int8"))
+
+    folded = affine_folding.fold(build_module(quantized))
+    assert operators(folded) == ["relax.add", "relax.quantize"]
+    quantize = next(b.value for b in folded["main"].body.blocks[0].bindings
+                    if getattr(b.value, "op", None) is not None and b.value.op.name == "relax.quantize")
+    scale = quantize.args[1].value.numpy()
+    np.testing.assert_allclose(scale, 0.25 / (CHANNELS.ravel() / 16 * 1.9 * 0.5), rtol=1e-6)
+
+
+def test_a_division_by_zero_ends_the_chain():
+    """x / 0 is inf, NaN or -inf by x's sign: no product by a reciprocal. The steps before it still fold."""
+    from tvm import relax
+
+    from modelbuild.compiler import affine_folding
+
+    def by_zero(bb, x):
+        return bb.emit(relax.op.divide(rescaled_and_shifted(bb, x), constant(np.zeros((1, 8, 1, 1)))))
+
+    assert operators(affine_folding.fold(build_module(by_zero))) == ["relax.add", "relax.multiply", "relax.divide"]
+
+
+def test_a_rescale_and_a_bias_that_a_quantize_reads_keep_only_the_bias():
+    """x * m + b then quantize (an int8 stem conv's epilogue): (x + b / m) * m, whose m the quantize takes."""
+    from tvm import relax
+
+    from modelbuild.compiler import affine_folding
+
+    def stem(bb, x):
+        y = bb.emit(relax.op.add(bb.emit(relax.op.multiply(x, constant(CHANNELS / 16))), constant(CHANNELS)))
+        return bb.emit(relax.op.quantize(y, constant(0.25), relax.const(0, "int8"), axis=1, out_dtype="int8"))
+
+    assert operators(affine_folding.fold(build_module(stem))) == ["relax.add", "relax.quantize"]
