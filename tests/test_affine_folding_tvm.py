@@ -110,3 +110,35 @@ def test_a_rescale_and_a_bias_that_a_quantize_reads_keep_only_the_bias():
         return bb.emit(relax.op.quantize(y, constant(0.25), relax.const(0, "int8"), axis=1, out_dtype="int8"))
 
     assert operators(affine_folding.fold(build_module(stem))) == ["relax.add", "relax.quantize"]
+
+
+def test_a_constant_minus_the_value_folds_with_its_sign():
+    """k - x reverses the sign of what the chain multiplies x by: (3 - x) * 2 + 1 is (x - 3.5) * -2."""
+    import tvm
+    from tvm import relax
+
+    from modelbuild.compiler import affine_folding
+
+    def reversed_chain(bb, x):
+        y = bb.emit(relax.op.subtract(constant(3.0), x))
+        return bb.emit(relax.op.add(bb.emit(relax.op.multiply(y, constant(2.0))), constant(1.0)))
+
+    module = build_module(reversed_chain)
+    assert operators(affine_folding.fold(module)) == ["relax.add", "relax.multiply"]
+    _, run = scheduled_kernel(module, "add", schedule=True)
+    x = np.random.default_rng(4).uniform(-100, 100, SHAPE).astype("float32")
+    np.testing.assert_allclose(run(tvm.runtime.tensor(x)).numpy(), (3.0 - x.astype(np.float64)) * 2 + 1, rtol=1e-6)
+
+
+def test_constants_that_compose_beyond_float32_are_left_as_steps():
+    """x * 1e30 * 1e30 + 1 would need a multiplier of 1e60, which float32 cannot hold."""
+    from tvm import relax
+
+    from modelbuild.compiler import affine_folding
+
+    def overflowing(bb, x):
+        y = bb.emit(relax.op.multiply(bb.emit(relax.op.multiply(x, constant(1e30))), constant(1e30)))
+        return bb.emit(relax.op.add(y, constant(1.0)))
+
+    assert operators(affine_folding.fold(build_module(overflowing))) == [
+        "relax.multiply", "relax.multiply", "relax.add"]

@@ -103,6 +103,9 @@ def fold(module):
             shape = known_shape(chain.base)
             if shape is None or list(np.broadcast_shapes(tuple(shape), m.shape, b.shape)) != known_shape(call):
                 return None
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                if not all(np.all(np.isfinite(v.astype(np.float32))) for v in (m, b, b / np.where(m, m, 1))):
+                    return None
             scaled = not np.all(m == 1)
             if not np.any(b):
                 return relax.op.multiply(chain.base, _const(m)) if scaled else None
@@ -149,10 +152,10 @@ def _compose(name: str, k: np.ndarray, constant_first: bool):
     if name == "relax.divide":
         return lambda m, b: (m / k, b / k)
     if name == "relax.add":
-        return lambda m, b: (m + 0 * k, b + k)
+        return lambda m, b: (m, b + k)
     if constant_first:  # k - x
-        return lambda m, b: (-m + 0 * k, k - b)
-    return lambda m, b: (m + 0 * k, b - k)
+        return lambda m, b: (-m, k - b)
+    return lambda m, b: (m, b - k)
 
 
 def _const(values: np.ndarray):
