@@ -269,7 +269,6 @@ def test_a_power_by_an_exponent_of_more_dimensions_keeps_the_broadcast_shape():
     np.testing.assert_allclose(out[0], x.astype("float64") ** 3, rtol=3e-7)
 
 
-
 BIT_PATTERNS = (256, 4096)  # a million random float32 bit patterns: every exponent, subnormals, inf and NaN
 
 
