@@ -18,6 +18,14 @@ def build_module(body, shape=SHAPE, dtype: str = "float32"):
     return bb.get()
 
 
+def op_names(module) -> list[str]:
+    """The operators main calls, in order of its bindings."""
+    from tvm import relax
+
+    return [b.value.op.name for block in module["main"].body.blocks for b in block.bindings
+            if isinstance(b.value, relax.Call) and hasattr(b.value.op, "name")]
+
+
 def scheduled_kernel(module, name: str, *, schedule: bool, layout: str | None = None) -> tuple[str, object]:
     """The script of the kernel whose name has `name` after lowering, and the built library's main."""
     import tvm

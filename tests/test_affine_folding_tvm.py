@@ -6,19 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.relax_graphs import SHAPE, build_module, kernel_shapes, scheduled_kernel
+from tests.relax_graphs import SHAPE, build_module, kernel_shapes, op_names, scheduled_kernel
 
 pytestmark = pytest.mark.tvm
 
 CHANNELS = np.arange(1, 9, dtype="float32").reshape(1, 8, 1, 1)  # a per-channel constant: a rescale, a bias
-
-
-def operators(module) -> list[str]:
-    """The names of main's calls, in order."""
-    from tvm import relax
-
-    return [b.value.op.name for block in module["main"].body.blocks for b in block.bindings
-            if isinstance(b.value, relax.Call)]
 
 
 def constant(value):
@@ -44,7 +36,7 @@ def test_a_chain_of_four_constant_steps_is_one_addition_and_one_multiplication()
     from modelbuild.compiler import affine_folding
 
     module = build_module(rescaled_and_shifted)
-    assert operators(affine_folding.fold(module)) == ["relax.add", "relax.multiply"]
+    assert op_names(affine_folding.fold(module)) == ["relax.add", "relax.multiply"]
     assert list(kernel_shapes(module, layout="auto")) == ["fused_add_multiply"]  # as the compile stage lowers it
     _, run = scheduled_kernel(module, "add", schedule=True)
     x = np.random.default_rng(3).uniform(-1000, 1000, SHAPE).astype("float32")
@@ -65,7 +57,7 @@ def test_a_value_read_twice_ends_a_chain_and_the_steps_after_it_fold_apart():
         h = bb.emit(relax.op.divide(bb.emit(relax.op.multiply(y, gate)), constant(6.0)))
         return bb.emit(relax.op.subtract(bb.emit(relax.op.multiply(h, constant(0.63))), constant(0.55)))
 
-    assert operators(affine_folding.fold(build_module(hardswish_between))) == [
+    assert op_names(affine_folding.fold(build_module(hardswish_between))) == [
         "relax.add", "relax.multiply", "relax.add", "relax.clip", "relax.multiply", "relax.add", "relax.multiply"]
 
 
@@ -80,7 +72,7 @@ def test_a_chain_that_ends_in_a_quantize_gives_it_its_multiplication():
         return bb.emit(relax.op.quantize(y, constant(0.25), relax.const(0, "int8"), axis=1, out_dtype="int8"))
 
     folded = affine_folding.fold(build_module(quantized))
-    assert operators(folded) == ["relax.add", "relax.quantize"]
+    assert op_names(folded) == ["relax.add", "relax.quantize"]
     quantize = next(b.value for b in folded["main"].body.blocks[0].bindings
                     if getattr(b.value, "op", None) is not None and b.value.op.name == "relax.quantize")
     scale = quantize.args[1].value.numpy()
@@ -96,7 +88,7 @@ def test_a_division_by_zero_ends_the_chain():
     def by_zero(bb, x):
         return bb.emit(relax.op.divide(rescaled_and_shifted(bb, x), constant(np.zeros((1, 8, 1, 1)))))
 
-    assert operators(affine_folding.fold(build_module(by_zero))) == ["relax.add", "relax.multiply", "relax.divide"]
+    assert op_names(affine_folding.fold(build_module(by_zero))) == ["relax.add", "relax.multiply", "relax.divide"]
 
 
 def test_a_rescale_and_a_bias_that_a_quantize_reads_keep_only_the_bias():
@@ -109,7 +101,7 @@ def test_a_rescale_and_a_bias_that_a_quantize_reads_keep_only_the_bias():
         y = bb.emit(relax.op.add(bb.emit(relax.op.multiply(x, constant(CHANNELS / 16))), constant(CHANNELS)))
         return bb.emit(relax.op.quantize(y, constant(0.25), relax.const(0, "int8"), axis=1, out_dtype="int8"))
 
-    assert operators(affine_folding.fold(build_module(stem))) == ["relax.add", "relax.quantize"]
+    assert op_names(affine_folding.fold(build_module(stem))) == ["relax.add", "relax.quantize"]
 
 
 def test_a_constant_minus_the_value_folds_with_its_sign():
@@ -124,7 +116,7 @@ def test_a_constant_minus_the_value_folds_with_its_sign():
         return bb.emit(relax.op.add(bb.emit(relax.op.multiply(y, constant(2.0))), constant(1.0)))
 
     module = build_module(reversed_chain)
-    assert operators(affine_folding.fold(module)) == ["relax.add", "relax.multiply"]
+    assert op_names(affine_folding.fold(module)) == ["relax.add", "relax.multiply"]
     _, run = scheduled_kernel(module, "add", schedule=True)
     x = np.random.default_rng(4).uniform(-100, 100, SHAPE).astype("float32")
     np.testing.assert_allclose(run(tvm.runtime.tensor(x)).numpy(), (3.0 - x.astype(np.float64)) * 2 + 1, rtol=1e-6)
@@ -140,5 +132,5 @@ def test_constants_that_compose_beyond_float32_are_left_as_steps():
         y = bb.emit(relax.op.multiply(bb.emit(relax.op.multiply(x, constant(1e30))), constant(1e30)))
         return bb.emit(relax.op.add(y, constant(1.0)))
 
-    assert operators(affine_folding.fold(build_module(overflowing))) == [
+    assert op_names(affine_folding.fold(build_module(overflowing))) == [
         "relax.multiply", "relax.multiply", "relax.add"]

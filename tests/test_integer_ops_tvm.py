@@ -8,6 +8,7 @@ import pytest
 from modelbuild.stages.reference import session_options
 from tests.onnx_models import (conv_then_dense, conv_then_upsample, dynamically_quantized, quantized_qdq, two_conv1ds,
                                two_convs)
+from tests.relax_graphs import op_names
 
 pytestmark = pytest.mark.tvm
 
@@ -206,13 +207,6 @@ def rescaled_quantize(multiplier: np.ndarray, divisor: float = 6.0):
                                                    axis=1, out_dtype="int8"))
         bb.emit_func_output(out)
     return bb.get()
-
-
-def op_names(module) -> list[str]:
-    from tvm import relax
-
-    return [b.value.op.name for block in module["main"].body.blocks for b in block.bindings
-            if isinstance(b.value, relax.Call) and hasattr(b.value.op, "name")]
 
 
 def run_module(module, x):
