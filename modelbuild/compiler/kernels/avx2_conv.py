@@ -49,8 +49,7 @@ def schedule(sch, cores: int) -> None:
     if AVX2.pad_block not in names:
         packed_conv.vectorize_packing(sch, AVX2)
         return
-    pad = sch.get_sblock(AVX2.pad_block)
-    sch.vectorize(sch.split(sch.get_loops(pad)[-1], factors=[None, PAD_VECTOR // 2])[1])
+    packed_conv.vectorise_pad(sch, AVX2, vector=PAD_VECTOR // 2)
     # padded rows of stride 1 by shuffles (7-10% on 3x3 convs); stride 2 gained nothing from them
     if int(sch.get(sch.get_sblock(AVX2.pack_block)).annotations["stride"]) == 1:
         packed_conv.tensorize_packing(sch, AVX2)

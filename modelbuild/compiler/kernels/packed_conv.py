@@ -180,32 +180,40 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def shifted_or_padding(load, row, column, *, left: int, height: int, width: int, shift: int, flat_row,
-                       rows: int, vector: int = PAD_VECTOR, dtype: str = "uint8"):
-    """One byte of a padded row: the input at (row, column - left) shifted into `dtype`, or the shifted zero
-    outside the input. `column` counts from the padded row's start, which the pad's vectors are aligned to;
-    `flat_row` is the row's index among the input's `rows` rows of `width` bytes (batch, channel and row).
-
-    A padded row is written `vector` columns at a time, each vector one contiguous load masked by a select,
-    and those loads must never leave the input's memory. A clamped index does not keep them in: TVM's
-    simplifier drops the clamp inside the select's true branch (it knows the condition holds there), and a
-    vector select loads every lane. On real images the detector's first depthwise conv read the row above
-    its input's first row, before the buffer, and crashed. Reading a neighbouring row of the same input is
-    harmless (the select drops those lanes), so a vector is loaded contiguously when its bytes lie within
-    the input as a whole: a condition on the vector, not the lane (an if_then_else, which branches). Only
-    the first and last vectors of the whole input can fail it; they load lane by lane at clamped indices,
-    masked arithmetically, where no condition lets the simplifier drop the clamp."""
+def padded(load, row, column, *, height: int, width: int, shift: int, dtype: str):
+    """One byte of a padded row: the input at (row, column) shifted into `dtype`, or the shifted zero outside
+    the input (row and column count from the input's first, so padding is at negative indices and past the
+    end). Scheduled with `vectorise_padded_rows`, whose loops each lie wholly inside or outside the input's
+    columns, so the condition on the column is decided at compile time and the one on the row is a branch
+    per row: a padded row is plain vector copies with constants at its ends, and no load leaves the input."""
     from tvm import tirx
 
-    start = flat_row * width + tirx.floordiv(column, vector) * vector - left  # the vector's first byte in x
-    within = tirx.all(start >= 0, start + vector <= rows * width)
-    column = column - left
-    inside = tirx.all(row >= 0, row < height, column >= 0, column < width)
-    direct = tirx.Select(inside, (load(row, column).astype("int32") + shift).astype(dtype),
-                         tirx.const(shift, dtype))
-    clamped = load(tirx.max(tirx.min(row, height - 1), 0), tirx.max(tirx.min(column, width - 1), 0))
-    edge = (inside.astype("int32") * clamped.astype("int32") + shift).astype(dtype)
-    return tirx.if_then_else(within, direct, edge)
+    zero = tirx.const(shift, dtype)
+    value = (load(row, column).astype("int32") + shift).astype(dtype)
+    return tirx.if_then_else(tirx.all(row >= 0, row < height, column >= 0, column < width), value, zero)
+
+
+def vectorise_padded_rows(sch, pad, *, left: int, width: int, vector: int = PAD_VECTOR) -> None:
+    """A pad block's innermost loop, over a padded row's columns, in loops of at most `vector` columns that
+    each lie wholly in the left padding, the input's `width` columns from `left`, or the padding after them,
+    each vectorised (see `padded`).
+
+    Written as one loop of whole vectors instead, each vector of a row's first and last columns mixes padding
+    and input, a select per lane over a contiguous load, and those loads reach before the input's first byte
+    and past its last (a vector-wide branch loaded them lane by lane at the input's ends): the DB detector's
+    96 -> 24 3x3 conv at 160x160 spent a quarter of its time padding, on AMX; partitioned, a row of it is a
+    branch on the row and 5 vector copies."""
+    column = sch.get_loops(pad)[-1]
+    right = extent(sch, column) - left - width
+    parts = [size for span in (left, width, right) for size in _vectors(span, vector)]
+    loops = sch.loop_partition(column, [*parts[:-1], None]) if len(parts) > 1 else [column]
+    for loop in loops:
+        sch.vectorize(loop)
+
+
+def _vectors(span: int, vector: int) -> list[int]:
+    """`span` columns as whole vectors then one shorter one."""
+    return [vector] * (span // vector) + ([span % vector] if span % vector else [])
 
 
 def compute(x, w, correction, instruction: Instruction, *, strides, padding, dilation, kernel, channels,
@@ -226,14 +234,11 @@ def compute(x, w, correction, instruction: Instruction, *, strides, padding, dil
     shift = instruction.shift(str(x.dtype))
 
     def pad(b, row, c, column):
-        value = shifted_or_padding(lambda r, q: x[b, c, r, q], row - top, column, left=left, height=height,
-                                   width=width, shift=shift, flat_row=(b * in_ch + c) * height + row - top,
-                                   rows=n * in_ch * height, dtype=dtype)
+        value = padded(lambda r, q: x[b, c, r, q], row - top, column - left, height=height, width=width,
+                       shift=shift, dtype=dtype)
         if in_ch == groups_in * group:
             return value
-        # the channels that fill the last group are the shifted zero, loading nothing: a load at a
-        # clamped channel under a select of c < in_ch lost its clamp to the simplifier, as in
-        # shifted_or_padding, and the stem conv of 3 channels read a whole plane past its input
+        # the channels that fill the last group are the shifted zero, loading nothing
         return tirx.if_then_else(c < in_ch, value, tirx.const(shift, dtype))
 
     def tap(b, rc, h, col, rh, rw, ri, rg=None):
@@ -269,10 +274,10 @@ def compute(x, w, correction, instruction: Instruction, *, strides, padding, dil
         span = ceil_div(span, lanes) * lanes
         padded_w = ceil_div(max(width + left + right, span * sw + sw - 1), PAD_VECTOR) * PAD_VECTOR
         # [N, H, C, W]: the 4 channels a packed vector interleaves are neighbouring rows of one 2-D region
-        padded = te.compute((n, height + top + bottom, groups_in * group, padded_w), pad,
-                            name=instruction.pad_block)
+        rows = te.compute((n, height + top + bottom, groups_in * group, padded_w), pad,
+                          name=instruction.pad_block, attrs={"columns": [left, width]})
         packed = pack(height + top + bottom, sw,
-                      lambda b, cg, row, phase, q, ci: padded[b, row, cg * group + ci, q * sw + phase],
+                      lambda b, cg, row, phase, q, ci: rows[b, row, cg * group + ci, q * sw + phase],
                       attrs={"stride": sw})  # packing intrinsics need it
     rc, rh, rw, ri = (te.reduce_axis((0, e), name) for e, name in
                       ((groups_in // group_block, "rc"), (kh, "rh"), (kw, "rw"), (group, "ri")))
@@ -665,12 +670,18 @@ def vectorize_packing(sch, instruction: Instruction) -> None:
 
 
 def schedule_padding(sch, instruction: Instruction) -> None:
-    """Padding a row at a time, one vector per 64 columns; packing `lanes` columns x `group` channels per
+    """Padding a row at a time in vectors of at most 64 columns (vectorise_pad); packing `lanes` columns x `group` channels per
     shuffle (tensorize_packing). Packed element by element, the 3-channel stride-2 first conv of the
     classifier spent as long packing its input as computing (VNNI)."""
-    pad = sch.get_sblock(instruction.pad_block)
-    sch.vectorize(sch.split(sch.get_loops(pad)[-1], factors=[None, PAD_VECTOR])[1])
+    vectorise_pad(sch, instruction)
     tensorize_packing(sch, instruction)
+
+
+def vectorise_pad(sch, instruction: Instruction, vector: int = PAD_VECTOR) -> None:
+    """The pad block's rows as `vectorise_padded_rows` writes them: its input columns are in its annotation."""
+    pad = sch.get_sblock(instruction.pad_block)
+    left, width = (int(v) for v in sch.get(pad).annotations["columns"])
+    vectorise_padded_rows(sch, pad, left=left, width=width, vector=vector)
 
 
 def tensorize_packing(sch, instruction: Instruction) -> None:

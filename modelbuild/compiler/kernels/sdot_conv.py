@@ -49,6 +49,5 @@ def schedule(sch, cores: int) -> None:
     else:
         schedule_channel_lanes(sch, SDOT, cores, intrinsics[BLOCK])
     if SDOT.pad_block in names:
-        pad = sch.get_sblock(SDOT.pad_block)
-        sch.vectorize(sch.split(sch.get_loops(pad)[-1], factors=[None, PAD_VECTOR])[1])
+        packed_conv.vectorise_pad(sch, SDOT)
     packed_conv.vectorize_packing(sch, SDOT)  # 4 columns x 4 channels per 16-byte vector

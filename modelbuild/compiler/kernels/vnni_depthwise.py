@@ -28,7 +28,7 @@ import numpy as np
 
 from modelbuild.compiler.integer_ops import constant_value
 from modelbuild.compiler.kernels.packed_conv import (
-    ceil_div, epilogue_at, extent, largest_divisor, shifted_or_padding, static_shape, tensorize_reduction,
+    ceil_div, epilogue_at, extent, largest_divisor, padded, static_shape, tensorize_reduction, vectorise_padded_rows,
 )
 
 BLOCK = "vnni_depthwise"
@@ -130,15 +130,14 @@ def _compute(x, w, correction, *, strides, padding, dilation, kernel):
     shift = 128 if str(x.dtype) == "int8" else 0
 
     def pad(b, c, row, column):
-        return shifted_or_padding(lambda r, q: x[b, c, r, q], row - top, column, left=left, height=height,
-                                  width=width, shift=shift, flat_row=(b * channels + c) * height + row - top,
-                                  rows=n * channels * height, vector=PAD_VECTOR)
+        return padded(lambda r, q: x[b, c, r, q], row - top, column - left, height=height, width=width,
+                      shift=shift, dtype="uint8")
 
-    padded = te.compute((n, channels, rows, pitch), pad, name=PAD_BLOCK)
+    padded_rows = te.compute((n, channels, rows, pitch), pad, name=PAD_BLOCK, attrs={"columns": [left, width]})
     rh, rg, ri = (te.reduce_axis((0, e), name) for e, name in ((kh, "rh"), (groups, "rg"), (GROUP, "ri")))
     acc = te.compute(
         (n, channels, out_h, lanes_w),
-        lambda b, c, h, col: te.sum(padded[b, c, h * sh + rh * dh, col * sw + (rg * GROUP + ri) * dw].astype("int32")
+        lambda b, c, h, col: te.sum(padded_rows[b, c, h * sh + rh * dh, col * sw + (rg * GROUP + ri) * dw].astype("int32")
                                     * w[c, rh, rg, ri].astype("int32"), axis=[rh, rg, ri]),
         name=BLOCK, attrs={"stride": sw, "dilation": dw})  # the schedule picks the intrinsic by them
     return te.compute((n, channels, out_h, out_w), lambda b, c, h, col: acc[b, c, h, col] - correction[c],
@@ -163,8 +162,9 @@ def schedule(sch, cores: int) -> None:
     sch.reorder(b, c, h_outer, col_block, rh, rg, h_inner, col_inner, lanes, ri)
     epilogue_at(sch, block, col_block, LANES, row=h_outer)
     pad = sch.get_sblock(PAD_BLOCK)
-    pad_b, pad_c, _, pad_col = sch.get_loops(pad)
-    sch.vectorize(sch.split(pad_col, factors=[None, PAD_VECTOR])[1])
+    pad_b, pad_c, _, _ = sch.get_loops(pad)
+    left, width = (int(v) for v in sch.get(pad).annotations["columns"])
+    vectorise_padded_rows(sch, pad, left=left, width=width, vector=PAD_VECTOR)
     if cores > 1 and extent(sch, b) * extent(sch, c) * extent(sch, h_outer) * rows * vectors >= PARALLEL_MIN_WORK:
         sch.parallel(sch.fuse(b, c, h_outer))
         sch.parallel(sch.fuse(pad_b, pad_c))
