@@ -369,6 +369,25 @@ def test_float_accumulation_is_exact_at_its_bound_of_1024_extreme_products():
     assert got.ravel().tolist() == [1 << 24] * 16  # 1024 x 16384: the largest sum, still exact
 
 
+def test_a_padded_row_is_written_in_vectors_each_wholly_padding_or_input():
+    """A 3x3 conv of 160 columns pads each row to 192: 1 column of padding, 160 of input, 31 of padding. Each
+    vector the pad writes lies in one of the three, so the column's bounds are known at compile time: a row
+    is vector copies and constants, with no per-lane select or lane-by-lane load at the input's ends (one
+    loop of three 64-column vectors spent a quarter of the detector's 96 -> 24 conv on AMX padding)."""
+    import re
+
+    shape, weight = (1, 16, 4, 160), np.ones((16, 16, 3, 3), np.int8)
+    module = conv_module(shape, weight, "int8", strides=(1, 1), padding=(1, 1, 1, 1), dilation=(1, 1))
+    executable, phases = build(module, VNNI_CPU)
+    [script] = [s for s in (f.script() for f in phases.planned.functions.values() if hasattr(f, "params"))
+                if "vnni_pad" in s]
+    spans = [(int(a), int(b)) if b else (0, int(a)) for a, b, block in re.findall(
+        r'T\.vectorized\(T\.int64\((\d+)\)(?:, T\.int64\((\d+)\))?\):\s+with T\.sblock\("(vnni_pad\w*)"\)', script)]
+    assert spans == [(0, 1), (1, 65), (65, 129), (129, 161), (161, 192)]
+    assembly = "".join(m.inspect_source("asm") for m in executable.mod.imports)
+    assert not re.findall(r"\tvpinsrb", assembly)  # no byte loaded into a vector lane by lane
+
+
 GUARDED_RUN = r"""
 import ctypes, mmap, sys
 import numpy as np
@@ -406,8 +425,10 @@ print("ok")
     # AVX2 without VNNI: vpmaddwd on pairs, and a depthwise conv summed in float, its padding a copy
     (1, "(1, 16, 16, mmap.PAGESIZE // 256)", (1, 1), "znver3", ("avx2",), "avx2"),
     (16, "(1, 16, 16, mmap.PAGESIZE // 256)", (1, 1), "znver3", ("avx2",), "conv2d_int8"),
-    (1, "(1, 3, 64, 64)", (2, 2), "znver3", ("avx2",), "avx2")],
-    ids=["conv", "depthwise", "3-channel-stem", "avx2-conv", "avx2-depthwise", "avx2-3-channel-stem"])
+    (1, "(1, 3, 64, 64)", (2, 2), "znver3", ("avx2",), "avx2"),
+    # AMX tiles: 64 channels of 16 columns, one page
+    (1, "(1, 64, 4, 16)", (1, 1), "sapphirerapids", ("amx-int8", "amx-tile"), "amx")],
+    ids=["conv", "depthwise", "3-channel-stem", "avx2-conv", "avx2-depthwise", "avx2-3-channel-stem", "amx-conv"])
 def test_a_padded_conv_reads_nothing_outside_its_input(groups, shape, strides, mcpu, features, kernel):
     """The input lies in whole pages between two pages that may not be read: the padding of its first row,
     the vectors past its last and the channels that fill its last group must not load from them (a vector
