@@ -76,14 +76,30 @@ def test_the_sums_stay_in_a_tile_register_across_every_tap_and_block():
 
 
 def test_a_conv_of_an_odd_multiple_of_32_channels_takes_steps_of_32():
-    """96 channels as three steps of 32 (tiles 5 and 7: 16 rows of 32 bytes of weights, 8 rows of data), not
-    two of 64 half padded: 96 -> 24 3x3 at 80x80 ran 0.78x of VNNI's time so, 0.90x-1.04x padded."""
+    """96 channels as three steps of 32 (tiles 2 and 3: 16 rows of 32 bytes of weights, tile 7: 8 rows of
+    data), not two of 64 half padded: 96 -> 24 3x3 at 80x80 ran 0.78x of VNNI's time so, 0.90x-1.04x padded."""
     _, module, _ = case(GEOMETRIES[4])
     _, phases = build(module, AMX_CPU)
     [kernel] = [k for k in kernel_scripts(phases) if "tdpbsud" in k]
     assert re.search(r"for r, h(_1)?, w in T.grid\(T.int64\(3\), T.int64\(3\), T.int64\(3\)\):", kernel)
-    assert 'T.call_llvm_intrin("void", "llvm.x86.tdpbsud", T.int8(0), T.int8(5), T.int8(7))' in kernel
+    assert 'T.call_llvm_intrin("void", "llvm.x86.tdpbsud", T.int8(0), T.int8(2), T.int8(7))' in kernel
     assert "T.int8(4)" not in kernel and "T.int8(6)" not in kernel
+
+
+@pytest.mark.parametrize("geometry, blocks", [(GEOMETRIES[4], 2), (GEOMETRIES[3], 2), (GEOMETRIES[2], 1),
+                                              (GEOMETRIES[1], 1)], ids=["24-as-32", "64", "40-as-48", "16"])
+def test_two_blocks_of_output_channels_share_each_tile_of_data(geometry, blocks):
+    """Where a conv's blocks of 16 output channels pair up, a tile of the schedule is 32 channels: per step
+    and tap, each block's weights are loaded and one tile of data, which both blocks' tdpbsud multiply (96 ->
+    24 3x3 at 160x160, padded to 32 channels, 0.89x; at 80x80 0.87x). 48 channels are three blocks, alone."""
+    _, module, _ = case(geometry)
+    _, phases = build(module, AMX_CPU)
+    [kernel] = [k for k in kernel_scripts(phases) if "tdpbsud" in k]
+    step = kernel[kernel.index("for r, h"):kernel.index("llvm.x86.tilestored64")]
+    assert step.count("llvm.x86.tdpbsud") == blocks
+    assert step.count("llvm.x86.tileloadd64") == blocks + 1  # each block's weights, one tile of data
+    sums = {int(t) for t in re.findall(r'"llvm.x86.tdpbsud", T.int8\((\d)\)', step)}
+    assert sums == set(range(blocks))
 
 
 def test_a_1x1_conv_whose_data_outweighs_its_weights_loops_over_rows_outermost():
@@ -92,7 +108,7 @@ def test_a_1x1_conv_whose_data_outweighs_its_weights_loops_over_rows_outermost()
     _, module, _ = case(GEOMETRIES[0])
     _, phases = build(module, AMX_CPU)
     [kernel] = [k for k in kernel_scripts(phases) if "tdpbsud" in k]
-    assert "for b, h, o_0, col_0 in T.grid(T.int64(1), T.int64(6), T.int64(2), T.int64(2)):" in kernel
+    assert "for b, h, o_0, col_0 in T.grid(T.int64(1), T.int64(6), T.int64(1), T.int64(2)):" in kernel
 
 
 @pytest.mark.parametrize("geometry, order", [
@@ -176,12 +192,13 @@ def test_every_worker_thread_configures_its_tiles():
 
 
 def test_the_tile_configuration_is_palette_1_with_the_tiles_of_both_steps():
-    """Sums in tile 0 (16 rows of 16 int32); weights and data of a 64-channel step in tiles 4 and 6 (16 rows
-    of 64 bytes), of a 32-channel step in tiles 5 (16 rows of 32 bytes) and 7 (8 rows of 64 bytes)."""
+    """Sums in tiles 0 and 1 (16 rows of 16 int32); two blocks' weights of a 32-channel step in tiles 2 and 3
+    (16 rows of 32 bytes), of a 64-channel step in 4 and 5 (16 rows of 64 bytes); data of a 64-channel step in
+    tile 6 (16 rows of 64 bytes), of a 32-channel step in 7 (8 rows of 64 bytes)."""
     from modelbuild.compiler.kernels.amx_conv import tile_config_words
 
     config = b"".join(word.to_bytes(8, "little") for word in tile_config_words())
     assert config[0] == 1 and not any(config[1:16])
     assert ([int.from_bytes(config[16 + 2 * t:18 + 2 * t], "little") for t in range(16)]
-            == [64, 0, 0, 0, 64, 32, 64, 64] + [0] * 8)
-    assert list(config[48:64]) == [16, 0, 0, 0, 16, 16, 16, 8] + [0] * 8
+            == [64, 64, 32, 32, 64, 64, 64, 64] + [0] * 8)
+    assert list(config[48:64]) == [16, 16, 16, 16, 16, 16, 16, 8] + [0] * 8

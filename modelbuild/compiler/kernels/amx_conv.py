@@ -13,7 +13,8 @@ dropped); input channels are not padded (the convs that would need it stay on VN
 shifted into uint8 as for VNNI.
 
 A tensor intrinsic works on memory, so the sum tile is loaded and stored once per tile, around all its taps
-and blocks of channels (register_intrinsic). Measured in C on this kind of CPU, tdpbsud with every tile loaded
+and blocks of channels (register_intrinsic); two blocks of 16 output channels share each loaded tile of data
+where they pair up (PAIRED_BLOCKS). Measured in C on this kind of CPU, tdpbsud with every tile loaded
 from L1 runs 275-400 G multiply-adds per second per core, against ~97 G for vpdpbusd; the convs measured
 whole (packing and epilogue included) run in 0.43x-0.69x of VNNI's time (see instruction).
 
@@ -40,8 +41,14 @@ AMX = packed_conv.Instruction("amx", lanes=16, data_dtype="uint8", group_block=1
 AMX_32 = packed_conv.Instruction("amx", lanes=16, data_dtype="uint8", group_block=8)
 BLOCKS = (AMX.column_block,)  # default_schedule recognises the kernel by it
 STAGING_BLOCKS = AMX.staging_blocks
-SUMS = 0  # tile registers: the sums, and the weights and data of a step by its channels
-WEIGHTS, DATA = {64: 4, 32: 5}, {64: 6, 32: 7}
+# tile registers: the sums of two blocks of 16 output channels, their weights and the data of a step by its
+# channels; one configuration for every AMX kernel (tile_config_words)
+SUMS = (0, 1)
+WEIGHTS, DATA = {64: (4, 5), 32: (2, 3)}, {64: 6, 32: 7}
+# Output channels a tile of the schedule computes, in blocks of 16: two, where the blocks pair up, load each
+# tile of data once for both (measured alone, bit-identical: 96 -> 24 3x3 at 160x160, padded to 2 blocks,
+# 0.89x, at 80x80 0.87x)
+PAIRED_BLOCKS = 2
 SUM_ROWS, ROW_BYTES = 16, 64  # 16 output channels x 16 columns of int32; a data row: 16 columns x 4 channels
 # A conv of several taps whose weights all fit in a core's L1 (48 KB on Sapphire Rapids) loops over rows
 # outermost, its blocks of output channels inside: the rows of data a tile reads serve every block from L1
@@ -88,16 +95,18 @@ def instruction(call) -> packed_conv.Instruction | None:
 
 
 def schedule(sch, cores: int) -> None:
-    """Tensorise each 16 x 16 tile of sums with tdpbsud over every tap and step of input channels, the
-    sums in a tile register throughout (register_intrinsic); rows outermost as for VNNI's data-heavy 1x1
+    """Tensorise each 16 x 16 tile of sums, or pair of them (PAIRED_BLOCKS), with tdpbsud over every tap and
+    step of input channels, the sums in tile registers throughout (register_intrinsic); rows outermost as for VNNI's data-heavy 1x1
     convs, and for convs of several taps whose weights fit in L1 (ROWS_FIRST_WEIGHT_BYTES); the epilogue per
     row tile as for VNNI (packed_conv.epilogue_at); padded data packed 16 columns x 4 channels per shuffle."""
     block = sch.get_sblock(AMX.column_block)
     taps = sch.get(block).annotations
     b, o, h, col, rc, rh, rw, rg, ri = sch.get_loops(block)
-    ob, oi = sch.split(o, factors=[None, AMX.lanes])
+    channels = extent(sch, o)
+    blocks = PAIRED_BLOCKS if channels // AMX.lanes % PAIRED_BLOCKS == 0 else 1
+    ob, oi = sch.split(o, factors=[None, AMX.lanes * blocks])
     col_outer, col_inner = sch.split(col, factors=[None, AMX.lanes])
-    pixels, channels = extent(sch, h) * extent(sch, col_outer) * AMX.lanes, extent(sch, ob) * AMX.lanes
+    pixels = extent(sch, h) * extent(sch, col_outer) * AMX.lanes
     taps_count = extent(sch, rh) * extent(sch, rw)
     weight_bytes = channels * extent(sch, rc) * extent(sch, rg) * AMX.group * taps_count
     rows_first = (packed_conv.rows_outermost(sch, AMX, taps_count, pixels, channels)
@@ -112,7 +121,7 @@ def schedule(sch, cores: int) -> None:
     tile = sch.blockize(oi)
     _, data, weights = (_extents(region) for region in sch.get(tile).reads)
     sch.tensorize(tile, register_intrinsic(data, weights, [int(d) for d in taps["dilation"]],
-                                           int(taps["stride"][1])))
+                                           int(taps["stride"][1]), blocks))
     if AMX.pad_block in block_names(sch):
         packed_conv.schedule_padding(sch, AMX)
 
@@ -123,7 +132,7 @@ def finish(func):
 
 
 def _extents(region) -> tuple[int, ...]:
-    """The extents of a tile's region of packed data or weights, less the batch or block of output channels:
+    """The extents of a tile's region of packed data or weights, less the batch or blocks of output channels:
     data (steps, rows, phases, groups, columns, 4), weights (steps, KH, KW, 16, groups, 4): 16 or 8 groups."""
     return tuple(int(r.extent) for r in region.region[1:])
 
@@ -131,32 +140,42 @@ def _extents(region) -> tuple[int, ...]:
 _registered: set[str] = set()
 
 
-def register_intrinsic(data: tuple[int, ...], weights: tuple[int, ...], dilation: list[int], stride: int) -> str:
-    """The tensor intrinsic for one conv's tile of sums: sums[o, col] += data[r, rh * dh, phase, g, col +
-    shift, k] * weights[r, rh, rw, o, g, k] summed over its steps r of 64 or 32 input channels, its taps
-    (rh, rw) (phase and shift: column rw * dw of stride `stride`) and the 16 or 8 groups g of 4 channels k. Its
-    implementation loads the sum tile once, runs one tdpbsud per block and tap, and stores the sums once
-    (loaded and stored around each tap instead, 3x3 convs ran 0.62x-0.86x of VNNI's time, now 0.43x-0.69x).
-    `data` and `weights` are the extents of the regions TVM computed for the scheduled tile, so the
-    description matches them by construction.
+def register_intrinsic(data: tuple[int, ...], weights: tuple[int, ...], dilation: list[int], stride: int,
+                       blocks: int = 1) -> str:
+    """The tensor intrinsic for one conv's tile of sums, `blocks` blocks of 16 output channels by 16 columns:
+    sums[o, col] += data[r, rh * dh, phase, g, col + shift, k] * weights[o // 16, r, rh, rw, o % 16, g, k] summed
+    over its steps r of 64 or 32 input channels, its taps (rh, rw) (phase and shift: column rw * dw of stride
+    `stride`) and the 16 or 8 groups g of 4 channels k. Its implementation loads each block's sums once, and
+    per step and tap each block's weights and one tile of data, which every block's tdpbsud multiplies; it
+    stores the sums once (loaded and stored around each tap instead, 3x3 convs ran 0.62x-0.86x of VNNI's time,
+    now 0.43x-0.69x). `data` and `weights` are the extents of the regions TVM computed for the scheduled tile
+    (less the blocks of output channels), so the description matches them by construction.
     Written as TVMScript text because a tap loop of one iteration has no iteration variable in the scheduled
     block, and TVMScript binds variables only in straight-line code."""
     from tvm.s_tir import TensorIntrin
     from tvm.script import tirx as T
     from tvm.script.parser import parse
 
-    blocks, kh, kw, groups = weights[0], weights[1], weights[2], weights[4]
+    steps, kh, kw, groups = weights[0], weights[1], weights[2], weights[4]
     (dh, dw), lanes, step = dilation, AMX.lanes, groups * AMX.group
-    weight_tile, data_tile = WEIGHTS[step], DATA[step]
-    name = f"modelbuild_amx_{'x'.join(map(str, data))}_{blocks}x{kh}x{kw}_d{dh}x{dw}_s{stride}"
+    weight_tiles, data_tile, rows = WEIGHTS[step][:blocks], DATA[step], lanes * blocks
+    name = f"modelbuild_amx_{'x'.join(map(str, data))}_{steps}x{kh}x{kw}_d{dh}x{dw}_s{stride}_b{blocks}"
     if name in _registered:
         return name
-    loops = {"r": blocks, "h": kh, "w": kw}
+    loops = {"r": steps, "h": kh, "w": kw}
     var = {axis: f"v{axis}" if n > 1 else "0" for axis, n in loops.items()}
     bound = [axis for axis, n in loops.items() if n > 1]
+    # one block of output channels has no axis of blocks in the scheduled tile's weights
+    weight_shape = (blocks, *weights) if blocks > 1 else weights
+    block_axis = (lambda block: f"{block}, ") if blocks > 1 else (lambda block: "")
+    lane = f"vo % {lanes}" if blocks > 1 else "vo"
+    weight_at = f"{block_axis(f'vo // {lanes}')}{var['r']}, {var['h']}, {var['w']}, {lane}, vg, vk"
 
     def data_at(r, h, w, g, col, k):
         return f"{r}, {h} * {dh}, T.floormod({w} * {dw}, {stride}), {g}, {col} + T.floordiv({w} * {dw}, {stride}), {k}"
+
+    def tile_op(op, *args):
+        return f'T.evaluate(T.call_llvm_intrin("void", "llvm.x86.{op}", {", ".join(map(str, args))}))'
 
     header = f"""
 @T.prim_func(s_tir=True)
@@ -164,35 +183,38 @@ def intrinsic(a: T.handle, b: T.handle, c: T.handle):
     s0, s1, s2, s3, s4 = T.int64(), T.int64(), T.int64(), T.int64(), T.int64()
     sum_stride, sum_row_stride = T.int64(), T.int64()
     data = T.match_buffer(a, {data}, "uint8", strides=[s0, s1, s2, s3, 4, 1], offset_factor=1)
-    weights = T.match_buffer(b, {weights}, "int8", offset_factor=1)
-    sums = T.match_buffer(c, ({lanes}, 1, {lanes}), "int32", strides=[sum_stride, sum_row_stride, 1],
+    weights = T.match_buffer(b, {weight_shape}, "int8", offset_factor=1)
+    sums = T.match_buffer(c, ({rows}, 1, {lanes}), "int32", strides=[sum_stride, sum_row_stride, 1],
                           offset_factor=1)
     with T.sblock("root"):
-        T.reads(sums[0:{lanes}, 0, 0:{lanes}], {', '.join(f'{x}[{", ".join(f"0:{d}" for d in shape)}]'
-                                                           for x, shape in (('data', data), ('weights', weights)))})
-        T.writes(sums[0:{lanes}, 0, 0:{lanes}])
+        T.reads(sums[0:{rows}, 0, 0:{lanes}], {', '.join(f'{x}[{", ".join(f"0:{d}" for d in shape)}]'
+                                                         for x, shape in (('data', data), ('weights', weight_shape)))})
+        T.writes(sums[0:{rows}, 0, 0:{lanes}])
 """
     description = header + f"""
-        for o, col, r, h, w, g, k in T.grid({lanes}, {lanes}, {blocks}, {kh}, {kw}, {groups}, {AMX.group}):
+        for o, col, r, h, w, g, k in T.grid({rows}, {lanes}, {steps}, {kh}, {kw}, {groups}, {AMX.group}):
             with T.sblock("update"):
                 vo, vcol, {''.join(f'v{axis}, ' for axis in bound)}vg, vk = T.axis.remap(
                     "SS{'R' * len(bound)}RR", [o, col, {''.join(f'{axis}, ' for axis in bound)}g, k])
                 sums[vo, 0, vcol] = sums[vo, 0, vcol] + (
                     T.Cast("int32", data[{data_at(var['r'], var['h'], var['w'], 'vg', 'vcol', 'vk')}])
-                    * T.Cast("int32", weights[{var['r']}, {var['h']}, {var['w']}, vo, vg, vk]))
+                    * T.Cast("int32", weights[{weight_at}]))
 """
+    sum_at = [f"T.address_of(sums[{block * lanes}, 0, 0])" for block in range(blocks)]
+    loads = [tile_op("tileloadd64", f"T.int8({SUMS[i]})", sum_at[i], "sum_stride * 4") for i in range(blocks)]
+    stores = [tile_op("tilestored64", f"T.int8({SUMS[i]})", sum_at[i], "sum_stride * 4") for i in range(blocks)]
+    step_body = [
+        *(tile_op("tileloadd64", f"T.int8({tile})", f"T.address_of(weights[{block_axis(i)}r, h, w, 0, 0, 0])",
+                  f"T.int64({step})") for i, tile in enumerate(weight_tiles)),
+        tile_op("tileloadd64", f"T.int8({data_tile})", f"T.address_of(data[{data_at('r', 'h', 'w', 0, 0, 0)}])", "s3"),
+        *(tile_op("tdpbsud", f"T.int8({SUMS[i]})", f"T.int8({tile})", f"T.int8({data_tile})")
+          for i, tile in enumerate(weight_tiles))]
+    indent, step_indent = "\n        ", "\n            "
     implementation = header + f"""
-        T.evaluate(T.call_llvm_intrin("void", "llvm.x86.tileloadd64", T.int8({SUMS}), T.address_of(sums[0, 0, 0]),
-                                      sum_stride * 4))
-        for r, h, w in T.grid({blocks}, {kh}, {kw}):
-            T.evaluate(T.call_llvm_intrin("void", "llvm.x86.tileloadd64", T.int8({weight_tile}),
-                                          T.address_of(weights[r, h, w, 0, 0, 0]), T.int64({step})))
-            T.evaluate(T.call_llvm_intrin("void", "llvm.x86.tileloadd64", T.int8({data_tile}),
-                                          T.address_of(data[{data_at('r', 'h', 'w', 0, 0, 0)}]), s3))
-            T.evaluate(T.call_llvm_intrin("void", "llvm.x86.tdpbsud", T.int8({SUMS}), T.int8({weight_tile}),
-                                          T.int8({data_tile})))
-        T.evaluate(T.call_llvm_intrin("void", "llvm.x86.tilestored64", T.int8({SUMS}), T.address_of(sums[0, 0, 0]),
-                                      sum_stride * 4))
+        {indent.join(loads)}
+        for r, h, w in T.grid({steps}, {kh}, {kw}):
+            {step_indent.join(step_body)}
+        {indent.join(stores)}
 """
     parsed = [parse(text, extra_vars={"T": T}, s_tir=True) for text in (description, implementation)]
     TensorIntrin.register(name, *parsed, override=True)
@@ -204,8 +226,8 @@ def tile_shapes() -> dict[int, tuple[int, int]]:
     """Each tile register's (rows, bytes per row): the sums 16 output channels of 16 int32 columns; for a
     step of `step` channels, the weights 16 output channels of `step` bytes and the data step / 4 groups of
     16 columns x 4 channels (tdpbsud takes K = step from the weights' row and the data's rows)."""
-    return {SUMS: (SUM_ROWS, ROW_BYTES),
-            **{WEIGHTS[step]: (AMX.lanes, step) for step in WEIGHTS},
+    return {**{tile: (SUM_ROWS, ROW_BYTES) for tile in SUMS},
+            **{tile: (AMX.lanes, step) for step in WEIGHTS for tile in WEIGHTS[step]},
             **{DATA[step]: (step // AMX.group, ROW_BYTES) for step in DATA}}
 
 
