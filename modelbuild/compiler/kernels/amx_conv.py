@@ -12,11 +12,11 @@ packed [O/16, C/64, KH, KW, 16, 16, 4] (with 32 and 8 for a step of 32); the sum
 dropped); input channels are not padded (the convs that would need it stay on VNNI, see instruction). Data is
 shifted into uint8 as for VNNI.
 
-A tensor intrinsic works on memory, so the sum tile is loaded and stored once per tile, around all its taps
-and blocks of channels (register_intrinsic); two blocks of 16 output channels share each loaded tile of data
-where they pair up (PAIRED_BLOCKS). Measured in C on this kind of CPU, tdpbsud with every tile loaded
-from L1 runs 275-400 G multiply-adds per second per core, against ~97 G for vpdpbusd; the convs measured
-whole (packing and epilogue included) run in 0.43x-0.69x of VNNI's time (see instruction).
+A tensor intrinsic works on memory, so the sum tile is zeroed in its register and stored once per tile,
+around all its taps and blocks of channels (register_intrinsic); two blocks of 16 output channels share each
+loaded tile of data where they pair up (PAIRED_BLOCKS). Measured in C on this kind of CPU, tdpbsud with every
+tile loaded from L1 runs 275-400 G multiply-adds per second per core, against ~97 G for vpdpbusd; the convs
+measured whole (packing and epilogue included) ran in 0.43x-0.69x of VNNI's time (see instruction).
 
 AMX needs two things no other kernel does:
 - the process's permission to use the tile registers, asked of Linux (arch_prctl ARCH_REQ_XCOMP_PERM, since
@@ -96,9 +96,10 @@ def instruction(call) -> packed_conv.Instruction | None:
 
 def schedule(sch, cores: int) -> None:
     """Tensorise each 16 x 16 tile of sums, or pair of them (PAIRED_BLOCKS), with tdpbsud over every tap and
-    step of input channels, the sums in tile registers throughout (register_intrinsic); rows outermost as for VNNI's data-heavy 1x1
-    convs, and for convs of several taps whose weights fit in L1 (ROWS_FIRST_WEIGHT_BYTES); the epilogue per
-    row tile as for VNNI (packed_conv.epilogue_at); padded data packed 16 columns x 4 channels per shuffle."""
+    step of input channels, the sums in tile registers throughout (register_intrinsic); rows outermost as for
+    VNNI's data-heavy 1x1 convs, and for convs of several taps whose weights fit in L1
+    (ROWS_FIRST_WEIGHT_BYTES); the epilogue per row tile as for VNNI (packed_conv.epilogue_at); padded data
+    packed 16 columns x 4 channels per shuffle."""
     block = sch.get_sblock(AMX.column_block)
     taps = sch.get(block).annotations
     b, o, h, col, rc, rh, rw, rg, ri = sch.get_loops(block)
@@ -145,11 +146,13 @@ def register_intrinsic(data: tuple[int, ...], weights: tuple[int, ...], dilation
     """The tensor intrinsic for one conv's tile of sums, `blocks` blocks of 16 output channels by 16 columns:
     sums[o, col] += data[r, rh * dh, phase, g, col + shift, k] * weights[o // 16, r, rh, rw, o % 16, g, k] summed
     over its steps r of 64 or 32 input channels, its taps (rh, rw) (phase and shift: column rw * dw of stride
-    `stride`) and the 16 or 8 groups g of 4 channels k. Its implementation loads each block's sums once, and
-    per step and tap each block's weights and one tile of data, which every block's tdpbsud multiplies; it
-    stores the sums once (loaded and stored around each tap instead, 3x3 convs ran 0.62x-0.86x of VNNI's time,
-    now 0.43x-0.69x). `data` and `weights` are the extents of the regions TVM computed for the scheduled tile
-    (less the blocks of output channels), so the description matches them by construction.
+    `stride`) and the 16 or 8 groups g of 4 channels k. It covers the tile's whole reduction: its
+    implementation zeroes each block's sums in their registers (tilezero, where loading the zeros TVM's init
+    had just written cost the convs 1.03x-1.17x their time), then per step and tap loads each block's weights
+    and one tile of data, which every block's tdpbsud multiplies, and stores the sums once (loaded and stored
+    around each tap instead, 3x3 convs ran 0.62x-0.86x of VNNI's time, then 0.43x-0.69x). `data` and
+    `weights` are the extents of the regions TVM computed for the scheduled tile (less the blocks of output
+    channels), so the description matches them by construction.
     Written as TVMScript text because a tap loop of one iteration has no iteration variable in the scheduled
     block, and TVMScript binds variables only in straight-line code."""
     from tvm.s_tir import TensorIntrin
@@ -201,7 +204,9 @@ def intrinsic(a: T.handle, b: T.handle, c: T.handle):
                     * T.Cast("int32", weights[{weight_at}]))
 """
     sum_at = [f"T.address_of(sums[{block * lanes}, 0, 0])" for block in range(blocks)]
-    loads = [tile_op("tileloadd64", f"T.int8({SUMS[i]})", sum_at[i], "sum_stride * 4") for i in range(blocks)]
+    # the init's zeros are written still: without them the tile stores missed (a model of 1x200 AMX convs,
+    # faster conv by conv, ran 1.03x slower), and loaded after them, the tiles waited on those stores
+    zeros = [tile_op("tilezero", f"T.int8({SUMS[i]})") for i in range(blocks)]
     stores = [tile_op("tilestored64", f"T.int8({SUMS[i]})", sum_at[i], "sum_stride * 4") for i in range(blocks)]
     step_body = [
         *(tile_op("tileloadd64", f"T.int8({tile})", f"T.address_of(weights[{block_axis(i)}r, h, w, 0, 0, 0])",
@@ -211,7 +216,7 @@ def intrinsic(a: T.handle, b: T.handle, c: T.handle):
           for i, tile in enumerate(weight_tiles))]
     indent, step_indent = "\n        ", "\n            "
     implementation = header + f"""
-        {indent.join(loads)}
+        {indent.join(zeros)}
         for r, h, w in T.grid({steps}, {kh}, {kw}):
             {step_indent.join(step_body)}
         {indent.join(stores)}
