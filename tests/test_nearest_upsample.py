@@ -24,3 +24,9 @@ def test_upsampling_factors_are_whole_multiples_of_each_side(source, target, fac
                                                 (48, 3, None), (38, 1, None)])
 def test_a_row_takes_the_widest_vector_that_divides_it_and_its_factor_divides(row, factor, width):
     assert vector_width(row, factor) == width
+
+
+@pytest.mark.parametrize("row, factor, width", [(128, 8, 64), (160, 2, 32), (48, 4, 16), (40, 2, None)])
+def test_a_row_of_bytes_takes_vectors_of_as_many_bytes_as_a_float_rows(row, factor, width):
+    """64, 32 or 16 bytes: 64 int8 lanes where a float row's vector holds 16."""
+    assert vector_width(row, factor, "int8") == width

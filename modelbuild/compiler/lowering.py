@@ -20,8 +20,9 @@ rows and columns that only ever multiply padding (padding_taps.py, exact too), m
 channels no vector width divides compute them rounded up to whole vectors (channel_padding.py), and int8
 1x1 convs whose rows the packed kernels' vector lanes do not divide are computed on their pixels cut into
 rows that they do (pixel_rows.py), and chains of element-wise steps by constants (an int8 conv's rescale,
-bias and a model's affine blocks) become one addition and one multiplication (affine_folding.py). A TopK
-becomes top_k.py's kernel before TVM's sort dispatch sees it.
+bias and a model's affine blocks) become one addition and one multiplication (affine_folding.py); a quantize
+of a concatenation of nearest upsamplings is computed before them, so they move int8 (early_quantize.py).
+A TopK becomes top_k.py's kernel before TVM's sort dispatch sees it.
 These run whether or not the default schedule does, so the tune stage sees the kernels the compile stage
 builds. exp, erf, tanh, sigmoid and softmax are legalised as polynomials that stay in vectors (fast_math.py).
 """
@@ -33,7 +34,7 @@ import re
 from dataclasses import dataclass
 
 from modelbuild.compiler import (affine_folding, channel_padding, channels_last, constant_folding, conv_transpose,
-                                 default_schedule, fast_math, float16_compute, group_blocks,
+                                 default_schedule, early_quantize, fast_math, float16_compute, group_blocks,
                                  layer_names, padding_taps, pixel_rows, transpose_folding)
 from modelbuild.compiler.analysis import KernelCall, Step
 from modelbuild.compiler.kernels import (layer_norm, linear_upsample, nearest_upsample, packed_gemv, pairwise_pool,
@@ -68,7 +69,7 @@ def lower(module, target, *, fuse: bool, layout: str | None, database=None, sche
     module, used_layout = _channels_last(padding_taps.rewrite(conv_transpose.rewrite(module)), layout)
     module = transpose_folding.fold(module)
     module = constant_folding.fold(channel_padding.rewrite(module))
-    module = affine_folding.fold(module)
+    module = early_quantize.rewrite(affine_folding.fold(module))
     # computed once, used twice: smoothing gives each conv reading a tensor the same divisor, so the QDQ
     # graph quantizes that tensor once per conv with equal constants (6 of the DB detector's 10 quantize
     # kernels), and the one left fuses into the kernel that makes the tensor

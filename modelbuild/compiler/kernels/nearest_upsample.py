@@ -18,7 +18,8 @@ vectoriser.
 from __future__ import annotations
 
 BLOCK = "nearest_upsample"
-WIDTHS = (16, 8, 4)  # output elements of one shuffle, widest first: 16 x 4 bytes, the AVX-512 vector
+VECTOR_BYTES = (64, 32, 16)  # one shuffle's output, widest first: the AVX-512 vector, then AVX2's and SSE's
+SHUFFLED = {"float32": 4, "int8": 1, "uint8": 1}  # the dtypes whose rows take the shuffle, by their bytes
 
 
 def eligible(call) -> bool:
@@ -62,15 +63,17 @@ def legalize_resize2d(bb, call):
     return bb.call_te(upsample, call.args[0], primfunc_name_hint="resize2d")
 
 
-def vector_width(row: int, factor: int) -> int | None:
-    """The widest vector of WIDTHS that divides the row and that the factor divides (the layout net's
-    76-column rows: 4), or None."""
-    return next((w for w in WIDTHS if row % w == 0 and w % factor == 0), None)
+def vector_width(row: int, factor: int, dtype: str = "float32") -> int | None:
+    """The widest vector of VECTOR_BYTES, in elements of `dtype`, that divides the row and that the factor
+    divides (the layout net's 76-column float rows: 4), or None."""
+    return next((w for w in (size // SHUFFLED[dtype] for size in VECTOR_BYTES) if row % w == 0 and w % factor == 0),
+                None)
 
 
 def shuffles(sch, block) -> bool:
-    """Whether the block's rows take the shuffle (see `vector_width`); float32 only."""
-    return (_width(sch, block) is not None and str(sch.get(block).writes[0].source.dtype) == "float32")
+    """Whether the block's rows take the shuffle (see `vector_width`): float32, or 8-bit data (a DB
+    detector's FPN maps, quantized before they are upsampled: compiler/early_quantize.py)."""
+    return str(_dtype(sch, block)) in SHUFFLED and _width(sch, block) is not None
 
 
 def tensorize_rows(sch, block) -> None:
@@ -78,19 +81,24 @@ def tensorize_rows(sch, block) -> None:
     copy a schedule after a tensorize (Schedule.copy fails), so this comes last."""
     width = _width(sch, block)
     _, lanes = sch.split(sch.get_loops(block)[-1], factors=[None, width])
-    sch.tensorize(lanes, _intrinsic(int(sch.get(block).annotations["factor"]), width))
+    sch.tensorize(lanes, _intrinsic(int(sch.get(block).annotations["factor"]), width, _dtype(sch, block)))
 
 
 def _width(sch, block) -> int | None:
-    return vector_width(int(sch.get(sch.get_loops(block)[-1]).extent), int(sch.get(block).annotations["factor"]))
+    return vector_width(int(sch.get(sch.get_loops(block)[-1]).extent), int(sch.get(block).annotations["factor"]),
+                        _dtype(sch, block))
+
+
+def _dtype(sch, block) -> str:
+    return str(sch.get(block).writes[0].source.dtype)
 
 
 _registered: set[str] = set()
 
 
-def _intrinsic(factor: int, lanes: int) -> str:
-    """out[i] = in[i / factor] for `lanes` float32 outputs, registered once per factor and width."""
-    name = f"modelbuild_nearest_upsample_f{factor}_w{lanes}"
+def _intrinsic(factor: int, lanes: int, dtype: str = "float32") -> str:
+    """out[i] = in[i / factor] for `lanes` outputs of `dtype`, registered once per factor, width and dtype."""
+    name = f"modelbuild_nearest_upsample_f{factor}_w{lanes}_{dtype}"
     if name in _registered:
         return name
     from tvm import tirx
@@ -101,8 +109,8 @@ def _intrinsic(factor: int, lanes: int) -> str:
     order = [tirx.IntImm("int32", i // factor) for i in range(lanes)]
 
     @T.prim_func(s_tir=True)
-    def description(a: T.Buffer((source,), "float32", offset_factor=1),
-                    b: T.Buffer((lanes,), "float32", offset_factor=1)) -> None:
+    def description(a: T.Buffer((source,), dtype, offset_factor=1),
+                    b: T.Buffer((lanes,), dtype, offset_factor=1)) -> None:
         with T.sblock("root"):
             T.reads(a[0:source])
             T.writes(b[0:lanes])
@@ -112,13 +120,13 @@ def _intrinsic(factor: int, lanes: int) -> str:
                     b[vi] = a[vi // factor]
 
     @T.prim_func(s_tir=True)
-    def implementation(a: T.Buffer((source,), "float32", offset_factor=1),
-                       b: T.Buffer((lanes,), "float32", offset_factor=1)) -> None:
+    def implementation(a: T.Buffer((source,), dtype, offset_factor=1),
+                       b: T.Buffer((lanes,), dtype, offset_factor=1)) -> None:
         with T.sblock("root"):
             T.reads(a[0:source])
             T.writes(b[0:lanes])
             # a shuffle may select no more lanes than its inputs hold: the one vector, given factor times
-            b[T.ramp(0, 1, lanes)] = T.Shuffle([a.vload([0], f"float32x{source}")] * factor, order)
+            b[T.ramp(0, 1, lanes)] = T.Shuffle([a.vload([0], f"{dtype}x{source}")] * factor, order)
 
     TensorIntrin.register(name, description, implementation, override=True)
     _registered.add(name)
