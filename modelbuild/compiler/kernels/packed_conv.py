@@ -670,9 +670,9 @@ def vectorize_packing(sch, instruction: Instruction) -> None:
 
 
 def schedule_padding(sch, instruction: Instruction) -> None:
-    """Padding a row at a time in vectors of at most 64 columns (vectorise_pad); packing `lanes` columns x `group` channels per
-    shuffle (tensorize_packing). Packed element by element, the 3-channel stride-2 first conv of the
-    classifier spent as long packing its input as computing (VNNI)."""
+    """Padding a row at a time in vectors of at most 64 columns (vectorise_pad); packing `lanes` columns x
+    `group` channels per shuffle (tensorize_packing). Packed element by element, the 3-channel stride-2 first
+    conv of the classifier spent as long packing its input as computing (VNNI)."""
     vectorise_pad(sch, instruction)
     tensorize_packing(sch, instruction)
 

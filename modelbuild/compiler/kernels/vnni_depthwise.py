@@ -137,8 +137,9 @@ def _compute(x, w, correction, *, strides, padding, dilation, kernel):
     rh, rg, ri = (te.reduce_axis((0, e), name) for e, name in ((kh, "rh"), (groups, "rg"), (GROUP, "ri")))
     acc = te.compute(
         (n, channels, out_h, lanes_w),
-        lambda b, c, h, col: te.sum(padded_rows[b, c, h * sh + rh * dh, col * sw + (rg * GROUP + ri) * dw].astype("int32")
-                                    * w[c, rh, rg, ri].astype("int32"), axis=[rh, rg, ri]),
+        lambda b, c, h, col: te.sum(
+            padded_rows[b, c, h * sh + rh * dh, col * sw + (rg * GROUP + ri) * dw].astype("int32")
+            * w[c, rh, rg, ri].astype("int32"), axis=[rh, rg, ri]),
         name=BLOCK, attrs={"stride": sw, "dilation": dw})  # the schedule picks the intrinsic by them
     return te.compute((n, channels, out_h, out_w), lambda b, c, h, col: acc[b, c, h, col] - correction[c],
                       name="vnni_depthwise_unpack")
