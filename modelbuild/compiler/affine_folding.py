@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from modelbuild.compiler.integer_ops import constant_value, fold_into_quantize
-from modelbuild.compiler.relax_rewrite import known_shape, use_counts
+from modelbuild.compiler.relax_rewrite import bound_constant, known_shape, use_counts
 
 AFFINE = ("relax.multiply", "relax.divide", "relax.add", "relax.subtract")
 COMMUTATIVE = ("relax.multiply", "relax.add")
@@ -41,7 +41,6 @@ def fold(module):
     """The module with every chain of more than two steps rewritten as (x + b) * m, or fewer steps, and the
     multiplication of one that a quantize reads taken into its scale."""
     from tvm import relax
-    from tvm.ir import Constant  # relax constants are tvm.ir.Constant in TVM 0.27
 
     @relax.expr_functor.mutator
     class Folding(relax.PyExprMutator):
@@ -79,10 +78,7 @@ def fold(module):
             return Chain(inner.base, m, b, inner.steps + 1)
 
         def _constant(self, expr):
-            """The constant `expr` is, inline or bound to a var (an ONNX initializer's name), else None."""
-            if isinstance(expr, relax.Var):
-                expr = self.lookup_binding(expr)
-            return expr if isinstance(expr, Constant) else None
+            return bound_constant(self, expr)
 
         def _quantized(self, call):
             """A quantize of x * m + b (two steps, m > 0) as a quantize of (x + b / m) * m, whose m

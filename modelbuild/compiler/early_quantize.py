@@ -21,13 +21,12 @@ from __future__ import annotations
 import numpy as np
 
 from modelbuild.compiler.integer_ops import constant_value
-from modelbuild.compiler.relax_rewrite import use_counts
+from modelbuild.compiler.relax_rewrite import bound_constant, use_counts
 
 
 def rewrite(module):
     """The module with each eligible quantize moved before the concatenations and nearest resizes it reads."""
     from tvm import relax
-    from tvm.ir import Constant  # relax constants are tvm.ir.Constant in TVM 0.27
 
     @relax.expr_functor.mutator
     class EarlyQuantize(relax.PyExprMutator):
@@ -86,9 +85,7 @@ def rewrite(module):
             return self.lookup_binding(expr)
 
         def _constant(self, expr):
-            if isinstance(expr, relax.Var):
-                expr = self.lookup_binding(expr)
-            return expr if isinstance(expr, Constant) else None
+            return bound_constant(self, expr)
 
     module = module.clone()  # the caller's stays as it was
     for gv, func in list(module.functions.items()):

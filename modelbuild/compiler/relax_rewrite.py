@@ -56,3 +56,14 @@ def use_counts(func) -> dict:
 
     Reads().visit_expr(func.body)
     return counts
+
+
+def bound_constant(mutator, expr):
+    """The constant `expr` is, inline or bound to a var (an ONNX initializer's name) that `mutator` has
+    visited, else None."""
+    from tvm import relax
+    from tvm.ir import Constant  # relax constants are tvm.ir.Constant in TVM 0.27
+
+    if isinstance(expr, relax.Var):
+        expr = mutator.lookup_binding(expr)
+    return expr if isinstance(expr, Constant) else None
