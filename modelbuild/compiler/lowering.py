@@ -22,6 +22,8 @@ channels no vector width divides compute them rounded up to whole vectors (chann
 rows that they do (pixel_rows.py), and chains of element-wise steps by constants (an int8 conv's rescale,
 bias and a model's affine blocks) become one addition and one multiplication (affine_folding.py); a quantize
 of a concatenation of nearest upsamplings is computed before them, so they move int8 (early_quantize.py).
+FuseOps fuses a nearest upsampling into the kernel of the element-wise step that reads it, unless that
+kernel's conv computes more than a pixel (upsample_fusion.py).
 A TopK becomes top_k.py's kernel before TVM's sort dispatch sees it.
 These run whether or not the default schedule does, so the tune stage sees the kernels the compile stage
 builds. exp, erf, tanh, sigmoid and softmax are legalised as polynomials that stay in vectors (fast_math.py).
@@ -35,7 +37,8 @@ from dataclasses import dataclass
 
 from modelbuild.compiler import (affine_folding, channel_padding, channels_last, constant_folding, conv_transpose,
                                  default_schedule, early_quantize, fast_math, float16_compute, group_blocks,
-                                 layer_names, padding_taps, pixel_rows, transpose_folding)
+                                 layer_names, padding_taps, pixel_rows, transpose_folding,
+                                 upsample_fusion)
 from modelbuild.compiler.analysis import KernelCall, Step
 from modelbuild.compiler.kernels import (layer_norm, linear_upsample, nearest_upsample, packed_gemv, pairwise_pool,
                                         scatter_nd, top_k)
@@ -88,7 +91,7 @@ def lower(module, target, *, fuse: bool, layout: str | None, database=None, sche
     module = top_k.rewrite(module)  # before the library dispatch, which would send topk to TVM's full sort
     legalized = seq(cpu.library_dispatch_passes(target) + [legalize,
                     relax.transform.AnnotateTIROpPattern(), relax.transform.FoldConstant()])(module)
-    grouped = relax.transform.FuseOps()(legalized) if fuse else legalized
+    grouped = upsample_fusion.fuse(legalized) if fuse else legalized
     fused = relax.transform.FuseTIR()(grouped) if fuse else legalized
     if database is not None:
         with database:

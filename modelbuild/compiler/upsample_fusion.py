@@ -1,0 +1,84 @@
+"""Nearest-neighbour upsamplings fused into the kernel of the element-wise step that reads them, where that
+kernel computes no more than a pixel per channel before it: the DB detectors' squeeze-and-excite FPN, whose
+every level adds the coarser level upsampled (x + x * gate(x) + upsample(coarser), the gate a 1x1 conv of one
+pixel, the kernel's anchor).
+
+TVM's FuseOps takes a resize for an injective op, which joins a kernel only where every op from it to that
+kernel's anchor is injective too: behind a conv's epilogue it never does, so each level's upsampled map was
+written whole (96 x 160 x 160 floats at the detector's finest level, 9.8 MB, 0.21 ms) and read back. As a
+broadcast (op_pattern 1, a bias's kind) FuseOps fuses it into its element-wise consumer's kernel, where the
+default schedule computes it row by row as that consumer reads it (one load and one shuffle a vector:
+kernels/nearest_upsample.py).
+
+Not into a kernel whose conv or matmul computes more than one pixel: the hand-written int8 convs expect no
+such block and would refuse it, leaving the conv to the generic steps; there the upsampling stays a kernel of
+its own, as TVM fuses it.
+"""
+
+from __future__ import annotations
+
+from modelbuild.compiler.kernels import nearest_upsample
+
+BROADCAST, INJECTIVE, OUT_ELEMWISE_FUSABLE = 1, 2, 4  # TVM's OpPatternKind
+
+
+def fuse(legalized):
+    """FuseOps with every nearest upsampling marked a broadcast, except those it would put in a kernel with a
+    conv or matmul of more than one pixel (see the module's docstring)."""
+    from tvm import relax
+
+    upsamplings = [gv for gv, func in legalized.functions.items() if _upsamples(func)]
+    marked = _with_pattern(legalized, upsamplings, BROADCAST)
+    grouped = relax.transform.FuseOps()(marked)
+    refused = set(_beside_wide_anchors(grouped, upsamplings))
+    if not refused:
+        return grouped
+    return relax.transform.FuseOps()(_with_pattern(marked, refused, INJECTIVE))
+
+
+def _upsamples(func) -> bool:
+    from tvm import tirx
+    from tvm.s_tir import Schedule, ScheduleError
+
+    if not isinstance(func, tirx.PrimFunc):
+        return False
+    try:
+        Schedule(func).get_sblock(nearest_upsample.BLOCK)
+    except ScheduleError:
+        return False
+    return True
+
+
+def _with_pattern(module, gvs, pattern: int):
+    module = module.clone()
+    for gv in gvs:
+        module.update_func(gv, module[gv].with_attr("op_pattern", pattern))
+    return module
+
+
+def _beside_wide_anchors(grouped, upsamplings):
+    """The upsamplings that FuseOps put in a fused function beside a conv or matmul of more than one pixel."""
+    from tvm import relax
+
+    names = {gv.name_hint for gv in upsamplings}
+    for func in grouped.functions.values():
+        if not isinstance(func, relax.Function) or not func.attrs or "Primitive" not in func.attrs:
+            continue
+        calls = [b for block in func.body.blocks for b in block.bindings
+                 if getattr(getattr(b.value, "op", None), "name", None) == "relax.call_tir"]
+        targets = [b.value.args[0] for b in calls]
+        if not any(gv.name_hint in names for gv in targets):
+            continue
+        if any(_wide_anchor(grouped[gv], b.var.ty) for gv, b in zip(targets, calls)):
+            yield from (gv for gv in upsamplings if any(gv.same_as(t) for t in targets))
+
+
+def _wide_anchor(kernel, out_type) -> bool:
+    """Whether the kernel is a conv or matmul whose output is not one pixel per channel (NCHW, H x W = 1)."""
+    if int(kernel.attrs["op_pattern"]) != OUT_ELEMWISE_FUSABLE:
+        return False
+    try:
+        shape = [int(d) for d in out_type.shape.values]
+    except (AttributeError, TypeError, ValueError):
+        return True
+    return len(shape) != 4 or shape[2] * shape[3] != 1
