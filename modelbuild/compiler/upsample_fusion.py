@@ -27,13 +27,15 @@ def fuse(legalized):
     conv or matmul of more than one pixel (see the module's docstring)."""
     from tvm import relax
 
-    upsamplings = [gv for gv, func in legalized.functions.items() if _upsamples(func)]
-    marked = _with_pattern(legalized, upsamplings, BROADCAST)
-    grouped = relax.transform.FuseOps()(marked)
-    refused = set(_beside_wide_anchors(grouped, upsamplings))
-    if not refused:
-        return grouped
-    return relax.transform.FuseOps()(_with_pattern(marked, refused, INJECTIVE))
+    marked = [gv for gv, func in legalized.functions.items() if _upsamples(func)]
+    module = _with_pattern(legalized, marked, BROADCAST)
+    while True:  # unmarking one changes only where it goes, but fuse again until none is refused
+        grouped = relax.transform.FuseOps()(module)
+        refused = list(_beside_wide_anchors(grouped, marked))
+        if not refused:
+            return grouped
+        module = _with_pattern(module, refused, INJECTIVE)
+        marked = [gv for gv in marked if not any(gv.same_as(r) for r in refused)]
 
 
 def _upsamples(func) -> bool:
@@ -56,26 +58,26 @@ def _with_pattern(module, gvs, pattern: int):
     return module
 
 
-def _beside_wide_anchors(grouped, upsamplings):
-    """The upsamplings that FuseOps put in a fused function beside a conv or matmul of more than one pixel."""
+def _beside_wide_anchors(grouped, marked):
+    """The marked upsamplings that FuseOps put in a fused function beside a conv or matmul of more than one
+    pixel."""
     from tvm import relax
 
-    names = {gv.name_hint for gv in upsamplings}
     for func in grouped.functions.values():
         if not isinstance(func, relax.Function) or not func.attrs or "Primitive" not in func.attrs:
             continue
         calls = [b for block in func.body.blocks for b in block.bindings
                  if getattr(getattr(b.value, "op", None), "name", None) == "relax.call_tir"]
-        targets = [b.value.args[0] for b in calls]
-        if not any(gv.name_hint in names for gv in targets):
-            continue
-        if any(_wide_anchor(grouped[gv], b.var.ty) for gv, b in zip(targets, calls)):
-            yield from (gv for gv in upsamplings if any(gv.same_as(t) for t in targets))
+        kernels = [b.value.args[0] for b in calls]
+        inside = [gv for gv in marked if any(gv.same_as(k) for k in kernels)]
+        if inside and any(_wide_anchor(grouped[k], b.var.ty) for k, b in zip(kernels, calls)):
+            yield from inside
 
 
 def _wide_anchor(kernel, out_type) -> bool:
     """Whether the kernel is a conv or matmul whose output is not one pixel per channel (NCHW, H x W = 1)."""
-    if int(kernel.attrs["op_pattern"]) != OUT_ELEMWISE_FUSABLE:
+    pattern = kernel.attrs["op_pattern"] if kernel.attrs is not None and "op_pattern" in kernel.attrs else None
+    if pattern is None or int(pattern) != OUT_ELEMWISE_FUSABLE:
         return False
     try:
         shape = [int(d) for d in out_type.shape.values]
