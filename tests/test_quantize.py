@@ -10,7 +10,7 @@ from onnx import numpy_helper
 from modelbuild.errors import StageError
 from modelbuild.recipe.schema import CalibrationSpec, QuantizationSpec
 from modelbuild.stages.quantize import quantized
-from tests.onnx_models import spread_inside, uneven_channels, uneven_input
+from tests.onnx_models import conv_then_upsample, spread_inside, uneven_channels, uneven_input
 
 SAMPLES = [uneven_input(seed) for seed in range(4)]
 
@@ -113,3 +113,16 @@ def test_a_model_whose_nodes_have_no_names_or_the_same_name_is_quantized_as_a_na
         result = quantized(model, SAMPLES, QuantizationSpec())
         assert (result.smoothed, result.corrected) == (expected.smoothed, expected.corrected) == (2, 2)
         assert len({n.name for n in result.model.graph.node}) == len(result.model.graph.node)
+
+
+def test_a_transposed_conv_is_quantized_by_default(tmp_path):
+    """Its input and weights dequantized from int8, as a conv's: float, a U-Net's 2x2 upsamplings ran
+    channels-last and were read back in NCHW by the skips' concatenations (unet_ish's int8 library 0.72x
+    quantized)."""
+    model = onnx.load(str(conv_then_upsample(tmp_path / "m.onnx")))
+    samples = [{"x": np.random.default_rng(seed).standard_normal((1, 3, 8, 8)).astype(np.float32)}
+               for seed in range(4)]
+    qdq = quantized(model, samples, QuantizationSpec()).qdq
+    made_by = {out: node.op_type for node in qdq.graph.node for out in node.output}
+    upsample = next(n for n in qdq.graph.node if n.op_type == "ConvTranspose")
+    assert [made_by.get(name) for name in upsample.input[:2]] == ["DequantizeLinear", "DequantizeLinear"]

@@ -230,10 +230,11 @@ class CalibrationSpec(Strict):
     seed: int = 0
 
 
-# ConvTranspose computes on int8 too, but is no faster: quantized, the DB detectors' 2x2 upsampling head
-# made their libraries 1.03-1.04x slower and less accurate (its 1x1 conv writes int32 that the depth-to-space
-# reorders; float, both run channels-last)
-INTEGER_OPS = ("Conv", "MatMul", "Gemm")
+# ConvTranspose since it gained: unet_ish's int8 library 0.72x with its three 2x2 upsamplings quantized (float,
+# their 1x1 convs ran channels-last and the reorderings, fused with the skips' concatenations, read them back
+# in NCHW), the bundled detector's 0.98x (Intel Xeon with AMX); on a Zen 5 (session 39) the detector's had been
+# 1.03-1.04x slower, which had kept it out
+INTEGER_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
 
 
 class QuantizationSpec(Strict):
@@ -246,9 +247,8 @@ class QuantizationSpec(Strict):
     ops: list[str] = Field(
         default_factory=lambda: list(INTEGER_OPS),
         description="op types quantized (their inputs get quantize/dequantize); ['*'] for every op onnxruntime "
-                    "can quantize. The default is the ops whose integer kernels are faster (ConvTranspose has them "
-                    "too): a quantize/dequantize pair around an element-wise op costs more than the op and adds "
-                    "rounding error")
+                    "can quantize. The default is the ops whose integer kernels are faster: a quantize/dequantize "
+                    "pair around an element-wise op costs more than the op and adds rounding error")
     quantize_outputs: bool = Field(
         default=False, description="also quantize the outputs of the quantized ops, as onnxruntime does by "
                                    "default. modelbuild's integer kernels rescale to float, so quantizing only "
