@@ -18,6 +18,7 @@ vectoriser.
 from __future__ import annotations
 
 BLOCK = "nearest_upsample"
+FUNCTION = "resize2d"  # the kernel's name, as TVM names its own resize2d (FuseOps' names read the same)
 VECTOR_BYTES = (64, 32, 16)  # one shuffle's output, widest first: the AVX-512 vector, then AVX2's and SSE's
 SHUFFLED = {"float32": 4, "int8": 1, "uint8": 1}  # the dtypes whose rows take the shuffle, by their bytes
 
@@ -60,7 +61,7 @@ def legalize_resize2d(bb, call):
         return te.compute((n, channels, height * fh, width * fw),
                           lambda b, c, y, x: data[b, c, y // fh, x // fw], name=BLOCK, attrs={"factor": fw})
 
-    return bb.call_te(upsample, call.args[0], primfunc_name_hint="resize2d")
+    return bb.call_te(upsample, call.args[0], primfunc_name_hint=FUNCTION)
 
 
 def vector_width(row: int, factor: int, dtype: str = "float32") -> int | None:
