@@ -129,7 +129,7 @@ def _run(command: list[str], what: str, **kwargs) -> None:
         raise Unavailable(f"{what} failed: {last[-1] if last else f'exit {done.returncode}'}")
 
 
-def serve(root: Path, key: str, tracker: str, port: int, cpu: str) -> int:
+def serve(root: Path, key: str, tracker: str, port: int, cpu: str, threads: int = 1) -> int:
     """Run the device until interrupted; also a tracker at `tracker` when it is on this machine and none
     listens there. Returns the exit code."""
     host, _, tracker_port = tracker.rpartition(":")
@@ -141,8 +141,7 @@ def serve(root: Path, key: str, tracker: str, port: int, cpu: str) -> int:
                                           "--port", tracker_port, "--port-end", str(int(tracker_port) + 1)],
                                          start_new_session=True))
     emulator = subprocess.run([QEMU, "--version"], capture_output=True, text=True).stdout.splitlines()[0]
-    environment = {**os.environ, "PYTHONPATH": str(root / "site"), "PYTHONNOUSERSITE": "1", "QEMU_CPU": cpu,
-                   "TVM_USE_RUNTIME_LIB": "1", "MODELBUILD_EMULATOR": f"{emulator} -cpu {cpu}"}
+    environment = device_environment(dict(os.environ), root, f"{emulator} -cpu {cpu}", cpu, threads)
     children.append(subprocess.Popen([QEMU, "-L", str(root), str(root / "usr/bin/python3.11"), __file__,
                                       "device", "--key", key, "--tracker", tracker, "--port", str(port)],
                                      env=environment, start_new_session=True))
@@ -160,6 +159,16 @@ def serve(root: Path, key: str, tracker: str, port: int, cpu: str) -> int:
         # popen_worker and the device forks a process per session, and those outlived a terminated parent
         for child in children:
             _end_group(child)
+
+
+def device_environment(base: dict[str, str], root: Path, emulator: str, cpu: str, threads: int) -> dict[str, str]:
+    """What the device's interpreter runs with. TVM's thread pool gets `threads` threads where it would take
+    every core of this machine: a board served here is that many of this machine's cores, so several boards
+    served from one machine (N devices tuning one target, bench/rpc_tuning.py) do not each spin a pool over
+    all of them. One thread by default: an emulated board's latency is no hardware figure in any case, and
+    one board timed its tuning candidates as fast with one thread as with two (2-core host)."""
+    return {**base, "PYTHONPATH": str(root / "site"), "PYTHONNOUSERSITE": "1", "QEMU_CPU": cpu,
+            "TVM_USE_RUNTIME_LIB": "1", "TVM_NUM_THREADS": str(threads), "MODELBUILD_EMULATOR": emulator}
 
 
 def _end_group(child: subprocess.Popen) -> None:
@@ -198,7 +207,8 @@ def device(key: str, tracker: str, port: int) -> None:
                                                         mode="RTLD_LOCAL")
 
     info = {"machine": platform.machine(), "os": f"Debian {DEBIAN} userland",
-            "emulated": os.environ.get("MODELBUILD_EMULATOR", "qemu-user")}
+            "emulated": os.environ.get("MODELBUILD_EMULATOR", "qemu-user"),
+            "threads": int(os.environ.get("TVM_NUM_THREADS", os.cpu_count() or 1))}
 
     @tvm.register_global_func("modelbuild.device_info")
     def _device_info() -> str:  # asked by modelbuild's validate (stages/device.py) for its report
@@ -223,11 +233,15 @@ def main(argv: list[str] | None = None) -> int:
     serve_parser.add_argument("--port", type=int, default=9300, help="first port the device may listen on")
     serve_parser.add_argument("--cpu", default="max", help="qemu's -cpu: max has every Armv8/9 extension; "
                               "cortex-a72 refuses instructions a Raspberry Pi 4 lacks")
+    serve_parser.add_argument("--threads", type=int, default=1, help="the cores of this machine the device's "
+                              "kernels run on (default %(default)s: one per board, so several can serve from here)")
     device_parser = commands.add_parser("device")  # internal: what serve runs under qemu
     device_parser.add_argument("--key", required=True)
     device_parser.add_argument("--tracker", required=True)
     device_parser.add_argument("--port", type=int, required=True)
     args = parser.parse_args(argv)
+    if args.command == "serve" and args.threads < 1:
+        parser.error(f"--threads {args.threads}: a device runs on at least one thread")
     try:
         if args.command == "device":
             device(args.key, args.tracker, args.port)
@@ -235,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "prepare":
             print(root)
             return 0
-        return serve(root, args.key, args.tracker, args.port, args.cpu)
+        return serve(root, args.key, args.tracker, args.port, args.cpu, args.threads)
     except Unavailable as err:
         print(f"emulated_arm64: {err}", file=sys.stderr)
         return ENVIRONMENT_BROKEN

@@ -61,7 +61,7 @@ def assert_validated_on_the_emulated_device(library, build: dict, out: str) -> N
     assert build["validation"]["ran"] and build["latency_ms"]["runs"] >= 3
     machine = build["provenance"]["machine"]
     assert (machine["device"], machine["via"], machine["machine"]) == (KEY, "rpc", "aarch64")
-    assert machine["emulated"].startswith("qemu-aarch64")
+    assert machine["emulated"].startswith("qemu-aarch64") and machine["threads"] == 1  # serve's default
     gates = {g["name"]: g for g in build["gates"]}
     assert gates["min_cosine"]["applicable"] and gates["min_cosine"]["passed"]
     assert all(not gates[g]["applicable"] for g in ("max_p99_ms", "min_throughput") if g in gates)

@@ -116,14 +116,16 @@ FULL_LATENCY = {"runs": 50, "min": 0.8, "mean": 0.84, "median": 0.8312, "p90": 1
 
 def test_a_build_on_an_emulated_device_says_where_it_ran_and_that_its_latency_is_not_a_hardware_figure():
     machine = {"device": "rpi4", "tracker": "127.0.0.1:9190", "via": "rpc", "machine": "aarch64",
-               "os": "Debian bookworm userland", "emulated": "qemu-aarch64 7.2 -cpu max"}
+               "os": "Debian bookworm userland", "emulated": "qemu-aarch64 7.2 -cpu max", "threads": 1}
     na = GateResult("max_p99_ms", None, 20, True, "timed on an emulated device (qemu)", applicable=False)
     b = replace(finished_build([na]), provenance={"machine": machine}, latency_ms=FULL_LATENCY)
     assert "1203/s  (emulated device)  cosine" in outcome_line(b)
     details = "\n".join(_details(b))
-    assert ("- ran on: device 'rpi4' from the RPC tracker at 127.0.0.1:9190 (aarch64, Debian bookworm userland), "
+    assert ("- ran on: device 'rpi4' from the RPC tracker at 127.0.0.1:9190 (aarch64, Debian bookworm userland, 1 thread), "
             "emulated by qemu-aarch64 7.2 -cpu max: its latency is not a hardware figure") in details
     assert "| max_p99_ms | - | 20 | n/a |" in details
+    four = replace(b, provenance={"machine": {**machine, "threads": 4}})
+    assert "(aarch64, Debian bookworm userland, 4 threads)" in "\n".join(_details(four))
     host = replace(finished_build([]), provenance={"machine": {"cpu": "Xeon", "cores": 2}}, latency_ms=FULL_LATENCY)
     assert "(emulated" not in outcome_line(host) and "- ran on: this machine (Xeon, 2 cores)" in "\n".join(_details(host))
 
