@@ -121,8 +121,8 @@ def test_a_build_on_an_emulated_device_says_where_it_ran_and_that_its_latency_is
     b = replace(finished_build([na]), provenance={"machine": machine}, latency_ms=FULL_LATENCY)
     assert "1203/s  (emulated device)  cosine" in outcome_line(b)
     details = "\n".join(_details(b))
-    assert ("- ran on: device 'rpi4' from the RPC tracker at 127.0.0.1:9190 (aarch64, Debian bookworm userland, 1 thread), "
-            "emulated by qemu-aarch64 7.2 -cpu max: its latency is not a hardware figure") in details
+    assert ("- ran on: device 'rpi4' from the RPC tracker at 127.0.0.1:9190 (aarch64, Debian bookworm userland, "
+            "1 thread), emulated by qemu-aarch64 7.2 -cpu max: its latency is not a hardware figure") in details
     assert "| max_p99_ms | - | 20 | n/a |" in details
     four = replace(b, provenance={"machine": {**machine, "threads": 4}})
     assert "(aarch64, Debian bookworm userland, 4 threads)" in "\n".join(_details(four))

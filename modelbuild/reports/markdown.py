@@ -329,10 +329,10 @@ def ran_on(b: BuildReport) -> str | None:
             parts.append(f"GPU {machine['gpu']}, compute capability {machine['compute_capability']}, CUDA driver "
                          f"{machine['cuda_driver']}")
         return f"this machine ({', '.join(parts)})"
-    described = [machine[k] for k in ("machine", "os") if machine.get(k)]
+    told = [machine[k] for k in ("machine", "os") if machine.get(k)]
     if machine.get("threads"):
-        described.append(f"{machine['threads']} thread{'s' if machine['threads'] > 1 else ''}")
-    described = ", ".join(described)
+        told.append(f"{machine['threads']} thread{'s' if machine['threads'] > 1 else ''}")
+    described = ", ".join(told)
     where = f"device {machine['device']!r} from the RPC tracker at {machine['tracker']}"
     where += f" ({described})" if described else ""
     if machine.get("emulated"):
