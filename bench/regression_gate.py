@@ -31,7 +31,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from modelbuild.build.store import Store  # noqa: E402  (after the path is set)
+from modelbuild.engine.store import Store  # noqa: E402  (after the path is set)
 from modelbuild.recipe.schema import ValidationSpec  # noqa: E402
 from modelbuild.validation.gates import evaluate  # noqa: E402
 from modelbuild.validation.measured import Measured  # noqa: E402

@@ -30,8 +30,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from modelbuild.build.housekeeping import verify  # noqa: E402  (after the path is set)
-from modelbuild.build.store import Store  # noqa: E402
+from modelbuild.engine.housekeeping import verify  # noqa: E402  (after the path is set)
+from modelbuild.engine.store import Store  # noqa: E402
 
 ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"} | {"NO_COLOR": "1"}
 

@@ -10,7 +10,7 @@ import os
 import sys
 import time
 
-from modelbuild.build.events import NodeFinished, NodeProgress, NodeResult, NodeStarted, NodeWaiting, Status
+from modelbuild.engine.events import NodeFinished, NodeProgress, NodeResult, NodeStarted, NodeWaiting, Status
 from modelbuild.progress import describe
 
 STYLES = {

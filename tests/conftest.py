@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from modelbuild.build.stage import Stage
+from modelbuild.engine.stage import Stage
 from modelbuild.pipeline import registry
 
 REPO = Path(__file__).resolve().parents[1]
@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 def timing_lock_of_the_tests(tmp_path_factory):
     """The machine's timing lock in the test session's own folder: builds run beside the tests neither wait
     for theirs nor make them wait, and the tests leave no lock in TMPDIR."""
-    from modelbuild.build.locks import TIMING_LOCK_ENV
+    from modelbuild.engine.locks import TIMING_LOCK_ENV
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(TIMING_LOCK_ENV, str(tmp_path_factory.mktemp("timing") / "timing.lock"))

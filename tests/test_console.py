@@ -7,7 +7,7 @@ import io
 from rich.console import Console
 
 from modelbuild.console import LiveReporter
-from modelbuild.build.events import NodeProgress, NodeStarted
+from modelbuild.engine.events import NodeProgress, NodeStarted
 from modelbuild.progress import clock, describe, eta
 
 TUNING = {"tasks": 24, "tasks_done": 3, "trials": 40, "planned": 160, "estimate_ms": 0.8341}
@@ -71,7 +71,7 @@ def test_eta_and_clock():
 
 
 def test_a_waiting_stage_says_what_it_waits_for():
-    from modelbuild.build.events import NodeWaiting
+    from modelbuild.engine.events import NodeWaiting
     from modelbuild.console import waiting_for
 
     who = "pid 4242 on ci-7 since 10:42:05"

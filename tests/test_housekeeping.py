@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from modelbuild.build.housekeeping import collect_garbage, parse_size, verify
-from modelbuild.build.store import ActionResult, Store
+from modelbuild.engine.housekeeping import collect_garbage, parse_size, verify
+from modelbuild.engine.store import ActionResult, Store
 from modelbuild.errors import ModelbuildError
 from tests.test_cli import run_cli
 from tests.test_scheduler import damage_keeping_mtime

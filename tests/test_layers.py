@@ -19,24 +19,24 @@ SHARED = {"errors", "fsutil", "hashing", "sources", "versions", "signature", "pr
 
 # layer -> the other layers (or single modules) it may import
 ALLOWED = {
-    "build": set(),  # never names a stage or a recipe: the plan it runs carries its stages
+    "engine": set(),  # never names a stage or a recipe: the plan it runs carries its stages
     "recipe": set(),
     "validation": set(),
     "compiler": set(),
     "frontend": set(),  # ONNX graph rewrites before import
     "quantization": {"validation"},
     # tuning databases are named by target; a model file is digested with the external data it names
-    "pipeline": {"build", "recipe", "compiler.tuning_db", "frontend.external_data"},
+    "pipeline": {"engine", "recipe", "compiler.tuning_db", "frontend.external_data"},
     # adapters: params in (typed by recipe.params), calls out
     "stages": {"compiler", "quantization", "validation", "recipe.targets", "recipe.gpus", "recipe.cgroup",
                "recipe.nvrtc", "recipe.params", "recipe.schema", "frontend"},
-    "reports": {"build", "pipeline", "recipe", "validation"},
+    "reports": {"engine", "pipeline", "recipe", "validation"},
     # a search builds candidates as a build does and reads their reports
-    "search": {"build", "pipeline", "recipe", "reports", "validation"},
+    "search": {"engine", "pipeline", "recipe", "reports", "validation"},
 }
 # third-party packages a layer must never import
 FORBIDDEN = {
-    "build": {"tvm", "onnx", "onnxruntime", "numpy", "pydantic"},
+    "engine": {"tvm", "onnx", "onnxruntime", "numpy", "pydantic"},
     "recipe": {"tvm", "onnx", "onnxruntime", "numpy"},
     "pipeline": {"tvm", "onnx", "onnxruntime", "numpy"},
     "compiler": {"onnxruntime", "onnx"},
@@ -97,12 +97,12 @@ def test_each_layer_imports_only_the_layers_below_it(layer):
 
 def test_the_rule_catches_a_broken_import(tmp_path):
     """Shown once: the build core reaching up into the pipeline, and the compiler importing onnxruntime."""
-    (tmp_path / "build").mkdir()
-    (tmp_path / "build" / "bad.py").write_text("from modelbuild.pipeline.registry import STAGES\n")
+    (tmp_path / "engine").mkdir()
+    (tmp_path / "engine" / "bad.py").write_text("from modelbuild.pipeline.registry import STAGES\n")
     (tmp_path / "compiler").mkdir()
     (tmp_path / "compiler" / "bad.py").write_text("def f():\n    import onnxruntime\n")
-    assert violations(tmp_path / "build", "build") == [
-        "build/bad.py:1 imports modelbuild.pipeline.registry: build/ may import only itself and shared modules"]
+    assert violations(tmp_path / "engine", "engine") == [
+        "engine/bad.py:1 imports modelbuild.pipeline.registry: engine/ may import only itself and shared modules"]
     assert violations(tmp_path / "compiler", "compiler") == [
         "compiler/bad.py:2 imports onnxruntime: compiler/ never imports onnxruntime"]
 

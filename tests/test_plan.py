@@ -121,7 +121,7 @@ def test_builds_with_different_golden_data_get_references_of_their_own(tmp_path)
 
 
 def test_the_graph_draws_each_edge_once_and_reference_beside_compile(plan):
-    from modelbuild.build.render import as_dot, as_tree
+    from modelbuild.engine.render import as_dot, as_tree
 
     dot = as_dot(plan)
     assert dot.count('"compile:cls+int8@host" -> "validate:cls+int8@host"') == 1  # library and figures: one edge

@@ -1,5 +1,5 @@
-from modelbuild.build.rebuilder import changes, decide
-from modelbuild.build.store import Store
+from modelbuild.engine.rebuilder import changes, decide
+from modelbuild.engine.store import Store
 
 BASE = {
     "stage": {"name": "import", "source": "c0de"},
@@ -65,7 +65,7 @@ def test_decide_compares_with_the_last_build(tmp_path):
 
 
 def test_a_cached_result_the_plan_doubts_is_stale_saying_what_it_fails(tmp_path):
-    from modelbuild.build.store import ActionResult
+    from modelbuild.engine.store import ActionResult
 
     store = Store(tmp_path)
     (tmp_path / "metrics.json").write_text("{}")

@@ -11,7 +11,7 @@ import uuid
 import fsspec  # the [remote] extra; the test extra installs it, so a missing one fails here, not skips
 import pytest
 
-from modelbuild.build.remote import redact
+from modelbuild.engine.remote import redact
 from tests.conftest import free_port, wait_for_port
 from tests.test_cli import run_cli
 
@@ -71,7 +71,7 @@ def test_a_second_machine_builds_nothing_the_first_has_uploaded(fake_project, bu
 
 def test_a_result_the_build_doubts_runs_again_though_a_read_only_team_cache_holds_it(fake_project, bucket, monkeypatch,
                                                                                     capsys, tmp_path_factory):
-    from modelbuild.build.scheduler import Options
+    from modelbuild.engine.scheduler import Options
     from modelbuild.pipeline.project import open_project
 
     root, _ = fake_project

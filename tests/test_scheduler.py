@@ -7,9 +7,9 @@ import os
 import shutil
 import time
 
-from modelbuild.build.events import Status
+from modelbuild.engine.events import Status
 from modelbuild.pipeline.project import open_project
-from modelbuild.build.scheduler import Options
+from modelbuild.engine.scheduler import Options
 from tests.conftest import write_fake_model
 
 
@@ -120,7 +120,7 @@ def test_without_keep_going_a_failure_stops_the_other_models_imports_from_starti
 
 
 def test_no_more_stages_run_at_once_than_jobs_allow(fake_project):
-    from modelbuild.build.events import NodeFinished, NodeStarted
+    from modelbuild.engine.events import NodeFinished, NodeStarted
 
     root, _ = fake_project
     running, most = set(), 0
@@ -140,7 +140,7 @@ def test_no_more_stages_run_at_once_than_jobs_allow(fake_project):
 def test_an_exclusive_stage_runs_with_no_other_stage_beside_it_whatever_jobs_allow(fake_project):
     from dataclasses import replace
 
-    from modelbuild.build.events import NodeFinished, NodeStarted
+    from modelbuild.engine.events import NodeFinished, NodeStarted
 
     root, _ = fake_project
     project = open_project(root / "deploy.toml")
@@ -260,7 +260,7 @@ def test_a_damaged_upstream_output_is_rebuilt_before_the_stage_that_reads_it(fak
 
 
 def test_a_running_stage_reports_its_progress(fake_project, tmp_path_factory):
-    from modelbuild.build.events import NodeProgress
+    from modelbuild.engine.events import NodeProgress
 
     root, _ = fake_project
     acks = tmp_path_factory.mktemp("acks")

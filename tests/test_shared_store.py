@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from modelbuild.build.events import NodeProgress, NodeWaiting, Status
-from modelbuild.build.scheduler import Options
+from modelbuild.engine.events import NodeProgress, NodeWaiting, Status
+from modelbuild.engine.scheduler import Options
 from modelbuild.pipeline.project import open_project
 from tests.conftest import REPO, run_on_read_only, write_fake_model
 from tests.test_cli import run_cli
@@ -87,8 +87,8 @@ def test_a_stage_that_times_waits_for_other_builds_stages_on_this_machine(fake_p
     """Another build's running stage holds the machine's timing lock shared (whatever its store); a stage that
     times here takes it exclusively, so it waits, and says why, until that stage ends (here: the test lets go
     of the lock when told). The stages that do not time run beside the other build's."""
-    from modelbuild.build.events import NodeStarted
-    from modelbuild.build.locks import timing_lock
+    from modelbuild.engine.events import NodeStarted
+    from modelbuild.engine.locks import timing_lock
 
     root, _ = fake_project
     other_build = timing_lock(exclusive=False)
@@ -106,7 +106,7 @@ def test_a_stage_that_times_waits_for_other_builds_stages_on_this_machine(fake_p
 def test_a_stage_waiting_to_time_goes_before_the_next_stages_of_other_builds(fake_project):
     """flock prefers no one: a stream of another build's stages, each taking the timing lock shared, could keep
     a timing waiting for ever. While it waits it holds the timing queue, and no stage of any build starts."""
-    from modelbuild.build.locks import timing_lock, timing_queue
+    from modelbuild.engine.locks import timing_lock, timing_queue
 
     root, _ = fake_project
     other_build = timing_lock(exclusive=False)
@@ -129,8 +129,8 @@ def test_a_stage_waiting_to_time_goes_before_the_next_stages_of_other_builds(fak
 
 
 def test_no_stage_starts_while_another_build_times_on_this_machine(fake_project):
-    from modelbuild.build.events import NodeStarted
-    from modelbuild.build.locks import timing_lock
+    from modelbuild.engine.events import NodeStarted
+    from modelbuild.engine.locks import timing_lock
 
     root, _ = fake_project
     other_build = timing_lock(exclusive=True)
@@ -179,7 +179,7 @@ KILLED_PARENT = """
 import sys
 from tests.conftest import FAKE_STAGES, registry
 registry.STAGES.update(FAKE_STAGES)
-from modelbuild.build.scheduler import Options
+from modelbuild.engine.scheduler import Options
 from modelbuild.pipeline.project import open_project
 open_project(sys.argv[1]).run(["a@cpu"], Options())
 """
@@ -290,8 +290,8 @@ sys.exit(main(["build", "-f", sys.argv[1]]))
 
 @pytest.mark.slow
 def test_builds_killed_at_random_moments_leave_no_wrong_entry_and_the_next_build_leaves_no_leftovers(fake_project):
-    from modelbuild.build.housekeeping import verify
-    from modelbuild.build.store import Store
+    from modelbuild.engine.housekeeping import verify
+    from modelbuild.engine.store import Store
 
     root, write = fake_project
     rng = random.Random(0)
@@ -315,7 +315,7 @@ def test_builds_killed_at_random_moments_leave_no_wrong_entry_and_the_next_build
 
 
 def test_a_timing_lock_that_cannot_be_made_is_one_line_naming_it_with_exit_code_4(fake_project, capsys, monkeypatch):
-    from modelbuild.build.locks import TIMING_LOCK_ENV
+    from modelbuild.engine.locks import TIMING_LOCK_ENV
 
     root, _ = fake_project
     (root / "not-a-folder").write_text("")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from modelbuild.build.stage import Stage
+from modelbuild.engine.stage import Stage
 from modelbuild.sources import NOT_OUTPUT_SHAPING, imported_closure
 from modelbuild.pipeline.registry import STAGES
 
@@ -57,7 +57,7 @@ def test_the_compile_stage_reaches_its_schedules_and_kernels():
     modules = STAGES["compile"].modules
     assert {"modelbuild.compiler.default_schedule", "modelbuild.compiler.kernels.vnni_conv",
             "modelbuild.compiler.kernels.vnni_depthwise", "modelbuild.compiler.conv_transpose"} <= set(modules)
-    assert not any(m.startswith(("modelbuild.build", "modelbuild.pipeline")) for m in modules)
+    assert not any(m.startswith(("modelbuild.engine", "modelbuild.pipeline")) for m in modules)
 
 
 def test_declared_outputs_take_their_variable_names_from_params():

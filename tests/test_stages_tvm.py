@@ -12,9 +12,9 @@ import textwrap
 import numpy as np
 import pytest
 
-from modelbuild.build.events import Status
+from modelbuild.engine.events import Status
 from modelbuild.pipeline.project import open_project
-from modelbuild.build.scheduler import Options
+from modelbuild.engine.scheduler import Options
 from tests.conftest import REPO
 from tests.onnx_models import conv_relu, with_unsupported_op
 

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from modelbuild.build.store import ActionResult, DamagedObject, Stats, Store
+from modelbuild.engine.store import ActionResult, DamagedObject, Stats, Store
 from tests.conftest import run_on_read_only
 
 
@@ -105,7 +105,7 @@ def test_leftovers_of_killed_writes_are_not_counted_and_are_listed_for_removal(t
 
 READ_ONLY_RUN = """
 import sys
-from modelbuild.build.store import Stats, Store
+from modelbuild.engine.store import Stats, Store
 store = Store(sys.argv[1])
 assert not store.writable
 assert store.lookup("k") is not None

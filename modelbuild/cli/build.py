@@ -8,8 +8,8 @@ import os
 import sys
 from pathlib import Path
 
-from modelbuild.build.events import Status
-from modelbuild.build.scheduler import Options
+from modelbuild.engine.events import Status
+from modelbuild.engine.scheduler import Options
 from modelbuild.cli.common import (EXIT_ENVIRONMENT, EXIT_GATE_FAILED, EXIT_OK, EXIT_STAGE_FAILED, EXIT_USAGE,
                                    project_of, relative, say_error)
 from modelbuild.errors import ModelbuildError

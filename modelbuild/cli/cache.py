@@ -6,8 +6,8 @@ import contextlib
 import json
 import shutil
 
-from modelbuild.build.events import Status
-from modelbuild.build.scheduler import Options
+from modelbuild.engine.events import Status
+from modelbuild.engine.scheduler import Options
 from modelbuild.cli.common import EXIT_OK, EXIT_STALE, project_of, relative
 from modelbuild.errors import EnvironmentFailure, ModelbuildError
 
@@ -61,7 +61,7 @@ def cmd_cache(args, console) -> int:
 
 
 def _cache_verify(project, args, console) -> int:
-    from modelbuild.build.housekeeping import verify
+    from modelbuild.engine.housekeeping import verify
 
     with _alone_on(project.store, "cache verify"):
         damaged = verify(project.store, fix=args.fix)
@@ -79,7 +79,7 @@ def _cache_verify(project, args, console) -> int:
 
 
 def _cache_gc(project, args, console) -> int:
-    from modelbuild.build.housekeeping import collect_garbage, parse_size
+    from modelbuild.engine.housekeeping import collect_garbage, parse_size
 
     if args.max_size is None and args.max_age is None:
         raise ModelbuildError("cache gc needs a limit (fix: modelbuild cache gc --max-size 20G, or --max-age 30)")

@@ -6,8 +6,8 @@ import json
 import shutil
 from dataclasses import asdict
 
-from modelbuild.build.events import Status
-from modelbuild.build.scheduler import Options
+from modelbuild.engine.events import Status
+from modelbuild.engine.scheduler import Options
 from modelbuild.cli.common import EXIT_OK, EXIT_STALE, project_of, relative
 
 
@@ -41,7 +41,7 @@ def cmd_explain(args, console) -> int:
 
 
 def cmd_graph(args, console) -> int:
-    from modelbuild.build.render import FORMATS
+    from modelbuild.engine.render import FORMATS
 
     print(FORMATS[args.format](project_of(args).plan))
     return EXIT_OK

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from modelbuild.build.rebuilder import changes, flatten
-from modelbuild.build.scheduler import Options
+from modelbuild.engine.rebuilder import changes, flatten
+from modelbuild.engine.scheduler import Options
 from modelbuild.errors import SelectionError
 from modelbuild.hashing import canonical_json
 from modelbuild.pipeline.registry import IR_TEXTS

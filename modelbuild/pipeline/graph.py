@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
-from modelbuild.build.plan import Node, Plan
+from modelbuild.engine.plan import Node, Plan
 from modelbuild.compiler.tuning_db import folder_for
 from modelbuild.pipeline import registry
 from modelbuild.pipeline.names import build_name, target_of, variant_of

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import fnmatch
 
-from modelbuild.build.plan import Plan
+from modelbuild.engine.plan import Plan
 from modelbuild.errors import SelectionError
 
 

@@ -6,11 +6,11 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 
-from modelbuild.build.events import Reporter, silent
-from modelbuild.build.plan import Plan
-from modelbuild.build.scheduler import Options, RunResult, Scheduler
-from modelbuild.build.remote import configured
-from modelbuild.build.store import Store
+from modelbuild.engine.events import Reporter, silent
+from modelbuild.engine.plan import Plan
+from modelbuild.engine.scheduler import Options, RunResult, Scheduler
+from modelbuild.engine.remote import configured
+from modelbuild.engine.store import Store
 from modelbuild.errors import ModelbuildError
 from modelbuild.pipeline.graph import build_plan
 from modelbuild.pipeline.names import select

@@ -6,7 +6,7 @@ whose stages are all cached never imports TVM, onnx or onnxruntime.
 
 from __future__ import annotations
 
-from modelbuild.build.stage import Stage
+from modelbuild.engine.stage import Stage
 from modelbuild.errors import ModelbuildError
 from modelbuild.frontend.external_data import model_digest
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field, fields
 
-from modelbuild.build.events import NodeResult, Status
-from modelbuild.build.scheduler import RunResult
-from modelbuild.build.store import DamagedObject
+from modelbuild.engine.events import NodeResult, Status
+from modelbuild.engine.scheduler import RunResult
+from modelbuild.engine.store import DamagedObject
 from modelbuild.pipeline.names import float_build_of, model_of, quantization_of, target_of
 from modelbuild.pipeline.registry import ANALYSIS, METRICS, QUANTIZE_SUMMARY, TUNE_SUMMARY
 from modelbuild.validation import gates

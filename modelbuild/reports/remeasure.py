@@ -14,8 +14,8 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from modelbuild.build.plan import Node
-from modelbuild.build.store import ActionResult, DamagedObject
+from modelbuild.engine.plan import Node
+from modelbuild.engine.store import ActionResult, DamagedObject
 from modelbuild.pipeline.names import model_of, quantization_of, target_of
 from modelbuild.pipeline.registry import METRICS
 from modelbuild.reports.model import baseline_of

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-from modelbuild.build.scheduler import Options
+from modelbuild.engine.scheduler import Options
 from modelbuild.errors import EnvironmentFailure, ModelbuildError, SelectionError, StageError
 from modelbuild.pipeline.names import build_name, model_of, quantization_of, select, target_of
 from modelbuild.pipeline.project import Project

@@ -21,15 +21,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from modelbuild import progress
-from modelbuild.build.events import (NodeFinished, NodeProgress, NodeResult, NodeStarted, NodeWaiting, Reporter,
+from modelbuild.engine.events import (NodeFinished, NodeProgress, NodeResult, NodeStarted, NodeWaiting, Reporter,
                                      silent, Status)
-from modelbuild.build.housekeeping import remove_leftovers
-from modelbuild.build.locks import Lock, Locks, timing_lock, timing_queue
-from modelbuild.build.plan import Node, Plan
-from modelbuild.build.reasons import Reason
-from modelbuild.build.rebuilder import decide_node, Decision
-from modelbuild.build.store import ActionResult, DamagedObject, Stats, Store
-from modelbuild.build.worker import die_with_parent, execute
+from modelbuild.engine.housekeeping import remove_leftovers
+from modelbuild.engine.locks import Lock, Locks, timing_lock, timing_queue
+from modelbuild.engine.plan import Node, Plan
+from modelbuild.engine.reasons import Reason
+from modelbuild.engine.rebuilder import decide_node, Decision
+from modelbuild.engine.store import ActionResult, DamagedObject, Stats, Store
+from modelbuild.engine.worker import die_with_parent, execute
 from modelbuild.errors import InputError, Interrupted, StageError
 
 

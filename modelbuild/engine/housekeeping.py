@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from modelbuild.build.store import Store
+from modelbuild.engine.store import Store
 from modelbuild.errors import ModelbuildError
 from modelbuild.hashing import sha256_file
 

@@ -1,4 +1,4 @@
-"""The rebuilder: whether a node must run, and why (reasons as data, modelbuild.build.reasons).
+"""The rebuilder: whether a node must run, and why (reasons as data, modelbuild.engine.reasons).
 
 A node is up to date when the action cache holds a verified result for its key (a constructive trace:
 any earlier build with the same inputs counts, not only the last one). Otherwise the reasons come from
@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from modelbuild.build.keys import action_key, key_inputs
-from modelbuild.build.plan import Node
-from modelbuild.build.stage import Stage
-from modelbuild.build.store import ActionResult, Store
-from modelbuild.build.reasons import ABSENT, Reason, from_change
+from modelbuild.engine.keys import action_key, key_inputs
+from modelbuild.engine.plan import Node
+from modelbuild.engine.stage import Stage
+from modelbuild.engine.store import ActionResult, Store
+from modelbuild.engine.reasons import ABSENT, Reason, from_change
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,8 @@ clones of a repository in different folders compute the same keys.
 
 from __future__ import annotations
 
-from modelbuild.build.plan import Node
-from modelbuild.build.stage import Stage
+from modelbuild.engine.plan import Node
+from modelbuild.engine.stage import Stage
 from modelbuild.sources import source_digest
 from modelbuild.hashing import digest_of
 from modelbuild.versions import tool_versions

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from modelbuild.build.stage import Stage
+from modelbuild.engine.stage import Stage
 from modelbuild.hashing import FileDigests
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from modelbuild.build.plan import Plan
+from modelbuild.engine.plan import Plan
 
 
 def edges(plan: Plan) -> list[tuple[str, str]]:

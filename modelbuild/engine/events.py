@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Protocol
 
-from modelbuild.build.reasons import Reason
+from modelbuild.engine.reasons import Reason
 
 
 class Status(str, Enum):

@@ -24,9 +24,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from modelbuild.build.locks import Lock
-from modelbuild.build.remote import Remote
-from modelbuild.build.sealing import seal, signing_key, unseal
+from modelbuild.engine.locks import Lock
+from modelbuild.engine.remote import Remote
+from modelbuild.engine.sealing import seal, signing_key, unseal
 from modelbuild.fsutil import copy_atomic, write_atomic
 from modelbuild.hashing import FileDigests, sha256_file
 
