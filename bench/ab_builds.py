@@ -80,8 +80,11 @@ def main() -> int:
         before, after = libraries[-1 - args.back], libraries[-1]
         row = compare(model, before, after, args.seconds)
         same = "yes" if before.read_bytes() == after.read_bytes() else "no"
-        print(f"| {name} | {row['before_ms']:.3f} | {row['after_ms']:.3f} | {row['after_ms'] / row['before_ms']:.3f}x "
-              f"| {same} | {'bit-identical' if row['identical'] else 'differ'} |", flush=True)
+        print(
+            f"| {name} | {row['before_ms']:.3f} | {row['after_ms']:.3f} | {row['after_ms'] / row['before_ms']:.3f}x "
+            f"| {same} | {'bit-identical' if row['identical'] else 'differ'} |",
+            flush=True,
+        )
     zoo.print_core_distance()
     return 0
 

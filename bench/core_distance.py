@@ -55,11 +55,11 @@ def kernels():
                 for i in range(HALF // LANES):
                     for v in T.vectorized(LANES):
                         sums[t, v] = sums[t, v] + buf[(t + shift) % 2 * HALF + i * LANES + v]
+
         return read
 
     target = tvm.target.Target({"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu()})
-    return tuple(tvm.compile(tvm.IRModule({"main": f}), target=target)["main"]
-                 for f in (write, reader(0), reader(1)))
+    return tuple(tvm.compile(tvm.IRModule({"main": f}), target=target)["main"] for f in (write, reader(0), reader(1)))
 
 
 def cross_core_read_ratio(rounds: int = 300) -> tuple[float, float]:
@@ -96,8 +96,10 @@ def describe(rounds: int = 300) -> str:
     """One line for a benchmark's output."""
     own_us, ratio = cross_core_read_ratio(rounds)
     where = "far apart" if spell_of(ratio) == "far" else "near"
-    return (f"cores {where}: 2 MB another core wrote read in {ratio:.2f}x the time the core that wrote it "
-            f"takes ({own_us:.0f} us) [{time.strftime('%H:%M:%S')}]")
+    return (
+        f"cores {where}: 2 MB another core wrote read in {ratio:.2f}x the time the core that wrote it "
+        f"takes ({own_us:.0f} us) [{time.strftime('%H:%M:%S')}]"
+    )
 
 
 def main() -> None:

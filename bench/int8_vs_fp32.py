@@ -37,24 +37,64 @@ def recipe(threads: int, folders: dict[str, Path], calibration: int, method: str
     lines = []
     for name, (file, shape, norm) in MODELS.items():
         pre = f"{{ mean = {norm['mean']}, std = {norm['std']} }}"
-        lines += [f"[models.{name}]", f'path = "{REPO / "models" / file}"', f"inputs.x = {{ shape = {shape} }}", "",
-                  f"[quantization.{name}_int8]",
-                  (f'calibration = {{ source = "images", path = "{folders[name]}", samples = {calibration}, '
-                   f'method = "{method}", preprocess = {pre} }}'), *settings, ""]
-    lines += ["[targets.cpu]", 'kind = "llvm"', 'mcpu = "host"', f"num-cores = {threads}", "",
-              "[validation]", "enabled = false", ""]
+        lines += [
+            f"[models.{name}]",
+            f'path = "{REPO / "models" / file}"',
+            f"inputs.x = {{ shape = {shape} }}",
+            "",
+            f"[quantization.{name}_int8]",
+            (
+                f'calibration = {{ source = "images", path = "{folders[name]}", samples = {calibration}, '
+                f'method = "{method}", preprocess = {pre} }}'
+            ),
+            *settings,
+            "",
+        ]
+    lines += [
+        "[targets.cpu]",
+        'kind = "llvm"',
+        'mcpu = "host"',
+        f"num-cores = {threads}",
+        "",
+        "[validation]",
+        "enabled = false",
+        "",
+    ]
     for name in MODELS:
-        lines += ["[[builds]]", f'model = "{name}"', 'targets = ["cpu"]', "",
-                  "[[builds]]", f'model = "{name}"', 'targets = ["cpu"]', f'quantization = "{name}_int8"', ""]
+        lines += [
+            "[[builds]]",
+            f'model = "{name}"',
+            'targets = ["cpu"]',
+            "",
+            "[[builds]]",
+            f'model = "{name}"',
+            'targets = ["cpu"]',
+            f'quantization = "{name}_int8"',
+            "",
+        ]
     return "\n".join(lines)
 
 
 def build(root: Path, text: str) -> None:
     (root / "deploy.toml").write_text(text)
     print("building fp32 and int8 libraries of both models ...", flush=True)
-    proc = subprocess.run([sys.executable, "-m", "modelbuild", "-f", str(root / "deploy.toml"), "-j", "1",
-                           "--cache-dir", str(root / "cache")], capture_output=True, text=True,
-                          env={**os.environ, "NO_COLOR": "1"}, check=False)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "modelbuild",
+            "-f",
+            str(root / "deploy.toml"),
+            "-j",
+            "1",
+            "--cache-dir",
+            str(root / "cache"),
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "NO_COLOR": "1"},
+        check=False,
+    )
     if proc.returncode != 0:
         raise SystemExit(proc.stdout + proc.stderr)
 
@@ -120,12 +160,21 @@ def accuracy(model: str, libs: dict, session, samples: np.ndarray, labels: list[
             agree += int(got.argmax() == want.argmax())
             correct_fp32 += int(want.argmax() == labels[i])
             correct_int8 += int(got.argmax() == labels[i])
-    out = {"samples": len(samples), "min_cosine": min(cosines), "median_cosine": float(np.median(cosines)),
-           "at_goal": sum(c >= 0.99 for c in cosines), "min_iou": min(ious), "median_iou": float(np.median(ious))}
+    out = {
+        "samples": len(samples),
+        "min_cosine": min(cosines),
+        "median_cosine": float(np.median(cosines)),
+        "at_goal": sum(c >= 0.99 for c in cosines),
+        "min_iou": min(ious),
+        "median_iou": float(np.median(ious)),
+    }
     if labels is not None:
-        out |= {"margin_rms": float(np.sqrt(np.mean(np.square(margins)))),
-                "top1_agreement": agree / len(samples), "fp32_correct": correct_fp32 / len(samples),
-                "int8_correct": correct_int8 / len(samples)}
+        out |= {
+            "margin_rms": float(np.sqrt(np.mean(np.square(margins)))),
+            "top1_agreement": agree / len(samples),
+            "fp32_correct": correct_fp32 / len(samples),
+            "int8_correct": correct_int8 / len(samples),
+        }
     return out
 
 
@@ -133,9 +182,14 @@ def latencies(session, libs: dict, x: np.ndarray, seconds: float) -> dict[str, f
     import tvm
 
     xt = tvm.runtime.tensor(x)
-    return measure({"onnxruntime fp32": lambda: session.run(None, {"x": x}),
-                    "modelbuild fp32": lambda: libs["fp32"](xt),
-                    "modelbuild int8": lambda: libs["int8"](xt)}, seconds)
+    return measure(
+        {
+            "onnxruntime fp32": lambda: session.run(None, {"x": x}),
+            "modelbuild fp32": lambda: libs["fp32"](xt),
+            "modelbuild int8": lambda: libs["int8"](xt),
+        },
+        seconds,
+    )
 
 
 def main() -> None:
@@ -143,19 +197,34 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=3.0, help="time spent on each library per model")
     parser.add_argument("--calibration", type=int, default=32, help="rendered calibration samples per model")
-    parser.add_argument("--calibration-seed", type=int, default=1,
-                        help="which calibration samples are rendered (lines: this seed, pages: the next one); "
-                             "held-out lines and pages use HELD_OUT_SEEDS")
-    parser.add_argument("--method", default="minmax", choices=["minmax", "percentile", "entropy"],
-                        help="calibration method (minmax had the best worst case on both models)")
-    parser.add_argument("--set", action="append", default=[], metavar="LINE",
-                        help="a TOML line for both [quantization] sections, e.g. 'int16_most_sensitive = 8'")
+    parser.add_argument(
+        "--calibration-seed",
+        type=int,
+        default=1,
+        help="which calibration samples are rendered (lines: this seed, pages: the next one); "
+        "held-out lines and pages use HELD_OUT_SEEDS",
+    )
+    parser.add_argument(
+        "--method",
+        default="minmax",
+        choices=["minmax", "percentile", "entropy"],
+        help="calibration method (minmax had the best worst case on both models)",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="LINE",
+        help="a TOML line for both [quantization] sections, e.g. 'int16_most_sensitive = 8'",
+    )
     parser.add_argument("--lines", type=int, default=200, help="held-out text lines for the classifier")
     parser.add_argument("--pages", type=int, default=16, help="held-out pages for the detector")
     args = parser.parse_args()
     if {args.calibration_seed, args.calibration_seed + 1} & set(HELD_OUT_SEEDS):
-        parser.error(f"--calibration-seed {args.calibration_seed} would calibrate on held-out samples "
-                     f"(seeds {HELD_OUT_SEEDS}); pick another")
+        parser.error(
+            f"--calibration-seed {args.calibration_seed} would calibrate on held-out samples "
+            f"(seeds {HELD_OUT_SEEDS}); pick another"
+        )
     os.environ["TVM_NUM_THREADS"] = str(args.threads)
     import onnxruntime as ort
 
@@ -165,11 +234,22 @@ def main() -> None:
         text_images.write_pages(root / "calib-pages", args.calibration, seed=args.calibration_seed + 1)
         held_out_lines = text_images.write_lines(root / "eval-lines", args.lines, seed=HELD_OUT_SEEDS[0])
         held_out_pages = text_images.write_pages(root / "eval-pages", args.pages, seed=HELD_OUT_SEEDS[1])
-        build(root, recipe(args.threads, {"text_cls": root / "calib-lines", "text_det": root / "calib-pages"},
-                           args.calibration, args.method, args.set))
-        print(f"\nthreads {args.threads}; no tuning; medians of alternating blocks of runs; calibrated ({args.method}) on "
-              f"{args.calibration} rendered samples (seed {args.calibration_seed}), evaluated on others"
-              + "".join(f"; {line}" for line in args.set))
+        build(
+            root,
+            recipe(
+                args.threads,
+                {"text_cls": root / "calib-lines", "text_det": root / "calib-pages"},
+                args.calibration,
+                args.method,
+                args.set,
+            ),
+        )
+        print(
+            f"\nthreads {args.threads}; no tuning; medians of alternating blocks of runs; "
+            f"calibrated ({args.method}) on "
+            f"{args.calibration} rendered samples (seed {args.calibration_seed}), evaluated on others"
+            + "".join(f"; {line}" for line in args.set)
+        )
         for model, (file, _, _) in MODELS.items():
             options = ort.SessionOptions()
             options.intra_op_num_threads = args.threads
@@ -187,16 +267,24 @@ def main() -> None:
             for variant, seconds in times.items():
                 print(f"  {variant:<20} {seconds * 1000:9.3f} ms")
             print(f"  int8 / fp32 latency  {ratio:9.2f}x   (goal <= 0.5)")
-            print(f"  cosine vs fp32       min {quality['min_cosine']:.4f}, median {quality['median_cosine']:.4f} "
-                  f"over {quality['samples']} held-out samples, {quality['at_goal']} at >= 0.99   (goal >= 0.99)")
+            print(
+                f"  cosine vs fp32       min {quality['min_cosine']:.4f}, median {quality['median_cosine']:.4f} "
+                f"over {quality['samples']} held-out samples, {quality['at_goal']} at >= 0.99   (goal >= 0.99)"
+            )
             if labels is None:
-                print(f"  text mask IoU        min {quality['min_iou']:.4f}, median {quality['median_iou']:.4f} "
-                      f"(map > {TEXT_THRESHOLD}, as PP-OCR's post-processing cuts boxes)")
+                print(
+                    f"  text mask IoU        min {quality['min_iou']:.4f}, median {quality['median_iou']:.4f} "
+                    f"(map > {TEXT_THRESHOLD}, as PP-OCR's post-processing cuts boxes)"
+                )
             else:
-                print(f"  top-1 agreement      {quality['top1_agreement']:.1%}   (goal >= 99%); orientation right: "
-                      f"fp32 {quality['fp32_correct']:.1%}, int8 {quality['int8_correct']:.1%}")
-                print(f"  logit margin error   RMS {quality['margin_rms']:.3f} (log p1/p2 of fp32's top two classes, "
-                      f"clipped at {MARGIN_CLIP:g})")
+                print(
+                    f"  top-1 agreement      {quality['top1_agreement']:.1%}   (goal >= 99%); orientation right: "
+                    f"fp32 {quality['fp32_correct']:.1%}, int8 {quality['int8_correct']:.1%}"
+                )
+                print(
+                    f"  logit margin error   RMS {quality['margin_rms']:.3f} (log p1/p2 of fp32's top two classes, "
+                    f"clipped at {MARGIN_CLIP:g})"
+                )
 
 
 if __name__ == "__main__":

@@ -57,10 +57,15 @@ def kind(name: str) -> str:
 def stage_ir(cache: Path, node: str) -> Path:
     """The ir.json that the latest cached run of an import or quantize node wrote: a store keeps every
     version of a node, and an older one names other kernels than the library just built."""
-    runs = [action for entry in (cache / "actions").glob("*/*.json")
-            if (action := json.loads(entry.read_text())).get("node") == node and "ir.json" in action.get("outputs", {})]
+    runs = [
+        action
+        for entry in (cache / "actions").glob("*/*.json")
+        if (action := json.loads(entry.read_text())).get("node") == node and "ir.json" in action.get("outputs", {})
+    ]
     if not runs:
-        raise SystemExit(f"{cache}: no cached ir.json for node {node!r}; build it first (names as in `modelbuild status`)")
+        raise SystemExit(
+            f"{cache}: no cached ir.json for node {node!r}; build it first (names as in `modelbuild status`)"
+        )
     digest = max(runs, key=lambda action: action.get("created", 0))["outputs"]["ir.json"]
     return next((cache / "objects").glob(f"{digest[:2]}/{digest}*"))
 
@@ -84,8 +89,11 @@ def kernels_of(ir: Path) -> tuple[collections.Counter, dict[str, list]]:
     calls = collections.Counter(call.kernel for call in lowering.launched_kernel_calls(phases.fused))
     # every PrimFunc's parameters carry their shape and dtype (lowering's own table leaves out the kernels
     # TVM cannot estimate FLOPs for, which are the int8 ones)
-    args = {gv.name_hint: [[[int(d) for d in p.shape], str(p.dtype)] for p in func.params]
-            for gv, func in phases.fused.functions.items() if isinstance(func, tvm.tirx.PrimFunc)}
+    args = {
+        gv.name_hint: [[[int(d) for d in p.shape], str(p.dtype)] for p in func.params]
+        for gv, func in phases.fused.functions.items()
+        if isinstance(func, tvm.tirx.PrimFunc)
+    }
     return calls, args
 
 
@@ -169,8 +177,10 @@ def report_pairs(float_build, int8_build, top: int) -> None:
             sibling = fastest.get(geometry)
             rows.append((seconds, None if sibling is None else sibling * int8_calls[name], geometry, name))
     paired = [row for row in rows if row[1] is not None]
-    print(f"\nconvs paired by geometry: int8 {sum(r[0] for r in paired) * 1e6:.0f} us, float "
-          f"{sum(r[1] for r in paired) * 1e6:.0f} us ({len(paired)} of {len(rows)} int8 convs)")
+    print(
+        f"\nconvs paired by geometry: int8 {sum(r[0] for r in paired) * 1e6:.0f} us, float "
+        f"{sum(r[1] for r in paired) * 1e6:.0f} us ({len(paired)} of {len(rows)} int8 convs)"
+    )
     for seconds, sibling, geometry, name in sorted(rows, key=lambda row: -row[0])[:top]:
         against = f"{sibling * 1e6:8.1f} us  {seconds / sibling:4.2f}x" if sibling else f"{'-':>11}  {'-':>5}"
         print(f"    {seconds * 1e6:8.1f} us {against}  {geometry}  {name[:60]}")
@@ -191,8 +201,14 @@ def report(library: str, times: dict[str, float], top: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--build", nargs=2, action="append", required=True, metavar=("LIBRARY", "NODE"),
-                        help="a library and the import or quantize node it was compiled from")
+    parser.add_argument(
+        "--build",
+        nargs=2,
+        action="append",
+        required=True,
+        metavar=("LIBRARY", "NODE"),
+        help="a library and the import or quantize node it was compiled from",
+    )
     parser.add_argument("--cache", type=Path, default=Path(".cache"))
     parser.add_argument("--top", type=int, default=8, help="the slowest kernels to list by name")
     parser.add_argument("--threads", type=int, default=2)

@@ -31,8 +31,7 @@ def modelbuild(*args: str, cwd: Path) -> tuple[float, subprocess.CompletedProces
     # bytecode caching as on a user's machine: with PYTHONDONTWRITEBYTECODE (set on some CI images) every run
     # compiles modelbuild's modules again, which measures the interpreter, not the build
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"} | {"NO_COLOR": "1"}
-    proc = subprocess.run([sys.executable, "-m", "modelbuild", *args], cwd=cwd, capture_output=True, text=True,
-                          env=env)
+    proc = subprocess.run([sys.executable, "-m", "modelbuild", *args], cwd=cwd, capture_output=True, text=True, env=env)
     elapsed = time.perf_counter() - started
     if proc.returncode != 0:
         raise SystemExit(f"modelbuild {' '.join(args)} failed:\n{proc.stdout}{proc.stderr}")
@@ -46,6 +45,7 @@ def median_noop(recipe: Path, cache: Path, build: Path, repeat: int) -> float:
 
 def median_interpreter_start(repeat: int) -> float:
     """The peer: starting this Python and doing nothing, measured beside the no-op build on a noisy machine."""
+
     def once() -> float:
         started = time.perf_counter()
         subprocess.run([sys.executable, "-c", "pass"], check=True)
@@ -55,8 +55,9 @@ def median_interpreter_start(repeat: int) -> float:
 
 
 def compile_seconds(recipe: Path, cache: Path, build: Path) -> list[tuple[str, float]]:
-    _, proc = modelbuild("-f", str(recipe), "--cache-dir", str(cache), "--build-dir", str(build), "--json",
-                         cwd=recipe.parent)
+    _, proc = modelbuild(
+        "-f", str(recipe), "--cache-dir", str(cache), "--build-dir", str(build), "--json", cwd=recipe.parent
+    )
     nodes = json.loads(proc.stdout)["nodes"]
     return [(n["status"], n["seconds"]) for n in nodes if n["stage"] == "compile"]
 
@@ -69,7 +70,7 @@ def generated_recipe(root: Path, models: int = 10) -> Path:
     lines = []
     for i in range(models):
         conv_relu(root / f"m{i}.onnx", seed=i)
-        lines += [f"[models.m{i}]", f'path = "m{i}.onnx"', 'inputs.x = { shape = [1, 3, 8, 8] }', ""]
+        lines += [f"[models.m{i}]", f'path = "m{i}.onnx"', "inputs.x = { shape = [1, 3, 8, 8] }", ""]
     for cores in (1, 2, 4):
         lines += [f"[targets.c{cores}]", 'kind = "llvm"', 'mcpu = "host"', f"num-cores = {cores}", ""]
     for i in range(models):
@@ -91,21 +92,26 @@ def main() -> None:
         hits = compile_seconds(bundled, tmp / "c1", tmp / "b1")
         noop = median_noop(bundled, tmp / "c1", tmp / "b1", args.repeat)
         startup = median_interpreter_start(args.repeat)
-        print(f"no-op build, bundled recipe (1 model x 1 target): median {noop:.3f} s   (goal < 0.2 s); "
-              f"the interpreter alone (python -c pass, same runs): {startup:.3f} s, so modelbuild's own "
-              f"{noop - startup:.3f} s")
+        print(
+            f"no-op build, bundled recipe (1 model x 1 target): median {noop:.3f} s   (goal < 0.2 s); "
+            f"the interpreter alone (python -c pass, same runs): {startup:.3f} s, so modelbuild's own "
+            f"{noop - startup:.3f} s"
+        )
 
         gen = generated_recipe(tmp / "gen")
         print("building the 10 x 3 recipe once (cold, -j 2) ...", flush=True)
-        modelbuild("-f", str(gen), "-j", "2", "--cache-dir", str(tmp / "c2"), "--build-dir", str(tmp / "b2"),
-                   cwd=gen.parent)
+        modelbuild(
+            "-f", str(gen), "-j", "2", "--cache-dir", str(tmp / "c2"), "--build-dir", str(tmp / "b2"), cwd=gen.parent
+        )
         noop_gen = median_noop(gen, tmp / "c2", tmp / "b2", args.repeat)
         print(f"no-op build, generated recipe (10 models x 3 targets): median {noop_gen:.3f} s   (goal < 1 s)")
 
         t_miss = statistics.median(s for status, s in misses if status == "built")
         t_hit = statistics.median(s for status, s in hits if status == "cached")
-        print(f"compile stage: T_miss {t_miss:.2f} s, T_hit {t_hit * 1000:.2f} ms, "
-              f"T_hit/T_miss = 1/{t_miss / t_hit:.0f}   (goal < 1/100)")
+        print(
+            f"compile stage: T_miss {t_miss:.2f} s, T_hit {t_hit * 1000:.2f} ms, "
+            f"T_hit/T_miss = 1/{t_miss / t_hit:.0f}   (goal < 1/100)"
+        )
 
 
 if __name__ == "__main__":

@@ -39,55 +39,133 @@ def cases() -> dict:
         return [node(op, ["x"], ["y"], **attributes)], {"x": shape}, {}, opset, positive
 
     return {
-        "Exp": unary("Exp"), "Sigmoid": unary("Sigmoid"), "Tanh": unary("Tanh"), "Erf": unary("Erf"),
-        "Log": unary("Log", positive=True), "Sin": unary("Sin"), "Cos": unary("Cos"),
-        "Softplus": unary("Softplus"), "Mish": unary("Mish"), "Gelu": unary("Gelu", opset=20),
-        "HardSwish": unary("HardSwish"), "Elu": unary("Elu"), "Atan": unary("Atan"), "Round": unary("Round"),
+        "Exp": unary("Exp"),
+        "Sigmoid": unary("Sigmoid"),
+        "Tanh": unary("Tanh"),
+        "Erf": unary("Erf"),
+        "Log": unary("Log", positive=True),
+        "Sin": unary("Sin"),
+        "Cos": unary("Cos"),
+        "Softplus": unary("Softplus"),
+        "Mish": unary("Mish"),
+        "Gelu": unary("Gelu", opset=20),
+        "HardSwish": unary("HardSwish"),
+        "Elu": unary("Elu"),
+        "Atan": unary("Atan"),
+        "Round": unary("Round"),
         "Sinh": unary("Sinh"),  # TVM could not compile it for a CPU at all
         # a YOLO head's class scores at 320 pixels: 2100 anchors, a row no 16-lane vector divides
-        "Sigmoid_anchors": unary("Sigmoid", [1, 80, 2100]), "Softmax_anchors": unary("Softmax", [1, 80, 2100], axis=-1),
-        "Softmax": unary("Softmax", ROWS, axis=-1), "LogSoftmax": unary("LogSoftmax", ROWS, axis=-1),
+        "Sigmoid_anchors": unary("Sigmoid", [1, 80, 2100]),
+        "Softmax_anchors": unary("Softmax", [1, 80, 2100], axis=-1),
+        "Softmax": unary("Softmax", ROWS, axis=-1),
+        "LogSoftmax": unary("LogSoftmax", ROWS, axis=-1),
         "Softmax_attention": unary("Softmax", [1, 12, 197, 197], axis=-1),
-        "LayerNorm": ([node("LayerNormalization", ["x", "s", "b"], ["y"], axis=-1)], {"x": [1, 4096, 320]},
-                      {"s": np.ones(320, np.float32), "b": np.zeros(320, np.float32)}, 18, False),
+        "LayerNorm": (
+            [node("LayerNormalization", ["x", "s", "b"], ["y"], axis=-1)],
+            {"x": [1, 4096, 320]},
+            {"s": np.ones(320, np.float32), "b": np.zeros(320, np.float32)},
+            18,
+            False,
+        ),
         "Transpose_NCHW_NHWC": unary("Transpose", perm=[0, 2, 3, 1]),
         "Transpose_heads": unary("Transpose", [1, 197, 12, 64], perm=[0, 2, 1, 3]),
         "ReduceMean_channels": ([node("ReduceMean", ["x", "a"], ["y"])], {"x": MAP}, {"a": np.array([1])}, 18, False),
-        "MatMul_QK": ([node("MatMul", ["x", "k"], ["y"])], {"x": [1, 12, 197, 64], "k": [1, 12, 64, 197]}, {}, 18,
-                      False),
-        "MatMul_anchors": ([node("MatMul", ["x", "w"], ["y"])], {"x": [1, 32, 64]},  # a prototype-mask head
-                           {"w": rng.standard_normal((64, 2100)).astype(np.float32)}, 18, False),
-        "MatMul_linear": ([node("MatMul", ["x", "w"], ["y"])], {"x": [1, 197, 192]},
-                          {"w": rng.standard_normal((192, 768)).astype(np.float32)}, 18, False),
-        "ScatterND": ([node("ScatterND", ["x", "i", "u"], ["y"])], {"x": [1000, 256]},
-                      {"i": rng.permutation(1000)[:100].reshape(100, 1).astype(np.int64),
-                       "u": rng.standard_normal((100, 256)).astype(np.float32)}, 18, False),
-        "TopK": ([node("TopK", ["x", "k"], ["y", "i"], axis=-1)], {"x": [1, 25200]}, {"k": np.array([100])}, 18,
-                 False),
+        "MatMul_QK": (
+            [node("MatMul", ["x", "k"], ["y"])],
+            {"x": [1, 12, 197, 64], "k": [1, 12, 64, 197]},
+            {},
+            18,
+            False,
+        ),
+        "MatMul_anchors": (
+            [node("MatMul", ["x", "w"], ["y"])],
+            {"x": [1, 32, 64]},  # a prototype-mask head
+            {"w": rng.standard_normal((64, 2100)).astype(np.float32)},
+            18,
+            False,
+        ),
+        "MatMul_linear": (
+            [node("MatMul", ["x", "w"], ["y"])],
+            {"x": [1, 197, 192]},
+            {"w": rng.standard_normal((192, 768)).astype(np.float32)},
+            18,
+            False,
+        ),
+        "ScatterND": (
+            [node("ScatterND", ["x", "i", "u"], ["y"])],
+            {"x": [1000, 256]},
+            {
+                "i": rng.permutation(1000)[:100].reshape(100, 1).astype(np.int64),
+                "u": rng.standard_normal((100, 256)).astype(np.float32),
+            },
+            18,
+            False,
+        ),
+        "TopK": ([node("TopK", ["x", "k"], ["y", "i"], axis=-1)], {"x": [1, 25200]}, {"k": np.array([100])}, 18, False),
         # ReflectionPad2d / ReplicationPad2d before a style-transfer or super-resolution conv
-        **{f"Pad_{mode}": ([node("Pad", ["x", "pads"], ["y"], mode=mode)], {"x": MAP},
-                           {"pads": np.array([0, 0, 1, 1, 0, 0, 1, 1])}, 18, False) for mode in ("reflect", "edge")},
+        **{
+            f"Pad_{mode}": (
+                [node("Pad", ["x", "pads"], ["y"], mode=mode)],
+                {"x": MAP},
+                {"pads": np.array([0, 0, 1, 1, 0, 0, 1, 1])},
+                18,
+                False,
+            )
+            for mode in ("reflect", "edge")
+        },
         # a spatial transformer's / optical flow's warp: bilinear sampling at a grid of the map's own size
-        "GridSample": ([node("GridSample", ["x", "grid"], ["y"], align_corners=0)], {"x": [1, 64, 64, 64]},
-                       {"grid": rng.uniform(-1, 1, (1, 64, 64, 2)).astype(np.float32)}, 18, False),
+        "GridSample": (
+            [node("GridSample", ["x", "grid"], ["y"], align_corners=0)],
+            {"x": [1, 64, 64, 64]},
+            {"grid": rng.uniform(-1, 1, (1, 64, 64, 2)).astype(np.float32)},
+            18,
+            False,
+        ),
         # a deformable detector's DCNv2 layer (torchvision's deform_conv2d): 64 -> 64 channels, 3x3 taps
-        "DeformConv": ([node("DeformConv", ["x", "w", "offset", "b", "mask"], ["y"], kernel_shape=[3, 3],
-                             pads=[1, 1, 1, 1])],
-                       {"x": [1, 64, 64, 64], "offset": [1, 18, 64, 64], "mask": [1, 9, 64, 64]},
-                       {"w": (rng.standard_normal((64, 64, 3, 3)) / 24).astype(np.float32),
-                        "b": np.zeros(64, np.float32)}, 19, False),
+        "DeformConv": (
+            [node("DeformConv", ["x", "w", "offset", "b", "mask"], ["y"], kernel_shape=[3, 3], pads=[1, 1, 1, 1])],
+            {"x": [1, 64, 64, 64], "offset": [1, 18, 64, 64], "mask": [1, 9, 64, 64]},
+            {"w": (rng.standard_normal((64, 64, 3, 3)) / 24).astype(np.float32), "b": np.zeros(64, np.float32)},
+            19,
+            False,
+        ),
         # a two-stage detector's pooling: 100 boxes of a 56x56 map to 7x7
-        "RoiAlign": ([node("RoiAlign", ["x", "rois", "batch"], ["y"], output_height=7, output_width=7,
-                           sampling_ratio=2, spatial_scale=0.25)], {"x": [1, 256, 56, 56]},
-                     {"rois": np.sort(rng.uniform(0, 220, (100, 2, 2)), axis=1).reshape(100, 4).astype(np.float32),
-                      "batch": np.zeros(100, np.int64)}, 16, False),  # rows x1, y1, x2, y2
+        "RoiAlign": (
+            [
+                node(
+                    "RoiAlign",
+                    ["x", "rois", "batch"],
+                    ["y"],
+                    output_height=7,
+                    output_width=7,
+                    sampling_ratio=2,
+                    spatial_scale=0.25,
+                )
+            ],
+            {"x": [1, 256, 56, 56]},
+            {
+                "rois": np.sort(rng.uniform(0, 220, (100, 2, 2)), axis=1).reshape(100, 4).astype(np.float32),
+                "batch": np.zeros(100, np.int64),
+            },
+            16,
+            False,
+        ),  # rows x1, y1, x2, y2
         # Whisper's front end as torch.stft exports it: 400-sample Hann frames every 160 of a second of audio
-        "STFT": ([node("STFT", ["x", "step", "window", "length"], ["y"])], {"x": [1, 16000, 1]},
-                 {"step": np.array(160), "window": np.hanning(400).astype(np.float32), "length": np.array(400)}, 17,
-                 False),
+        "STFT": (
+            [node("STFT", ["x", "step", "window", "length"], ["y"])],
+            {"x": [1, 16000, 1]},
+            {"step": np.array(160), "window": np.hanning(400).astype(np.float32), "length": np.array(400)},
+            17,
+            False,
+        ),
         # torch.fft.rfft over 64 rows of 512 (a DFT by matmuls: O(N^2) where onnxruntime's FFT is O(N log N))
-        "DFT_rfft": ([node("DFT", ["x", "", "axis"], ["y"], onesided=1)], {"x": [1, 64, 512, 1]},
-                     {"axis": np.array(2)}, 20, False),
+        "DFT_rfft": (
+            [node("DFT", ["x", "", "axis"], ["y"], onesided=1)],
+            {"x": [1, 64, 512, 1]},
+            {"axis": np.array(2)},
+            20,
+            False,
+        ),
     }
 
 
@@ -96,10 +174,13 @@ def model(name: str, nodes, inputs: dict, initializers: dict, opset: int):
 
     outputs = list(dict.fromkeys(out for n in nodes for out in n.output))
     types = {o: TensorProto.INT64 if o == "i" else TensorProto.FLOAT for o in outputs}  # "i": TopK's indices
-    graph = helper.make_graph(nodes, name, [helper.make_tensor_value_info(k, TensorProto.FLOAT, v)
-                                            for k, v in inputs.items()],
-                              [helper.make_tensor_value_info(o, types[o], None) for o in outputs],
-                              initializer=[numpy_helper.from_array(v, k) for k, v in initializers.items()])
+    graph = helper.make_graph(
+        nodes,
+        name,
+        [helper.make_tensor_value_info(k, TensorProto.FLOAT, v) for k, v in inputs.items()],
+        [helper.make_tensor_value_info(o, types[o], None) for o in outputs],
+        initializer=[numpy_helper.from_array(v, k) for k, v in initializers.items()],
+    )
     built = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     built.ir_version = 10
     return built
@@ -115,8 +196,9 @@ def compiled(onnx_model, inputs: dict, threads: int):
     from modelbuild.stages import onnx_import
 
     module = onnx_import.to_relax(onnx_model, {k: {"shape": v, "dtype": "float32"} for k, v in inputs.items()})
-    host = targets.resolve_target({"kind": "llvm", "mcpu": "host", "num-cores": threads},
-                                  zoo.CACHE / "host-cpu.json")  # as a recipe's mcpu = "host" builds
+    host = targets.resolve_target(
+        {"kind": "llvm", "mcpu": "host", "num-cores": threads}, zoo.CACHE / "host-cpu.json"
+    )  # as a recipe's mcpu = "host" builds
     target = tvm.target.Target(targets.tvm_target(host))
     with target, tvm.transform.PassContext(opt_level=3):
         phases = lowering.lower(module, target, fuse=True, layout="auto", schedule=True)
@@ -146,13 +228,15 @@ def measure(name: str, case, threads: int, seconds: float) -> str:
     tensors = [tvm.runtime.tensor(feed[k]) for k in inputs]
     got = main(*tensors)
     got = [got] if hasattr(got, "numpy") else list(got)
-    error = max(float(np.abs(a.numpy().astype("float64") - b).max()) if b.size else 0.0
-                for a, b in zip(got, expected))
-    medians = zoo.alternate({"modelbuild": lambda: main(*tensors), "onnxruntime": lambda: session.run(None, feed)},
-                            seconds)
+    error = max(float(np.abs(a.numpy().astype("float64") - b).max()) if b.size else 0.0 for a, b in zip(got, expected))
+    medians = zoo.alternate(
+        {"modelbuild": lambda: main(*tensors), "onnxruntime": lambda: session.run(None, feed)}, seconds
+    )
     ratio = medians["modelbuild"] / medians["onnxruntime"]
-    return (f"| {name} | {medians['modelbuild'] * 1e3:.3f} | {medians['onnxruntime'] * 1e3:.3f} | {ratio:.2f}x"
-            f"{' <<' if ratio > 1.5 else ''} | {error:.1e} |")
+    return (
+        f"| {name} | {medians['modelbuild'] * 1e3:.3f} | {medians['onnxruntime'] * 1e3:.3f} | {ratio:.2f}x"
+        f"{' <<' if ratio > 1.5 else ''} | {error:.1e} |"
+    )
 
 
 def main() -> None:

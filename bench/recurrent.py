@@ -39,14 +39,25 @@ def layer_model(path: Path, op: str, direction: str, steps: int, batch: int, fea
 
     rng = np.random.default_rng(0)
     dirs, gates = (2 if direction == "bidirectional" else 1), (4 if op == "LSTM" else 3)
-    weights = [numpy_helper.from_array((rng.standard_normal(shape) / math.sqrt(hidden)).astype(np.float32), name)
-               for name, shape in (("W", (dirs, gates * hidden, features)), ("R", (dirs, gates * hidden, hidden)),
-                                   ("B", (dirs, 2 * gates * hidden)))]
+    weights = [
+        numpy_helper.from_array((rng.standard_normal(shape) / math.sqrt(hidden)).astype(np.float32), name)
+        for name, shape in (
+            ("W", (dirs, gates * hidden, features)),
+            ("R", (dirs, gates * hidden, hidden)),
+            ("B", (dirs, 2 * gates * hidden)),
+        )
+    ]
     node = helper.make_node(op, ["X", "W", "R", "B"], ["Y", "Y_h"], hidden_size=hidden, direction=direction)
-    graph = helper.make_graph([node], op, [helper.make_tensor_value_info("X", TensorProto.FLOAT, [steps, batch, features])],
-                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [steps, dirs, batch, hidden]),
-                               helper.make_tensor_value_info("Y_h", TensorProto.FLOAT, [dirs, batch, hidden])],
-                              initializer=weights)
+    graph = helper.make_graph(
+        [node],
+        op,
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [steps, batch, features])],
+        [
+            helper.make_tensor_value_info("Y", TensorProto.FLOAT, [steps, dirs, batch, hidden]),
+            helper.make_tensor_value_info("Y_h", TensorProto.FLOAT, [dirs, batch, hidden]),
+        ],
+        initializer=weights,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
     model.ir_version = 8
     onnx.save(model, str(path))
@@ -57,12 +68,24 @@ def build(root: Path, threads: int) -> None:
     for name, spec in LAYERS.items():
         layer_model(root / f"{name}.onnx", *spec)
         lines += [f"[models.{name}]", f'path = "{root / name}.onnx"', ""]
-    lines += ["[targets.cpu]", 'kind = "llvm"', 'mcpu = "host"', f"num-cores = {threads}", "",
-              "[validation]", "enabled = false", ""]
+    lines += [
+        "[targets.cpu]",
+        'kind = "llvm"',
+        'mcpu = "host"',
+        f"num-cores = {threads}",
+        "",
+        "[validation]",
+        "enabled = false",
+        "",
+    ]
     lines += [line for name in LAYERS for line in ("[[builds]]", f'model = "{name}"', 'targets = ["cpu"]', "")]
     (root / "deploy.toml").write_text("\n".join(lines))
-    proc = subprocess.run([sys.executable, "-m", "modelbuild", "-f", str(root / "deploy.toml")], capture_output=True,
-                          text=True, env={**os.environ, "NO_COLOR": "1"})
+    proc = subprocess.run(
+        [sys.executable, "-m", "modelbuild", "-f", str(root / "deploy.toml")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
     if proc.returncode != 0:
         raise SystemExit(proc.stdout + proc.stderr)
 
@@ -82,7 +105,10 @@ def main() -> None:
         print(f"building {len(LAYERS)} layers untuned ...", flush=True)
         build(root, args.threads)
         print(f"\n{args.threads} threads each; medians of alternating blocks of runs\n")
-        print("| layer | op | steps x batch x features -> hidden | onnxruntime ms | modelbuild ms | ratio | max abs diff |")
+        print(
+            "| layer | op | steps x batch x features -> hidden | onnxruntime ms | modelbuild ms | ratio "
+            "| max abs diff |"
+        )
         print("| --- | --- | --- | --- | --- | --- | --- |")
         ratios = []
         for name, (op, direction, steps, batch, features, hidden) in LAYERS.items():
@@ -94,13 +120,16 @@ def main() -> None:
             xt = tvm.runtime.tensor(x)
             ours, theirs = vm["main"](xt), session.run(None, {"X": x})
             diff = max(float(np.abs(a.numpy() - b).max()) for a, b in zip(ours, theirs))
-            medians = alternate({"onnxruntime": lambda: session.run(None, {"X": x}), "modelbuild": lambda: vm["main"](xt)},
-                                args.seconds)
+            medians = alternate(
+                {"onnxruntime": lambda: session.run(None, {"X": x}), "modelbuild": lambda: vm["main"](xt)}, args.seconds
+            )
             ratio = medians["modelbuild"] / medians["onnxruntime"]
             ratios.append(ratio)
-            print(f"| {name} | {op} {direction} | {steps} x {batch} x {features} -> {hidden} | "
-                  f"{medians['onnxruntime'] * 1e3:.3f} | {medians['modelbuild'] * 1e3:.3f} | {ratio:.2f}x | {diff:.1e} |",
-                  flush=True)
+            print(
+                f"| {name} | {op} {direction} | {steps} x {batch} x {features} -> {hidden} | "
+                f"{medians['onnxruntime'] * 1e3:.3f} | {medians['modelbuild'] * 1e3:.3f} | {ratio:.2f}x | {diff:.1e} |",
+                flush=True,
+            )
         geomean = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
         print(f"\ngeometric mean {geomean:.2f}x onnxruntime; worst {max(ratios):.2f}x (goal: none above 2x)")
 

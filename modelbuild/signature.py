@@ -37,6 +37,8 @@ def _listed(tensors: dict[str, dict]) -> list[dict]:
 
 def read(path: Path) -> Signature:
     data = json.loads(Path(path).read_text())
-    sides = {side: {t["name"]: {k: v for k, v in t.items() if k != "name"} for t in data.get(side, [])}
-             for side in ("inputs", "outputs", "bound")}
+    sides = {
+        side: {t["name"]: {k: v for k, v in t.items() if k != "name"} for t in data.get(side, [])}
+        for side in ("inputs", "outputs", "bound")
+    }
     return Signature(**sides)

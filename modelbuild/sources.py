@@ -22,8 +22,9 @@ NOT_OUTPUT_SHAPING = frozenset({"modelbuild.errors", "modelbuild.hashing", "mode
 
 
 # `from modelbuild.x import (a,\n b)` spans lines: the names in parentheses are read to the closing one
-_IMPORT = re.compile(r"^\s*(?:from\s+(modelbuild[\w.]*)\s+import\s+(?:\(([^)]*)\)|([^#\n]*))|import\s+(modelbuild[\w.]*))",
-                     re.M)
+_IMPORT = re.compile(
+    r"^\s*(?:from\s+(modelbuild[\w.]*)\s+import\s+(?:\(([^)]*)\)|([^#\n]*))|import\s+(modelbuild[\w.]*))", re.M
+)
 
 
 @cache
@@ -54,8 +55,14 @@ def direct_imports(module: str) -> list[str]:
             candidate = f"{package}.{name.strip().split(' as ')[0].strip()}"
             if name.strip() and _source(candidate) is not None:
                 found.append(candidate)  # `from modelbuild.compiler import lowering` names a module
-    return [m for m in found if m.startswith(PACKAGE) and _source(m) is not None and m not in NOT_OUTPUT_SHAPING
-            and _source(m).name != "__init__.py"]
+    return [
+        m
+        for m in found
+        if m.startswith(PACKAGE)
+        and _source(m) is not None
+        and m not in NOT_OUTPUT_SHAPING
+        and _source(m).name != "__init__.py"
+    ]
 
 
 @cache

@@ -33,11 +33,35 @@ QEMU = "qemu-aarch64-static"
 DEBIAN = "bookworm"  # its python3.11 matches the cp311 wheels below
 KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
 # python3.11's interpreter and standard library with what they link, and the C++ runtime TVM needs
-PACKAGES = ("python3.11-minimal", "libpython3.11-minimal", "libpython3.11-stdlib", "media-types", "libc6",
-            "libstdc++6", "libgcc-s1", "zlib1g", "libexpat1", "libffi8", "libssl3", "libbz2-1.0", "liblzma5",
-            "libuuid1", "libncursesw6", "libtinfo6", "libsqlite3-0", "libcrypt1")
-WHEEL_PLATFORM = ("--platform", "manylinux_2_28_aarch64", "--python-version", "3.11", "--implementation", "cp",
-                  "--only-binary=:all:")
+PACKAGES = (
+    "python3.11-minimal",
+    "libpython3.11-minimal",
+    "libpython3.11-stdlib",
+    "media-types",
+    "libc6",
+    "libstdc++6",
+    "libgcc-s1",
+    "zlib1g",
+    "libexpat1",
+    "libffi8",
+    "libssl3",
+    "libbz2-1.0",
+    "liblzma5",
+    "libuuid1",
+    "libncursesw6",
+    "libtinfo6",
+    "libsqlite3-0",
+    "libcrypt1",
+)
+WHEEL_PLATFORM = (
+    "--platform",
+    "manylinux_2_28_aarch64",
+    "--python-version",
+    "3.11",
+    "--implementation",
+    "cp",
+    "--only-binary=:all:",
+)
 DEFAULT_TRACKER = "127.0.0.1:9190"
 COMPILER_LIBRARY = "site/tvm/lib/libtvm_compiler.so"
 ENVIRONMENT_BROKEN = 4  # modelbuild's exit code for a broken environment
@@ -66,8 +90,10 @@ def prepare(base: Path) -> Path:
         return root
     for tool in (QEMU, "apt-get", "dpkg"):
         if shutil.which(tool) is None:
-            raise Unavailable(f"{tool} is not on the path (Debian: apt-get install qemu-user-static; apt-get and "
-                              "dpkg come with Debian and Ubuntu)")
+            raise Unavailable(
+                f"{tool} is not on the path (Debian: apt-get install qemu-user-static; apt-get and "
+                "dpkg come with Debian and Ubuntu)"
+            )
     if not Path(KEYRING).exists():
         raise Unavailable(f"{KEYRING} is missing (Debian: apt-get install debian-archive-keyring)")
     base.mkdir(parents=True, exist_ok=True)
@@ -95,31 +121,57 @@ def _debian_packages(apt: Path) -> list[Path]:
     mirror = f"[arch=arm64 signed-by={KEYRING}]"
     (apt / "etc/sources.list").write_text(
         f"deb {mirror} http://deb.debian.org/debian {DEBIAN} main\n"
-        f"deb {mirror} http://deb.debian.org/debian-security {DEBIAN}-security main\n")
+        f"deb {mirror} http://deb.debian.org/debian-security {DEBIAN}-security main\n"
+    )
     options = []
-    for key, value in (("APT::Architecture", "arm64"), ("APT::Architectures::", "arm64"),
-                       ("Dir::State", apt / "state"), ("Dir::State::status", "/dev/null"),
-                       ("Dir::Cache", apt / "cache"), ("Dir::Etc::sourcelist", apt / "etc/sources.list"),
-                       ("Dir::Etc::sourceparts", apt / "etc/sources.list.d"),
-                       ("Dir::Etc::preferencesparts", apt / "etc/preferences.d"), ("Debug::NoLocking", "1")):
+    for key, value in (
+        ("APT::Architecture", "arm64"),
+        ("APT::Architectures::", "arm64"),
+        ("Dir::State", apt / "state"),
+        ("Dir::State::status", "/dev/null"),
+        ("Dir::Cache", apt / "cache"),
+        ("Dir::Etc::sourcelist", apt / "etc/sources.list"),
+        ("Dir::Etc::sourceparts", apt / "etc/sources.list.d"),
+        ("Dir::Etc::preferencesparts", apt / "etc/preferences.d"),
+        ("Debug::NoLocking", "1"),
+    ):
         options += ["-o", f"{key}={value}"]
     if os.geteuid() == 0:  # root's apt downloads as _apt, who cannot write into this folder
         options += ["-o", "APT::Sandbox::User=root"]
     _run(["apt-get", "-q", *options, "update"], "apt-get update (Debian's arm64 package lists)")
-    _run(["apt-get", "-q", *options, "download", *PACKAGES], "apt-get download (Debian's arm64 packages)",
-         cwd=apt / "debs")
+    _run(
+        ["apt-get", "-q", *options, "download", *PACKAGES],
+        "apt-get download (Debian's arm64 packages)",
+        cwd=apt / "debs",
+    )
     return sorted((apt / "debs").glob("*.deb"))
 
 
 def _install_wheels(wanted: dict[str, str], wheels: Path, site: Path) -> None:
     pip = [sys.executable, "-m", "pip"]
     # TVM's RPC server runs its sessions through popen_pool: the "rpc" extra brings cloudpickle and psutil
-    requirements = [f"apache-tvm[rpc]=={wanted['apache-tvm']}", f"apache-tvm-ffi=={wanted['apache-tvm-ffi']}",
-                    f"numpy=={wanted['numpy']}"]
-    _run([*pip, "download", "-q", "--dest", str(wheels), *WHEEL_PLATFORM, *requirements],
-         "pip download (the aarch64 wheels)")
-    _run([*pip, "install", "-q", "--no-deps", "--target", str(site), *WHEEL_PLATFORM,
-          *map(str, sorted(wheels.glob("*.whl")))], "pip install --target (the aarch64 wheels)")
+    requirements = [
+        f"apache-tvm[rpc]=={wanted['apache-tvm']}",
+        f"apache-tvm-ffi=={wanted['apache-tvm-ffi']}",
+        f"numpy=={wanted['numpy']}",
+    ]
+    _run(
+        [*pip, "download", "-q", "--dest", str(wheels), *WHEEL_PLATFORM, *requirements],
+        "pip download (the aarch64 wheels)",
+    )
+    _run(
+        [
+            *pip,
+            "install",
+            "-q",
+            "--no-deps",
+            "--target",
+            str(site),
+            *WHEEL_PLATFORM,
+            *map(str, sorted(wheels.glob("*.whl"))),
+        ],
+        "pip install --target (the aarch64 wheels)",
+    )
 
 
 def _run(command: list[str], what: str, **kwargs) -> None:
@@ -137,16 +189,49 @@ def serve(root: Path, key: str, tracker: str, port: int, cpu: str, threads: int 
     if not _listening(host, int(tracker_port)):
         if host not in ("127.0.0.1", "localhost"):
             raise Unavailable(f"no RPC tracker answers at {tracker}; start it there, or serve with a local one")
-        children.append(subprocess.Popen([sys.executable, "-m", "tvm.exec.rpc_tracker", "--host", host,
-                                          "--port", tracker_port, "--port-end", str(int(tracker_port) + 1)],
-                                         start_new_session=True))
+        children.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "tvm.exec.rpc_tracker",
+                    "--host",
+                    host,
+                    "--port",
+                    tracker_port,
+                    "--port-end",
+                    str(int(tracker_port) + 1),
+                ],
+                start_new_session=True,
+            )
+        )
     emulator = subprocess.run([QEMU, "--version"], capture_output=True, text=True).stdout.splitlines()[0]
     environment = device_environment(dict(os.environ), root, f"{emulator} -cpu {cpu}", cpu, threads)
-    children.append(subprocess.Popen([QEMU, "-L", str(root), str(root / "usr/bin/python3.11"), __file__,
-                                      "device", "--key", key, "--tracker", tracker, "--port", str(port)],
-                                     env=environment, start_new_session=True))
-    print(f"emulated aarch64 device {key!r}: registering with the RPC tracker at {tracker} (TVM takes about "
-          "10 s to import under emulation); Ctrl-C stops it", flush=True)
+    children.append(
+        subprocess.Popen(
+            [
+                QEMU,
+                "-L",
+                str(root),
+                str(root / "usr/bin/python3.11"),
+                __file__,
+                "device",
+                "--key",
+                key,
+                "--tracker",
+                tracker,
+                "--port",
+                str(port),
+            ],
+            env=environment,
+            start_new_session=True,
+        )
+    )
+    print(
+        f"emulated aarch64 device {key!r}: registering with the RPC tracker at {tracker} (TVM takes about "
+        "10 s to import under emulation); Ctrl-C stops it",
+        flush=True,
+    )
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         while all(child.poll() is None for child in children):
@@ -167,8 +252,15 @@ def device_environment(base: dict[str, str], root: Path, emulator: str, cpu: str
     served from one machine (N devices tuning one target, bench/rpc_tuning.py) do not each spin a pool over
     all of them. One thread by default: an emulated board's latency is no hardware figure in any case, and
     one board timed its tuning candidates as fast with one thread as with two (2-core host)."""
-    return {**base, "PYTHONPATH": str(root / "site"), "PYTHONNOUSERSITE": "1", "QEMU_CPU": cpu,
-            "TVM_USE_RUNTIME_LIB": "1", "TVM_NUM_THREADS": str(threads), "MODELBUILD_EMULATOR": emulator}
+    return {
+        **base,
+        "PYTHONPATH": str(root / "site"),
+        "PYTHONNOUSERSITE": "1",
+        "QEMU_CPU": cpu,
+        "TVM_USE_RUNTIME_LIB": "1",
+        "TVM_NUM_THREADS": str(threads),
+        "MODELBUILD_EMULATOR": emulator,
+    }
 
 
 def _end_group(child: subprocess.Popen) -> None:
@@ -202,21 +294,28 @@ def device(key: str, tracker: str, port: int) -> None:
 
     # TVM loads its runtime's extras (among them tvm.contrib.random, which MetaSchedule's RPC runner fills
     # a candidate's arguments with) only beside the compiler
-    _LOADED_LIBS["tvm_runtime_extra"] = load_lib_ctypes(package="tvm", target_name="tvm_runtime_extra",
-                                                        extra_lib_paths=[Path(tvm.__file__).parent / "lib"],
-                                                        mode="RTLD_LOCAL")
+    _LOADED_LIBS["tvm_runtime_extra"] = load_lib_ctypes(
+        package="tvm",
+        target_name="tvm_runtime_extra",
+        extra_lib_paths=[Path(tvm.__file__).parent / "lib"],
+        mode="RTLD_LOCAL",
+    )
 
-    info = {"machine": platform.machine(), "os": f"Debian {DEBIAN} userland",
-            "emulated": os.environ.get("MODELBUILD_EMULATOR", "qemu-user"),
-            "threads": int(os.environ.get("TVM_NUM_THREADS", os.cpu_count() or 1))}
+    info = {
+        "machine": platform.machine(),
+        "os": f"Debian {DEBIAN} userland",
+        "emulated": os.environ.get("MODELBUILD_EMULATOR", "qemu-user"),
+        "threads": int(os.environ.get("TVM_NUM_THREADS", os.cpu_count() or 1)),
+    }
 
     @tvm.register_global_func("modelbuild.device_info")
     def _device_info() -> str:  # asked by modelbuild's validate (stages/device.py) for its report
         return json.dumps(info)
 
     host, _, tracker_port = tracker.rpartition(":")
-    server._popen_start_rpc_server("127.0.0.1", port, port + 100, tracker_addr=(host, int(tracker_port)), key=key,
-                                   silent=True)
+    server._popen_start_rpc_server(
+        "127.0.0.1", port, port + 100, tracker_addr=(host, int(tracker_port)), key=key, silent=True
+    )
     while True:
         time.sleep(3600)
 
@@ -231,10 +330,18 @@ def main(argv: list[str] | None = None) -> int:
     serve_parser.add_argument("--key", required=True, help="the device key recipes name: rpc = { key = ... }")
     serve_parser.add_argument("--tracker", default=DEFAULT_TRACKER, help="host:port (default %(default)s)")
     serve_parser.add_argument("--port", type=int, default=9300, help="first port the device may listen on")
-    serve_parser.add_argument("--cpu", default="max", help="qemu's -cpu: max has every Armv8/9 extension; "
-                              "cortex-a72 refuses instructions a Raspberry Pi 4 lacks")
-    serve_parser.add_argument("--threads", type=int, default=1, help="the cores of this machine the device's "
-                              "kernels run on (default %(default)s: one per board, so several can serve from here)")
+    serve_parser.add_argument(
+        "--cpu",
+        default="max",
+        help="qemu's -cpu: max has every Armv8/9 extension; cortex-a72 refuses instructions a Raspberry Pi 4 lacks",
+    )
+    serve_parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="the cores of this machine the device's "
+        "kernels run on (default %(default)s: one per board, so several can serve from here)",
+    )
     device_parser = commands.add_parser("device")  # internal: what serve runs under qemu
     device_parser.add_argument("--key", required=True)
     device_parser.add_argument("--tracker", required=True)

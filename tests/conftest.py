@@ -166,9 +166,22 @@ def serve_emulated_arm64(key: str, tracker: str) -> subprocess.Popen:
         pytest.skip(f"needs {', '.join(missing)} (Debian: apt-get install qemu-user-static gcc-aarch64-linux-gnu)")
     import sys
 
-    server = subprocess.Popen([sys.executable, str(REPO / "scripts/emulated_arm64.py"), "serve",
-                               "--key", key, "--tracker", tracker, "--port", str(free_port())],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            str(REPO / "scripts/emulated_arm64.py"),
+            "serve",
+            "--key",
+            key,
+            "--tracker",
+            tracker,
+            "--port",
+            str(free_port()),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     # the first run downloads the environment (about 200 MB) before it starts the tracker
     wait_for_port(int(tracker.rpartition(":")[2]), server, timeout=600)
     return server
@@ -217,8 +230,9 @@ def run_on_read_only(folder: Path, command: list[str], **kwargs) -> subprocess.C
     if shutil.which("unshare") is None:
         pytest.skip("running as root without unshare(1): cannot make a read-only folder")
     script = 'mount --bind -o ro "$0" "$0" && exec "$@"'
-    done = subprocess.run(["unshare", "-m", "sh", "-c", script, str(folder), *command], capture_output=True,
-                          text=True, **kwargs)
+    done = subprocess.run(
+        ["unshare", "-m", "sh", "-c", script, str(folder), *command], capture_output=True, text=True, **kwargs
+    )
     if done.returncode != 0 and "mount" in done.stderr:
         pytest.skip(f"root, but this machine refuses a private read-only mount: {done.stderr.strip()}")
     return done

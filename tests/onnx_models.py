@@ -19,7 +19,8 @@ def conv_relu(path: Path, *, channels: int = 4, seed: int = 0, doc: str = "", op
         helper.make_node("Relu", ["c"], ["y"], name="relu0"),
     ]
     graph = helper.make_graph(
-        nodes, "conv_relu",
+        nodes,
+        "conv_relu",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, "h", "w"])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, channels, "h", "w"])],
         initializer=[weight, bias],
@@ -45,7 +46,8 @@ def two_convs(path: Path, *, channels: int = 16, seed: int = 0, same_upper: bool
         helper.make_node("Conv", ["r1", "w2"], ["y"], name="conv2", **padding),
     ]
     graph = helper.make_graph(
-        nodes, "two_convs",
+        nodes,
+        "two_convs",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, "h", "w"])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, channels, "h", "w"])],
         initializer=[w1, w2],
@@ -68,7 +70,8 @@ def two_conv1ds(path: Path, *, channels: int = 16, seed: int = 0) -> Path:
         helper.make_node("Conv", ["r1", "w2"], ["y"], name="conv2", pads=[2, 2], dilations=[2], strides=[2]),
     ]
     graph = helper.make_graph(
-        nodes, "two_conv1ds",
+        nodes,
+        "two_conv1ds",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, "t"])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, channels, "t2"])],
         initializer=[w1, w2],
@@ -89,11 +92,16 @@ def two_in_two_out(path: Path, names: tuple[str, str, str, str] = ("zeta", "alph
         helper.make_node("ReduceSum", [zeta], [a_out], name="sum", keepdims=1),
     ]
     graph = helper.make_graph(
-        nodes, "two_in_two_out",
-        [helper.make_tensor_value_info(zeta, TensorProto.FLOAT, [1, 4]),
-         helper.make_tensor_value_info(alpha, TensorProto.FLOAT, [1, 4])],
-        [helper.make_tensor_value_info(z_out, TensorProto.FLOAT, [1, 4]),
-         helper.make_tensor_value_info(a_out, TensorProto.FLOAT, [1, 1])],
+        nodes,
+        "two_in_two_out",
+        [
+            helper.make_tensor_value_info(zeta, TensorProto.FLOAT, [1, 4]),
+            helper.make_tensor_value_info(alpha, TensorProto.FLOAT, [1, 4]),
+        ],
+        [
+            helper.make_tensor_value_info(z_out, TensorProto.FLOAT, [1, 4]),
+            helper.make_tensor_value_info(a_out, TensorProto.FLOAT, [1, 1]),
+        ],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
@@ -114,14 +122,28 @@ def with_unsupported_op(path: Path) -> Path:
     return path
 
 
-def quantized_qdq(source: Path, path: Path, shape: list[int], *, samples: int = 8, activations: str = "QInt8",
-                  quant_format: str = "QDQ", symmetric: bool = True, reduce_range: bool = False) -> Path:
+def quantized_qdq(
+    source: Path,
+    path: Path,
+    shape: list[int],
+    *,
+    samples: int = 8,
+    activations: str = "QInt8",
+    quant_format: str = "QDQ",
+    symmetric: bool = True,
+    reduce_range: bool = False,
+) -> Path:
     """onnxruntime's static quantization of `source` (symmetric int8, per-channel weights), calibrated on
     seeded random inputs of `shape`: QDQ, or with quant_format="QOperator" QLinearConv / QLinearMatMul;
     symmetric=False gives affine activations (a zero point from the calibrated range); reduce_range=True
     7-bit weights."""
-    from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType,
-                                          quantize_static)
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        CalibrationMethod,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
 
     model = onnx.load(str(source))
     for dim, value in zip(model.graph.input[0].type.tensor_type.shape.dim, shape):
@@ -132,16 +154,25 @@ def quantized_qdq(source: Path, path: Path, shape: list[int], *, samples: int = 
 
     class Reader(CalibrationDataReader):
         def __init__(self):
-            self.batches = iter([{"x": np.random.default_rng(i).standard_normal(shape).astype(np.float32)}
-                                 for i in range(samples)])
+            self.batches = iter(
+                [{"x": np.random.default_rng(i).standard_normal(shape).astype(np.float32)} for i in range(samples)]
+            )
 
         def get_next(self):
             return next(self.batches, None)
 
-    quantize_static(str(fixed), str(path), Reader(), quant_format=QuantFormat[quant_format], per_channel=True,
-                    reduce_range=reduce_range, activation_type=QuantType[activations], weight_type=QuantType.QInt8,
-                    calibrate_method=CalibrationMethod.MinMax,
-                    extra_options={"ActivationSymmetric": symmetric, "WeightSymmetric": True})
+    quantize_static(
+        str(fixed),
+        str(path),
+        Reader(),
+        quant_format=QuantFormat[quant_format],
+        per_channel=True,
+        reduce_range=reduce_range,
+        activation_type=QuantType[activations],
+        weight_type=QuantType.QInt8,
+        calibrate_method=CalibrationMethod.MinMax,
+        extra_options={"ActivationSymmetric": symmetric, "WeightSymmetric": True},
+    )
     return path
 
 
@@ -172,7 +203,8 @@ def uneven_channels(path: Path, *, channels: int = 8, seed: int = 0) -> Path:
         helper.make_node("GlobalAveragePool", ["p"], ["y"], name="pool"),
     ]
     graph = helper.make_graph(
-        nodes, "uneven_channels",
+        nodes,
+        "uneven_channels",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, channels, 16, 16])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, channels, 1, 1])],
         initializer=initializers,
@@ -215,29 +247,49 @@ def branch_on_rate(path: Path, *, else_repeats: int = 1) -> Path:
     """x[1,4] float and a scalar int64 `sr`: y = x * 2 when sr == 16000, else x * 3, through an `If`, as
     streaming audio models select their path by sample rate. With else_repeats > 1 the else branch returns
     x * 3 tiled that many times along the width: branches of different shapes, which no select can join."""
+
     def branch(name: str, factor: float, repeats: int = 1):
-        constant = helper.make_node("Constant", [], [f"{name}_k"],
-                                    value=numpy_helper.from_array(np.array(factor, np.float32), f"{name}_value"))
-        scale = helper.make_node("Mul", ["x", f"{name}_k"], [f"{name}_y" if repeats == 1 else f"{name}_one"],
-                                 name=f"{name}_mul")
+        constant = helper.make_node(
+            "Constant", [], [f"{name}_k"], value=numpy_helper.from_array(np.array(factor, np.float32), f"{name}_value")
+        )
+        scale = helper.make_node(
+            "Mul", ["x", f"{name}_k"], [f"{name}_y" if repeats == 1 else f"{name}_one"], name=f"{name}_mul"
+        )
         nodes = [constant, scale]
         if repeats > 1:
-            tiles = helper.make_node("Constant", [], [f"{name}_tiles"],
-                                     value=numpy_helper.from_array(np.array([1, repeats], np.int64), "tiles"))
+            tiles = helper.make_node(
+                "Constant",
+                [],
+                [f"{name}_tiles"],
+                value=numpy_helper.from_array(np.array([1, repeats], np.int64), "tiles"),
+            )
             nodes += [tiles, helper.make_node("Tile", [f"{name}_one", f"{name}_tiles"], [f"{name}_y"])]
-        return helper.make_graph(nodes, name, [],
-                                 [helper.make_tensor_value_info(f"{name}_y", TensorProto.FLOAT, [1, 4 * repeats])])
+        return helper.make_graph(
+            nodes, name, [], [helper.make_tensor_value_info(f"{name}_y", TensorProto.FLOAT, [1, 4 * repeats])]
+        )
 
     rate = numpy_helper.from_array(np.array(16000, np.int64), "rate16k")
-    nodes = [helper.make_node("Equal", ["sr", "rate16k"], ["is16k"], name="is16k"),
-             helper.make_node("If", ["is16k"], ["y"], name="by_rate", then_branch=branch("then", 2.0),
-                              else_branch=branch("else", 3.0, else_repeats))]
-    graph = helper.make_graph(nodes, "branch_on_rate",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4]),
-                               helper.make_tensor_value_info("sr", TensorProto.INT64, [])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT,
-                                                             [1, 4 if else_repeats == 1 else "width"])],
-                              initializer=[rate])
+    nodes = [
+        helper.make_node("Equal", ["sr", "rate16k"], ["is16k"], name="is16k"),
+        helper.make_node(
+            "If",
+            ["is16k"],
+            ["y"],
+            name="by_rate",
+            then_branch=branch("then", 2.0),
+            else_branch=branch("else", 3.0, else_repeats),
+        ),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "branch_on_rate",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4]),
+            helper.make_tensor_value_info("sr", TensorProto.INT64, []),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4 if else_repeats == 1 else "width"])],
+        initializer=[rate],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.save(model, str(path))
@@ -252,32 +304,53 @@ def branch_on_score(path: Path, *, nested: bool = False) -> Path:
     rng = np.random.default_rng(0)
 
     def graph(name, nodes, output, initializer=()):
-        return helper.make_graph(nodes, name, [], [helper.make_tensor_value_info(output, TensorProto.FLOAT, [2, 4])],
-                                 initializer=list(initializer))
+        return helper.make_graph(
+            nodes,
+            name,
+            [],
+            [helper.make_tensor_value_info(output, TensorProto.FLOAT, [2, 4])],
+            initializer=list(initializer),
+        )
 
-    network = [helper.make_node("MatMul", ["x", "w"], ["t"]), helper.make_node("Tanh", ["t"], ["u"]),
-               helper.make_node("Add", ["u", "b"], ["fired"])]
+    network = [
+        helper.make_node("MatMul", ["x", "w"], ["t"]),
+        helper.make_node("Tanh", ["t"], ["u"]),
+        helper.make_node("Add", ["u", "b"], ["fired"]),
+    ]
     if nested:
         plus_one = graph("plus_one", [helper.make_node("Add", ["fired", "one"], ["lifted"])], "lifted")
         keep = graph("keep", [helper.make_node("Identity", ["fired"], ["kept"])], "kept")
-        network += [helper.make_node("ReduceMax", ["x"], ["peak"], keepdims=0),
-                    helper.make_node("Greater", ["peak", "one"], ["high"]),
-                    helper.make_node("If", ["high"], ["verified"], then_branch=plus_one, else_branch=keep)]
+        network += [
+            helper.make_node("ReduceMax", ["x"], ["peak"], keepdims=0),
+            helper.make_node("Greater", ["peak", "one"], ["high"]),
+            helper.make_node("If", ["high"], ["verified"], then_branch=plus_one, else_branch=keep),
+        ]
     weights = [numpy_helper.from_array(rng.standard_normal((4, 4)).astype(np.float32), "w")]
     then_branch = graph("verify", network, "verified" if nested else "fired", weights)
     else_branch = graph("pass", [helper.make_node("Mul", ["x", "half"], ["t"])], "t")
-    constants = [numpy_helper.from_array(np.array(value, np.float32), name)
-                 for name, value in (("zero", 0.0), ("half", 0.5), ("one", 1.0))]
+    constants = [
+        numpy_helper.from_array(np.array(value, np.float32), name)
+        for name, value in (("zero", 0.0), ("half", 0.5), ("one", 1.0))
+    ]
     constants.append(numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "b"))
-    nodes = [helper.make_node("ReduceSum", ["x"], ["score"], keepdims=1),
-             helper.make_node("Greater", ["score", "zero"], ["positive"]),
-             helper.make_node("If", ["positive"], ["y"], name="verifier", then_branch=then_branch,
-                              else_branch=else_branch)]
-    model = helper.make_model(helper.make_graph(
-        nodes, "branch_on_score", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4]),
-         helper.make_tensor_value_info("score", TensorProto.FLOAT, [1, 1])], initializer=constants),
-        opset_imports=[helper.make_opsetid("", 17)])
+    nodes = [
+        helper.make_node("ReduceSum", ["x"], ["score"], keepdims=1),
+        helper.make_node("Greater", ["score", "zero"], ["positive"]),
+        helper.make_node("If", ["positive"], ["y"], name="verifier", then_branch=then_branch, else_branch=else_branch),
+    ]
+    model = helper.make_model(
+        helper.make_graph(
+            nodes,
+            "branch_on_score",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+            [
+                helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4]),
+                helper.make_tensor_value_info("score", TensorProto.FLOAT, [1, 1]),
+            ],
+            initializer=constants,
+        ),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
     model.ir_version = 8
     onnx.save(model, str(path))
     return path
@@ -287,14 +360,22 @@ def scaled_by_scalar(path: Path) -> Path:
     """x[1,4] float times a scalar float input `s`, plus row `row` (a scalar int64, 0 to 2) of a 3-row table:
     an index beyond the table fails onnxruntime, so generated inputs must keep to the declared range."""
     table = numpy_helper.from_array(np.arange(12, dtype=np.float32).reshape(3, 4), "table")
-    nodes = [helper.make_node("Mul", ["x", "s"], ["scaled"], name="scale"),
-             helper.make_node("Gather", ["table", "row"], ["picked"], name="pick", axis=0),
-             helper.make_node("Add", ["scaled", "picked"], ["y"], name="add")]
-    graph = helper.make_graph(nodes, "scaled_by_scalar",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4]),
-                               helper.make_tensor_value_info("s", TensorProto.FLOAT, []),
-                               helper.make_tensor_value_info("row", TensorProto.INT64, [])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], initializer=[table])
+    nodes = [
+        helper.make_node("Mul", ["x", "s"], ["scaled"], name="scale"),
+        helper.make_node("Gather", ["table", "row"], ["picked"], name="pick", axis=0),
+        helper.make_node("Add", ["scaled", "picked"], ["y"], name="add"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "scaled_by_scalar",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4]),
+            helper.make_tensor_value_info("s", TensorProto.FLOAT, []),
+            helper.make_tensor_value_info("row", TensorProto.INT64, []),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        initializer=[table],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.save(model, str(path))
@@ -307,20 +388,32 @@ def conv_then_dense(path: Path, *, seed: int = 0, gemm: bool = False) -> Path:
     Gemm with its weight stored [10, 512] (transB = 1) and a bias, as PyTorch's Linear exports."""
     rng = np.random.default_rng(seed)
     dense = (rng.standard_normal((512, 10)) * 0.1).astype(np.float32)
-    initializers = [numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32), "w"),
-                    numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), "b"),
-                    numpy_helper.from_array(np.array([1, 512], np.int64), "flat"),
-                    numpy_helper.from_array(dense.T.copy() if gemm else dense, "dense")]
+    initializers = [
+        numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32), "w"),
+        numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), "b"),
+        numpy_helper.from_array(np.array([1, 512], np.int64), "flat"),
+        numpy_helper.from_array(dense.T.copy() if gemm else dense, "dense"),
+    ]
     if gemm:
         initializers.append(numpy_helper.from_array(rng.standard_normal(10).astype(np.float32), "dense_bias"))
-    last = (helper.make_node("Gemm", ["f", "dense", "dense_bias"], ["y"], name="dense", transB=1) if gemm
-            else helper.make_node("MatMul", ["f", "dense"], ["y"], name="dense"))
-    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", pads=[1, 1, 1, 1]),
-             helper.make_node("Relu", ["c"], ["r"], name="relu"),
-             helper.make_node("Reshape", ["r", "flat"], ["f"], name="flatten"),
-             last]
-    graph = helper.make_graph(nodes, "conv_then_dense", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])], initializer=initializers)
+    last = (
+        helper.make_node("Gemm", ["f", "dense", "dense_bias"], ["y"], name="dense", transB=1)
+        if gemm
+        else helper.make_node("MatMul", ["f", "dense"], ["y"], name="dense")
+    )
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"], name="relu"),
+        helper.make_node("Reshape", ["r", "flat"], ["f"], name="flatten"),
+        last,
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "conv_then_dense",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
+        initializer=initializers,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
     onnx.save(model, str(path))
@@ -333,17 +426,31 @@ def conv_then_upsample(path: Path, *, kernel: int = 2, stride: int = 2, pad: int
     rng = np.random.default_rng(seed)
     side = (8 - 1) * stride - 2 * pad + kernel
     upsampling = (rng.standard_normal((8, 4, kernel, kernel)) * 0.3).astype(np.float32)
-    initializers = [numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32), "w"),
-                    numpy_helper.from_array(upsampling, "up"),
-                    numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "up_bias")]
-    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
-             helper.make_node("Relu", ["c"], ["r"], name="relu"),
-             helper.make_node("ConvTranspose", ["r", "up", "up_bias"], ["y"], name="upsample",
-                              kernel_shape=[kernel, kernel], strides=[stride, stride], pads=[pad] * 4)]
-    graph = helper.make_graph(nodes, "conv_then_upsample",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, side, side])],
-                              initializer=initializers)
+    initializers = [
+        numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32), "w"),
+        numpy_helper.from_array(upsampling, "up"),
+        numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "up_bias"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"], name="relu"),
+        helper.make_node(
+            "ConvTranspose",
+            ["r", "up", "up_bias"],
+            ["y"],
+            name="upsample",
+            kernel_shape=[kernel, kernel],
+            strides=[stride, stride],
+            pads=[pad] * 4,
+        ),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "conv_then_upsample",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, side, side])],
+        initializer=initializers,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
     onnx.save(model, str(path))
@@ -355,24 +462,33 @@ def mixed_ops(path: Path, *, seed: int = 0) -> Path:
     LeakyRelu of itself -> GlobalAveragePool -> Reshape -> MatMul -> Softmax: what onnxruntime's QOperator
     quantizer turns into its com.microsoft QLinear* element-wise ops."""
     rng = np.random.default_rng(seed)
-    initializers = [numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32), "w1"),
-                    numpy_helper.from_array(rng.standard_normal((8, 3, 1, 1)).astype(np.float32), "w2"),
-                    numpy_helper.from_array(np.array([1, 16], np.int64), "flat"),
-                    numpy_helper.from_array(rng.standard_normal((16, 5)).astype(np.float32), "dense")]
-    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
-             helper.make_node("Sigmoid", ["c1"], ["s"], name="sigmoid"),
-             helper.make_node("Mul", ["c1", "s"], ["swish"], name="swish"),
-             helper.make_node("Conv", ["x", "w2"], ["c2"], name="conv2"),
-             helper.make_node("Add", ["swish", "c2"], ["sum"], name="add"),
-             helper.make_node("AveragePool", ["sum"], ["pooled"], name="pool", kernel_shape=[2, 2], strides=[2, 2]),
-             helper.make_node("LeakyRelu", ["pooled"], ["leaky"], name="leaky", alpha=0.2),
-             helper.make_node("Concat", ["pooled", "leaky"], ["both"], name="concat", axis=1),
-             helper.make_node("GlobalAveragePool", ["both"], ["gap"], name="gap"),
-             helper.make_node("Reshape", ["gap", "flat"], ["f"], name="flatten"),
-             helper.make_node("MatMul", ["f", "dense"], ["logits"], name="dense"),
-             helper.make_node("Softmax", ["logits"], ["y"], name="softmax", axis=-1)]
-    graph = helper.make_graph(nodes, "mixed_ops", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5])], initializer=initializers)
+    initializers = [
+        numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32), "w1"),
+        numpy_helper.from_array(rng.standard_normal((8, 3, 1, 1)).astype(np.float32), "w2"),
+        numpy_helper.from_array(np.array([1, 16], np.int64), "flat"),
+        numpy_helper.from_array(rng.standard_normal((16, 5)).astype(np.float32), "dense"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+        helper.make_node("Sigmoid", ["c1"], ["s"], name="sigmoid"),
+        helper.make_node("Mul", ["c1", "s"], ["swish"], name="swish"),
+        helper.make_node("Conv", ["x", "w2"], ["c2"], name="conv2"),
+        helper.make_node("Add", ["swish", "c2"], ["sum"], name="add"),
+        helper.make_node("AveragePool", ["sum"], ["pooled"], name="pool", kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("LeakyRelu", ["pooled"], ["leaky"], name="leaky", alpha=0.2),
+        helper.make_node("Concat", ["pooled", "leaky"], ["both"], name="concat", axis=1),
+        helper.make_node("GlobalAveragePool", ["both"], ["gap"], name="gap"),
+        helper.make_node("Reshape", ["gap", "flat"], ["f"], name="flatten"),
+        helper.make_node("MatMul", ["f", "dense"], ["logits"], name="dense"),
+        helper.make_node("Softmax", ["logits"], ["y"], name="softmax", axis=-1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "mixed_ops",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5])],
+        initializer=initializers,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
     onnx.save(model, str(path))
@@ -384,11 +500,13 @@ def streaming(path: Path, *, drift: float = 0.0) -> Path:
     stateN = tanh(0.5 * state + x) + drift out (drift != 0 makes a library whose state wanders off)."""
     half = numpy_helper.from_array(np.array(0.5, np.float32), "half")
     offset = numpy_helper.from_array(np.array(drift, np.float32), "drift")
-    nodes = [helper.make_node("Add", ["x", "state"], ["y"], name="out"),
-             helper.make_node("Mul", ["state", "half"], ["decayed"], name="decay"),
-             helper.make_node("Add", ["decayed", "x"], ["mixed"], name="mix"),
-             helper.make_node("Tanh", ["mixed"], ["squashed"], name="squash"),
-             helper.make_node("Add", ["squashed", "drift"], ["stateN"], name="next")]
+    nodes = [
+        helper.make_node("Add", ["x", "state"], ["y"], name="out"),
+        helper.make_node("Mul", ["state", "half"], ["decayed"], name="decay"),
+        helper.make_node("Add", ["decayed", "x"], ["mixed"], name="mix"),
+        helper.make_node("Tanh", ["mixed"], ["squashed"], name="squash"),
+        helper.make_node("Add", ["squashed", "drift"], ["stateN"], name="next"),
+    ]
     spec = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 4]) for n in ("x", "state", "y", "stateN")]
     graph = helper.make_graph(nodes, "streaming", spec[:2], spec[2:], initializer=[half, offset])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
@@ -398,8 +516,10 @@ def streaming(path: Path, *, drift: float = 0.0) -> Path:
 
 
 # op -> (x shape, w shape, node attributes): a ConvInteger and a MatMulInteger, as quantizers write them
-INTEGER_OPS = {"ConvInteger": ((1, 3, 8, 8), (4, 3, 3, 3), {"pads": [1, 1, 1, 1]}),
-               "MatMulInteger": ((2, 16), (16, 8), {})}
+INTEGER_OPS = {
+    "ConvInteger": ((1, 3, 8, 8), (4, 3, 3, 3), {"pads": [1, 1, 1, 1]}),
+    "MatMulInteger": ((2, 16), (16, 8), {}),
+}
 
 
 def integer_op(path: Path, op: str, *, seed: int = 0) -> Path:
@@ -407,12 +527,19 @@ def integer_op(path: Path, op: str, *, seed: int = 0) -> Path:
     takes per-tensor zero points only) -> int32 y, as onnxruntime's dynamic quantization writes them."""
     x_shape, w_shape, attributes = INTEGER_OPS[op]
     rng = np.random.default_rng(seed)
-    initializers = [numpy_helper.from_array(rng.integers(-128, 128, w_shape).astype(np.int8), "w"),
-                    numpy_helper.from_array(np.array(120, np.uint8), "x_zero"),
-                    numpy_helper.from_array(np.array(-3, np.int8), "w_zero")]
+    initializers = [
+        numpy_helper.from_array(rng.integers(-128, 128, w_shape).astype(np.int8), "w"),
+        numpy_helper.from_array(np.array(120, np.uint8), "x_zero"),
+        numpy_helper.from_array(np.array(-3, np.int8), "w_zero"),
+    ]
     node = helper.make_node(op, ["x", "w", "x_zero", "w_zero"], ["y"], name="op", **attributes)
-    graph = helper.make_graph([node], op, [helper.make_tensor_value_info("x", TensorProto.UINT8, list(x_shape))],
-                              [helper.make_tensor_value_info("y", TensorProto.INT32, None)], initializer=initializers)
+    graph = helper.make_graph(
+        [node],
+        op,
+        [helper.make_tensor_value_info("x", TensorProto.UINT8, list(x_shape))],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, None)],
+        initializer=initializers,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
     onnx.save(model, str(path))

@@ -22,8 +22,12 @@ def op_names(module) -> list[str]:
     """The operators main calls, in order of its bindings."""
     from tvm import relax
 
-    return [b.value.op.name for block in module["main"].body.blocks for b in block.bindings
-            if isinstance(b.value, relax.Call) and hasattr(b.value.op, "name")]
+    return [
+        b.value.op.name
+        for block in module["main"].body.blocks
+        for b in block.bindings
+        if isinstance(b.value, relax.Call) and hasattr(b.value.op, "name")
+    ]
 
 
 def scheduled_kernel(module, name: str, *, schedule: bool, layout: str | None = None) -> tuple[str, object]:
@@ -51,4 +55,6 @@ def kernel_shapes(module, layout: str) -> dict[str, list]:
     target = tvm.target.Target({"kind": "llvm", "num-cores": 2})
     with target, tvm.transform.PassContext(opt_level=3):
         phases = lowering.lower(module, target, fuse=True, layout=layout, schedule=True)
-    return {name: [shape for shape, _ in args] for name, args in lowering.kernel_flops_and_args(phases.fused)[1].items()}
+    return {
+        name: [shape for shape, _ in args] for name, args in lowering.kernel_flops_and_args(phases.fused)[1].items()
+    }

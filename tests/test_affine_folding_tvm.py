@@ -58,7 +58,14 @@ def test_a_value_read_twice_ends_a_chain_and_the_steps_after_it_fold_apart():
         return bb.emit(relax.op.subtract(bb.emit(relax.op.multiply(h, constant(0.63))), constant(0.55)))
 
     assert op_names(affine_folding.fold(build_module(hardswish_between))) == [
-        "relax.add", "relax.multiply", "relax.add", "relax.clip", "relax.multiply", "relax.add", "relax.multiply"]
+        "relax.add",
+        "relax.multiply",
+        "relax.add",
+        "relax.clip",
+        "relax.multiply",
+        "relax.add",
+        "relax.multiply",
+    ]
 
 
 def test_a_chain_that_ends_in_a_quantize_gives_it_its_multiplication():
@@ -73,8 +80,11 @@ def test_a_chain_that_ends_in_a_quantize_gives_it_its_multiplication():
 
     folded = affine_folding.fold(build_module(quantized))
     assert op_names(folded) == ["relax.add", "relax.quantize"]
-    quantize = next(b.value for b in folded["main"].body.blocks[0].bindings
-                    if getattr(b.value, "op", None) is not None and b.value.op.name == "relax.quantize")
+    quantize = next(
+        b.value
+        for b in folded["main"].body.blocks[0].bindings
+        if getattr(b.value, "op", None) is not None and b.value.op.name == "relax.quantize"
+    )
     scale = quantize.args[1].value.numpy()
     np.testing.assert_allclose(scale, 0.25 / (CHANNELS.ravel() / 16 * 1.9 * 0.5), rtol=1e-6)
 
@@ -132,5 +142,4 @@ def test_constants_that_compose_beyond_float32_are_left_as_steps():
         y = bb.emit(relax.op.multiply(bb.emit(relax.op.multiply(x, constant(1e30))), constant(1e30)))
         return bb.emit(relax.op.add(y, constant(1.0)))
 
-    assert op_names(affine_folding.fold(build_module(overflowing))) == [
-        "relax.multiply", "relax.multiply", "relax.add"]
+    assert op_names(affine_folding.fold(build_module(overflowing))) == ["relax.multiply", "relax.multiply", "relax.add"]

@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pytest
 
-from tests.test_vnni_conv_tvm import VNNI_CPU, build, conv_module, reference
+from tests.test_vnni_conv_tvm import build, conv_module, reference
 
 pytestmark = pytest.mark.tvm
 
@@ -60,7 +60,7 @@ def test_a_conv_of_whole_32_or_64_channel_steps_runs_on_amx_tiles(geometry):
     first_tile = kernel.index("llvm.x86.tileloadd64")
     assert kernel.index("llvm.x86.ldtilecfg") < first_tile
     if geometry is THREADED:
-        parallel = kernel[kernel.index("T.parallel"):]
+        parallel = kernel[kernel.index("T.parallel") :]
         assert parallel.index("llvm.x86.ldtilecfg") < parallel.index("llvm.x86.tdpbsud")
 
 
@@ -72,7 +72,7 @@ def test_the_sums_stay_in_a_tile_register_across_every_tap_and_block():
     _, module, _ = case(GEOMETRIES[1])
     _, phases = build(module, AMX_CPU)
     [kernel] = [k for k in kernel_scripts(phases) if "tdpbsud" in k]
-    tile = kernel[kernel.index("llvm.x86.tilezero"):]
+    tile = kernel[kernel.index("llvm.x86.tilezero") :]
     assert tile.count("T.int8(0)") == 3  # the sums zeroed, accumulated into, stored
     assert re.search(r"for r, h(_1)?, w in T.grid\(T.int64\(2\), T.int64\(3\), T.int64\(3\)\):", kernel)
 
@@ -88,8 +88,11 @@ def test_a_conv_of_an_odd_multiple_of_32_channels_takes_steps_of_32():
     assert "T.int8(4)" not in kernel and "T.int8(6)" not in kernel
 
 
-@pytest.mark.parametrize("geometry, blocks", [(GEOMETRIES[4], 2), (GEOMETRIES[3], 2), (GEOMETRIES[2], 1),
-                                              (GEOMETRIES[1], 1)], ids=["24-as-32", "64", "40-as-48", "16"])
+@pytest.mark.parametrize(
+    "geometry, blocks",
+    [(GEOMETRIES[4], 2), (GEOMETRIES[3], 2), (GEOMETRIES[2], 1), (GEOMETRIES[1], 1)],
+    ids=["24-as-32", "64", "40-as-48", "16"],
+)
 def test_two_blocks_of_output_channels_share_each_tile_of_data(geometry, blocks):
     """Where a conv's blocks of 16 output channels pair up, a tile of the schedule is 32 channels: per step
     and tap, each block's weights are loaded and one tile of data, which both blocks' tdpbsud multiply (96 ->
@@ -97,7 +100,7 @@ def test_two_blocks_of_output_channels_share_each_tile_of_data(geometry, blocks)
     _, module, _ = case(geometry)
     _, phases = build(module, AMX_CPU)
     [kernel] = [k for k in kernel_scripts(phases) if "tdpbsud" in k]
-    step = kernel[kernel.index("for r, h"):kernel.index("llvm.x86.tilestored64")]
+    step = kernel[kernel.index("for r, h") : kernel.index("llvm.x86.tilestored64")]
     assert step.count("llvm.x86.tdpbsud") == blocks
     assert step.count("llvm.x86.tileloadd64") == blocks + 1  # each block's weights, one tile of data
     sums = {int(t) for t in re.findall(r'"llvm.x86.tdpbsud", T.int8\((\d)\)', step)}
@@ -113,10 +116,14 @@ def test_a_1x1_conv_whose_data_outweighs_its_weights_loops_over_rows_outermost()
     assert "for b, h, o_0, col_0 in T.grid(T.int64(1), T.int64(6), T.int64(1), T.int64(2)):" in kernel
 
 
-@pytest.mark.parametrize("geometry, order", [
-    (GEOMETRIES[3], "b_h_o_0_fused"),  # 64 -> 64 3x3: 36 KB of weights, rows outermost
-    (((1, 128, 8, 32), (64, 128, 3, 3), (1, 1), (1, 1, 1, 1), "int8"), "b_o_0_h_fused"),  # 72 KB
-], ids=["weights-in-l1", "weights-past-l1"])
+@pytest.mark.parametrize(
+    "geometry, order",
+    [
+        (GEOMETRIES[3], "b_h_o_0_fused"),  # 64 -> 64 3x3: 36 KB of weights, rows outermost
+        (((1, 128, 8, 32), (64, 128, 3, 3), (1, 1), (1, 1, 1, 1), "int8"), "b_o_0_h_fused"),  # 72 KB
+    ],
+    ids=["weights-in-l1", "weights-past-l1"],
+)
 def test_a_conv_whose_weights_fit_in_l1_loops_over_rows_outermost(geometry, order):
     """The rows a tile reads serve every block of output channels from L1: 3x3 convs with weights under
     48 KB ran 0.61x-0.88x of their time with blocks outermost; with larger weights there was no gain."""
@@ -126,11 +133,15 @@ def test_a_conv_whose_weights_fit_in_l1_loops_over_rows_outermost(geometry, orde
     assert f"for {order} in T.parallel(" in kernel
 
 
-@pytest.mark.parametrize("shape, wshape", [
-    ((1, 48, 8, 32), (32, 48, 3, 3)),  # 48 channels: a step of 64 a quarter padding
-    ((1, 64, 8, 32), (32, 64, 1, 1)),  # one step per tile of sums (0.95x-1.09x)
-    ((1, 128, 8, 7), (32, 128, 3, 3)),  # 16 columns computed for 7 (1.17x)
-], ids=["padded-step", "one-step", "narrow"])
+@pytest.mark.parametrize(
+    "shape, wshape",
+    [
+        ((1, 48, 8, 32), (32, 48, 3, 3)),  # 48 channels: a step of 64 a quarter padding
+        ((1, 64, 8, 32), (32, 64, 1, 1)),  # one step per tile of sums (0.95x-1.09x)
+        ((1, 128, 8, 7), (32, 128, 3, 3)),  # 16 columns computed for 7 (1.17x)
+    ],
+    ids=["padded-step", "one-step", "narrow"],
+)
 def test_a_conv_that_would_fill_its_tiles_poorly_stays_on_vnni(shape, wshape):
     _, module, _ = case((shape, wshape, (1, 1), (1, 1, 1, 1) if wshape[2] == 3 else (0, 0, 0, 0), "int8"))
     _, phases = build(module, AMX_CPU)
@@ -187,8 +198,14 @@ def test_every_worker_thread_configures_its_tiles():
     if not host_has_amx():
         pytest.skip("this CPU has no AMX tiles")
     env = {**os.environ, "TVM_NUM_THREADS": "2"}
-    done = subprocess.run([sys.executable, "-c", THREADED_RUN], env=env, capture_output=True, text=True,
-                          cwd=Path(__file__).parent.parent, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", THREADED_RUN],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).parent.parent,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "exact"
 
@@ -201,6 +218,14 @@ def test_the_tile_configuration_is_palette_1_with_the_tiles_of_both_steps():
 
     config = b"".join(word.to_bytes(8, "little") for word in tile_config_words())
     assert config[0] == 1 and not any(config[1:16])
-    assert ([int.from_bytes(config[16 + 2 * t:18 + 2 * t], "little") for t in range(16)]
-            == [64, 64, 32, 32, 64, 64, 64, 64] + [0] * 8)
+    assert [int.from_bytes(config[16 + 2 * t : 18 + 2 * t], "little") for t in range(16)] == [
+        64,
+        64,
+        32,
+        32,
+        64,
+        64,
+        64,
+        64,
+    ] + [0] * 8
     assert list(config[48:64]) == [16, 16, 16, 16, 16, 16, 16, 8] + [0] * 8

@@ -1,7 +1,15 @@
 """Fusion and memory figures from IR facts: pure, with answers computed by hand."""
 
-from modelbuild.compiler.analysis import (KernelCall, Step, fusion_summary, heaviest_kernels, lifetimes, memory_summary,
-                                 peak_live_bytes, roofline)
+from modelbuild.compiler.analysis import (
+    KernelCall,
+    Step,
+    fusion_summary,
+    heaviest_kernels,
+    lifetimes,
+    memory_summary,
+    peak_live_bytes,
+    roofline,
+)
 
 S = 4096  # bytes of one tensor
 
@@ -18,22 +26,40 @@ def test_a_fused_chain_of_n_elementwise_ops_cuts_traffic_n_fold():
 
 def test_groups_list_only_kernels_that_merged_ops_count_their_calls_and_name_every_layer_they_compute():
     ops = ("conv2d", "add", "relu")
-    after = [KernelCall("fused_conv_add_relu", ops, 3 * S, S, ("stage1_conv", "stage1_relu")),
-             KernelCall("fused_conv_add_relu", ops, 3 * S, S, ("stage2_conv", "stage2_relu")),
-             KernelCall("softmax", ("softmax",), S, S, ("head_softmax",))]
+    after = [
+        KernelCall("fused_conv_add_relu", ops, 3 * S, S, ("stage1_conv", "stage1_relu")),
+        KernelCall("fused_conv_add_relu", ops, 3 * S, S, ("stage2_conv", "stage2_relu")),
+        KernelCall("softmax", ("softmax",), S, S, ("head_softmax",)),
+    ]
     groups = fusion_summary(after, after)["groups"]
-    assert groups == [{"kernel": "fused_conv_add_relu", "ops": list(ops), "calls": 2,
-                       "layers": ["stage1_conv", "stage1_relu", "stage2_conv", "stage2_relu"]}]
+    assert groups == [
+        {
+            "kernel": "fused_conv_add_relu",
+            "ops": list(ops),
+            "calls": 2,
+            "layers": ["stage1_conv", "stage1_relu", "stage2_conv", "stage2_relu"],
+        }
+    ]
 
 
 def diamond_steps():
     """a = f(x); b = g(a); c = h(a); d = b + c; out = k(d): allocation, call and alias steps."""
     return [
-        Step(allocates={"a": S}), Step(uses=("x", "a")), Step(uses=("a",), alias={"lv": "a"}),
-        Step(allocates={"b": S}), Step(uses=("lv", "b")), Step(uses=("b",), alias={"lv1": "b"}),
-        Step(allocates={"c": S}), Step(uses=("lv", "c")), Step(uses=("c",), alias={"lv2": "c"}),
-        Step(allocates={"d": S}), Step(uses=("lv1", "lv2", "d")), Step(uses=("d",), alias={"lv3": "d"}),
-        Step(allocates={"out": S}), Step(uses=("lv3", "out")), Step(uses=("out",), alias={"gv": "out"}),
+        Step(allocates={"a": S}),
+        Step(uses=("x", "a")),
+        Step(uses=("a",), alias={"lv": "a"}),
+        Step(allocates={"b": S}),
+        Step(uses=("lv", "b")),
+        Step(uses=("b",), alias={"lv1": "b"}),
+        Step(allocates={"c": S}),
+        Step(uses=("lv", "c")),
+        Step(uses=("c",), alias={"lv2": "c"}),
+        Step(allocates={"d": S}),
+        Step(uses=("lv1", "lv2", "d")),
+        Step(uses=("d",), alias={"lv3": "d"}),
+        Step(allocates={"out": S}),
+        Step(uses=("lv3", "out")),
+        Step(uses=("out",), alias={"gv": "out"}),
     ]
 
 
@@ -66,16 +92,24 @@ def test_no_intermediates_means_nothing_to_plan():
 
 
 def test_heaviest_kernels_rank_by_total_flops_over_their_calls():
-    calls = [KernelCall("a", ("conv2d",), 100, 100), KernelCall("a", ("conv2d",), 100, 100),
-             KernelCall("b", ("dense",), 50, 50), KernelCall("c", ("relu",), 10, 10)]
-    kernels = heaviest_kernels(calls, {"a": 1000, "b": 1500, "c": 0}, {"a": [[[1], "float32"]], "b": [[[1], "float32"]]})
+    calls = [
+        KernelCall("a", ("conv2d",), 100, 100),
+        KernelCall("a", ("conv2d",), 100, 100),
+        KernelCall("b", ("dense",), 50, 50),
+        KernelCall("c", ("relu",), 10, 10),
+    ]
+    kernels = heaviest_kernels(
+        calls, {"a": 1000, "b": 1500, "c": 0}, {"a": [[[1], "float32"]], "b": [[[1], "float32"]]}
+    )
     assert [(k["kernel"], k["calls"]) for k in kernels] == [("a", 2), ("b", 1)]  # 2000 > 1500; c does no flops
     assert kernels[0]["bytes"] == 200
 
 
 def test_roofline_classifies_by_arithmetic_intensity_against_the_ridge():
-    kernels = [{"kernel": "dense", "ops": ["dense"], "calls": 1, "flops": 8000, "bytes": 100},
-               {"kernel": "add", "ops": ["add"], "calls": 1, "flops": 100, "bytes": 1200}]
+    kernels = [
+        {"kernel": "dense", "ops": ["dense"], "calls": 1, "flops": 8000, "bytes": 100},
+        {"kernel": "add", "ops": ["add"], "calls": 1, "flops": 100, "bytes": 1200},
+    ]
     result = roofline(kernels, {"dense": 1e-6, "add": 1e-6}, peak_flops=1e10, peak_bytes=1e9)
     assert result["ridge_flops_per_byte"] == 10
     dense, add = result["kernels"]
@@ -87,6 +121,12 @@ def test_roofline_classifies_by_arithmetic_intensity_against_the_ridge():
 def test_an_alias_cycle_ends_the_walk_instead_of_hanging():
     """Names repeat in an imported model (a binding renamed after its ONNX node, as its input was); the
     lowering names variables uniquely, and the walk itself stops on a cycle rather than loop forever."""
-    steps = [Step(allocates={"a": 8}), Step(uses=("a",), alias={"a": "a"}), Step(uses=("a",), alias={"b": "c"}),
-             Step(uses=("b",), alias={"c": "b"}), Step(allocates={"d": 4}), Step(uses=("a", "b", "d"))]
+    steps = [
+        Step(allocates={"a": 8}),
+        Step(uses=("a",), alias={"a": "a"}),
+        Step(uses=("a",), alias={"b": "c"}),
+        Step(uses=("b",), alias={"c": "b"}),
+        Step(allocates={"d": 4}),
+        Step(uses=("a", "b", "d")),
+    ]
     assert lifetimes(steps, outputs=set()) == {"a": (0, 5, 8), "d": (4, 5, 4)}

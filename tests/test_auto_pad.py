@@ -11,13 +11,18 @@ from onnx import TensorProto, helper, numpy_helper
 from modelbuild.frontend import auto_pad
 
 
-def same_conv(mode: str, *, kernel: int, stride: int, size: tuple[int, int],
-              dims: list | None = None) -> onnx.ModelProto:
+def same_conv(
+    mode: str, *, kernel: int, stride: int, size: tuple[int, int], dims: list | None = None
+) -> onnx.ModelProto:
     weight = np.random.default_rng(0).standard_normal((4, 3, kernel, kernel)).astype(np.float32)
     node = helper.make_node("Conv", ["x", "w"], ["y"], name="conv", auto_pad=mode, strides=[stride, stride])
-    graph = helper.make_graph([node], "same", [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims or [1, 3, *size])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-                              initializer=[numpy_helper.from_array(weight, "w")])
+    graph = helper.make_graph(
+        [node],
+        "same",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims or [1, 3, *size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=[numpy_helper.from_array(weight, "w")],
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
 
 
@@ -27,10 +32,14 @@ def run(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
 
 
 @pytest.mark.parametrize("mode", ["SAME_UPPER", "SAME_LOWER"])
-@pytest.mark.parametrize("kernel, stride, size", [  # no dilation: onnxruntime refuses it with SAME padding
-    (2, 1, (24, 160)),  # the v6 recogniser's stem: one pixel of padding, at one end
-    (3, 2, (7, 10)),  # odd and even sizes under a stride
-    (4, 3, (11, 9))])
+@pytest.mark.parametrize(
+    "kernel, stride, size",
+    [  # no dilation: onnxruntime refuses it with SAME padding
+        (2, 1, (24, 160)),  # the v6 recogniser's stem: one pixel of padding, at one end
+        (3, 2, (7, 10)),  # odd and even sizes under a stride
+        (4, 3, (11, 9)),
+    ],
+)
 def test_explicit_pads_compute_what_same_padding_does(mode, kernel, stride, size):
     model = same_conv(mode, kernel=kernel, stride=stride, size=size)
     resolved = auto_pad.resolve(model)

@@ -12,13 +12,22 @@ from modelbuild.frontend import batchnorm
 
 def model_with_batchnorm(training: int = 0) -> onnx.ModelProto:
     rng = np.random.default_rng(0)
-    stats = {"gamma": rng.standard_normal(6), "beta": rng.standard_normal(6), "mean": rng.standard_normal(6),
-             "var": rng.uniform(0.1, 2.0, 6)}
+    stats = {
+        "gamma": rng.standard_normal(6),
+        "beta": rng.standard_normal(6),
+        "mean": rng.standard_normal(6),
+        "var": rng.uniform(0.1, 2.0, 6),
+    }
     initializers = [numpy_helper.from_array(v.astype(np.float32), k) for k, v in stats.items()]
     attributes = {"epsilon": 1e-3, **({"training_mode": 1} if training else {})}
     node = helper.make_node("BatchNormalization", ["x", "gamma", "beta", "mean", "var"], ["y"], name="bn", **attributes)
-    graph = helper.make_graph([node], "bn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6, 5, 5])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 6, 5, 5])], initializer=initializers)
+    graph = helper.make_graph(
+        [node],
+        "bn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6, 5, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 6, 5, 5])],
+        initializer=initializers,
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)])
 
 

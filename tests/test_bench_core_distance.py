@@ -28,7 +28,7 @@ def test_each_task_reads_its_own_half_or_the_other_tasks():
     buf = tvm.runtime.tensor(np.zeros(2 * probe.HALF, "float32"))
     sums = tvm.runtime.tensor(np.zeros((2, probe.LANES), "float32"))
     write(buf, tvm.runtime.tensor(np.array([1, 3], "float32")))
-    assert (buf.numpy()[:probe.HALF] == 1).all() and (buf.numpy()[probe.HALF:] == 3).all()
+    assert (buf.numpy()[: probe.HALF] == 1).all() and (buf.numpy()[probe.HALF :] == 3).all()
     per_lane = probe.HALF // probe.LANES
     own(buf, sums)
     assert (sums.numpy() == np.array([[per_lane], [3 * per_lane]], "float32")).all()

@@ -31,11 +31,15 @@ def test_an_int8_depthwise_conv_is_paired_with_a_float_one_of_its_kernel_size_no
     """orientation's 5x5 stride-2 depthwise conv (256 channels, 14 -> 7) had been set against a 3x3 float one
     of the same sizes, which is faster; the packed int8 taps say the kernel's rows and its groups of 4 columns."""
     geometry = kernel_times().conv_geometry
-    int8 = geometry("fused_conv2d_vnni_depthwise7_cast", [[[1, 256, 14, 14], "uint8"], [[256, 5, 2, 4], "int8"],
-                                                        [[256], "int32"], [[1, 256, 7, 7], "int8"]])
-    float5 = geometry("fused_conv2d3_add", [[[1, 14, 14, 256], "float32"], [[5, 5, 1, 256], "float32"],
-                                            [[1, 7, 7, 256], "float32"]])
-    float3 = geometry("fused_conv2d4_add", [[[1, 256, 14, 14], "float32"], [[256, 1, 3, 3], "float32"],
-                                            [[1, 256, 7, 7], "float32"]])
+    int8 = geometry(
+        "fused_conv2d_vnni_depthwise7_cast",
+        [[[1, 256, 14, 14], "uint8"], [[256, 5, 2, 4], "int8"], [[256], "int32"], [[1, 256, 7, 7], "int8"]],
+    )
+    float5 = geometry(
+        "fused_conv2d3_add", [[[1, 14, 14, 256], "float32"], [[5, 5, 1, 256], "float32"], [[1, 7, 7, 256], "float32"]]
+    )
+    float3 = geometry(
+        "fused_conv2d4_add", [[[1, 256, 14, 14], "float32"], [[256, 1, 3, 3], "float32"], [[1, 256, 7, 7], "float32"]]
+    )
     assert int8 == float5 == ("depthwise", 256, 14, 14, 7, 7, 5, 2)
     assert float3 == ("depthwise", 256, 14, 14, 7, 7, 3, 1)

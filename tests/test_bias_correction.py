@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from modelbuild.recipe.schema import QuantizationSpec
 from modelbuild.quantization import activations, bias_correction
 from modelbuild.quantization.bias_correction import _corrected
+from modelbuild.recipe.schema import QuantizationSpec
 from modelbuild.stages.quantize import quantized
 from tests.onnx_models import (
     quantized_without_and_with,
@@ -22,8 +22,9 @@ SAMPLES = [uneven_input(seed) for seed in range(8)]
 def mean_error(model, qdq) -> np.ndarray:
     """Per channel, the pooled output's error averaged over held-out samples."""
     samples = [uneven_input(seed) for seed in range(100, 116)]
-    return np.mean([activations.compute(qdq, s, ["y"])["y"] - activations.compute(model, s, ["y"])["y"]
-                    for s in samples], axis=0).ravel()
+    return np.mean(
+        [activations.compute(qdq, s, ["y"])["y"] - activations.compute(model, s, ["y"])["y"] for s in samples], axis=0
+    ).ravel()
 
 
 def test_correction_takes_out_most_of_the_mean_error(tmp_path):

@@ -31,6 +31,7 @@ def doubling_inputs(count: int) -> list:
 
 def export_noting_worker(folder: str):
     """An f_export that exports as MetaSchedule does and leaves a file named by the worker's pid."""
+
     def export(module) -> str:
         import os
         import pathlib
@@ -39,6 +40,7 @@ def export_noting_worker(folder: str):
 
         pathlib.Path(folder, str(os.getpid())).touch()
         return default_export(module)
+
     return export
 
 
@@ -54,8 +56,7 @@ def workers_of(batch, folder) -> set[int]:
     return pids
 
 
-def test_batches_share_the_workers_each_renewed_after_its_share_and_none_outlives_the_search(tmp_path,
-                                                                                          monkeypatch):
+def test_batches_share_the_workers_each_renewed_after_its_share_and_none_outlives_the_search(tmp_path, monkeypatch):
     monkeypatch.setattr(candidate_builder, "CANDIDATES_PER_WORKER", 3)
     with candidate_builder.pooled_builder(60, export_noting_worker(str(tmp_path)), START_WORKER) as builder:
         # one candidate a batch: the pool's idle thread, and so its worker, takes each

@@ -154,12 +154,16 @@ def conv1d_head(channels: int, inputs: int, taps: int, stride: int, steps: int):
     return build_module(body, (1, inputs, (steps - 1) * stride + taps))
 
 
-@pytest.mark.parametrize("channels, inputs, taps, stride, steps, computed", [
-    (161, 16, 1, 1, 90, 176),  # DNSMOS's spectrogram bins: 18x slower NWC in vectors they do not fill
-    (258, 1, 256, 128, 4, 272),  # silero's STFT: a 256-tap conv of the waveform
-])
-def test_a_conv1d_goes_channels_last_in_whole_vectors_and_matches_the_stock_ncw_conv(channels, inputs, taps, stride,
-                                                                                    steps, computed):
+@pytest.mark.parametrize(
+    "channels, inputs, taps, stride, steps, computed",
+    [
+        (161, 16, 1, 1, 90, 176),  # DNSMOS's spectrogram bins: 18x slower NWC in vectors they do not fill
+        (258, 1, 256, 128, 4, 272),  # silero's STFT: a 256-tap conv of the waveform
+    ],
+)
+def test_a_conv1d_goes_channels_last_in_whole_vectors_and_matches_the_stock_ncw_conv(
+    channels, inputs, taps, stride, steps, computed
+):
     """Padded to whole vectors, a conv1d's channels are worth computing NWC (161 over 900 steps 0.7x NCW's
     time, silero's STFT 0.5x)."""
     import tvm
@@ -167,10 +171,12 @@ def test_a_conv1d_goes_channels_last_in_whole_vectors_and_matches_the_stock_ncw_
     module = conv1d_head(channels, inputs, taps, stride, steps)
     assert any([taps, inputs, computed] in shapes for shapes in kernel_shapes(module, "auto").values())  # WIO
     _, run = scheduled_kernel(module, "conv1d", schedule=True, layout="auto")
-    _, stock = scheduled_kernel(conv1d_head(channels, inputs, taps, stride, steps), "conv1d", schedule=False,
-                                layout="NCHW")
-    x = tvm.runtime.tensor(np.random.default_rng(14).standard_normal((1, inputs, (steps - 1) * stride + taps))
-                           .astype("float32"))
+    _, stock = scheduled_kernel(
+        conv1d_head(channels, inputs, taps, stride, steps), "conv1d", schedule=False, layout="NCHW"
+    )
+    x = tvm.runtime.tensor(
+        np.random.default_rng(14).standard_normal((1, inputs, (steps - 1) * stride + taps)).astype("float32")
+    )
     out = run(x).numpy()
     assert out.shape == (1, channels, steps)
     np.testing.assert_allclose(out, stock(x).numpy(), rtol=1e-4, atol=1e-3)
@@ -201,8 +207,11 @@ def test_a_matmul_by_an_operand_computed_far_back_is_lowered():
         y = x
         for _ in range(400):
             y = bb.emit(relax.op.add(y, relax.const(1.0)))
-        return bb.emit(relax.op.matmul(bb.emit(relax.op.strided_slice(x, [2], [0], [4])),
-                                       bb.emit(relax.op.permute_dims(y, [0, 1, 3, 2]))))
+        return bb.emit(
+            relax.op.matmul(
+                bb.emit(relax.op.strided_slice(x, [2], [0], [4])), bb.emit(relax.op.permute_dims(y, [0, 1, 3, 2]))
+            )
+        )
 
     shapes = kernel_shapes(build_module(body, (1, 3, 37, 64)), "auto")
     assert any([1, 3, 4, 37] in kernel for kernel in shapes.values())

@@ -40,11 +40,18 @@ def onnx_between_convs(name: str, nodes: list, constants: dict):
 
     rng = np.random.default_rng(25)
     constants = {"w1": rng.standard_normal((16, 8, 3, 3)), "w2": rng.standard_normal((16, 16, 1, 1)), **constants}
-    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1]), *nodes,
-             helper.make_node("Conv", ["e", "w2"], ["y"])]
-    graph = helper.make_graph(nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 10, 12])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 10, 12])],
-                              [numpy_helper.from_array(v.astype(np.float32), k) for k, v in constants.items()])
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1]),
+        *nodes,
+        helper.make_node("Conv", ["e", "w2"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        name,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 10, 12])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 10, 12])],
+        [numpy_helper.from_array(v.astype(np.float32), k) for k, v in constants.items()],
+    )
     return onnx.helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
 
 
@@ -56,8 +63,11 @@ def assert_channels_last_throughout(model, seed: int) -> None:
     module = layer_names.from_onnx(model, {"x": [1, 8, 10, 12]}, {"x": "float32"})
     converted, used = channels_last.convert(module, "auto")
     assert used == channels_last.CONVERTED
-    activations = [line for line in converted.script().splitlines()
-                   if "R.permute_dims(" in line and ("(1, 16, 10, 12)" in line or "(1, 10, 12, 16)" in line)]
+    activations = [
+        line
+        for line in converted.script().splitlines()
+        if "R.permute_dims(" in line and ("(1, 16, 10, 12)" in line or "(1, 10, 12, 16)" in line)
+    ]
     assert len(activations) == 1
     x = np.random.default_rng(seed).uniform(-8, 8, (1, 8, 10, 12)).astype("float32")
     outputs = [run(mod, x) for mod in (module, converted)]
@@ -121,8 +131,9 @@ def leaky_relu_and_pool_between_convs(alpha: float):
 
     def body(bb, x):
         rng = np.random.default_rng(35)
-        first = bb.emit(relax.op.nn.conv2d(x, relax.const(rng.standard_normal((16, 8, 3, 3)).astype("float32")),
-                                           padding=1))
+        first = bb.emit(
+            relax.op.nn.conv2d(x, relax.const(rng.standard_normal((16, 8, 3, 3)).astype("float32")), padding=1)
+        )
         pooled = bb.emit(relax.op.nn.max_pool2d(bb.emit(relax.op.nn.leakyrelu(first, alpha)), (2, 2), (2, 2)))
         return bb.emit(relax.op.nn.conv2d(pooled, relax.const(rng.standard_normal((16, 16, 1, 1)).astype("float32"))))
 
@@ -155,12 +166,17 @@ def onnx_hard_swish_between_convs():
     the layout detector of the zoo has it."""
     from onnx import helper
 
-    nodes = [helper.make_node("Add", ["a", "three"], ["b"]),
-             helper.make_node("Clip", ["b", "zero", "top"], ["c"]),
-             helper.make_node("Mul", ["a", "c"], ["d"]),
-             helper.make_node("Div", ["d", "six"], ["e"])]
-    return onnx_between_convs("hard_swish", nodes, {"three": np.array([3.0]), "six": np.array([6.0]),
-                                                     "zero": np.array(0.0), "top": np.array(6.0)})
+    nodes = [
+        helper.make_node("Add", ["a", "three"], ["b"]),
+        helper.make_node("Clip", ["b", "zero", "top"], ["c"]),
+        helper.make_node("Mul", ["a", "c"], ["d"]),
+        helper.make_node("Div", ["d", "six"], ["e"]),
+    ]
+    return onnx_between_convs(
+        "hard_swish",
+        nodes,
+        {"three": np.array([3.0]), "six": np.array([6.0]), "zero": np.array(0.0), "top": np.array(6.0)},
+    )
 
 
 def test_an_onnx_clip_with_input_bounds_and_one_value_constants_keep_the_convs_channels_last():
@@ -175,12 +191,17 @@ def onnx_tf_style_block():
     from onnx import helper
 
     rng = np.random.default_rng(45)
-    nodes = [helper.make_node("Mul", ["a", "scale"], ["b"]),
-             helper.make_node("Add", ["b", "shift"], ["c"]),
-             helper.make_node("LeakyRelu", ["c"], ["d"], alpha=0.2),
-             helper.make_node("Max", ["d", "floor"], ["e"])]
-    return onnx_between_convs("tf_block", nodes, {"scale": rng.uniform(0.5, 2, (16, 1, 1)),
-                                                   "shift": rng.standard_normal((16, 1, 1)), "floor": np.array([-0.4])})
+    nodes = [
+        helper.make_node("Mul", ["a", "scale"], ["b"]),
+        helper.make_node("Add", ["b", "shift"], ["c"]),
+        helper.make_node("LeakyRelu", ["c"], ["d"], alpha=0.2),
+        helper.make_node("Max", ["d", "floor"], ["e"]),
+    ]
+    return onnx_between_convs(
+        "tf_block",
+        nodes,
+        {"scale": rng.uniform(0.5, 2, (16, 1, 1)), "shift": rng.standard_normal((16, 1, 1)), "floor": np.array([-0.4])},
+    )
 
 
 def test_a_tf2onnx_block_of_batch_norm_leaky_relu_and_max_stays_channels_last_and_computes_the_same():
@@ -196,8 +217,11 @@ def reduced_stack(keepdims: bool):
     from tvm import relax
 
     def body(bb, x):
-        conv = bb.emit(relax.op.nn.conv2d(x, relax.const(np.random.default_rng(19).standard_normal((4, 4, 1, 1))
-                                                         .astype("float32"))))
+        conv = bb.emit(
+            relax.op.nn.conv2d(
+                x, relax.const(np.random.default_rng(19).standard_normal((4, 4, 1, 1)).astype("float32"))
+            )
+        )
         pooled = bb.emit(relax.op.max(conv, axis=[2, 3]))
         negated = bb.emit(relax.op.negative(pooled))
         stacked = bb.emit(relax.op.stack([pooled, negated], axis=0))
@@ -216,8 +240,10 @@ def test_a_reduction_over_a_stack_becomes_element_wise_so_the_model_converts_and
     converted, used = channels_last.convert(module, "auto")
     assert used == channels_last.CONVERTED and "R.maximum(" in converted.script()
     x = np.random.default_rng(20).standard_normal((1, 4, 6, 6)).astype("float32")
-    outputs = [relax.VirtualMachine(tvm.compile(m, target="llvm"), tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
-               for m in (module, converted)]
+    outputs = [
+        relax.VirtualMachine(tvm.compile(m, target="llvm"), tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+        for m in (module, converted)
+    ]
     np.testing.assert_array_equal(outputs[1], outputs[0])
 
 
@@ -239,11 +265,15 @@ def conv1d_encoder(second_channels: int, groups: int = 1):
 
     def body(bb, x):
         rng = np.random.default_rng(55)
-        first = bb.emit(relax.op.nn.conv1d(x, relax.const(rng.standard_normal((128, 64, 3)).astype("float32")),
-                                           padding=1))
+        first = bb.emit(
+            relax.op.nn.conv1d(x, relax.const(rng.standard_normal((128, 64, 3)).astype("float32")), padding=1)
+        )
         weights = rng.standard_normal((second_channels, 128 // groups, 3)).astype("float32")
-        return bb.emit(relax.op.nn.conv1d(bb.emit(relax.op.nn.relu(first)), relax.const(weights), strides=2,
-                                          padding=1, groups=groups))
+        return bb.emit(
+            relax.op.nn.conv1d(
+                bb.emit(relax.op.nn.relu(first)), relax.const(weights), strides=2, padding=1, groups=groups
+            )
+        )
 
     return build_module(body, (1, 64, 4))
 

@@ -43,8 +43,9 @@ def test_status_json_gives_each_reason_as_data(fake_project, capsys):
     write(cores=8)
     code, out, _ = run_cli(capsys, root, "status", "--json")
     stale = {entry["node"]: entry["reasons"] for entry in json.loads(out)["stale"]}
-    assert code == 1 and stale["compile:a@cpu"] == [{"kind": "target", "field": "num-cores", "old": 2, "new": 8,
-                                                      "text": "target num-cores changed 2 -> 8"}]
+    assert code == 1 and stale["compile:a@cpu"] == [
+        {"kind": "target", "field": "num-cores", "old": 2, "new": 8, "text": "target num-cores changed 2 -> 8"}
+    ]
 
 
 def test_selected_build_runs_only_its_stages(fake_project, capsys):
@@ -99,8 +100,10 @@ def test_explain_shows_key_inputs_and_what_changed(fake_project, capsys):
     assert "since last build: input x shape changed [1,3,8,8] -> [1,3,2,2]" in out
 
 
-@pytest.mark.parametrize("fmt, expected", [("tree", "  compile:a@cpu  <- import:a"), ("dot", '"import:a" -> "compile:a@cpu"'),
-                                           ("mermaid", "flowchart LR")])
+@pytest.mark.parametrize(
+    "fmt, expected",
+    [("tree", "  compile:a@cpu  <- import:a"), ("dot", '"import:a" -> "compile:a@cpu"'), ("mermaid", "flowchart LR")],
+)
 def test_graph_formats(fake_project, capsys, fmt, expected):
     root, _ = fake_project
     code, out, _ = run_cli(capsys, root, "graph", "--format", fmt)
@@ -151,7 +154,7 @@ def test_a_full_disk_in_a_stage_exits_4_with_one_line(fake_project, capsys):
     write_fake_model(root / "a.json", ["conv"], disk_full=True)
     code, out, _ = run_cli(capsys, root, "build", "a")
     assert code == 4
-    line = next(l for l in out.splitlines() if l.startswith("FAILED import:a"))
+    line = next(x for x in out.splitlines() if x.startswith("FAILED import:a"))
     assert "No space left on device" in line and "ENOSPC" in line and "fix: free disk space" in line
     assert not list((root / ".cache").glob("actions/*/*"))  # nothing recorded for the failed stage
 
@@ -171,8 +174,9 @@ def test_a_model_named_like_no_command_is_still_a_build_selector(fake_project, c
 
 
 def test_schema_piped_into_a_reader_that_leaves_early_is_not_a_traceback():
-    proc = subprocess.run(f"{sys.executable} -m modelbuild schema | head -1", shell=True, capture_output=True,
-                          text=True)
+    proc = subprocess.run(
+        f"{sys.executable} -m modelbuild schema | head -1", shell=True, capture_output=True, text=True
+    )
     assert proc.stdout.strip() == "{" and proc.stderr == ""
 
 
@@ -187,11 +191,15 @@ def test_bad_recipe_is_one_line_exit_2_no_traceback_and_cache_untouched(fake_pro
     before = sorted(p.name for p in (root / ".cache").rglob("*"))
     text = (root / "deploy.toml").read_text().replace("num-cores", "num-core")
     (root / "deploy.toml").write_text(text)
-    proc = subprocess.run([sys.executable, "-m", "modelbuild", "-f", str(root / "deploy.toml")],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "modelbuild", "-f", str(root / "deploy.toml")], capture_output=True, text=True
+    )
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
-    assert "deploy.toml:13: targets.cpu.num-core: unknown llvm target option 'num-core' (fix: did you mean 'num-cores'?" in proc.stderr
+    assert (
+        "deploy.toml:13: targets.cpu.num-core: unknown llvm target option 'num-core' (fix: did you mean 'num-cores'?"
+        in proc.stderr
+    )
     assert sorted(p.name for p in (root / ".cache").rglob("*")) == before
 
 
@@ -214,8 +222,10 @@ def test_a_read_only_build_folder_is_one_line_exit_4(fake_project, capsys):
     with mounted_tmpfs(root / "ro", "ro,size=1m") as folder:
         code, out, err = run_cli(capsys, root, "build", "--build-dir", str(folder / "build"))
     assert code == 4
-    assert err.strip() == (f"error: Read-only file system: {folder / 'build'} (EROFS; fix: the filesystem is "
-                           "read-only: pass --build-dir / --cache-dir on a writable one)")
+    assert err.strip() == (
+        f"error: Read-only file system: {folder / 'build'} (EROFS; fix: the filesystem is "
+        "read-only: pass --build-dir / --cache-dir on a writable one)"
+    )
     assert "Traceback" not in out + err
 
 

@@ -71,14 +71,16 @@ def test_eta_and_clock():
 
 
 def test_a_waiting_stage_says_what_it_waits_for():
-    from modelbuild.engine.events import NodeWaiting
     from modelbuild.console import waiting_for
+    from modelbuild.engine.events import NodeWaiting
 
     who = "pid 4242 on ci-7 since 10:42:05"
     assert waiting_for(NodeWaiting("import:a", who)) == f"{who} is building the same key; its result will be reused"
     assert waiting_for(NodeWaiting("validate:a@cpu", "", "timing")) == (
-        "other builds are running stages on this machine; it times alone")
+        "other builds are running stages on this machine; it times alone"
+    )
     assert waiting_for(NodeWaiting("import:a", who, "timed")) == (
-        f"{who} is timing on this machine; nothing runs beside it")
+        f"{who} is timing on this machine; nothing runs beside it"
+    )
     assert waiting_for(NodeWaiting("import:a", "", "timed")).startswith("another build is timing")
     assert waiting_for(NodeWaiting("import:a", who, "queued")) == f"{who} waits to time on this machine; it goes first"

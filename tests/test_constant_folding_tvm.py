@@ -18,16 +18,26 @@ def moved_constants(bb, x):
     from tvm import relax
 
     rng = np.random.default_rng(31)
-    per_channel = bb.emit(relax.op.dequantize(
-        relax.const(rng.integers(-128, 128, (1, 8, 4, 4)).astype("int8")),
-        relax.const(rng.uniform(1e-3, 1e-1, 8).astype("float32")),
-        relax.const(rng.integers(-5, 5, 8).astype("int8")), axis=1))
-    per_tensor = bb.emit(relax.op.dequantize(relax.const(rng.integers(0, 256, (1, 8, 4, 4)).astype("uint8")),
-                                             relax.const(np.float32(0.0173)), relax.const(np.uint8(131))))
+    per_channel = bb.emit(
+        relax.op.dequantize(
+            relax.const(rng.integers(-128, 128, (1, 8, 4, 4)).astype("int8")),
+            relax.const(rng.uniform(1e-3, 1e-1, 8).astype("float32")),
+            relax.const(rng.integers(-5, 5, 8).astype("int8")),
+            axis=1,
+        )
+    )
+    per_tensor = bb.emit(
+        relax.op.dequantize(
+            relax.const(rng.integers(0, 256, (1, 8, 4, 4)).astype("uint8")),
+            relax.const(np.float32(0.0173)),
+            relax.const(np.uint8(131)),
+        )
+    )
     x = bb.emit(relax.op.add(relax.op.multiply(x, per_channel), per_tensor))
     bias = bb.emit(relax.op.reshape(relax.const(rng.standard_normal(8).astype("float32")), (1, 8, 1, 1)))
-    permuted = bb.emit(relax.op.permute_dims(relax.const(rng.standard_normal((4, 4, 8, 1)).astype("float32")),
-                                             [3, 2, 0, 1]))
+    permuted = bb.emit(
+        relax.op.permute_dims(relax.const(rng.standard_normal((4, 4, 8, 1)).astype("float32")), [3, 2, 0, 1])
+    )
     bound = relax.const(np.array([np.nan, 6.0, -np.inf, 0.5], "float32"))
     nan = bb.emit(relax.op.isnan(bound))
     clipped = bb.emit(relax.op.where(nan, relax.const(np.float32(np.inf)), bound))

@@ -30,8 +30,11 @@ def run(module, x):
     return relax.VirtualMachine(tvm.compile(module, target="llvm"), tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
 
 
-@pytest.mark.parametrize("shape, wshape, strides", [((1, 8, 5, 6), (8, 3, 2, 2), 2), ((2, 4, 3, 7), (4, 5, 3, 2), (3, 2))],
-                         ids=["2x2s2", "3x2s32-batch2"])
+@pytest.mark.parametrize(
+    "shape, wshape, strides",
+    [((1, 8, 5, 6), (8, 3, 2, 2), 2), ((2, 4, 3, 7), (4, 5, 3, 2), (3, 2))],
+    ids=["2x2s2", "3x2s32-batch2"],
+)
 def test_a_non_overlapping_transposed_conv_becomes_a_1x1_conv_with_the_same_outputs(shape, wshape, strides):
     from modelbuild.compiler import conv_transpose
 
@@ -43,8 +46,11 @@ def test_a_non_overlapping_transposed_conv_becomes_a_1x1_conv_with_the_same_outp
     np.testing.assert_allclose(run(rewritten, x), run(module, x), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("attrs", [{"strides": 1}, {"strides": 2, "padding": 1}, {"strides": 2, "output_padding": 1}],
-                         ids=["overlapping", "padded", "output-padded"])
+@pytest.mark.parametrize(
+    "attrs",
+    [{"strides": 1}, {"strides": 2, "padding": 1}, {"strides": 2, "output_padding": 1}],
+    ids=["overlapping", "padded", "output-padded"],
+)
 def test_overlapping_or_padded_transposed_convs_are_left_alone(attrs):
     from modelbuild.compiler import conv_transpose
 

@@ -24,12 +24,41 @@ KEY = "host-board"
 def tracker():
     """TVM's tracker and one RPC server registered under KEY, both on 127.0.0.1; yields 'host:port'."""
     port, server_port = free_port(), free_port()
-    processes = [start_group([sys.executable, "-m", "tvm.exec.rpc_tracker", "--host", "127.0.0.1",
-                              "--port", str(port), "--port-end", str(port + 1)])]
+    processes = [
+        start_group(
+            [
+                sys.executable,
+                "-m",
+                "tvm.exec.rpc_tracker",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--port-end",
+                str(port + 1),
+            ]
+        )
+    ]
     wait_for_port(port, processes[0])
-    processes.append(start_group([sys.executable, "-m", "tvm.exec.rpc_server", "--host", "127.0.0.1",
-                                  "--port", str(server_port), "--port-end", str(server_port + 1),
-                                  "--tracker", f"127.0.0.1:{port}", "--key", KEY]))
+    processes.append(
+        start_group(
+            [
+                sys.executable,
+                "-m",
+                "tvm.exec.rpc_server",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(server_port),
+                "--port-end",
+                str(server_port + 1),
+                "--tracker",
+                f"127.0.0.1:{port}",
+                "--key",
+                KEY,
+            ]
+        )
+    )
     from tvm import rpc
 
     deadline = time.monotonic() + 30
@@ -44,14 +73,19 @@ def tracker():
 def recipe(root, rpc: str, trials: int | None = None) -> None:
     root.mkdir(parents=True, exist_ok=True)
     two_convs(root / "net.onnx")
-    tuning = "" if trials is None else textwrap.dedent(f"""\
+    tuning = (
+        ""
+        if trials is None
+        else textwrap.dedent(f"""\
         [tuning.quick]
         trials_per_task = {trials}
         cost_model = "random"
         number = 1
         min_repeat_ms = 0
         """)
-    (root / "deploy.toml").write_text(textwrap.dedent(f"""\
+    )
+    (root / "deploy.toml").write_text(
+        textwrap.dedent(f"""\
         [models.net]
         path = "net.onnx"
         inputs.x = {{ shape = [1, 3, 8, 8], dtype = "float32" }}
@@ -72,7 +106,9 @@ def recipe(root, rpc: str, trials: int | None = None) -> None:
         [[builds]]
         model = "net"
         targets = ["board"]
-        """) + (f'tuning = "quick"\n\n{tuning}' if tuning else ""))
+        """)
+        + (f'tuning = "quick"\n\n{tuning}' if tuning else "")
+    )
 
 
 def test_a_library_is_validated_on_the_device_the_tracker_gives_and_the_report_says_which(tracker, tmp_path, capsys):
@@ -94,7 +130,8 @@ def test_an_unreachable_tracker_is_one_line_with_exit_4_within_its_timeout(tmp_p
     assert code == 4 and time.monotonic() - started < 60
     assert "cannot reach the RPC tracker at 127.0.0.1:" in out
     assert not list((tmp_path / ".cache").glob("actions/*/*.json")) or all(
-        "validate" not in p.read_text() for p in (tmp_path / ".cache").glob("actions/*/*.json"))
+        "validate" not in p.read_text() for p in (tmp_path / ".cache").glob("actions/*/*.json")
+    )
 
 
 def test_a_key_no_device_has_registered_says_which_keys_there_are(tracker, tmp_path, capsys):
@@ -131,14 +168,26 @@ def test_tuning_for_a_key_no_device_registered_stops_before_measuring_anything(t
     assert code == 4 and time.monotonic() - started < 60, out
     assert f"FAILED tune:net@board: no device with key 'rpi5' at the RPC tracker {tracker}" in out
     assert not list((tmp_path / ".cache/tuning").rglob("database_tuning_record.json")) or not any(
-        p.read_text() for p in (tmp_path / ".cache/tuning").rglob("database_tuning_record.json"))
+        p.read_text() for p in (tmp_path / ".cache/tuning").rglob("database_tuning_record.json")
+    )
 
 
 def test_a_stopped_tracker_leaves_no_process_behind():
     # it serves from a TVM popen_worker, which outlived a killed tracker (orphans under pid 1 after each run)
     port = free_port()
-    tracker = start_group([sys.executable, "-m", "tvm.exec.rpc_tracker", "--host", "127.0.0.1",
-                           "--port", str(port), "--port-end", str(port + 1)])
+    tracker = start_group(
+        [
+            sys.executable,
+            "-m",
+            "tvm.exec.rpc_tracker",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--port-end",
+            str(port + 1),
+        ]
+    )
     wait_for_port(port, tracker)
     started = descendants(tracker.pid)
     assert any(b"popen_worker" in open(f"/proc/{pid}/cmdline", "rb").read() for pid in started), started

@@ -12,8 +12,14 @@ from modelbuild.cli import main
 from modelbuild.pipeline.doctor import assess, tracker_answers
 from tests.conftest import REPO
 
-CAPS = {"tvm": "0.27.0", "llvm": True, "llvm_version": 22, "cuda_codegen": True, "gpus": [],
-        "no_gpu": "no CUDA driver on this machine (libcuda.so.1 not found)"}
+CAPS = {
+    "tvm": "0.27.0",
+    "llvm": True,
+    "llvm_version": 22,
+    "cuda_codegen": True,
+    "gpus": [],
+    "no_gpu": "no CUDA driver on this machine (libcuda.so.1 not found)",
+}
 NOTHING = {}.get  # no tool on the path
 
 
@@ -25,9 +31,15 @@ def test_a_host_target_builds_and_validates_here():
 def test_a_cpu_quota_below_the_targets_threads_is_said_with_the_fix():
     x86 = {"kind": "llvm", "mcpu": "host", "num-cores": 2}
     quota = assess("x86", x86, CAPS | {"cpu_quota": 1.0}, NOTHING, lambda _: False)
-    assert quota.ready and quota.validates == "here" and quota.validate_note == (
-        "but this cgroup's CPU quota is 1 CPU and the target runs 2 threads: its latency will stall on the quota "
-        "(fix: num-cores = 1, or a runner without the quota)")
+    assert (
+        quota.ready
+        and quota.validates == "here"
+        and quota.validate_note
+        == (
+            "but this cgroup's CPU quota is 1 CPU and the target runs 2 threads: its latency will stall on the quota "
+            "(fix: num-cores = 1, or a runner without the quota)"
+        )
+    )
     assert assess("x86", x86, CAPS | {"cpu_quota": 2.0}, NOTHING, lambda _: False).validate_note == ""
     assert assess("x86", x86, CAPS | {"cpu_quota": None}, NOTHING, lambda _: False).validate_note == ""
 
@@ -38,15 +50,22 @@ def test_a_cross_target_says_which_package_brings_its_linker_and_where_it_could_
     assert check.builds_here and not check.ready
     assert 'cross-compiler = "aarch64-linux-gnu-gcc" after apt-get install gcc-aarch64-linux-gnu' in check.build_note
     assert "a device over RPC" in check.validate_note
-    linked = assess("rpi4", pi | {"cross-compiler": "aarch64-linux-gnu-gcc"}, CAPS,
-                    {"aarch64-linux-gnu-gcc": "/usr/bin/aarch64-linux-gnu-gcc"}.get, lambda _: False)
+    linked = assess(
+        "rpi4",
+        pi | {"cross-compiler": "aarch64-linux-gnu-gcc"},
+        CAPS,
+        {"aarch64-linux-gnu-gcc": "/usr/bin/aarch64-linux-gnu-gcc"}.get,
+        lambda _: False,
+    )
     assert linked.build_note == "a .so linked by /usr/bin/aarch64-linux-gnu-gcc"
 
 
 def test_a_target_with_a_device_is_ready_when_its_tracker_answers():
     board = {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "rpc": {"tracker": "farm:9190", "key": "rpi4"}}
-    assert assess("rpi4", board, CAPS, NOTHING, lambda address: address == "farm:9190").validates == \
-        "on rpi4 via farm:9190"
+    assert (
+        assess("rpi4", board, CAPS, NOTHING, lambda address: address == "farm:9190").validates
+        == "on rpi4 via farm:9190"
+    )
     down = assess("rpi4", board, CAPS, NOTHING, lambda _: False)
     assert down.validates is None and "farm:9190 does not answer" in down.validate_note
     assert "no board? `python scripts/emulated_arm64.py serve --key rpi4`" in down.validate_note
@@ -61,12 +80,15 @@ def test_a_gpu_target_builds_on_a_machine_without_a_gpu_and_says_where_it_can_ru
     assert not check.ready and check.validate_note.startswith("no CUDA driver on this machine (libcuda.so.1 not")
     h200 = {"gpu": "NVIDIA H200", "compute_capability": "9.0", "cuda_driver": "13.0"}
     loader = {"bindings": "13.3.1", "headers": "/usr/local/cuda/include"}
-    on_gpu = assess("gpu", {"kind": "cuda", "arch": "sm_80"}, CAPS | {"gpus": [h200], "nvrtc": loader}, NOTHING,
-                    lambda _: False)
+    on_gpu = assess(
+        "gpu", {"kind": "cuda", "arch": "sm_80"}, CAPS | {"gpus": [h200], "nvrtc": loader}, NOTHING, lambda _: False
+    )
     assert on_gpu.ready and on_gpu.validates == "here"
     # the same library kind on every machine (CUDA C, compiled where it is loaded); here, with what it has
-    assert on_gpu.build_note == ("CUDA C source, compiled to cubin by NVRTC when loaded (here: cuda-bindings "
-                                 "13.3.1, CUDA headers in /usr/local/cuda/include)")
+    assert on_gpu.build_note == (
+        "CUDA C source, compiled to cubin by NVRTC when loaded (here: cuda-bindings "
+        "13.3.1, CUDA headers in /usr/local/cuda/include)"
+    )
     too_old = assess("gpu", {"kind": "cuda", "arch": "sm_100"}, CAPS | {"gpus": [h200]}, NOTHING, lambda _: False)
     assert not too_old.ready and "built for sm_100; this machine's GPU (NVIDIA H200) is sm_90" in too_old.validate_note
     assert not assess("gpu", {"kind": "cuda"}, CAPS | {"cuda_codegen": False}, NOTHING, lambda _: False).builds_here
@@ -75,13 +97,23 @@ def test_a_gpu_target_builds_on_a_machine_without_a_gpu_and_says_where_it_can_ru
 def test_a_gpu_that_could_run_the_library_is_not_ready_without_what_loading_it_needs():
     h200 = {"gpu": "NVIDIA H200", "compute_capability": "9.0", "cuda_driver": "13.0"}
     sm80 = {"kind": "cuda", "arch": "sm_80"}
-    for loader, missing in (({"bindings": None, "headers": "/usr/local/cuda/include"},
-                             "cuda-bindings (NVRTC's Python binding) is not installed"),
-                            ({"bindings": "12.9.10", "headers": None}, "no CUDA headers were found for it")):
+    for loader, missing in (
+        (
+            {"bindings": None, "headers": "/usr/local/cuda/include"},
+            "cuda-bindings (NVRTC's Python binding) is not installed",
+        ),
+        ({"bindings": "12.9.10", "headers": None}, "no CUDA headers were found for it"),
+    ):
         check = assess("gpu", sm80, CAPS | {"gpus": [h200], "nvrtc": loader}, NOTHING, lambda _: False)
-        assert check.builds_here and check.validates is None and check.validate_note == (
-            f"this GPU loads the library with NVRTC, and {missing} (fix: pip install 'cuda-bindings<13' "
-            "nvidia-cuda-nvrtc-cu12 nvidia-cuda-runtime-cu12 nvidia-cuda-cccl-cu12)")
+        assert (
+            check.builds_here
+            and check.validates is None
+            and check.validate_note
+            == (
+                f"this GPU loads the library with NVRTC, and {missing} (fix: pip install 'cuda-bindings<13' "
+                "nvidia-cuda-nvrtc-cu12 nvidia-cuda-runtime-cu12 nvidia-cuda-cccl-cu12)"
+            )
+        )
         assert "(pip install 'cuda-bindings<13'" in check.build_note
 
 

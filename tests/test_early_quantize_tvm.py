@@ -15,8 +15,12 @@ SCALES = np.linspace(0.01, 0.05, 16, dtype="float32")  # per channel of the conc
 def operators(module) -> list[str]:
     from tvm import relax
 
-    return [b.value.op.name for block in module["main"].body.blocks for b in block.bindings
-            if isinstance(b.value, relax.Call)]
+    return [
+        b.value.op.name
+        for block in module["main"].body.blocks
+        for b in block.bindings
+        if isinstance(b.value, relax.Call)
+    ]
 
 
 def upsampled_beside(bb, x, method: str = "nearest_neighbor", full=None):
@@ -25,16 +29,25 @@ def upsampled_beside(bb, x, method: str = "nearest_neighbor", full=None):
     from tvm import relax
 
     half = bb.emit(relax.op.strided_slice(x, axes=[2, 3], begin=[0, 0], end=[16, 16], strides=[2, 2]))
-    up = bb.emit(relax.op.image.resize2d(half, (16, 16), layout="NCHW", method=method,
-                                         coordinate_transformation_mode="asymmetric", rounding_method="floor"))
+    up = bb.emit(
+        relax.op.image.resize2d(
+            half,
+            (16, 16),
+            layout="NCHW",
+            method=method,
+            coordinate_transformation_mode="asymmetric",
+            rounding_method="floor",
+        )
+    )
     return bb.emit(relax.op.concat([up, full if full is not None else bb.emit(relax.op.negative(x))], axis=1))
 
 
 def quantized(bb, concatenated):
     from tvm import relax
 
-    return bb.emit(relax.op.quantize(concatenated, relax.const(SCALES), relax.const(0, "int8"), axis=1,
-                                     out_dtype="int8"))
+    return bb.emit(
+        relax.op.quantize(concatenated, relax.const(SCALES), relax.const(0, "int8"), axis=1, out_dtype="int8")
+    )
 
 
 def test_a_quantize_of_an_upsampled_concatenation_quantizes_each_piece_first_with_the_same_values():
@@ -44,10 +57,19 @@ def test_a_quantize_of_an_upsampled_concatenation_quantizes_each_piece_first_wit
 
     module = build_module(lambda bb, x: quantized(bb, upsampled_beside(bb, x)))
     moved = early_quantize.rewrite(module)
-    assert operators(moved) == ["relax.strided_slice", "relax.negative", "relax.quantize", "relax.image.resize2d",
-                                "relax.quantize", "relax.concat"]
-    resize = next(b.value for b in moved["main"].body.blocks[0].bindings
-                  if getattr(b.value, "op", None) is not None and b.value.op.name == "relax.image.resize2d")
+    assert operators(moved) == [
+        "relax.strided_slice",
+        "relax.negative",
+        "relax.quantize",
+        "relax.image.resize2d",
+        "relax.quantize",
+        "relax.concat",
+    ]
+    resize = next(
+        b.value
+        for b in moved["main"].body.blocks[0].bindings
+        if getattr(b.value, "op", None) is not None and b.value.op.name == "relax.image.resize2d"
+    )
     assert str(resize.ty.dtype) == "int8"
     assert "quantize_resize2d" in next(iter(kernel_shapes(module, layout="auto")))  # as the compile stage lowers it
     _, run = scheduled_kernel(module, "concat", schedule=True)
@@ -69,7 +91,12 @@ def test_a_concatenation_that_something_else_reads_stays_float():
         return bb.emit(relax.op.add(relax.op.astype(q, "float32"), concatenated))
 
     assert operators(early_quantize.rewrite(build_module(read_twice)))[:5] == [
-        "relax.strided_slice", "relax.image.resize2d", "relax.negative", "relax.concat", "relax.quantize"]
+        "relax.strided_slice",
+        "relax.image.resize2d",
+        "relax.negative",
+        "relax.concat",
+        "relax.quantize",
+    ]
 
 
 def test_a_concatenation_of_a_map_something_else_reads_stays_float():
@@ -85,7 +112,12 @@ def test_a_concatenation_of_a_map_something_else_reads_stays_float():
         return bb.emit(relax.op.add(relax.op.astype(quantized(bb, concatenated), "float32"), relax.op.sum(negated)))
 
     assert operators(early_quantize.rewrite(build_module(piece_read_twice)))[:5] == [
-        "relax.negative", "relax.strided_slice", "relax.image.resize2d", "relax.concat", "relax.quantize"]
+        "relax.negative",
+        "relax.strided_slice",
+        "relax.image.resize2d",
+        "relax.concat",
+        "relax.quantize",
+    ]
 
 
 def test_a_linear_resize_is_not_passed():
@@ -95,5 +127,10 @@ def test_a_linear_resize_is_not_passed():
 
     module = build_module(lambda bb, x: quantized(bb, upsampled_beside(bb, x, method="linear")))
     assert operators(early_quantize.rewrite(module)) == [
-        "relax.strided_slice", "relax.image.resize2d", "relax.negative", "relax.quantize", "relax.quantize",
-        "relax.concat"]
+        "relax.strided_slice",
+        "relax.image.resize2d",
+        "relax.negative",
+        "relax.quantize",
+        "relax.quantize",
+        "relax.concat",
+    ]

@@ -19,8 +19,9 @@ def script():
 
 
 def test_a_device_runs_its_kernels_on_the_threads_it_was_served_with():
-    environment = script().device_environment({"PATH": "/bin"}, Path("/arm64"), "qemu-aarch64 8.2 -cpu max",
-                                              "max", threads=1)
+    environment = script().device_environment(
+        {"PATH": "/bin"}, Path("/arm64"), "qemu-aarch64 8.2 -cpu max", "max", threads=1
+    )
     assert environment["TVM_NUM_THREADS"] == "1"  # TVM's pool would take every core of this machine
     assert environment["PATH"] == "/bin" and environment["PYTHONPATH"] == "/arm64/site"
     assert environment["QEMU_CPU"] == "max" and environment["MODELBUILD_EMULATOR"] == "qemu-aarch64 8.2 -cpu max"

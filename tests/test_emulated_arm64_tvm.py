@@ -15,7 +15,7 @@ import pytest
 
 from modelbuild.cli import main
 from tests.conftest import EMULATED_ARM64_KEY as KEY
-from tests.conftest import descendants, free_port, left_in, REPO, serve_emulated_arm64
+from tests.conftest import REPO, descendants, free_port, left_in, serve_emulated_arm64
 
 pytestmark = pytest.mark.tvm
 
@@ -25,7 +25,8 @@ ELF_MACHINE_AARCH64 = 183  # e_machine in the ELF header
 def int8_recipe(root, tracker: str) -> None:
     lines = REPO / "recipes/examples/text-lines"
     preprocess = "preprocess = { mean = [0.5, 0.5, 0.5], std = [0.5, 0.5, 0.5] }"
-    (root / "deploy.toml").write_text(textwrap.dedent(f"""\
+    (root / "deploy.toml").write_text(
+        textwrap.dedent(f"""\
         include = ["{REPO}/recipes/targets/x86-server.toml", "{REPO}/recipes/targets/arm64-dotprod.toml"]
 
         [targets.arm64-dotprod]
@@ -37,9 +38,13 @@ def int8_recipe(root, tracker: str) -> None:
         path = "{REPO}/models/text_direction_cls.onnx"
         inputs.x = {{ shape = [1, 3, 48, 192] }}
 
-        [quantization.int8]
         # as recipes/examples/int8.toml calibrates: with the same store, its x86 build is that recipe's
-        calibration = {{ method = "minmax", samples = 16, source = "images", path = "{lines}/calibration", {preprocess} }}
+        [quantization.int8.calibration]
+        method = "minmax"
+        samples = 16
+        source = "images"
+        path = "{lines}/calibration"
+        {preprocess}
 
         [validation]
         golden = {{ source = "images", path = "{lines}/golden", count = 4, {preprocess} }}
@@ -53,7 +58,8 @@ def int8_recipe(root, tracker: str) -> None:
         model = "text_cls"
         targets = ["x86", "arm64-dotprod"]
         quantization = "int8"
-        """))
+        """)
+    )
 
 
 def assert_validated_on_the_emulated_device(library, build: dict, out: str) -> None:
@@ -69,10 +75,20 @@ def assert_validated_on_the_emulated_device(library, build: dict, out: str) -> N
 
 
 def test_the_shipped_x86_and_rpi4_recipe_validates_its_pi_build_on_the_emulated_device(
-        arm64_tracker, tmp_path, capsys, monkeypatch, classifier_store):
+    arm64_tracker, tmp_path, capsys, monkeypatch, classifier_store
+):
     monkeypatch.setenv("MODELBUILD_RPC_TRACKER", arm64_tracker)  # as CI points a recipe at its device farm
-    code = main(["build", "-f", str(REPO / "recipes/examples/x86-and-rpi4.toml"), "--cache-dir",
-                 str(classifier_store), "--build-dir", str(tmp_path / "build")])
+    code = main(
+        [
+            "build",
+            "-f",
+            str(REPO / "recipes/examples/x86-and-rpi4.toml"),
+            "--cache-dir",
+            str(classifier_store),
+            "--build-dir",
+            str(tmp_path / "build"),
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0, out
     report = json.loads((tmp_path / "build/report.json").read_text())
@@ -85,8 +101,9 @@ def test_the_shipped_x86_and_rpi4_recipe_validates_its_pi_build_on_the_emulated_
     from modelbuild.stages import device
 
     inputs = np.random.default_rng(0).uniform(-1, 1, (4, 1, 3, 48, 192)).astype("float32")  # as preprocessed
-    run_pi, _, described = device.load(str(tmp_path / "build/text_cls/rpi4/model.so"),
-                                       {"tracker": arm64_tracker, "key": KEY, "timeout": 120})
+    run_pi, _, described = device.load(
+        str(tmp_path / "build/text_cls/rpi4/model.so"), {"tracker": arm64_tracker, "key": KEY, "timeout": 120}
+    )
     run_x86 = host_runner(tmp_path / "build/text_cls/x86/model.so")
     assert described["machine"] == "aarch64"
     for x in inputs:
@@ -96,7 +113,8 @@ def test_the_shipped_x86_and_rpi4_recipe_validates_its_pi_build_on_the_emulated_
 
 
 def test_the_int8_arm_library_computes_with_sdot_and_agrees_with_onnxruntimes_qdq_model_as_the_x86_one_does(
-        arm64_tracker, tmp_path, capsys, classifier_store):
+    arm64_tracker, tmp_path, capsys, classifier_store
+):
     int8_recipe(tmp_path, arm64_tracker)
     code = main(["build", "-f", str(tmp_path / "deploy.toml"), "--cache-dir", str(classifier_store)])
     out = capsys.readouterr().out
@@ -113,8 +131,9 @@ def test_the_int8_arm_library_computes_with_sdot_and_agrees_with_onnxruntimes_qd
 
 
 def sdot_instructions(library) -> int:
-    listing = subprocess.run(["aarch64-linux-gnu-objdump", "-d", str(library)], capture_output=True, text=True,
-                             check=True).stdout
+    listing = subprocess.run(
+        ["aarch64-linux-gnu-objdump", "-d", str(library)], capture_output=True, text=True, check=True
+    ).stdout
     return sum(1 for line in listing.splitlines() if "\tsdot\t" in line)
 
 
@@ -126,12 +145,14 @@ def host_runner(library):
     return lambda arrays: [vm["main"](*[tvm.runtime.tensor(a) for a in arrays]).numpy()]
 
 
-def test_tuning_the_pi_target_measures_every_candidate_on_the_emulated_device(arm64_tracker, tmp_path, stage_tmpdir,
-                                                                              capsys):
+def test_tuning_the_pi_target_measures_every_candidate_on_the_emulated_device(
+    arm64_tracker, tmp_path, stage_tmpdir, capsys
+):
     from tests.onnx_models import two_convs
 
     two_convs(tmp_path / "net.onnx")
-    (tmp_path / "deploy.toml").write_text(textwrap.dedent(f"""\
+    (tmp_path / "deploy.toml").write_text(
+        textwrap.dedent(f"""\
         include = ["{REPO}/recipes/targets/rpi4.toml"]
 
         [targets.rpi4]
@@ -157,7 +178,8 @@ def test_tuning_the_pi_target_measures_every_candidate_on_the_emulated_device(ar
         model = "net"
         targets = ["rpi4"]
         tuning = "quick"
-        """))
+        """)
+    )
     code = main(["build", "-f", str(tmp_path / "deploy.toml")])
     out = capsys.readouterr().out
     assert code == 0, out
@@ -174,7 +196,8 @@ def test_tuning_the_pi_target_measures_every_candidate_on_the_emulated_device(ar
 
 
 def test_timed_together_the_baseline_library_runs_in_turns_with_the_build_on_the_device(
-        arm64_tracker, tmp_path, capsys):
+    arm64_tracker, tmp_path, capsys
+):
     import shutil
 
     from tests.onnx_models import two_convs
@@ -182,7 +205,8 @@ def test_timed_together_the_baseline_library_runs_in_turns_with_the_build_on_the
     two_convs(tmp_path / "net.onnx")
 
     def write(baseline: str = "") -> None:
-        (tmp_path / "deploy.toml").write_text(textwrap.dedent(f"""\
+        (tmp_path / "deploy.toml").write_text(
+            textwrap.dedent(f"""\
             include = ["{REPO}/recipes/targets/rpi4.toml"]
 
             [targets.rpi4]
@@ -200,7 +224,9 @@ def test_timed_together_the_baseline_library_runs_in_turns_with_the_build_on_the
             [[builds]]
             model = "net"
             targets = ["rpi4"]
-            """) + baseline)
+            """)
+            + baseline
+        )
 
     write()
     assert main(["build", "-f", str(tmp_path / "deploy.toml")]) == 0, capsys.readouterr().out

@@ -6,9 +6,11 @@ from modelbuild.errors import last_line
 
 
 def test_the_last_line_skips_the_comments_tvm_prints_after_the_offending_ir():
-    err = RuntimeError("CodeGenVMTIR cannot emit this Relax operator directly.\nOffending call:\n"
-                       "R.nn.conv2d_transpose(x, w, data_layout=\"NHWC\")\n"
-                       "# Metadata omitted. Use show_meta=True in script() method to show it.\n")
+    err = RuntimeError(
+        "CodeGenVMTIR cannot emit this Relax operator directly.\nOffending call:\n"
+        'R.nn.conv2d_transpose(x, w, data_layout="NHWC")\n'
+        "# Metadata omitted. Use show_meta=True in script() method to show it.\n"
+    )
     assert last_line(err) == 'R.nn.conv2d_transpose(x, w, data_layout="NHWC")'
 
 

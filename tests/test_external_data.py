@@ -18,8 +18,9 @@ from tests.onnx_models import conv_relu
 def with_external_data(path, location="weights.bin"):
     """The conv model at `path`, re-saved with every tensor in `location` beside it."""
     model = onnx.load(str(path))
-    onnx.save(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location=location,
-              size_threshold=0)
+    onnx.save(
+        model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location=location, size_threshold=0
+    )
     return path
 
 
@@ -35,14 +36,27 @@ def test_a_model_names_the_file_its_tensors_are_kept_in_and_an_inline_model_name
 
 def test_tensors_of_constant_nodes_and_of_subgraphs_are_found_too(tmp_path):
     value = numpy_helper.from_array(np.ones(4, np.float32), "c")
-    inner = helper.make_graph([helper.make_node("Constant", [], ["k"], value=value)], "branch", [],
-                              [helper.make_tensor_value_info("k", TensorProto.FLOAT, [4])])
-    outer = helper.make_graph([helper.make_node("If", ["flag"], ["y"], then_branch=inner, else_branch=inner)], "g",
-                              [helper.make_tensor_value_info("flag", TensorProto.BOOL, [])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+    inner = helper.make_graph(
+        [helper.make_node("Constant", [], ["k"], value=value)],
+        "branch",
+        [],
+        [helper.make_tensor_value_info("k", TensorProto.FLOAT, [4])],
+    )
+    outer = helper.make_graph(
+        [helper.make_node("If", ["flag"], ["y"], then_branch=inner, else_branch=inner)],
+        "g",
+        [helper.make_tensor_value_info("flag", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+    )
     model = helper.make_model(outer, opset_imports=[helper.make_opsetid("", 13)])
-    onnx.save(model, str(tmp_path / "if.onnx"), save_as_external_data=True, location="constants.bin",
-              size_threshold=0, convert_attribute=True)
+    onnx.save(
+        model,
+        str(tmp_path / "if.onnx"),
+        save_as_external_data=True,
+        location="constants.bin",
+        size_threshold=0,
+        convert_attribute=True,
+    )
     assert external_data.locations(tmp_path / "if.onnx") == ["constants.bin"]
 
 

@@ -19,26 +19,34 @@ def reference(name: str, x: np.ndarray) -> np.ndarray:
     if name == "softmax":
         e = np.exp(x - x.max(axis=-1, keepdims=True))
         return e / e.sum(axis=-1, keepdims=True)
-    return {"exp": np.exp, "tanh": np.tanh, "sigmoid": lambda v: 1 / (1 + np.exp(-v)),
-            "erf": np.vectorize(math.erf)}[name](x)
+    return {"exp": np.exp, "tanh": np.tanh, "sigmoid": lambda v: 1 / (1 + np.exp(-v)), "erf": np.vectorize(math.erf)}[
+        name
+    ](x)
 
 
 def operator(name: str):
     from tvm import relax
 
-    return {"exp": relax.op.exp, "erf": relax.op.erf, "tanh": relax.op.tanh, "sigmoid": relax.op.sigmoid,
-            "log": relax.op.log,
-            "softmax": lambda v: relax.op.nn.softmax(v, axis=-1)}[name]
+    return {
+        "exp": relax.op.exp,
+        "erf": relax.op.erf,
+        "tanh": relax.op.tanh,
+        "sigmoid": relax.op.sigmoid,
+        "log": relax.op.log,
+        "softmax": lambda v: relax.op.nn.softmax(v, axis=-1),
+    }[name]
 
 
-@pytest.mark.parametrize("name, tolerance", [("exp", 5e-6), ("erf", 5e-7), ("tanh", 5e-7), ("sigmoid", 5e-6),
-                                             ("softmax", 5e-6)])
+@pytest.mark.parametrize(
+    "name, tolerance", [("exp", 5e-6), ("erf", 5e-7), ("tanh", 5e-7), ("sigmoid", 5e-6), ("softmax", 5e-6)]
+)
 def test_each_function_is_a_polynomial_within_its_measured_error(name, tolerance):
     import tvm
 
     op = operator(name)
-    script, run = scheduled_kernel(build_module(lambda bb, x: bb.emit(op(x)), SHAPE), name, schedule=True,
-                                   layout="auto")
+    script, run = scheduled_kernel(
+        build_module(lambda bb, x: bb.emit(op(x)), SHAPE), name, schedule=True, layout="auto"
+    )
     assert f"T.{name}(" not in script and "T.exp(" not in script  # nothing left for LLVM to call libm for
     x = np.random.default_rng(12).uniform(-20, 20, SHAPE).astype("float32")
     expected = reference(name, x)
@@ -50,8 +58,9 @@ def test_each_function_is_a_polynomial_within_its_measured_error(name, tolerance
 def run_unary(name: str, x: np.ndarray) -> np.ndarray:
     import tvm
 
-    _, run = scheduled_kernel(build_module(lambda bb, v: bb.emit(operator(name)(v)), x.shape), name,
-                              schedule=True, layout="auto")
+    _, run = scheduled_kernel(
+        build_module(lambda bb, v: bb.emit(operator(name)(v)), x.shape), name, schedule=True, layout="auto"
+    )
     return run(tvm.runtime.tensor(x)).numpy()
 
 
@@ -59,6 +68,7 @@ def run_unary(name: str, x: np.ndarray) -> np.ndarray:
 def test_exp_and_sigmoid_are_within_4e_7_relative_over_the_whole_range(name):
     """Every 64th float32 between -87 and 88.3 (2.1 million of them): TVM's fast_exp, which exp was before,
     is 4.1e-6 off at worst."""
+
     def every_64th_float_up_to(limit: float) -> np.ndarray:
         return np.arange(0, np.float32(limit).view("int32"), 64, dtype="int32").view("float32")
 
@@ -90,8 +100,9 @@ def test_sigmoid_and_softmax_select_no_overflow_to_inf(name):
     """exp's overflow to inf is a compare and a select per vector that a sigmoid (1 / (1 + inf) = 0, where
     1 / (1 + exp(87)) is 0 to float32's precision) and a softmax (exp(x - max), at most 1) never need: two of
     the ~32 instructions an int8 conv's SiLU epilogue runs per vector."""
-    script, _ = scheduled_kernel(build_module(lambda bb, x: bb.emit(operator(name)(x)), SHAPE), name,
-                                 schedule=True, layout="auto")
+    script, _ = scheduled_kernel(
+        build_module(lambda bb, x: bb.emit(operator(name)(x)), SHAPE), name, schedule=True, layout="auto"
+    )
     assert 'T.float32("inf")' not in script and "T.Select(" in script  # the clamps are still there
 
 
@@ -103,14 +114,15 @@ def test_gelu_calls_no_libm_and_is_within_5e_7_of_float64(name):
     from tvm import relax
 
     op = {"gelu": relax.op.nn.gelu, "gelu_tanh": relax.op.nn.gelu_tanh}[name]
-    script, run = scheduled_kernel(build_module(lambda bb, x: bb.emit(op(x)), SHAPE), "gelu", schedule=True,
-                                   layout="auto")
+    script, run = scheduled_kernel(
+        build_module(lambda bb, x: bb.emit(op(x)), SHAPE), "gelu", schedule=True, layout="auto"
+    )
     assert "T.erf(" not in script and "T.tanh(" not in script
     x = np.random.default_rng(15).uniform(-8, 8, SHAPE).astype("float64")
     if name == "gelu":
         expected = 0.5 * x * (1 + np.vectorize(math.erf)(x / math.sqrt(2)))
     else:
-        expected = 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+        expected = 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
     got = run(tvm.runtime.tensor(x.astype("float32"))).numpy()
     assert np.abs(got - expected).max() <= 5e-7 * np.abs(x).max()
 
@@ -127,14 +139,16 @@ def test_sin_and_cos_call_no_libm_and_are_within_2e_7_up_to_their_limit(name):
     op = {"sin": relax.op.sin, "cos": relax.op.cos}[name]
     x = np.concatenate([np.random.default_rng(16).uniform(-limit, limit, (8, 1000)) for limit in (4, 1e4, 4e8)])
     x = x.astype("float32")
-    script, run = scheduled_kernel(build_module(lambda bb, v: bb.emit(op(v)), x.shape), name, schedule=True,
-                                   layout="auto")
+    script, run = scheduled_kernel(
+        build_module(lambda bb, v: bb.emit(op(v)), x.shape), name, schedule=True, layout="auto"
+    )
     assert f"T.{name}(" not in script
     expected = {"sin": np.sin, "cos": np.cos}[name](x.astype("float64"))
     assert np.abs(run(tvm.runtime.tensor(x)).numpy() - expected).max() <= 2e-7
     special = np.array([[np.nan, np.inf, -np.inf, 2 * fast_math.SIN_LIMIT]], "float32")
-    _, run = scheduled_kernel(build_module(lambda bb, v: bb.emit(op(v)), special.shape), name, schedule=True,
-                              layout="auto")
+    _, run = scheduled_kernel(
+        build_module(lambda bb, v: bb.emit(op(v)), special.shape), name, schedule=True, layout="auto"
+    )
     assert np.isnan(run(tvm.runtime.tensor(special)).numpy()).all()
 
 
@@ -147,8 +161,9 @@ def test_log_calls_no_libm_and_is_within_2e_7_over_every_float32():
     x = np.arange(1, np.float32(np.finfo("float32").max).view("int32"), 1024, dtype="int32").view("float32")
     x = np.concatenate([x[: x.size // 1024 * 1024], np.float32([0.0, np.inf, -1.0, np.nan] + [1.0] * 1020)])
     x = x.reshape(-1, 1024)
-    script, run = scheduled_kernel(build_module(lambda bb, v: bb.emit(operator("log")(v)), x.shape), "log",
-                                   schedule=True, layout="auto")
+    script, run = scheduled_kernel(
+        build_module(lambda bb, v: bb.emit(operator("log")(v)), x.shape), "log", schedule=True, layout="auto"
+    )
     assert "T.log(" not in script
     got = run(tvm.runtime.tensor(x)).numpy()
     expected = np.log(x.astype("float64")[:-1])
@@ -166,8 +181,9 @@ def test_atan_calls_no_libm_and_is_within_3e_7_relative_over_every_float32():
     x = np.concatenate([positive, -positive])
     x = np.concatenate([x[: x.size // 1024 * 1024], np.float32([np.inf, -np.inf, np.nan, 0.0] + [1.0] * 1020)])
     x = x.reshape(-1, 1024)
-    script, run = scheduled_kernel(build_module(lambda bb, v: bb.emit(relax.op.atan(v)), x.shape), "atan",
-                                   schedule=True, layout="auto")
+    script, run = scheduled_kernel(
+        build_module(lambda bb, v: bb.emit(relax.op.atan(v)), x.shape), "atan", schedule=True, layout="auto"
+    )
     assert "T.atan(" not in script
     got = run(tvm.runtime.tensor(x)).numpy()
     expected = np.arctan(x.astype("float64")[:-1])
@@ -185,10 +201,11 @@ def test_round_takes_ties_to_even_in_vectors_over_every_kind_of_float32():
 
     quarters = np.arange(-4096, 4096, dtype="float32") / 4  # every tie between -1024 and 1024, and between
     spread = np.random.default_rng(17).standard_normal(8192).astype("float32") * np.float32(1e4)
-    large = np.float32([2.0 ** 23 + 1, -(2.0 ** 23) - 3, 2.0 ** 24 + 2, 1e30, np.inf, -np.inf, np.nan, 0.49999997])
+    large = np.float32([2.0**23 + 1, -(2.0**23) - 3, 2.0**24 + 2, 1e30, np.inf, -np.inf, np.nan, 0.49999997])
     x = np.concatenate([quarters, spread, large, np.zeros(1024 - large.size, "float32")]).reshape(-1, 1024)
-    script, run = scheduled_kernel(build_module(lambda bb, v: bb.emit(relax.op.round(v)), x.shape), "round",
-                                   schedule=True, layout="auto")
+    script, run = scheduled_kernel(
+        build_module(lambda bb, v: bb.emit(relax.op.round(v)), x.shape), "round", schedule=True, layout="auto"
+    )
     assert "T.nearbyint(" not in script
     np.testing.assert_array_equal(run(tvm.runtime.tensor(x)).numpy(), np.round(x))
 
@@ -206,8 +223,7 @@ def test_sinh_and_cosh_compile_for_a_cpu_and_are_within_1e_6_relative(name):
     x = np.concatenate([positive, -positive])
     x = np.concatenate([x[: x.size // 1024 * 1024], np.float32([np.inf, -np.inf, np.nan, 0.0] + [1.0] * 1020)])
     x = x.reshape(-1, 1024)
-    _, run = scheduled_kernel(build_module(lambda bb, v: bb.emit(op(v)), x.shape), name, schedule=True,
-                              layout="auto")
+    _, run = scheduled_kernel(build_module(lambda bb, v: bb.emit(op(v)), x.shape), name, schedule=True, layout="auto")
     got = run(tvm.runtime.tensor(x)).numpy()
     expected = {"sinh": np.sinh, "cosh": np.cosh}[name](x.astype("float64")[:-1])
     assert np.isfinite(got[:-1]).all() and (np.abs(got[:-1] - expected) / np.abs(expected)).max() <= 1e-6
@@ -228,8 +244,9 @@ def test_asin_and_acos_call_no_libm_and_are_within_3e_7_relative_over_their_doma
     special = np.float32([1.0, -1.0, 1.0000001, -2.0, np.nan, np.inf])
     x = np.concatenate([x[: x.size // 1024 * 1024], special, np.zeros(1024 - special.size, "float32")])
     x = x.reshape(-1, 1024)
-    script, run = scheduled_kernel(build_module(lambda bb, v: bb.emit(op(v)), x.shape), name, schedule=True,
-                                   layout="auto")
+    script, run = scheduled_kernel(
+        build_module(lambda bb, v: bb.emit(op(v)), x.shape), name, schedule=True, layout="auto"
+    )
     assert f"T.{name}(" not in script
     got = run(tvm.runtime.tensor(x)).numpy()
     expected = reference(x.astype("float64")[:-1])
@@ -283,7 +300,7 @@ def test_a_division_by_a_constant_is_a_product_within_an_ulp_of_the_quotient(div
     module = build_module(lambda bb, x: bb.emit(relax.op.divide(x, relax.const(divisor, "float32"))), BIT_PATTERNS)
     script, run = scheduled_kernel(module, "divide", schedule=True, layout="auto")
     assert " / " not in script
-    x = np.random.default_rng(15).integers(0, 2 ** 32, BIT_PATTERNS, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    x = np.random.default_rng(15).integers(0, 2**32, BIT_PATTERNS, dtype=np.uint64).astype(np.uint32).view(np.float32)
     x[0, :8] = [np.inf, -np.inf, np.nan, 0.0, -0.0, 3.0e38, 6.0, -7.0]
     got = run(tvm.runtime.tensor(x)).numpy()
     with np.errstate(all="ignore"):

@@ -37,7 +37,7 @@ def numpy_model(x, weight, bias):
     out = np.zeros((1, 16, 12, 12))
     for i in range(3):
         for j in range(3):
-            out += np.einsum("nchw,oc->nohw", padded[:, :, i:i + 12, j:j + 12], weight[:, :, i, j])
+            out += np.einsum("nchw,oc->nohw", padded[:, :, i : i + 12, j : j + 12], weight[:, :, i, j])
     relu = np.maximum(out + bias, 0)
     e = np.exp(relu - relu.max(axis=1, keepdims=True))
     return e / e.sum(axis=1, keepdims=True), relu
@@ -54,8 +54,11 @@ def compiled(module):
     with target, tvm.transform.PassContext(opt_level=3):
         phases = lowering.lower(module, target, fuse=True, layout="auto", schedule=True)
         executable = tvm.compile(phases.planned, target=target, relax_pipeline=lowering.finish_passes(target))
-    dtypes = {gv.name_hint: {str(p.dtype) for p in f.params} for gv, f in phases.fused.functions.items()
-              if isinstance(f, tirx.PrimFunc)}
+    dtypes = {
+        gv.name_hint: {str(p.dtype) for p in f.params}
+        for gv, f in phases.fused.functions.items()
+        if isinstance(f, tirx.PrimFunc)
+    }
     return dtypes, relax.VirtualMachine(executable, tvm.cpu())["main"]
 
 

@@ -25,8 +25,10 @@ def built(model, tmp_path, shapes: dict):
 
     path = tmp_path / "model.onnx"
     onnx.save(model, str(path))
-    params = {"inputs": {name: {"shape": shape, "dtype": "float32"} for name, shape in shapes.items()},
-              "simplify": True}
+    params = {
+        "inputs": {name: {"shape": shape, "dtype": "float32"} for name, shape in shapes.items()},
+        "simplify": True,
+    }
     onnx_import.run(inputs={"model": path}, params=params, out=tmp_path)
     module = tvm.ir.load_json((tmp_path / onnx_import.IR_FILE).read_text())
     target = tvm.target.Target({"kind": "llvm", "num-cores": 2})
@@ -40,10 +42,12 @@ def test_a_center_crop_pad_imports_and_matches_onnxruntime(tmp_path):
     """TVM has no CenterCropPad converter: the import failed naming it."""
     import tvm
 
-    model = saved([helper.make_node("CenterCropPad", ["x", "shape"], ["y"], axes=[2, 3])],
-                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 20, 13])],
-                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-                  initializers=[numpy_helper.from_array(np.array([16, 16], np.int64), "shape")])
+    model = saved(
+        [helper.make_node("CenterCropPad", ["x", "shape"], ["y"], axes=[2, 3])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 20, 13])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializers=[numpy_helper.from_array(np.array([16, 16], np.int64), "shape")],
+    )
     main, _ = built(model, tmp_path, {"x": [1, 3, 20, 13]})
     x = np.random.default_rng(0).standard_normal((1, 3, 20, 13)).astype(np.float32)
     np.testing.assert_array_equal(main(tvm.runtime.tensor(x)).numpy(), outputs(model, {"x": x})[0])
@@ -53,16 +57,25 @@ def test_a_model_whose_modules_are_its_own_functions_imports(tmp_path):
     """TorchScript's export_modules_as_functions: the import stopped at the functions' domain."""
     import tvm
 
-    block = helper.make_function("mymodules", "Block", ["a", "w"], ["b"],
-                                 [helper.make_node("Conv", ["a", "w"], ["c"], pads=[1, 1, 1, 1]),
-                                  helper.make_node("Relu", ["c"], ["b"])], [helper.make_opsetid("", 18)])
+    block = helper.make_function(
+        "mymodules",
+        "Block",
+        ["a", "w"],
+        ["b"],
+        [helper.make_node("Conv", ["a", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["b"])],
+        [helper.make_opsetid("", 18)],
+    )
     weights = np.random.default_rng(1).standard_normal((4, 4, 3, 3)).astype(np.float32) * 0.3
-    model = saved([helper.make_node("Block", ["x", "w"], ["h"], domain="mymodules"),
-                   helper.make_node("Block", ["h", "w"], ["y"], domain="mymodules")],
-                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
-                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
-                  initializers=[numpy_helper.from_array(weights, "w")], local=[block])
+    model = saved(
+        [
+            helper.make_node("Block", ["x", "w"], ["h"], domain="mymodules"),
+            helper.make_node("Block", ["h", "w"], ["y"], domain="mymodules"),
+        ],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
+        initializers=[numpy_helper.from_array(weights, "w")],
+        local=[block],
+    )
     main, _ = built(model, tmp_path, {"x": [1, 4, 8, 8]})
     x = np.random.default_rng(2).standard_normal((1, 4, 8, 8)).astype(np.float32)
-    np.testing.assert_allclose(main(tvm.runtime.tensor(x)).numpy(), outputs(model, {"x": x})[0], rtol=1e-5,
-                               atol=1e-5)
+    np.testing.assert_allclose(main(tvm.runtime.tensor(x)).numpy(), outputs(model, {"x": x})[0], rtol=1e-5, atol=1e-5)

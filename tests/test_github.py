@@ -13,15 +13,21 @@ from tests.onnx_models import conv_relu
 
 
 def report() -> Report:
-    failed = BuildReport("net@cpu", validation=Validation(ran=True), gates=[
-        GateResult("min_cosine", 0.998, 0.9999, False), GateResult("max_p99_ms", 1.0, 5.0, True)])
+    failed = BuildReport(
+        "net@cpu",
+        validation=Validation(ran=True),
+        gates=[GateResult("min_cosine", 0.998, 0.9999, False), GateResult("max_p99_ms", 1.0, 5.0, True)],
+    )
     broken = BuildReport("net+int8@cpu", stages={"quantize": StageRun("failed", 1.0, "k", error="no samples, 50%")})
     return Report(passed=False, recipe="deploy.toml", builds=[failed, broken], cache={})
 
 
 def test_each_failed_gate_and_stage_is_one_annotation_escaped_as_github_reads_it():
-    lines = annotations(report(), lambda build, gate: (Path("/repo/recipes/validation/float-ci.toml"), 7),
-                        lambda path: str(path).removeprefix("/repo/"))
+    lines = annotations(
+        report(),
+        lambda build, gate: (Path("/repo/recipes/validation/float-ci.toml"), 7),
+        lambda path: str(path).removeprefix("/repo/"),
+    )
     assert lines == [
         "::error file=recipes/validation/float-ci.toml,line=7,title=modelbuild gate min_cosine::"
         "net@cpu: min_cosine: 0.998 < 0.9999",
@@ -39,7 +45,8 @@ def test_the_summary_is_appended_to_what_earlier_steps_wrote(tmp_path):
 def test_a_gate_is_located_where_it_is_written_the_builds_own_override_first(tmp_path):
     conv_relu(tmp_path / "net.onnx")
     (tmp_path / "preset.toml").write_text("[validation.gates]\nmin_cosine = 0.9999\nmax_p99_ms = 50\n")
-    (tmp_path / "deploy.toml").write_text(textwrap.dedent("""\
+    (tmp_path / "deploy.toml").write_text(
+        textwrap.dedent("""\
         include = ["preset.toml"]
 
         [models.net]
@@ -62,7 +69,8 @@ def test_a_gate_is_located_where_it_is_written_the_builds_own_override_first(tmp
 
         [quantization.int8]
         calibration = { source = "random", samples = 4 }
-        """))
+        """)
+    )
     recipe = load_recipe(tmp_path / "deploy.toml")
     float_build, int8_build = recipe.spec.builds
     assert recipe.gate_location(float_build, "min_cosine") == (tmp_path / "preset.toml", 2)

@@ -5,11 +5,17 @@ import pytest
 from PIL import Image
 
 from modelbuild.errors import StageError
-from modelbuild.validation.golden import CALIBRATION, GOLDEN, generate, load_images
 from modelbuild.pipeline.sample_files import image_files
+from modelbuild.validation.golden import CALIBRATION, GOLDEN, generate, load_images
 
-PRE = {"resize": None, "scale": 1 / 255, "mean": [0.5, 0.5, 0.5], "std": [0.5, 0.5, 0.5], "layout": "NCHW",
-       "color": "RGB"}
+PRE = {
+    "resize": None,
+    "scale": 1 / 255,
+    "mean": [0.5, 0.5, 0.5],
+    "std": [0.5, 0.5, 0.5],
+    "layout": "NCHW",
+    "color": "RGB",
+}
 
 
 def red_and_blue(folder):
@@ -32,8 +38,9 @@ def test_images_become_normalised_nchw_tensors_in_name_order(tmp_path):
 
 def test_bgr_and_nhwc(tmp_path):
     files = image_files(red_and_blue(tmp_path / "imgs"), 1)
-    x = load_images(files, {"x": {"shape": [1, 4, 8, 3], "dtype": "float32"}},
-                    {**PRE, "layout": "NHWC", "color": "BGR"})["x"]
+    x = load_images(
+        files, {"x": {"shape": [1, 4, 8, 3], "dtype": "float32"}}, {**PRE, "layout": "NHWC", "color": "BGR"}
+    )["x"]
     assert x.shape == (1, 1, 4, 8, 3)
     assert np.allclose(x[0, 0, :, :, 2], 1.0) and np.allclose(x[0, 0, :, :, :2], -1.0)  # red is last in BGR
 
@@ -42,11 +49,14 @@ def test_count_limits_the_files_declared(tmp_path):
     assert len(image_files(red_and_blue(tmp_path / "imgs"), 1)) == 1
 
 
-@pytest.mark.parametrize("inputs, message", [
-    ({"x": {"shape": [1, 3, 4, 8], "dtype": "float32"}, "y": {"shape": [1], "dtype": "float32"}}, "one input"),
-    ({"x": {"shape": [2, 3, 4, 8], "dtype": "float32"}}, "batch 1"),
-    ({"x": {"shape": [1, 1, 4, 8], "dtype": "float32"}}, "resize or layout"),
-])
+@pytest.mark.parametrize(
+    "inputs, message",
+    [
+        ({"x": {"shape": [1, 3, 4, 8], "dtype": "float32"}, "y": {"shape": [1], "dtype": "float32"}}, "one input"),
+        ({"x": {"shape": [2, 3, 4, 8], "dtype": "float32"}}, "batch 1"),
+        ({"x": {"shape": [1, 1, 4, 8], "dtype": "float32"}}, "resize or layout"),
+    ],
+)
 def test_images_that_cannot_feed_the_input_are_refused_clearly(tmp_path, inputs, message):
     files = image_files(red_and_blue(tmp_path / "imgs"), 2)
     with pytest.raises(StageError, match=message):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from modelbuild.recipe.gpus import capability_of, Gpu, local_gpus, why_not_on_gpu
+from modelbuild.recipe.gpus import Gpu, capability_of, local_gpus, why_not_on_gpu
 from modelbuild.recipe.targets import validating_machine, why_not_run_here
 
 H200 = Gpu("NVIDIA H200", (9, 0), "13.0")
@@ -12,24 +12,35 @@ A100 = Gpu("NVIDIA A100-SXM4-80GB", (8, 0), "12.4")
 L4 = Gpu("NVIDIA L4", (8, 9), "12.4")
 
 
-@pytest.mark.parametrize("arch, expected", [
-    ("sm_90", ((9, 0), False)), ("sm_90a", ((9, 0), True)), ("sm_80", ((8, 0), False)),
-    ("sm_100", ((10, 0), False)), ("compute_86", ((8, 6), False)), ("sm_120f", ((12, 0), False)),
-    ("gfx90a", None), ("sm", None),
-])
+@pytest.mark.parametrize(
+    "arch, expected",
+    [
+        ("sm_90", ((9, 0), False)),
+        ("sm_90a", ((9, 0), True)),
+        ("sm_80", ((8, 0), False)),
+        ("sm_100", ((10, 0), False)),
+        ("compute_86", ((8, 6), False)),
+        ("sm_120f", ((12, 0), False)),
+        ("gfx90a", None),
+        ("sm", None),
+    ],
+)
 def test_an_arch_names_the_compute_capability_it_needs(arch, expected):
     assert capability_of(arch) == expected
 
 
-@pytest.mark.parametrize("arch, gpu, reason", [
-    ("sm_80", A100, None),
-    ("sm_80", H200, None),  # compiled where it is loaded, for the GPU there: a newer GPU runs it
-    ("sm_86", L4, None),
-    ("sm_90", A100, "built for sm_90; this machine's GPU (NVIDIA A100-SXM4-80GB) is sm_80"),
-    ("sm_90a", H200, None),
-    ("sm_89a", H200, "built for sm_89a; this machine's GPU (NVIDIA H200) is sm_90"),  # `a`: that GPU alone
-    ("", A100, None),
-])
+@pytest.mark.parametrize(
+    "arch, gpu, reason",
+    [
+        ("sm_80", A100, None),
+        ("sm_80", H200, None),  # compiled where it is loaded, for the GPU there: a newer GPU runs it
+        ("sm_86", L4, None),
+        ("sm_90", A100, "built for sm_90; this machine's GPU (NVIDIA A100-SXM4-80GB) is sm_80"),
+        ("sm_90a", H200, None),
+        ("sm_89a", H200, "built for sm_89a; this machine's GPU (NVIDIA H200) is sm_90"),  # `a`: that GPU alone
+        ("", A100, None),
+    ],
+)
 def test_a_cuda_library_runs_on_a_gpu_at_least_as_new_as_its_arch(arch, gpu, reason):
     target = {"kind": "cuda", **({"arch": arch} if arch else {})}
     assert why_not_on_gpu(target, (gpu, L4), "") == reason
@@ -40,8 +51,10 @@ def test_without_a_gpu_the_reason_is_the_drivers():
 
 
 def test_a_machine_without_the_cuda_driver_says_so():
-    assert local_gpus("libcuda-that-is-not-there.so.1") == ((), "no CUDA driver on this machine "
-                                                           "(libcuda-that-is-not-there.so.1 not found)")
+    assert local_gpus("libcuda-that-is-not-there.so.1") == (
+        (),
+        "no CUDA driver on this machine (libcuda-that-is-not-there.so.1 not found)",
+    )
 
 
 def test_this_machines_gpus_or_why_there_are_none():

@@ -9,14 +9,18 @@ import pytest
 from modelbuild.compiler.group_blocks import block_diagonal, merged
 
 
-@pytest.mark.parametrize("groups, per_group_out, k", [
-    (32, 8, 2),  # ResNeXt's 28x28 stage, RegNet's groups of 8
-    (32, 4, 4),  # ResNeXt's 56x56 stage
-    (16, 2, 8),
-    (13, 8, None),  # RegNet's odd group counts: no count of groups divides them into whole vectors
-    (4, 2, None),  # 8 would be needed, 4 groups have not
-    (6, 12, None),  # 12 channels: 4 groups (48) would do, but 4 does not divide 6
-], ids=["8-wide", "4-wide", "2-wide", "odd-groups", "too-few-groups", "no-divisor"])
+@pytest.mark.parametrize(
+    "groups, per_group_out, k",
+    [
+        (32, 8, 2),  # ResNeXt's 28x28 stage, RegNet's groups of 8
+        (32, 4, 4),  # ResNeXt's 56x56 stage
+        (16, 2, 8),
+        (13, 8, None),  # RegNet's odd group counts: no count of groups divides them into whole vectors
+        (4, 2, None),  # 8 would be needed, 4 groups have not
+        (6, 12, None),  # 12 channels: 4 groups (48) would do, but 4 does not divide 6
+    ],
+    ids=["8-wide", "4-wide", "2-wide", "odd-groups", "too-few-groups", "no-divisor"],
+)
 def test_the_fewest_groups_that_make_whole_vectors_are_merged(groups, per_group_out, k):
     assert merged(groups, per_group_out) == k
 
@@ -28,8 +32,8 @@ def grouped_conv(x: np.ndarray, w: np.ndarray, groups: int) -> np.ndarray:
     windows = np.lib.stride_tricks.sliding_window_view(x, (kh, kw), axis=(2, 3))  # n c y x i j
     out = []
     for g in range(groups):
-        data = windows[:, g * per_group_in:(g + 1) * per_group_in]
-        weights = w[g * (out_channels // groups):(g + 1) * (out_channels // groups)]
+        data = windows[:, g * per_group_in : (g + 1) * per_group_in]
+        weights = w[g * (out_channels // groups) : (g + 1) * (out_channels // groups)]
         out.append(np.einsum("ncyxij,ocij->noyx", data, weights))
     return np.concatenate(out, axis=1)
 

@@ -18,8 +18,9 @@ def grouped_module(shape, w, groups, dtype="float32"):
     x = relax.Var("x", relax.TensorType(shape=shape, dtype=dtype))
     with bb.function("main", [x]):
         with bb.dataflow():
-            conv = relax.op.nn.conv2d(x, relax.const(w), padding=(1, 1, 1, 1), groups=groups,
-                                      out_dtype="int32" if dtype == "int8" else "")
+            conv = relax.op.nn.conv2d(
+                x, relax.const(w), padding=(1, 1, 1, 1), groups=groups, out_dtype="int32" if dtype == "int8" else ""
+            )
             out = bb.emit_output(conv if dtype == "int8" else relax.op.nn.relu(conv))
         bb.emit_func_output(out)
     return bb.get()
@@ -31,16 +32,19 @@ def conv_groups(module) -> list[tuple[int, list[int]]]:
     from modelbuild.compiler import group_blocks
 
     calls = []
-    relax.analysis.post_order_visit(group_blocks.rewrite(module)["main"].body,
-                                    lambda e: calls.append(e) if isinstance(e, relax.Call) else None)
-    return [(int(c.attrs.groups), [int(d) for d in c.args[1].ty.shape.values]) for c in calls
-            if getattr(c.op, "name", None) == "relax.nn.conv2d"]
+    relax.analysis.post_order_visit(
+        group_blocks.rewrite(module)["main"].body, lambda e: calls.append(e) if isinstance(e, relax.Call) else None
+    )
+    return [
+        (int(c.attrs.groups), [int(d) for d in c.args[1].ty.shape.values])
+        for c in calls
+        if getattr(c.op, "name", None) == "relax.nn.conv2d"
+    ]
 
 
 @pytest.mark.parametrize("groups, per_group, merged_groups", [(32, 4, 8), (16, 8, 8)], ids=["4-wide", "8-wide"])
 def test_a_narrow_grouped_conv_is_merged_and_computes_the_same_outputs(groups, per_group, merged_groups):
     import tvm
-    from tvm import relax
 
     from tests.relax_graphs import scheduled_kernel
 

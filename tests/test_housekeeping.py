@@ -15,7 +15,7 @@ from tests.test_cli import run_cli
 from tests.test_scheduler import damage_keeping_mtime
 
 
-def store_with(tmp_path, entries: dict[str, dict[str, bytes]], *, ages_days: dict[str, float] = {}) -> Store:
+def store_with(tmp_path, entries: dict[str, dict[str, bytes]], *, ages_days: dict[str, float] | None = None) -> Store:
     """A store with one entry per key, each naming objects with the given bytes; `ages_days` backdates use."""
     store = Store(tmp_path / ".cache")
     for key, files in entries.items():
@@ -25,7 +25,7 @@ def store_with(tmp_path, entries: dict[str, dict[str, bytes]], *, ages_days: dic
             path.write_bytes(data)
             outputs[name] = store.put_object(path)
         store.record(key, ActionResult("s", f"n-{key}", outputs, 1.0))
-        used = time.time() - ages_days.get(key, 0) * 86400
+        used = time.time() - (ages_days or {}).get(key, 0) * 86400
         os.utime(store.root / "actions" / key[:2] / f"{key}.json", (used, used))
     return store
 
@@ -50,8 +50,11 @@ def test_verify_finds_an_entry_edited_by_hand(tmp_path):
 
 
 def test_gc_evicts_least_recently_used_first_until_the_objects_fit(tmp_path):
-    store = store_with(tmp_path, {"old": {"a": b"x" * 100}, "mid": {"a": b"y" * 100}, "new": {"a": b"z" * 100}},
-                       ages_days={"old": 3, "mid": 2, "new": 1})
+    store = store_with(
+        tmp_path,
+        {"old": {"a": b"x" * 100}, "mid": {"a": b"y" * 100}, "new": {"a": b"z" * 100}},
+        ages_days={"old": 3, "mid": 2, "new": 1},
+    )
     done = collect_garbage(store, max_bytes=250)
     assert (done.entries_removed, done.objects_removed, done.bytes_freed, done.bytes_left) == (1, 1, 100, 200)
     assert store.lookup("old") is None and store.lookup("mid") and store.lookup("new")
@@ -59,8 +62,9 @@ def test_gc_evicts_least_recently_used_first_until_the_objects_fit(tmp_path):
 
 def test_gc_counts_a_shared_object_once_and_keeps_what_the_recipe_needs(tmp_path):
     shared = b"s" * 100
-    store = store_with(tmp_path, {"old": {"a": shared, "b": b"o" * 50}, "new": {"a": shared}},
-                       ages_days={"old": 2, "new": 1})
+    store = store_with(
+        tmp_path, {"old": {"a": shared, "b": b"o" * 50}, "new": {"a": shared}}, ages_days={"old": 2, "new": 1}
+    )
     assert collect_garbage(store, max_bytes=150, keep=frozenset({"old"})).kept_for_recipe == 0  # fits: 150
     done = collect_garbage(store, max_bytes=120, keep=frozenset({"old"}))
     assert done.kept_for_recipe == 1 and done.entries_removed == 1 and store.lookup("old") is not None
@@ -73,8 +77,9 @@ def test_gc_by_age(tmp_path):
     assert store.lookup("old") is None and store.lookup("new") is not None
 
 
-@pytest.mark.parametrize("text, size", [("20G", 20 * 10**9), ("500MB", 500 * 10**6), ("1.5GiB", 3 * 2**29),
-                                        ("1024", 1024)])
+@pytest.mark.parametrize(
+    "text, size", [("20G", 20 * 10**9), ("500MB", 500 * 10**6), ("1.5GiB", 3 * 2**29), ("1024", 1024)]
+)
 def test_sizes_are_read_as_people_write_them(text, size):
     assert parse_size(text) == size
 
@@ -106,8 +111,9 @@ def test_cache_verify_and_gc_from_the_command_line(fake_project, capsys):
 
 
 def test_a_lookup_marks_its_entry_used_so_gc_evicts_the_entry_nobody_asked_for(tmp_path):
-    store = store_with(tmp_path, {"asked": {"a": b"x" * 100}, "idle": {"a": b"y" * 100}},
-                       ages_days={"asked": 3, "idle": 2})
+    store = store_with(
+        tmp_path, {"asked": {"a": b"x" * 100}, "idle": {"a": b"y" * 100}}, ages_days={"asked": 3, "idle": 2}
+    )
     assert store.lookup("asked") is not None  # used now: the newest of the two, whatever its age
     collect_garbage(store, max_bytes=150)
     assert store.lookup("asked") is not None and store.lookup("idle") is None

@@ -42,8 +42,9 @@ def real_model() -> bytes:
         return conv_relu(Path(tmp) / "m.onnx").read_bytes()
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                               HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 @given(st.lists(st.tuples(st.integers(0, 10**6), st.integers(1, 255)), min_size=1, max_size=4))
 def test_a_real_model_with_bytes_flipped_imports_or_raises_the_projects_error(real_model, flips):
     data = bytearray(real_model)

@@ -44,8 +44,9 @@ def build(root, inputs: str, capsys) -> tuple[int, dict]:
 
 def test_scalar_inputs_build_and_validate_with_generated_data_in_their_range(tmp_path, capsys):
     scaled_by_scalar(tmp_path / "net.onnx")
-    code, built = build(tmp_path, 'inputs.s = { shape = [] }\ninputs.row = { shape = [], dtype = "int64", '
-                                  'range = [0, 3] }', capsys)
+    code, built = build(
+        tmp_path, 'inputs.s = { shape = [] }\ninputs.row = { shape = [], dtype = "int64", range = [0, 3] }', capsys
+    )
     assert code == 0, built["gates"]
     assert built["accuracy"]["y"]["max_abs"] < 1e-5
 
@@ -55,12 +56,13 @@ def test_a_bound_input_folds_its_if_and_leaves_the_library_signature(tmp_path, c
     code, built = build(tmp_path, 'inputs.sr = { value = 8000, dtype = "int64" }', capsys)
     assert code == 0, built["gates"]
     assert built["bound_inputs"] == {"sr": 8000}
-    assert "bound inputs (constants in the library, not its arguments): sr = 8000" in \
-        (tmp_path / "build/report.md").read_text()
+    assert (
+        "bound inputs (constants in the library, not its arguments): sr = 8000"
+        in (tmp_path / "build/report.md").read_text()
+    )
+    import numpy as np
     import tvm
     from tvm import relax
-
-    import numpy as np
 
     vm = relax.VirtualMachine(tvm.runtime.load_module(str(tmp_path / "build/net/cpu/model.so")), tvm.cpu())
     x = np.arange(4, dtype=np.float32).reshape(1, 4)
@@ -88,8 +90,10 @@ def test_an_if_of_differently_shaped_branches_on_an_unbound_input_fails_import_w
     branch_on_rate(tmp_path / "net.onnx", else_repeats=2)
     code, built = build(tmp_path, 'inputs.sr = { shape = [], dtype = "int64" }', capsys)
     assert code == 3  # a stage failed
-    assert "bind it to a constant and the If folds away (fix: inputs.sr = { value = ..., dtype = \"int64\" }" in \
-        built["stages"]["import"]["error"]
+    assert (
+        'bind it to a constant and the If folds away (fix: inputs.sr = { value = ..., dtype = "int64" }'
+        in built["stages"]["import"]["error"]
+    )
 
 
 @pytest.mark.parametrize("op", ["LSTM", "GRU"])
@@ -107,16 +111,22 @@ def test_a_recurrent_layer_builds_unrolled_and_matches_onnxruntime(tmp_path, cap
 
 
 @pytest.mark.parametrize("quant_format", ["QDQ", "QOperator"])
-def test_a_pre_quantized_model_builds_integer_kernels_and_matches_onnxruntime_running_it(tmp_path, capsys, quant_format):
+def test_a_pre_quantized_model_builds_integer_kernels_and_matches_onnxruntime_running_it(
+    tmp_path, capsys, quant_format
+):
     from tests.onnx_models import conv_then_dense, quantized_qdq
 
-    quantized_qdq(conv_then_dense(tmp_path / "float.onnx"), tmp_path / "net.onnx", [1, 3, 8, 8], quant_format=quant_format)
+    quantized_qdq(
+        conv_then_dense(tmp_path / "float.onnx"), tmp_path / "net.onnx", [1, 3, 8, 8], quant_format=quant_format
+    )
     code, built = build(tmp_path, "", capsys)
     assert code == 0, built["gates"]  # max_abs_error <= 1e-5 against onnxruntime running the quantized model
     assert (tmp_path / "build/net/cpu/model.so").exists()
     assert main(["explain", "net@cpu", "--ir", "-f", str(tmp_path / "deploy.toml")]) == 0
     ir = (tmp_path / "build/net/cpu/ir/ir_after_fusion.py").read_text()
-    kernels = [line for line in ir.splitlines() if line.strip().startswith("def ") and ("conv2d" in line or "matmul" in line)]
+    kernels = [
+        line for line in ir.splitlines() if line.strip().startswith("def ") and ("conv2d" in line or "matmul" in line)
+    ]
     assert len(kernels) == 2 and all('"int8"' in k for k in kernels), kernels  # both read 8-bit data and weights
     assert ir.count('"int32")') >= 2  # and sum their products in int32
 
@@ -124,8 +134,13 @@ def test_a_pre_quantized_model_builds_integer_kernels_and_matches_onnxruntime_ru
 def test_a_qoperator_model_with_onnxruntimes_contrib_ops_builds_and_matches(tmp_path, capsys):
     from tests.onnx_models import mixed_ops, quantized_qdq
 
-    quantized_qdq(mixed_ops(tmp_path / "float.onnx"), tmp_path / "net.onnx", [1, 3, 8, 8], quant_format="QOperator",
-                  activations="QUInt8")
+    quantized_qdq(
+        mixed_ops(tmp_path / "float.onnx"),
+        tmp_path / "net.onnx",
+        [1, 3, 8, 8],
+        quant_format="QOperator",
+        activations="QUInt8",
+    )
     _, built = build(tmp_path, "", capsys)  # the recipe's max_abs_error = 1e-5 is below one step: not the point
     # softmax probabilities in 1/256 steps: a requantization may round one step apart
     assert built["accuracy"]["y"]["max_abs"] <= 2 / 256 and built["accuracy"]["y"]["cosine"] > 0.999, built["accuracy"]

@@ -22,8 +22,9 @@ def built_quantize(shape, scale, axis: int, target_table, *, schedule: bool = Tr
     x = relax.Var("x", relax.TensorType(shape=shape, dtype="float32"))
     with bb.function("main", [x]):
         with bb.dataflow():
-            q = bb.emit_output(relax.op.quantize(x, relax.const(scale, "float32"), relax.const(0, "int8"),
-                                                 axis=axis, out_dtype="int8"))
+            q = bb.emit_output(
+                relax.op.quantize(x, relax.const(scale, "float32"), relax.const(0, "int8"), axis=axis, out_dtype="int8")
+            )
         bb.emit_func_output(q)
     target = tvm.target.Target(target_table)
     with target, tvm.transform.PassContext(opt_level=3):
@@ -73,11 +74,14 @@ def test_quantize_with_a_constant_scale_per_channel_multiplies_by_reciprocals_ma
     assert np.array_equal(got, np.clip(np.rint(values * inverse), -128, 127).astype(np.int8))
 
 
-@pytest.mark.parametrize("shape, wshape, groups, strides, dtype", [
-    ((1, 64, 15, 15), (64, 8, 3, 3), 8, (2, 2), "int8"),  # ResNeXt's 3x3: groups of 8 channels, stride 2
-    ((1, 32, 9, 13), (32, 4, 3, 3), 8, (2, 2), "uint8"),  # groups of 4 outputs: merged 4 at a time
-    ((1, 24, 7, 7), (36, 6, 3, 3), 4, (1, 2), "int8"),  # 9 outputs a group: no merge makes whole vectors
-])
+@pytest.mark.parametrize(
+    "shape, wshape, groups, strides, dtype",
+    [
+        ((1, 64, 15, 15), (64, 8, 3, 3), 8, (2, 2), "int8"),  # ResNeXt's 3x3: groups of 8 channels, stride 2
+        ((1, 32, 9, 13), (32, 4, 3, 3), 8, (2, 2), "uint8"),  # groups of 4 outputs: merged 4 at a time
+        ((1, 24, 7, 7), (36, 6, 3, 3), 4, (1, 2), "int8"),  # 9 outputs a group: no merge makes whole vectors
+    ],
+)
 def test_a_strided_grouped_int8_conv_is_summed_channels_last_and_exact(shape, wshape, groups, strides, dtype):
     import tvm
     from tvm import relax
@@ -95,8 +99,19 @@ def test_a_strided_grouped_int8_conv_is_summed_channels_last_and_exact(shape, ws
     assert "group_conv2d_nhwc" in script and "exact_sum" in script  # summed channels-last, written NCHW
     got = relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
     per_in, per_out = shape[1] // groups, wshape[0] // groups
-    want = np.concatenate([reference(x[:, g * per_in:(g + 1) * per_in], weight[g * per_out:(g + 1) * per_out],
-                                     strides=strides, padding=padding, dilation=(1, 1)) for g in range(groups)], 1)
+    want = np.concatenate(
+        [
+            reference(
+                x[:, g * per_in : (g + 1) * per_in],
+                weight[g * per_out : (g + 1) * per_out],
+                strides=strides,
+                padding=padding,
+                dilation=(1, 1),
+            )
+            for g in range(groups)
+        ],
+        1,
+    )
     assert np.array_equal(got, want)
 
 
@@ -104,8 +119,9 @@ def test_a_grouped_int8_conv_at_stride_one_keeps_its_rows_in_vectors():
     from tests.test_vnni_conv_tvm import build, conv_module
 
     weight = np.ones((64, 8, 3, 3), np.int8)
-    module = conv_module((1, 64, 16, 16), weight, "int8", strides=(1, 1), padding=(1, 1, 1, 1), dilation=(1, 1),
-                         groups=8)
+    module = conv_module(
+        (1, 64, 16, 16), weight, "int8", strides=(1, 1), padding=(1, 1, 1, 1), dilation=(1, 1), groups=8
+    )
     _, phases = build(module, {"kind": "llvm", "mcpu": "znver3", "num-cores": 2})
     (script,) = [f.script() for gv, f in phases.fused.functions.items() if "conv2d_int8" in gv.name_hint]
     assert "group_conv2d_nchw" in script and "group_conv2d_nhwc" not in script

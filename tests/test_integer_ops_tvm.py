@@ -6,8 +6,14 @@ import numpy as np
 import pytest
 
 from modelbuild.stages.reference import session_options
-from tests.onnx_models import (conv_then_dense, conv_then_upsample, dynamically_quantized, quantized_qdq, two_conv1ds,
-                               two_convs)
+from tests.onnx_models import (
+    conv_then_dense,
+    conv_then_upsample,
+    dynamically_quantized,
+    quantized_qdq,
+    two_conv1ds,
+    two_convs,
+)
 from tests.relax_graphs import op_names
 
 pytestmark = pytest.mark.tvm
@@ -19,6 +25,7 @@ def compile_qdq(path, *, integer: bool, shape=SHAPE, op: str = "conv2d"):
     import onnx
     import tvm
     from tvm import relax, tirx
+
     from modelbuild.compiler import integer_ops, lowering
     from modelbuild.stages import onnx_import
 
@@ -70,10 +77,18 @@ def test_affine_uint8_activations_stay_8_bit_in_the_kernels_and_match_onnxruntim
     import onnxruntime as ort
     import tvm
 
-    qdq = quantized_qdq(two_convs(tmp_path / "net.onnx", channels=8), tmp_path / "net.qdq.onnx", SHAPE,
-                        activations="QUInt8", symmetric=False)
-    zeros = [int(onnx.numpy_helper.to_array(t)) for t in onnx.load(str(qdq)).graph.initializer
-             if t.name.endswith("zero_point") and t.data_type == onnx.TensorProto.UINT8]
+    qdq = quantized_qdq(
+        two_convs(tmp_path / "net.onnx", channels=8),
+        tmp_path / "net.qdq.onnx",
+        SHAPE,
+        activations="QUInt8",
+        symmetric=False,
+    )
+    zeros = [
+        int(onnx.numpy_helper.to_array(t))
+        for t in onnx.load(str(qdq)).graph.initializer
+        if t.name.endswith("zero_point") and t.data_type == onnx.TensorProto.UINT8
+    ]
     assert zeros[0] not in (0, 128), zeros  # the input really is affine (after the relu, z = 0)
     run, convs = compile_qdq(qdq, integer=True)
     assert len(convs) == 2
@@ -203,8 +218,11 @@ def rescaled_quantize(multiplier: np.ndarray, divisor: float = 6.0):
         with bb.dataflow():
             divided = bb.emit(relax.op.divide(x, relax.const(divisor, "float32")))
             rescaled = bb.emit(relax.op.multiply(divided, relax.const(multiplier.astype(np.float32), "float32")))
-            out = bb.emit_output(relax.op.quantize(rescaled, relax.const(0.05, "float32"), relax.const(0, "int8"),
-                                                   axis=1, out_dtype="int8"))
+            out = bb.emit_output(
+                relax.op.quantize(
+                    rescaled, relax.const(0.05, "float32"), relax.const(0, "int8"), axis=1, out_dtype="int8"
+                )
+            )
         bb.emit_func_output(out)
     return bb.get()
 
@@ -233,9 +251,14 @@ def test_constant_rescales_before_a_quantize_fold_into_its_scale():
     assert np.abs(got - want).max() <= 1 and np.mean(got != want) < 0.02  # an ulp moves only exact halves
 
 
-@pytest.mark.parametrize("multiplier", [np.array([1.0, -2.0, 1.0, 1.0]).reshape(1, 4, 1, 1),  # a sign flip
-                                        np.array([1.0, 2.0]).reshape(1, 1, 2, 1)],  # varies along rows
-                         ids=["negative", "other axis"])
+@pytest.mark.parametrize(
+    "multiplier",
+    [
+        np.array([1.0, -2.0, 1.0, 1.0]).reshape(1, 4, 1, 1),  # a sign flip
+        np.array([1.0, 2.0]).reshape(1, 1, 2, 1),
+    ],  # varies along rows
+    ids=["negative", "other axis"],
+)
 def test_rescales_that_do_not_fold_stay(multiplier):
     from modelbuild.compiler.integer_ops import fold_into_quantize
 
@@ -253,8 +276,7 @@ def squeeze_excite_tail(extra_use: bool = False):
     gate = relax.Var("gate", relax.TensorType(shape=[1, 4, 1, 1], dtype="float32"))
 
     def quantize(value, scale):
-        return relax.op.quantize(value, relax.const(scale, "float32"), relax.const(0, "int8"), axis=1,
-                                 out_dtype="int8")
+        return relax.op.quantize(value, relax.const(scale, "float32"), relax.const(0, "int8"), axis=1, out_dtype="int8")
 
     with bb.function("main", [x, gate]):
         with bb.dataflow():
@@ -302,11 +324,16 @@ def test_int16_activations_run_as_two_8_bit_convs_and_match_onnxruntime_qdq(tmp_
     import onnxruntime as ort
     import tvm
 
-    qdq = quantized_qdq(two_convs(tmp_path / "net.onnx", channels=8), tmp_path / "net.qdq.onnx", SHAPE,
-                        activations="QInt16")
+    qdq = quantized_qdq(
+        two_convs(tmp_path / "net.onnx", channels=8), tmp_path / "net.qdq.onnx", SHAPE, activations="QInt16"
+    )
     run, convs = compile_qdq(qdq, integer=True)
-    assert sorted(tuple(str(p.dtype) for p in conv.params[:2]) for conv in convs) == \
-        [("int8", "int8"), ("int8", "int8"), ("uint8", "int8"), ("uint8", "int8")]
+    assert sorted(tuple(str(p.dtype) for p in conv.params[:2]) for conv in convs) == [
+        ("int8", "int8"),
+        ("int8", "int8"),
+        ("uint8", "int8"),
+        ("uint8", "int8"),
+    ]
     step = output_step(qdq)
     session = ort.InferenceSession(str(qdq), session_options(qdq), providers=["CPUExecutionProvider"])
     for seed in range(3):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -15,8 +14,10 @@ pytestmark = pytest.mark.tvm
 def named_model():
     """Conv(+bias) -> Relu -> an unnamed Sigmoid -> Gemm: the conv and its activations fuse; Gemm stays apart."""
     rng = np.random.default_rng(0)
-    consts = [numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
-              for name, shape in [("w", (8, 3, 3, 3)), ("b", (8,)), ("fc", (8 * 8 * 8, 5))]]
+    consts = [
+        numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+        for name, shape in [("w", (8, 3, 3, 3)), ("b", (8,)), ("fc", (8 * 8 * 8, 5))]
+    ]
     nodes = [
         helper.make_node("Conv", ["x", "w", "b"], ["c"], name="/stem/conv/Conv", pads=[1, 1, 1, 1]),
         helper.make_node("Relu", ["c"], ["r"], name="/stem/act/Relu"),
@@ -24,8 +25,13 @@ def named_model():
         helper.make_node("Flatten", ["s"], ["f"], name="/head/Flatten"),
         helper.make_node("Gemm", ["f", "fc"], ["y"], name="/head/fc/Gemm"),
     ]
-    graph = helper.make_graph(nodes, "named", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5])], initializer=consts)
+    graph = helper.make_graph(
+        nodes,
+        "named",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5])],
+        initializer=consts,
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 

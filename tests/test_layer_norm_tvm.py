@@ -17,8 +17,11 @@ def reference(x, gamma, beta, epsilon):
     return (x - mean) / np.sqrt(x.var(axis=-1, keepdims=True) + epsilon) * gamma + beta
 
 
-@pytest.mark.parametrize("shape", [(1, 56, 56, 96), (197, 192), (3, 40), (2, 5, 256)],
-                         ids=["convnext-stem", "vit-tokens", "tail-of-8", "no-tail"])
+@pytest.mark.parametrize(
+    "shape",
+    [(1, 56, 56, 96), (197, 192), (3, 40), (2, 5, 256)],
+    ids=["convnext-stem", "vit-tokens", "tail-of-8", "no-tail"],
+)
 def test_every_row_length_matches_float64(shape):
     """ConvNeXt's LayerNorm over 96 channels at 56x56 took 1.03 ms in TVM's kernel (its squared deviations
     scalar, on one core)."""
@@ -35,8 +38,9 @@ def test_every_row_length_matches_float64(shape):
     assert layer_norm.PARTIAL_SUM in script and '"modelbuild.refused_steps": 0' in script
     assert ("T.parallel" in script) == (np.prod(shape) >= row_reductions.PARALLEL_MIN_ELEMENTS)
     x = rng.normal(3, 2, shape).astype("float32")  # a mean far from 0: the two passes keep the variance's digits
-    np.testing.assert_allclose(run(tvm.runtime.tensor(x)).numpy(), reference(x, gamma, beta, 1e-6),
-                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        run(tvm.runtime.tensor(x)).numpy(), reference(x, gamma, beta, 1e-6), rtol=1e-5, atol=1e-5
+    )
 
 
 def test_other_axes_and_short_rows_keep_tvms_kernel():

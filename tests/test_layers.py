@@ -28,8 +28,18 @@ ALLOWED = {
     # tuning databases are named by target; a model file is digested with the external data it names
     "pipeline": {"engine", "recipe", "compiler.tuning_db", "frontend.external_data"},
     # adapters: params in (typed by recipe.params), calls out
-    "stages": {"compiler", "quantization", "validation", "recipe.targets", "recipe.gpus", "recipe.cgroup",
-               "recipe.nvrtc", "recipe.params", "recipe.schema", "frontend"},
+    "stages": {
+        "compiler",
+        "quantization",
+        "validation",
+        "recipe.targets",
+        "recipe.gpus",
+        "recipe.cgroup",
+        "recipe.nvrtc",
+        "recipe.params",
+        "recipe.schema",
+        "frontend",
+    },
     "reports": {"engine", "pipeline", "recipe", "validation"},
     # a search builds candidates as a build does and reads their reports
     "search": {"engine", "pipeline", "recipe", "reports", "validation"},
@@ -57,8 +67,12 @@ def layer_of(module: str) -> str:
 def imports(path: Path) -> list[tuple[int, str]]:
     """(line, module) of every import in a source file, at any depth, outside `if TYPE_CHECKING:` blocks."""
     tree = ast.parse(path.read_text())
-    typing_only = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
-                   and "TYPE_CHECKING" in ast.unparse(node.test) for n in ast.walk(node)}
+    typing_only = {
+        id(n)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for n in ast.walk(node)
+    }
     found = []
     for node in ast.walk(tree):
         if id(node) in typing_only:
@@ -66,8 +80,12 @@ def imports(path: Path) -> list[tuple[int, str]]:
         if isinstance(node, ast.Import):
             found += [(node.lineno, alias.name) for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0:
-            found += [(node.lineno, f"{node.module}.{alias.name}") if node.module == "modelbuild" else
-                      (node.lineno, node.module) for alias in node.names]
+            found += [
+                (node.lineno, f"{node.module}.{alias.name}")
+                if node.module == "modelbuild"
+                else (node.lineno, node.module)
+                for alias in node.names
+            ]
     return found
 
 
@@ -102,9 +120,11 @@ def test_the_rule_catches_a_broken_import(tmp_path):
     (tmp_path / "compiler").mkdir()
     (tmp_path / "compiler" / "bad.py").write_text("def f():\n    import onnxruntime\n")
     assert violations(tmp_path / "engine", "engine") == [
-        "engine/bad.py:1 imports modelbuild.pipeline.registry: engine/ may import only itself and shared modules"]
+        "engine/bad.py:1 imports modelbuild.pipeline.registry: engine/ may import only itself and shared modules"
+    ]
     assert violations(tmp_path / "compiler", "compiler") == [
-        "compiler/bad.py:2 imports onnxruntime: compiler/ never imports onnxruntime"]
+        "compiler/bad.py:2 imports onnxruntime: compiler/ never imports onnxruntime"
+    ]
 
 
 def test_package_init_files_hold_only_their_docstring():

@@ -14,8 +14,9 @@ pytestmark = pytest.mark.tvm
 def resize(bb, x, size, mode="half_pixel", layout="NCHW"):
     from tvm import relax
 
-    return bb.emit(relax.op.image.resize2d(x, size, layout=layout, method="linear",
-                                           coordinate_transformation_mode=mode))
+    return bb.emit(
+        relax.op.image.resize2d(x, size, layout=layout, method="linear", coordinate_transformation_mode=mode)
+    )
 
 
 def onnxruntime_resize(x, scales, mode) -> np.ndarray:
@@ -23,27 +24,34 @@ def onnxruntime_resize(x, scales, mode) -> np.ndarray:
     from onnx import TensorProto, helper, numpy_helper
 
     node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="linear", coordinate_transformation_mode=mode)
-    graph = helper.make_graph([node], "resize", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-                              initializer=[numpy_helper.from_array(np.array(scales, np.float32), "scales")])
+    graph = helper.make_graph(
+        [node],
+        "resize",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=[numpy_helper.from_array(np.array(scales, np.float32), "scales")],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
 
 
-@pytest.mark.parametrize("shape, size, mode", [
-    ((1, 3, 5, 6), (40, 48), "half_pixel"),  # a segmentation head's 8x
-    ((1, 4, 7, 9), (14, 18), "pytorch_half_pixel"),
-    ((1, 2, 7, 9), (21, 18), "asymmetric"),  # 3x and 2x: no power of two
-    ((1, 2, 5, 6), (5, 24), "half_pixel"),  # columns only
-    ((1, 2, 5, 6), (10, 6), "half_pixel"),  # rows only
-])
+@pytest.mark.parametrize(
+    "shape, size, mode",
+    [
+        ((1, 3, 5, 6), (40, 48), "half_pixel"),  # a segmentation head's 8x
+        ((1, 4, 7, 9), (14, 18), "pytorch_half_pixel"),
+        ((1, 2, 7, 9), (21, 18), "asymmetric"),  # 3x and 2x: no power of two
+        ((1, 2, 5, 6), (5, 24), "half_pixel"),  # columns only
+        ((1, 2, 5, 6), (10, 6), "half_pixel"),  # rows only
+    ],
+)
 def test_an_upsampling_in_taps_computes_what_onnxruntime_and_tvm_do(shape, size, mode):
     import tvm
 
-    script, run = scheduled_kernel(build_module(lambda bb, x: resize(bb, x, size, mode), shape), "resize",
-                                   schedule=True)
-    _, stock = scheduled_kernel(build_module(lambda bb, x: resize(bb, x, size, mode), shape), "resize",
-                                schedule=False)
+    script, run = scheduled_kernel(
+        build_module(lambda bb, x: resize(bb, x, size, mode), shape), "resize", schedule=True
+    )
+    _, stock = scheduled_kernel(build_module(lambda bb, x: resize(bb, x, size, mode), shape), "resize", schedule=False)
     assert "linear_upsample" in script and "T.floor(" not in script  # TVM's floors each source coordinate
     x = np.random.default_rng(0).standard_normal(shape).astype("float32")
     ours = run(tvm.runtime.tensor(x)).numpy()
@@ -64,16 +72,17 @@ def test_a_channels_last_upsampling_interpolates_whole_channel_vectors_the_same_
     np.testing.assert_allclose(run(tvm.runtime.tensor(x)).numpy(), want, rtol=1e-5, atol=2e-6)
 
 
-@pytest.mark.parametrize("size, mode", [((10, 9), "half_pixel"), ((10, 12), "align_corners")],
-                         ids=["not-whole-factors", "align-corners"])
+@pytest.mark.parametrize(
+    "size, mode", [((10, 9), "half_pixel"), ((10, 12), "align_corners")], ids=["not-whole-factors", "align-corners"]
+)
 def test_other_linear_resizes_keep_tvms_kernel(size, mode):
     import tvm
 
     shape = (1, 2, 5, 6)
-    script, run = scheduled_kernel(build_module(lambda bb, x: resize(bb, x, size, mode), shape), "resize",
-                                   schedule=True)
-    _, stock = scheduled_kernel(build_module(lambda bb, x: resize(bb, x, size, mode), shape), "resize",
-                                schedule=False)
+    script, run = scheduled_kernel(
+        build_module(lambda bb, x: resize(bb, x, size, mode), shape), "resize", schedule=True
+    )
+    _, stock = scheduled_kernel(build_module(lambda bb, x: resize(bb, x, size, mode), shape), "resize", schedule=False)
     assert "linear_upsample" not in script
     x = tvm.runtime.tensor(np.random.default_rng(2).standard_normal(shape).astype("float32"))
     np.testing.assert_array_equal(run(x).numpy(), stock(x).numpy())

@@ -14,20 +14,29 @@ F = TensorProto.FLOAT
 
 def body(condition_out: str = "cond_in", extra=()):
     """h' = tanh(h * w + x + i), scanned: a recurrent step reading x and w from outside and its step number."""
-    nodes = [helper.make_node("Cast", ["i"], ["i_f"], to=F),
-             helper.make_node("Mul", ["h", "w"], ["hw"]),
-             helper.make_node("Add", ["hw", "x"], ["hx"]),
-             helper.make_node("Add", ["hx", "i_f"], ["pre"]),
-             helper.make_node("Tanh", ["pre"], ["h_next"]),
-             helper.make_node("Identity", ["h_next"], ["scanned"]), *extra]
+    nodes = [
+        helper.make_node("Cast", ["i"], ["i_f"], to=F),
+        helper.make_node("Mul", ["h", "w"], ["hw"]),
+        helper.make_node("Add", ["hw", "x"], ["hx"]),
+        helper.make_node("Add", ["hx", "i_f"], ["pre"]),
+        helper.make_node("Tanh", ["pre"], ["h_next"]),
+        helper.make_node("Identity", ["h_next"], ["scanned"]),
+        *extra,
+    ]
     return helper.make_graph(
-        nodes, "step",
-        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
-         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("h", F, [2, 3])],
-        [helper.make_tensor_value_info(condition_out, TensorProto.BOOL, []),
-         helper.make_tensor_value_info("h_next", F, [2, 3]),
-         helper.make_tensor_value_info("scanned", F, [2, 3])])
+        nodes,
+        "step",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("h", F, [2, 3]),
+        ],
+        [
+            helper.make_tensor_value_info(condition_out, TensorProto.BOOL, []),
+            helper.make_tensor_value_info("h_next", F, [2, 3]),
+            helper.make_tensor_value_info("scanned", F, [2, 3]),
+        ],
+    )
 
 
 def model(step_graph, trip=None, condition="", trip_is_input=False):
@@ -40,9 +49,12 @@ def model(step_graph, trip=None, condition="", trip_is_input=False):
     if condition:
         initializers.append(numpy_helper.from_array(np.array(True), condition))
     graph = helper.make_graph(
-        [helper.make_node("Loop", ["steps", condition, "h0"], ["h_last", "all_h"], body=step_graph)], "g", inputs,
+        [helper.make_node("Loop", ["steps", condition, "h0"], ["h_last", "all_h"], body=step_graph)],
+        "g",
+        inputs,
         [helper.make_tensor_value_info("h_last", F, [2, 3]), helper.make_tensor_value_info("all_h", F, None)],
-        initializer=initializers)
+        initializer=initializers,
+    )
     built = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     built.ir_version = 8
     return built
@@ -78,8 +90,7 @@ def test_a_body_whose_condition_is_a_constant_true_is_unrolled_too():
 def test_loops_that_may_stop_early_or_run_a_count_known_only_at_run_time_are_left():
     stop = helper.make_node("ReduceMax", ["h_next"], ["peak"], keepdims=0)
     below = helper.make_node("Less", ["peak", "w_peak"], ["again"])
-    early = model(body("again", [helper.make_node("Constant", [], ["w_peak"], value_float=0.9), stop, below]),
-                  trip=5)
+    early = model(body("again", [helper.make_node("Constant", [], ["w_peak"], value_float=0.9), stop, below]), trip=5)
     at_run_time = model(body(), trip_is_input=True)
     too_many = model(body(), trip=loops.MAX_ITERATIONS + 1)
     for looped in (early, at_run_time, too_many):
@@ -90,19 +101,37 @@ def scan_model(input_axes=(0,), input_directions=(0,), output_axes=(0,), output_
     """A recurrent scan as tf2onnx writes tf.scan: h' = tanh(h * w + x_t), x [length, 2, 3] scanned along an
     axis (x transposed to put it there), every h' a scan output."""
     step = helper.make_graph(
-        [helper.make_node("Mul", ["h", "w"], ["hw"]), helper.make_node("Add", ["hw", "x_t"], ["pre"]),
-         helper.make_node("Tanh", ["pre"], ["h_next"]), helper.make_node("Identity", ["h_next"], ["h_out"])],
-        "step", [helper.make_tensor_value_info("h", F, [2, 3]), helper.make_tensor_value_info("x_t", F, [2, 3])],
+        [
+            helper.make_node("Mul", ["h", "w"], ["hw"]),
+            helper.make_node("Add", ["hw", "x_t"], ["pre"]),
+            helper.make_node("Tanh", ["pre"], ["h_next"]),
+            helper.make_node("Identity", ["h_next"], ["h_out"]),
+        ],
+        "step",
+        [helper.make_tensor_value_info("h", F, [2, 3]), helper.make_tensor_value_info("x_t", F, [2, 3])],
         [helper.make_tensor_value_info("h_next", F, [2, 3]), helper.make_tensor_value_info("h_out", F, [2, 3])],
-        initializer=[numpy_helper.from_array(np.full((2, 3), 0.5, np.float32), "w")])
+        initializer=[numpy_helper.from_array(np.full((2, 3), 0.5, np.float32), "w")],
+    )
     perm = {0: [0, 1, 2], 1: [1, 0, 2], 2: [1, 2, 0], -1: [1, 2, 0]}[input_axes[0]]
     graph = helper.make_graph(
-        [helper.make_node("Transpose", ["x"], ["x_axis"], perm=perm),
-         helper.make_node("Scan", ["h0", "x_axis"], ["h_last", "all_h"], body=step, num_scan_inputs=1,
-                          scan_input_axes=list(input_axes), scan_input_directions=list(input_directions),
-                          scan_output_axes=list(output_axes), scan_output_directions=list(output_directions))],
-        "g", [helper.make_tensor_value_info("x", F, [length, 2, 3]), helper.make_tensor_value_info("h0", F, [2, 3])],
-        [helper.make_tensor_value_info("h_last", F, [2, 3]), helper.make_tensor_value_info("all_h", F, None)])
+        [
+            helper.make_node("Transpose", ["x"], ["x_axis"], perm=perm),
+            helper.make_node(
+                "Scan",
+                ["h0", "x_axis"],
+                ["h_last", "all_h"],
+                body=step,
+                num_scan_inputs=1,
+                scan_input_axes=list(input_axes),
+                scan_input_directions=list(input_directions),
+                scan_output_axes=list(output_axes),
+                scan_output_directions=list(output_directions),
+            ),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", F, [length, 2, 3]), helper.make_tensor_value_info("h0", F, [2, 3])],
+        [helper.make_tensor_value_info("h_last", F, [2, 3]), helper.make_tensor_value_info("all_h", F, None)],
+    )
     built = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     built.ir_version = 8
     return built
@@ -110,13 +139,24 @@ def scan_model(input_axes=(0,), input_directions=(0,), output_axes=(0,), output_
 
 def scan_feed(length=5):
     rng = np.random.default_rng(1)
-    return {"x": rng.standard_normal((length, 2, 3)).astype(np.float32),
-            "h0": rng.standard_normal((2, 3)).astype(np.float32)}
+    return {
+        "x": rng.standard_normal((length, 2, 3)).astype(np.float32),
+        "h0": rng.standard_normal((2, 3)).astype(np.float32),
+    }
 
 
-@pytest.mark.parametrize("attributes", [{}, {"input_axes": (1,)}, {"input_axes": (-1,)}, {"input_directions": (1,)},
-                                        {"output_axes": (2,), "output_directions": (1,)}, {"output_axes": (-1,)}],
-                         ids=["forwards", "axis-1", "last-axis", "backwards", "stacked-last-to-first", "stacked-last"])
+@pytest.mark.parametrize(
+    "attributes",
+    [
+        {},
+        {"input_axes": (1,)},
+        {"input_axes": (-1,)},
+        {"input_directions": (1,)},
+        {"output_axes": (2,), "output_directions": (1,)},
+        {"output_axes": (-1,)},
+    ],
+    ids=["forwards", "axis-1", "last-axis", "backwards", "stacked-last-to-first", "stacked-last"],
+)
 def test_a_scan_over_inputs_of_a_known_length_becomes_its_body_once_per_element(attributes):
     scanned = scan_model(**attributes)
     written = loops.unrolled(scanned)

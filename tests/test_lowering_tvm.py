@@ -22,8 +22,9 @@ def figures(module, *, fuse=True):
         phases = lowering.lower(module, target, fuse=fuse, layout=None)
         tvm.compile(phases.planned, target=target, relax_pipeline=lowering.finish_passes(target))  # it builds
     steps, returned = lowering.steps(phases.lowered)
-    fusion = fusion_summary(lowering.kernel_calls(phases.legalized),
-                            lowering.kernel_calls(phases.fused, phases.grouped))
+    fusion = fusion_summary(
+        lowering.kernel_calls(phases.legalized), lowering.kernel_calls(phases.fused, phases.grouped)
+    )
     return fusion, memory_summary(steps, returned, lowering.planned_storage_bytes(phases.planned))
 
 
@@ -108,9 +109,11 @@ def matmul_module():
     return build_module(body, BIG)
 
 
-@pytest.mark.parametrize("make, name, layout", [(conv_module, "conv2d", "NCHW"), (conv_module, "conv2d", "auto"),
-                                                (matmul_module, "matmul", "auto")],
-                         ids=["conv2d-nchw", "conv2d-channels-last", "matmul"])
+@pytest.mark.parametrize(
+    "make, name, layout",
+    [(conv_module, "conv2d", "NCHW"), (conv_module, "conv2d", "auto"), (matmul_module, "matmul", "auto")],
+    ids=["conv2d-nchw", "conv2d-channels-last", "matmul"],
+)
 def test_the_untuned_default_has_parallel_and_vectorised_loops_and_computes_the_same(make, name, layout):
     import numpy as np
     import tvm
@@ -165,10 +168,14 @@ def test_a_conv1d_kept_nchw_is_vectorised_along_its_length():
     np.testing.assert_allclose(scheduled(x).numpy(), stock(x).numpy(), rtol=1e-5, atol=1e-4)
 
 
-@pytest.mark.parametrize("shape, weights, strides, lanes", [
-    ((1, 8, 20, 24), (1, 8, 5, 5), 1, 8),  # a 5x5 conv's 8 input channels, in one vector at each tap
-    ((1, 1, 1, 300), (1, 1, 1, 64), 2, 16),  # a conv1d's 64 taps over one channel (its unit axes passed over)
-], ids=["8-channels-to-1", "conv1d-1-channel-64-taps"])
+@pytest.mark.parametrize(
+    "shape, weights, strides, lanes",
+    [
+        ((1, 8, 20, 24), (1, 8, 5, 5), 1, 8),  # a 5x5 conv's 8 input channels, in one vector at each tap
+        ((1, 1, 1, 300), (1, 1, 1, 64), 2, 16),  # a conv1d's 64 taps over one channel (its unit axes passed over)
+    ],
+    ids=["8-channels-to-1", "conv1d-1-channel-64-taps"],
+)
 def test_a_conv_to_one_output_channel_sums_its_reduction_in_vector_lanes(shape, weights, strides, lanes):
     """One output channel leaves an NHWC conv nothing to vectorise across channels, and it ran one lane at a
     time: basic-pitch's 5x5 conv from 8 channels at 172x264 at 4.3 GFLOP/s (5.6 ms), its 256-tap conv1d on
@@ -290,8 +297,9 @@ def scheduled_global_mean(shape) -> str:
     module = build_module(lambda bb, x: bb.emit(relax.op.mean(x, axis=[2, 3], keepdims=True)), shape)
     script, pooled = scheduled_kernel(module, "mean", schedule=True)
     x = np.random.default_rng(3).standard_normal(shape).astype("float32")
-    np.testing.assert_allclose(pooled(tvm.runtime.tensor(x)).numpy(), x.mean(axis=(2, 3), keepdims=True),
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        pooled(tvm.runtime.tensor(x)).numpy(), x.mean(axis=(2, 3), keepdims=True), rtol=1e-5, atol=1e-6
+    )
     return script
 
 
@@ -305,8 +313,9 @@ def test_a_large_global_pool_computes_its_partial_sums_in_the_parallel_loop():
     assert script.count("T.parallel(") == 1 and script.index("T.parallel(") < script.index('_rf_update"')
 
 
-@pytest.mark.parametrize("shape, parallel", [((1, 32, 112, 112), True), ((1, 1152, 7, 7), True),
-                                             ((1, 64, 16, 16), False)])
+@pytest.mark.parametrize(
+    "shape, parallel", [((1, 32, 112, 112), True), ((1, 1152, 7, 7), True), ((1, 64, 16, 16), False)]
+)
 def test_a_pool_summed_in_lanes_runs_on_every_core_from_32k_elements(shape, parallel):
     """Summed a vector a step, a pool costs far more a step than a conv's multiply-add, whose threshold (1 M)
     it had: EfficientNet's int8 squeeze-and-excite pools ran on one core, 32 x 112 x 112 in 20 us a call
@@ -332,8 +341,9 @@ def test_an_nchw_depthwise_conv_pads_its_rows_with_no_condition_in_a_vector_and_
 
     def body(bb, x):
         w = relax.const(weight.astype(dtype))
-        conv = relax.op.nn.conv2d(x, w, strides=(2, 1), padding=1, groups=24,
-                                  out_dtype="int32" if dtype == "int8" else "float32")
+        conv = relax.op.nn.conv2d(
+            x, w, strides=(2, 1), padding=1, groups=24, out_dtype="int32" if dtype == "int8" else "float32"
+        )
         return bb.emit(conv)
 
     script, scheduled = scheduled_kernel(build_module(body, shape, dtype), "conv2d", schedule=True, layout="NCHW")
@@ -342,8 +352,11 @@ def test_an_nchw_depthwise_conv_pads_its_rows_with_no_condition_in_a_vector_and_
     assert re.search(r"T\.vectorized\(T\.int64\(16\)\):\n\s+with T\.sblock\(\"pad_temp\"\)", script)  # the rows
     x = np.random.default_rng(32).integers(-128, 128, shape)
     padded = np.pad(x, [(0, 0), (0, 0), (1, 1), (1, 1)])
-    want = sum(padded[:, :, i:i + 12:2, j:j + 96] * weight[None, :, 0, i, j, None, None]
-               for i in range(3) for j in range(3))
+    want = sum(
+        padded[:, :, i : i + 12 : 2, j : j + 96] * weight[None, :, 0, i, j, None, None]
+        for i in range(3)
+        for j in range(3)
+    )
     np.testing.assert_array_equal(scheduled(tvm.runtime.tensor(x.astype(dtype))).numpy(), want)
 
 
@@ -363,7 +376,7 @@ def test_a_pool_over_rows_no_vector_width_divides_is_vectorised_along_the_whole_
     assert 'T.sblock("pad_temp_pad_const")' in script
     x = np.random.default_rng(4).standard_normal(shape).astype("float32")
     padded = np.pad(x, [(0, 0), (0, 0), (2, 2), (2, 2)], constant_values=-np.inf)
-    want = np.max([padded[:, :, i:i + 10, j:j + 10] for i in range(5) for j in range(5)], axis=0)
+    want = np.max([padded[:, :, i : i + 10, j : j + 10] for i in range(5) for j in range(5)], axis=0)
     np.testing.assert_array_equal(pooled(tvm.runtime.tensor(x)).numpy(), want)
 
 
@@ -396,8 +409,11 @@ def test_padding_rows_the_vector_width_does_not_divide_are_vectorised_whole():
     np.testing.assert_array_equal(padded(tvm.runtime.tensor(x)).numpy(), np.pad(x, [(0, 0), (0, 0), (2, 2), (2, 2)]))
 
 
-@pytest.mark.parametrize("widths, partitioned", [((64, 32, 16), True), ((40, 24), True), ((42, 22), False)],
-                         ids=["whole-vectors", "whole-half-vectors", "no-vectors"])
+@pytest.mark.parametrize(
+    "widths, partitioned",
+    [((64, 32, 16), True), ((40, 24), True), ((42, 22), False)],
+    ids=["whole-vectors", "whole-half-vectors", "no-vectors"],
+)
 def test_a_concatenation_along_the_vectors_axis_is_computed_input_by_input(widths, partitioned):
     """Channels-last, a concatenation of n inputs is n nested if_then_else on the channel index, evaluated by
     every lane of a vector (DenseNet's, 25 inputs at 14x14: 2.8 ms); cut at the inputs' bounds where those are
@@ -437,8 +453,9 @@ def test_a_reshape_reading_a_concatenation_through_its_flat_index_is_cut_into_th
     import numpy as np
     from tvm import relax
 
-    script, arrays, got = scheduled_concatenation([(1, 64, w) for w in (1600, 400, 100)], 2,
-                                                  lambda v: relax.op.reshape(v, (1, 4, 16, 2100)))
+    script, arrays, got = scheduled_concatenation(
+        [(1, 64, w) for w in (1600, 400, 100)], 2, lambda v: relax.op.reshape(v, (1, 4, 16, 2100))
+    )
     assert "range(T.int64(400), T.int64(500))" in script and "% T.int64(2100)" not in script
     np.testing.assert_array_equal(got, np.concatenate(arrays, axis=2).reshape(1, 4, 16, 2100))
 
@@ -548,8 +565,9 @@ def test_a_wide_tile_unrolls_six_rows_by_four_vectors():
     w = np.random.default_rng(21).standard_normal((64, 8, 1, 1)).astype("float32")
     module = build_module(lambda bb, x: bb.emit(relax.op.nn.conv2d(x, relax.const(w))), shape)
     converted, _ = channels_last.convert(module, "auto")
-    func = next(f for gv, f in tvm.relax.transform.LegalizeOps()(converted).functions.items()
-                if "conv2d" in gv.name_hint)
+    func = next(
+        f for gv, f in tvm.relax.transform.LegalizeOps()(converted).functions.items() if "conv2d" in gv.name_hint
+    )
     script = default_schedule.schedule_function(func, default_schedule.WIDE_REGISTERS).script()
     assert "T.unroll(T.int64(6))" in script and "T.unroll(T.int64(4))" in script
     assert "T.vectorized(T.int64(16))" in script
@@ -568,15 +586,18 @@ def test_rows_a_smaller_tile_divides_take_it_rather_than_a_tail():
     w = np.random.default_rng(22).standard_normal((64, 8, 3, 3)).astype("float32")
     module = build_module(lambda bb, x: bb.emit(relax.op.nn.conv2d(x, relax.const(w), padding=1)), shape)
     converted, _ = channels_last.convert(module, "auto")
-    func = next(f for gv, f in tvm.relax.transform.LegalizeOps()(converted).functions.items()
-                if "conv2d" in gv.name_hint)
+    func = next(
+        f for gv, f in tvm.relax.transform.LegalizeOps()(converted).functions.items() if "conv2d" in gv.name_hint
+    )
     script = default_schedule.schedule_function(func, default_schedule.WIDE_REGISTERS).script()
     assert "T.unroll(T.int64(5))" in script and "T.where" not in script
     outputs = []
     for prim in (default_schedule.schedule_function(func, default_schedule.WIDE_REGISTERS), func):
         library = tvm.compile(tvm.IRModule({"main": prim.with_attr("global_symbol", "main")}), target="llvm")
-        args = [tvm.runtime.tensor(np.random.default_rng(23 + i).standard_normal(arg).astype("float32"))
-                for i, arg in enumerate([(1, 10, 10, 8), (3, 3, 8, 64), (1, 10, 10, 64)])]  # NHWC, HWIO, NHWC
+        args = [
+            tvm.runtime.tensor(np.random.default_rng(23 + i).standard_normal(arg).astype("float32"))
+            for i, arg in enumerate([(1, 10, 10, 8), (3, 3, 8, 64), (1, 10, 10, 64)])
+        ]  # NHWC, HWIO, NHWC
         library["main"](*args)
         outputs.append(args[-1].numpy())
     np.testing.assert_allclose(outputs[0], outputs[1], rtol=1e-5, atol=1e-4)
@@ -604,10 +625,14 @@ def passes_of(blocks: int, kernel: int, channels: int) -> str:
     return rf"for rc_0, nn, yy_0, xx, ry, rx, rc_1 in T\.grid\({extents}\)"
 
 
-@pytest.mark.parametrize("channels, kernel, passes", [(256, 3, passes_of(4, 3, 64)), (1024, 1, passes_of(2, 1, 512))],
-                         ids=["3x3-147KB-in-passes-of-37KB", "1x1-64KB-in-passes-of-32KB"])
-def test_a_tile_reading_more_weights_than_fit_in_cache_sums_its_channels_in_passes_over_the_rows(channels, kernel,
-                                                                                                 passes):
+@pytest.mark.parametrize(
+    "channels, kernel, passes",
+    [(256, 3, passes_of(4, 3, 64)), (1024, 1, passes_of(2, 1, 512))],
+    ids=["3x3-147KB-in-passes-of-37KB", "1x1-64KB-in-passes-of-32KB"],
+)
+def test_a_tile_reading_more_weights_than_fit_in_cache_sums_its_channels_in_passes_over_the_rows(
+    channels, kernel, passes
+):
     """-> 256 channels at 12x12: more output channels than pixels, so one block of weights serves every row;
     over a whole reduction a 16-lane tile reads 147 KB of them (3x3 from 256 channels) or 64 KB (1x1 from
     1024), strided a row of output channels apart: more than the L1 cache holds. In passes of the most channels
@@ -627,11 +652,11 @@ def test_a_tile_reading_more_weights_than_fit_in_cache_sums_its_channels_in_pass
     np.testing.assert_allclose(scheduled(x).numpy(), stock(x).numpy(), rtol=1e-4, atol=1e-3)
 
 
-@pytest.mark.parametrize("channels, out_channels, size", [(16, 64, 6), (256, 16, 12)],
-                         ids=["weights-fit", "more-pixels-than-channels"])
+@pytest.mark.parametrize(
+    "channels, out_channels, size", [(16, 64, 6), (256, 16, 12)], ids=["weights-fit", "more-pixels-than-channels"]
+)
 def test_a_reduction_is_one_pass_where_its_weights_fit_or_the_activations_stay_put(channels, out_channels, size):
-    script, _ = scheduled_kernel(conv_bias_relu(channels, out_channels, size), "conv2d", schedule=True,
-                                 layout="auto")
+    script, _ = scheduled_kernel(conv_bias_relu(channels, out_channels, size), "conv2d", schedule=True, layout="auto")
     assert "T.vectorized(T.int64(16))" in script and "rc_1" not in script
 
 
@@ -647,8 +672,10 @@ def test_a_one_pixel_conv_fused_with_the_map_it_scales_scales_it_on_every_core()
     shape = (1, 16, 64, 64)
     rng = np.random.default_rng(31)
 
-    weights = [rng.standard_normal(s).astype("float32") for s in ((96, 16, 1, 1), (24, 96, 1, 1), (96, 24, 1, 1),
-                                                                  (16, 96, 1, 1))]
+    weights = [
+        rng.standard_normal(s).astype("float32")
+        for s in ((96, 16, 1, 1), (24, 96, 1, 1), (96, 24, 1, 1), (16, 96, 1, 1))
+    ]
 
     def body(bb, x):
         w0, w1, w2, w3 = map(relax.const, weights)
@@ -684,17 +711,19 @@ def test_a_sigmoid_gate_is_computed_once_per_channel_not_once_per_pixel_it_scale
             squeezed = bb.emit(relax.op.mean(mapped, axis=[2, 3], keepdims=True))
             hidden = bb.emit(relax.op.nn.relu(bb.emit(relax.op.nn.conv2d(squeezed, w1))))
             return bb.emit(relax.op.multiply(mapped, bb.emit(activation(bb.emit(relax.op.nn.conv2d(hidden, w2))))))
+
         return body
 
-    script, scheduled = scheduled_kernel(build_module(se(relax.op.sigmoid), shape), "multiply", schedule=True,
-                                         layout="auto")
+    script, scheduled = scheduled_kernel(
+        build_module(se(relax.op.sigmoid), shape), "multiply", schedule=True, layout="auto"
+    )
     assert 'T.sblock("sigmoid")' in script and "T.float32(1.0) /" not in block_text(script, "T_multiply")
-    _, stock = scheduled_kernel(build_module(se(relax.op.sigmoid), shape), "multiply", schedule=False,
-                                layout="NCHW")
+    _, stock = scheduled_kernel(build_module(se(relax.op.sigmoid), shape), "multiply", schedule=False, layout="NCHW")
     x = tvm.runtime.tensor(rng.standard_normal(shape).astype("float32"))
     np.testing.assert_allclose(scheduled(x).numpy(), stock(x).numpy(), rtol=1e-5, atol=1e-5)
-    relu_script, _ = scheduled_kernel(build_module(se(relax.op.nn.relu), shape), "multiply", schedule=True,
-                                      layout="auto")
+    relu_script, _ = scheduled_kernel(
+        build_module(se(relax.op.nn.relu), shape), "multiply", schedule=True, layout="auto"
+    )
     assert 'T.sblock("relu' not in relu_script
 
 
@@ -708,10 +737,14 @@ def test_bindings_named_alike_are_told_apart_by_the_memory_figures():
     from modelbuild.compiler import layer_names, lowering
 
     graph = helper.make_graph(
-        [helper.make_node("Softmax", ["x"], ["y"], name="Softmax_0", axis=1),
-         helper.make_node("Relu", ["y"], ["z"], name="Relu_0")], "softmax",
+        [
+            helper.make_node("Softmax", ["x"], ["y"], name="Softmax_0", axis=1),
+            helper.make_node("Relu", ["y"], ["z"], name="Relu_0"),
+        ],
+        "softmax",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 5])],
-        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [2, 3, 5])])
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [2, 3, 5])],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)])
     module = layer_names.from_onnx(model, {"x": [2, 3, 5]}, {"x": "float32"})
     target = tvm.target.Target({"kind": "llvm"})
@@ -760,17 +793,19 @@ def test_a_tensor_divided_and_quantized_alike_for_two_convs_is_quantized_once_wh
     divisor = rng.uniform(0.5, 2, (1, 8, 1, 1)).astype("float32")
 
     def body(bb, x):
-        made = bb.emit(relax.op.nn.relu(bb.emit(relax.op.nn.conv2d(x, relax.const(rng.standard_normal((8, 8, 3, 3)),
-                                                                                   "float32"), padding=1))))
+        made = bb.emit(
+            relax.op.nn.relu(
+                bb.emit(relax.op.nn.conv2d(x, relax.const(rng.standard_normal((8, 8, 3, 3)), "float32"), padding=1))
+            )
+        )
         outputs = []
         for _ in range(2):  # each conv its own copy of the same constants, as the importer gives them
             divided = bb.emit(relax.op.multiply(made, relax.const(divisor.copy())))
-            quantized = bb.emit(relax.op.quantize(divided, relax.const(0.05, "float32"), relax.const(0, "int8"),
-                                                  axis=1))
-            data = bb.emit(relax.op.dequantize(quantized, relax.const(0.05, "float32"), relax.const(0, "int8"),
-                                               axis=1))
-            outputs.append(bb.emit(relax.op.nn.conv2d(data, relax.const(rng.standard_normal((4, 8, 1, 1)),
-                                                                        "float32"))))
+            quantized = bb.emit(
+                relax.op.quantize(divided, relax.const(0.05, "float32"), relax.const(0, "int8"), axis=1)
+            )
+            data = bb.emit(relax.op.dequantize(quantized, relax.const(0.05, "float32"), relax.const(0, "int8"), axis=1))
+            outputs.append(bb.emit(relax.op.nn.conv2d(data, relax.const(rng.standard_normal((4, 8, 1, 1)), "float32"))))
         return bb.emit(relax.Tuple(outputs))
 
     target = tvm.target.Target({"kind": "llvm"})
@@ -822,18 +857,26 @@ def test_a_non_max_suppression_keeps_tvms_own_loops_and_builds_with_the_default_
 
     from modelbuild.compiler import layer_names, lowering
 
-    constants = [numpy_helper.from_array(np.array([10], np.int64), "most"),
-                 numpy_helper.from_array(np.array([0.5], np.float32), "overlap"),
-                 numpy_helper.from_array(np.array([0.2], np.float32), "least")]
+    constants = [
+        numpy_helper.from_array(np.array([10], np.int64), "most"),
+        numpy_helper.from_array(np.array([0.5], np.float32), "overlap"),
+        numpy_helper.from_array(np.array([0.2], np.float32), "least"),
+    ]
     graph = helper.make_graph(
-        [helper.make_node("NonMaxSuppression", ["boxes", "scores", "most", "overlap", "least"], ["kept"])], "nms",
-        [helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [1, 100, 4]),
-         helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 1, 100])],
-        [helper.make_tensor_value_info("kept", TensorProto.INT64, ["n", 3])], initializer=constants)
+        [helper.make_node("NonMaxSuppression", ["boxes", "scores", "most", "overlap", "least"], ["kept"])],
+        "nms",
+        [
+            helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [1, 100, 4]),
+            helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 1, 100]),
+        ],
+        [helper.make_tensor_value_info("kept", TensorProto.INT64, ["n", 3])],
+        initializer=constants,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
-    module = layer_names.from_onnx(model, {"boxes": [1, 100, 4], "scores": [1, 1, 100]},
-                                   {"boxes": "float32", "scores": "float32"})
+    module = layer_names.from_onnx(
+        model, {"boxes": [1, 100, 4], "scores": [1, 1, 100]}, {"boxes": "float32", "scores": "float32"}
+    )
     target = tvm.target.Target({"kind": "llvm", "num-cores": 2})
     with target, tvm.transform.PassContext(opt_level=3):
         phases = lowering.lower(module, target, fuse=True, layout="auto", schedule=True)
@@ -844,7 +887,8 @@ def test_a_non_max_suppression_keeps_tvms_own_loops_and_builds_with_the_default_
     scores = rng.uniform(0, 1, (1, 1, 100)).astype("float32")
     ours = relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(boxes), tvm.runtime.tensor(scores))
     theirs = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
-        None, {"boxes": boxes, "scores": scores})[0]
+        None, {"boxes": boxes, "scores": scores}
+    )[0]
     np.testing.assert_array_equal(ours.numpy(), theirs)
 
 
@@ -852,11 +896,14 @@ def block_text(script: str, name: str) -> str:
     """The script of one block, from its header to the next block's."""
     start = script.index(f'T.sblock("{name}")')
     following = script.find("T.sblock(", start + 1)
-    return script[start:following if following != -1 else len(script)]
+    return script[start : following if following != -1 else len(script)]
 
 
-@pytest.mark.parametrize("rows, padded", [(197, 198), (192, None), (49, None)],
-                         ids=["197-tokens-padded-to-198", "192-whole-tiles", "49-frames-keep-their-tail"])
+@pytest.mark.parametrize(
+    "rows, padded",
+    [(197, 198), (192, None), (49, None)],
+    ids=["197-tokens-padded-to-198", "192-whole-tiles", "49-frames-keep-their-tail"],
+)
 def test_a_matmul_whose_rows_take_a_short_tail_is_padded_to_whole_tiles(rows, padded):
     """ViT's 197 tokens in 6-row tiles left a tail, whose bounds test sat in the reduction: 180 GFLOP/s where
     192 rows ran at 210. The rows are padded to 198 (a copy of the input with a zero row, the extra output row
@@ -941,8 +988,9 @@ def test_a_costly_element_wise_function_runs_on_every_core_from_fewer_elements_t
     on 2 cores)."""
     from tvm import relax
 
-    module = build_module(lambda bb, x: bb.emit(getattr(relax.op.nn if function == "relu" else relax.op,
-                                                        function)(x)), (1, 32, 32, 32))
+    module = build_module(
+        lambda bb, x: bb.emit(getattr(relax.op.nn if function == "relu" else relax.op, function)(x)), (1, 32, 32, 32)
+    )
     script, _ = scheduled_kernel(module, function, schedule=True)
     assert ("T.parallel(" in script) is parallel
 
@@ -956,8 +1004,10 @@ def test_a_row_read_through_a_reshapes_flat_index_is_read_in_whole_vectors():
     import tvm
     from tvm import relax
 
-    module = build_module(lambda bb, x: bb.emit(relax.op.add(bb.emit(relax.op.reshape(x, (1, 64, 20, 152))),
-                                                             relax.const(1.0))), (1, 64, 2, 1520))
+    module = build_module(
+        lambda bb, x: bb.emit(relax.op.add(bb.emit(relax.op.reshape(x, (1, 64, 20, 152))), relax.const(1.0))),
+        (1, 64, 2, 1520),
+    )
     script, main = scheduled_kernel(module, "reshape", schedule=True)
     assert "% T.int64(1520)" not in script and "T.vectorized(T.int64(144), T.int64(152))" in script
     x = np.random.default_rng(6).standard_normal((1, 64, 2, 1520)).astype("float32")

@@ -36,8 +36,10 @@ def test_other_processes_busy_on_every_cpu_show_in_the_share_and_this_process_do
         pass
     busy_self = metrics.others_share(before, measure.cpu_clock())
     before = measure.cpu_clock()
-    spinners = [subprocess.Popen([sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 1.0: pass"])
-                for _ in range(cpus)]
+    spinners = [
+        subprocess.Popen([sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 1.0: pass"])
+        for _ in range(cpus)
+    ]
     for spinner in spinners:  # blocked in wait(): the CPUs are theirs from start to exit
         spinner.wait()
     busy_others = metrics.others_share(before, measure.cpu_clock())

@@ -37,10 +37,13 @@ def test_a_kernel_dividing_by_a_constant_is_timed_without_dividing_by_zero(tmp_p
     _, args = lowering.kernel_flops_and_args(phases.fused)
     kernels = [{"kernel": name, "args": shapes} for name, shapes in args.items()]
     assert any(len(shapes) == 3 and shapes[1] == [[1], "int64"] for shapes in args.values())  # the 80, passed
-    timing = ("import json, sys\nimport tvm\nfrom modelbuild.stages.measure import time_kernel\n"
-              "module = tvm.runtime.load_module(sys.argv[1]).imports[0]\n"
-              "print(json.dumps([time_kernel(module, k) for k in json.loads(sys.argv[2])]))")
-    done = subprocess.run([sys.executable, "-c", timing, str(library), json.dumps(kernels)], capture_output=True,
-                          text=True, timeout=120)
+    timing = (
+        "import json, sys\nimport tvm\nfrom modelbuild.stages.measure import time_kernel\n"
+        "module = tvm.runtime.load_module(sys.argv[1]).imports[0]\n"
+        "print(json.dumps([time_kernel(module, k) for k in json.loads(sys.argv[2])]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", timing, str(library), json.dumps(kernels)], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr[-500:]
     assert all(seconds and seconds > 0 for seconds in json.loads(done.stdout))

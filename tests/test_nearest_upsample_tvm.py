@@ -14,8 +14,15 @@ pytestmark = pytest.mark.tvm
 def resize(bb, x, size, mode="asymmetric"):
     from tvm import relax
 
-    return bb.emit(relax.op.image.resize2d(x, size, method="nearest_neighbor", coordinate_transformation_mode=mode,
-                                           rounding_method="floor" if mode == "asymmetric" else "round_prefer_floor"))
+    return bb.emit(
+        relax.op.image.resize2d(
+            x,
+            size,
+            method="nearest_neighbor",
+            coordinate_transformation_mode=mode,
+            rounding_method="floor" if mode == "asymmetric" else "round_prefer_floor",
+        )
+    )
 
 
 def repeated(x, fh, fw):
@@ -73,9 +80,11 @@ def test_int8_upsamplings_into_a_concat_each_take_a_shuffle_of_bytes_and_match()
     np.testing.assert_array_equal(run(tvm.runtime.tensor(x)).numpy(), want)
 
 
-@pytest.mark.parametrize("size, mode, shuffled", [((10, 24), "asymmetric", True), ((15, 48), "asymmetric", False),
-                                                  ((10, 32), "half_pixel", False)],
-                         ids=["2x-in-8-lanes", "3x-no-shuffle", "half-pixel-tvm-own"])
+@pytest.mark.parametrize(
+    "size, mode, shuffled",
+    [((10, 24), "asymmetric", True), ((15, 48), "asymmetric", False), ((10, 32), "half_pixel", False)],
+    ids=["2x-in-8-lanes", "3x-no-shuffle", "half-pixel-tvm-own"],
+)
 def test_every_resize_keeps_the_values_of_tvms_own(size, mode, shuffled):
     """Rows of 24 take 8-lane shuffles; a factor that divides no vector keeps the plain index; another
     coordinate mode is TVM's own."""
@@ -84,8 +93,9 @@ def test_every_resize_keeps_the_values_of_tvms_own(size, mode, shuffled):
     shape = (1, 4, 5, 16) if size[1] != 24 else (1, 4, 5, 12)
     module = build_module(lambda bb, x: resize(bb, x, size, mode), shape)
     _, stock = scheduled_kernel(module, "resize", schedule=False)
-    script, run = scheduled_kernel(build_module(lambda bb, x: resize(bb, x, size, mode), shape), "resize",
-                                   schedule=True)
+    script, run = scheduled_kernel(
+        build_module(lambda bb, x: resize(bb, x, size, mode), shape), "resize", schedule=True
+    )
     assert ("T.Shuffle(" in script) == shuffled
     assert ("nearest_upsample" in script) == (mode == "asymmetric")
     x = tvm.runtime.tensor(np.random.default_rng(2).standard_normal(shape).astype("float32"))

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-from onnx import helper, TensorProto
+from onnx import TensorProto, helper
 
 from modelbuild.frontend.node_names import unique_node_names
 
 
 def relus(names: list[str]):
     nodes = [helper.make_node("Relu", [f"t{i}"], [f"t{i + 1}"], name=name) for i, name in enumerate(names)]
-    graph = helper.make_graph(nodes, "relus", [helper.make_tensor_value_info("t0", TensorProto.FLOAT, [4])],
-                              [helper.make_tensor_value_info(f"t{len(names)}", TensorProto.FLOAT, [4])])
+    graph = helper.make_graph(
+        nodes,
+        "relus",
+        [helper.make_tensor_value_info("t0", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info(f"t{len(names)}", TensorProto.FLOAT, [4])],
+    )
     return helper.make_model(graph)
 
 

@@ -16,14 +16,18 @@ def pip_layout(site, runtime="cuda_runtime", cccl="cuda_cccl/include"):
 def test_without_a_toolkit_the_headers_come_from_pips_packages(tmp_path):
     site = pip_layout(tmp_path / "site-packages")
     found = toolkit_environment({}, [str(tmp_path / "elsewhere"), str(site)], None, toolkit=tmp_path / "cuda")
-    assert found == {"CUDA_PATH": str(site / "nvidia/cuda_runtime"),
-                     "TVM_CUDA_NVRTC_EXTRA_OPTS": f"-I{site / 'nvidia/cuda_cccl/include'}"}
+    assert found == {
+        "CUDA_PATH": str(site / "nvidia/cuda_runtime"),
+        "TVM_CUDA_NVRTC_EXTRA_OPTS": f"-I{site / 'nvidia/cuda_cccl/include'}",
+    }
 
 
 def test_a_cuda_13_layout_keeps_cccl_beside_the_runtime_headers(tmp_path):
     site = pip_layout(tmp_path / "site-packages", runtime="cu13", cccl="cu13/include/cccl")
     assert toolkit_environment({}, [str(site)], None, toolkit=tmp_path / "cuda") == {
-        "CUDA_PATH": str(site / "nvidia/cu13"), "TVM_CUDA_NVRTC_EXTRA_OPTS": f"-I{site / 'nvidia/cu13/include/cccl'}"}
+        "CUDA_PATH": str(site / "nvidia/cu13"),
+        "TVM_CUDA_NVRTC_EXTRA_OPTS": f"-I{site / 'nvidia/cu13/include/cccl'}",
+    }
 
 
 def test_a_toolkit_tvm_finds_itself_or_a_users_choice_is_left_alone(tmp_path):
@@ -37,7 +41,8 @@ def test_a_toolkit_tvm_finds_itself_or_a_users_choice_is_left_alone(tmp_path):
     assert toolkit_environment({}, [site], None, toolkit=toolkit) == {}
     options = {"TVM_CUDA_NVRTC_EXTRA_OPTS": "-I/mine"}
     assert toolkit_environment(options, [site], None, toolkit=tmp_path / "none") == {
-        "CUDA_PATH": str(tmp_path / "site-packages/nvidia/cuda_runtime")}
+        "CUDA_PATH": str(tmp_path / "site-packages/nvidia/cuda_runtime")
+    }
     assert toolkit_environment({}, [str(tmp_path / "empty")], None, toolkit=tmp_path / "none") == {}
 
 

@@ -16,17 +16,28 @@ def sliced_state(version: int) -> onnx.ModelProto:
     """x [4, 1, 6] -> its first two rows and its last two, added: AECMOS slices its GRUs' initial states so,
     in opset 9's form (starts and ends attributes) where `version` < 10."""
     if version < 10:
-        nodes = [helper.make_node("Slice", ["x"], ["a"], axes=[0], starts=[0], ends=[2]),
-                 helper.make_node("Slice", ["x"], ["b"], axes=[0], starts=[2], ends=[4])]
+        nodes = [
+            helper.make_node("Slice", ["x"], ["a"], axes=[0], starts=[0], ends=[2]),
+            helper.make_node("Slice", ["x"], ["b"], axes=[0], starts=[2], ends=[4]),
+        ]
         constants = []
     else:
-        nodes = [helper.make_node("Slice", ["x", "s0", "e0", "axes"], ["a"]),
-                 helper.make_node("Slice", ["x", "e0", "e1", "axes"], ["b"])]
-        constants = [onnx.numpy_helper.from_array(np.array([v], np.int64), n)
-                     for n, v in (("s0", 0), ("e0", 2), ("e1", 4), ("axes", 0))]
+        nodes = [
+            helper.make_node("Slice", ["x", "s0", "e0", "axes"], ["a"]),
+            helper.make_node("Slice", ["x", "e0", "e1", "axes"], ["b"]),
+        ]
+        constants = [
+            onnx.numpy_helper.from_array(np.array([v], np.int64), n)
+            for n, v in (("s0", 0), ("e0", 2), ("e1", 4), ("axes", 0))
+        ]
     nodes.append(helper.make_node("Add", ["a", "b"], ["y"]))
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 1, 6])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 1, 6])], constants)
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 1, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 1, 6])],
+        constants,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", version)])
     model.ir_version = 7
     return model
@@ -51,14 +62,18 @@ def test_a_model_of_opset_10_or_later_is_imported_as_it_is():
 
 
 def test_a_model_onnx_cannot_convert_is_reported_with_the_fix():
-    graph = helper.make_graph([helper.make_node("Crop", ["x"], ["y"])], "g",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    graph = helper.make_graph(
+        [helper.make_node("Crop", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 8)])
     with pytest.raises(StageError) as caught:
         opset.raised_to(model, 13, needed_for="per-channel quantization", fix="set per_channel = false")
-    assert caught.value.message.startswith("the model is opset 8; per-channel quantization needs opset 13, and onnx "
-                                           "could not convert it (")
+    assert caught.value.message.startswith(
+        "the model is opset 8; per-channel quantization needs opset 13, and onnx could not convert it ("
+    )
     assert caught.value.message.endswith("(fix: re-export the model at opset 13 or later or set per_channel = false)")
 
 
@@ -77,9 +92,13 @@ def test_tvm_imports_the_converted_model_and_not_the_original():
 def resampled(op: str, version: int, mode: str, scales: list[float]) -> onnx.ModelProto:
     """x [1, 3, 6, 8] upsampled (or an opset-10 Resize) by constant scales."""
     node = helper.make_node(op, ["x", "scales"], ["y"], name="resize", mode=mode)
-    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 6, 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-                              [onnx.numpy_helper.from_array(np.array(scales, np.float32), "scales")])
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 6, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [onnx.numpy_helper.from_array(np.array(scales, np.float32), "scales")],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", version)])
     model.ir_version = 7
     return model
@@ -90,12 +109,15 @@ def resample(model: onnx.ModelProto) -> np.ndarray:
     return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, x)[0]
 
 
-@pytest.mark.parametrize("op, version, mode, scales", [
-    ("Upsample", 9, "linear", [1, 1, 2, 2]),  # an opset-9 bilinear Upsample: off by up to 1.4 as half_pixel
-    ("Upsample", 9, "nearest", [1, 1, 1.5, 2.5]),
-    ("Resize", 10, "linear", [1, 1, 0.5, 2]),
-    ("Resize", 10, "nearest", [1, 1, 0.5, 0.5]),  # onnxruntime rounds up where it downsamples
-])
+@pytest.mark.parametrize(
+    "op, version, mode, scales",
+    [
+        ("Upsample", 9, "linear", [1, 1, 2, 2]),  # an opset-9 bilinear Upsample: off by up to 1.4 as half_pixel
+        ("Upsample", 9, "nearest", [1, 1, 1.5, 2.5]),
+        ("Resize", 10, "linear", [1, 1, 0.5, 2]),
+        ("Resize", 10, "nearest", [1, 1, 0.5, 0.5]),  # onnxruntime rounds up where it downsamples
+    ],
+)
 def test_an_old_resize_keeps_its_coordinates_when_converted(op, version, mode, scales):
     model = resampled(op, version, mode, scales)
     converted = opset.raised_to(model, 13, needed_for="TVM's ONNX import")

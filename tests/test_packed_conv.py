@@ -5,7 +5,12 @@ from __future__ import annotations
 import numpy as np
 
 from modelbuild.compiler.kernels.packed_conv import (
-    channel_tile, column_lanes, GROUP, Instruction, lanes_width, pack_weights,
+    GROUP,
+    Instruction,
+    channel_tile,
+    column_lanes,
+    lanes_width,
+    pack_weights,
 )
 
 VNNI = Instruction("vnni", lanes=16, data_dtype="uint8")

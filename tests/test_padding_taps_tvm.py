@@ -15,8 +15,11 @@ def conv_weights(module) -> list:
     from modelbuild.compiler import padding_taps
 
     rewritten = padding_taps.rewrite(module)
-    return [[int(d) for d in call.args[1].ty.shape.values] for call in _calls(rewritten["main"].body)
-            if getattr(call.op, "name", None) == "relax.nn.conv2d"]
+    return [
+        [int(d) for d in call.args[1].ty.shape.values]
+        for call in _calls(rewritten["main"].body)
+        if getattr(call.op, "name", None) == "relax.nn.conv2d"
+    ]
 
 
 def _calls(expr):
@@ -27,13 +30,18 @@ def _calls(expr):
     return found
 
 
-@pytest.mark.parametrize("shape, kernel, strides, padding, groups, kept", [
-    ((1, 16, 2, 40), 5, (1, 1), 2, 16, [16, 1, 3, 5]),  # the text classifier's depthwise 5x5 at 2 rows
-    ((1, 8, 1, 1), 3, (1, 1), 1, 1, [8, 8, 1, 1]),  # a 3x3 conv on a 1x1 map: its centre tap
-    ((1, 8, 6, 12), 3, (1, 1), 1, 1, [8, 8, 3, 3]),  # a map larger than the kernel: unchanged
-], ids=["depthwise-2-rows", "3x3-on-1x1", "unchanged"])
-def test_an_int8_conv_keeps_its_exact_outputs_with_the_padding_taps_dropped(shape, kernel, strides, padding, groups,
-                                                                           kept):
+@pytest.mark.parametrize(
+    "shape, kernel, strides, padding, groups, kept",
+    [
+        ((1, 16, 2, 40), 5, (1, 1), 2, 16, [16, 1, 3, 5]),  # the text classifier's depthwise 5x5 at 2 rows
+        ((1, 8, 1, 1), 3, (1, 1), 1, 1, [8, 8, 1, 1]),  # a 3x3 conv on a 1x1 map: its centre tap
+        ((1, 8, 6, 12), 3, (1, 1), 1, 1, [8, 8, 3, 3]),  # a map larger than the kernel: unchanged
+    ],
+    ids=["depthwise-2-rows", "3x3-on-1x1", "unchanged"],
+)
+def test_an_int8_conv_keeps_its_exact_outputs_with_the_padding_taps_dropped(
+    shape, kernel, strides, padding, groups, kept
+):
     rng = np.random.default_rng(0)
     x = rng.integers(-128, 128, shape).astype("int8")
     w = rng.integers(-128, 128, (shape[1], shape[1] // groups, kernel, kernel)).astype("int8")

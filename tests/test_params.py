@@ -5,12 +5,25 @@ import pytest
 from modelbuild.errors import StageError
 from modelbuild.pipeline.graph import build_plan
 from modelbuild.recipe import load_recipe
-from modelbuild.recipe.params import (CompileParams, ImportParams, QuantizeParams, ReferenceParams, TuneParams,
-                                      ValidateParams, parse)
+from modelbuild.recipe.params import (
+    CompileParams,
+    ImportParams,
+    QuantizeParams,
+    ReferenceParams,
+    TuneParams,
+    ValidateParams,
+    parse,
+)
 from modelbuild.stages import reference
 
-PARAMS = {"import": ImportParams, "quantize": QuantizeParams, "tune": TuneParams, "compile": CompileParams,
-          "reference": ReferenceParams, "validate": ValidateParams}
+PARAMS = {
+    "import": ImportParams,
+    "quantize": QuantizeParams,
+    "tune": TuneParams,
+    "compile": CompileParams,
+    "reference": ReferenceParams,
+    "validate": ValidateParams,
+}
 
 RECIPE = """
 [models.cls]
@@ -79,7 +92,11 @@ def contained(plain, parsed) -> bool:
 
 def test_the_recipe_reaches_the_stages_typed(plan):
     quantize = parse(QuantizeParams, plan.nodes["quantize:cls+int8@host"].params).quantization
-    assert (quantize.calibration.method, quantize.calibration.samples, quantize.exclude_ops) == ("percentile", 4, ["Softmax"])
+    assert (quantize.calibration.method, quantize.calibration.samples, quantize.exclude_ops) == (
+        "percentile",
+        4,
+        ["Softmax"],
+    )
     tune = parse(TuneParams, plan.nodes["tune:cls@host"].params)
     assert tune.tuning.trials_per_task == 4 and tune.options.layout == "auto"
     compile_int8 = parse(CompileParams, plan.nodes["compile:cls+int8@host"].params)
@@ -93,6 +110,8 @@ def test_the_recipe_reaches_the_stages_typed(plan):
 def test_a_param_the_stage_does_not_take_fails_the_node_in_one_line(tmp_path):
     with pytest.raises(StageError) as caught:
         reference.run(inputs={}, params={"golden": {"sourse": "generate"}}, out=tmp_path)
-    assert caught.value.message == ("the plan gave this stage params it does not take (ReferenceParams: "
-                                    "golden.sourse: Extra inputs are not permitted); this is a modelbuild bug, "
-                                    "please report it")
+    assert caught.value.message == (
+        "the plan gave this stage params it does not take (ReferenceParams: "
+        "golden.sourse: Extra inputs are not permitted); this is a modelbuild bug, "
+        "please report it"
+    )

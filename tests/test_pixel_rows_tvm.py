@@ -30,7 +30,9 @@ def requantising_conv(*, along_rows: bool):
         with bb.dataflow():
             y = bb.emit(relax.op.nn.conv2d(x, relax.const(weight), out_dtype="int32"))
             f = bb.emit(relax.op.astype(y, "float32"))
-            f = bb.emit(relax.op.multiply(f, relax.const(rng.uniform(1e-4, 1e-3, (1, channels, 1, 1)).astype("float32"))))
+            f = bb.emit(
+                relax.op.multiply(f, relax.const(rng.uniform(1e-4, 1e-3, (1, channels, 1, 1)).astype("float32")))
+            )
             bias = bb.emit(relax.const(rng.uniform(-1, 1, (channels, 1, 1)).astype("float32")))
             f = bb.emit(relax.op.add(f, bias))
             low, high = bb.emit(relax.const(np.float32(0))), bb.emit(relax.const(np.float32(6)))
@@ -39,8 +41,9 @@ def requantising_conv(*, along_rows: bool):
             f = bb.emit(relax.op.multiply(f, clipped))
             if along_rows:
                 f = bb.emit(relax.op.add(f, relax.const(rng.uniform(-1, 1, (1, 1, 1, SHAPE[3])).astype("float32"))))
-            q = bb.emit(relax.op.quantize(f, relax.const(np.float32(0.05)), relax.const(np.int8(0)), axis=1,
-                                          out_dtype="int8"))
+            q = bb.emit(
+                relax.op.quantize(f, relax.const(np.float32(0.05)), relax.const(np.int8(0)), axis=1, out_dtype="int8")
+            )
             out = bb.emit_output(relax.op.nn.max_pool2d(q, pool_size=(3, 3), padding=(1, 1, 1, 1)))
         bb.emit_func_output(out)
     return bb.get()
@@ -55,8 +58,11 @@ def run(executable, x):
 
 def conv_kernel(phases) -> tuple[str, str]:
     """(name, script) of the one fused kernel that holds the packed conv."""
-    (found,) = [(gv.name_hint, f.script()) for gv, f in phases.fused.functions.items()
-                if hasattr(f, "params") and "_conv" in f.script() and "sblock" in f.script()]
+    (found,) = [
+        (gv.name_hint, f.script())
+        for gv, f in phases.fused.functions.items()
+        if hasattr(f, "params") and "_conv" in f.script() and "sblock" in f.script()
+    ]
     return found
 
 

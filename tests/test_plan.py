@@ -53,8 +53,14 @@ def images(folder, count):
 
 
 def test_an_int8_build_compiles_the_quantized_ir_and_checks_two_references(plan):
-    assert plan.builds["cls+int8@host"] == ["import:cls", "quantize:cls+int8@host", "compile:cls+int8@host",
-                                       "reference:cls", "reference-qdq:cls+int8@host", "validate:cls+int8@host"]
+    assert plan.builds["cls+int8@host"] == [
+        "import:cls",
+        "quantize:cls+int8@host",
+        "compile:cls+int8@host",
+        "reference:cls",
+        "reference-qdq:cls+int8@host",
+        "validate:cls+int8@host",
+    ]
     assert plan.nodes["compile:cls+int8@host"].deps["ir"] == ("quantize:cls+int8@host", "ir.json")
     assert plan.nodes["quantize:cls+int8@host"].deps["onnx"] == ("import:cls", "model.onnx")
     assert plan.nodes["reference-qdq:cls+int8@host"].deps["model"] == ("quantize:cls+int8@host", "qdq.onnx")
@@ -68,8 +74,10 @@ def test_image_samples_are_declared_file_by_file_up_to_the_count(plan):
 
 
 def test_a_cross_target_builds_objects_and_is_not_run_here(plan):
-    assert plan.nodes["compile:cls+int8@pi"].publish == {"model.tar": "cls+int8/pi/model.tar",
-                                                    "analysis.json": "cls+int8/pi/analysis.json"}
+    assert plan.nodes["compile:cls+int8@pi"].publish == {
+        "model.tar": "cls+int8/pi/model.tar",
+        "analysis.json": "cls+int8/pi/analysis.json",
+    }
     assert plan.nodes["validate:cls+int8@pi"].params["runs_here"] is False
     assert library_name({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "cross-compiler": "gcc"}) == "model.so"
 
@@ -111,7 +119,7 @@ def test_builds_with_different_golden_data_get_references_of_their_own(tmp_path)
     (tmp_path / "m.onnx").write_bytes(b"x")
     images(tmp_path / "calib", 1)
     images(tmp_path / "held-out", 3)
-    text = textwrap.dedent(RECIPE) + '[builds.validation]\ngolden = { count = 2 }\n'
+    text = textwrap.dedent(RECIPE) + "[builds.validation]\ngolden = { count = 2 }\n"
     text += '\n[[builds]]\nmodel = "cls"\ntargets = ["host"]\n'
     (tmp_path / "deploy.toml").write_text(text)
     plan = build_plan(load_recipe(tmp_path / "deploy.toml"), lambda table: table)
@@ -140,7 +148,8 @@ def plans_of(root, base: str, tail: str, variants) -> list:
 
 def tuned(target: str, lines: str) -> str:
     """A one-model recipe with a [tuning.quick] section and one target, its lines last (plans_of adds more)."""
-    return textwrap.dedent("""\
+    return (
+        textwrap.dedent("""\
         [models.cls]
         path = "m.onnx"
         inputs.x = { shape = [1, 3, 8, 8] }
@@ -148,7 +157,10 @@ def tuned(target: str, lines: str) -> str:
         [tuning.quick]
         trials_per_task = 4
 
-        """) + f"[targets.{target}]\n" + lines
+        """)
+        + f"[targets.{target}]\n"
+        + lines
+    )
 
 
 def test_a_device_enters_the_validate_key_and_not_the_compile_key(tmp_path):
@@ -166,18 +178,26 @@ def test_a_device_enters_the_validate_key_and_not_the_compile_key(tmp_path):
     here, there = plans_of(tmp_path, base, tail, ("", 'rpc = { tracker = "127.0.0.1:9190", key = "rpi4" }\n'))
     assert here.nodes["compile:cls@board"].params == there.nodes["compile:cls@board"].params
     assert "device" not in here.nodes["validate:cls@board"].params
-    assert there.nodes["validate:cls@board"].params["device"] == {"tracker": "127.0.0.1:9190", "key": "rpi4",
-                                                                  "timeout": 60}
+    assert there.nodes["validate:cls@board"].params["device"] == {
+        "tracker": "127.0.0.1:9190",
+        "key": "rpi4",
+        "timeout": 60,
+    }
     assert there.nodes["validate:cls@board"].params["machine"]["device"] == "rpi4"
 
 
 def test_a_device_enters_the_tune_key_with_the_linker_of_its_candidates_and_a_target_without_one_keeps_its_key(
-        tmp_path):
+    tmp_path,
+):
     (tmp_path / "m.onnx").write_bytes(b"x")
     base = tuned("pi", 'kind = "llvm"\nnum-cores = 4\ncross-compiler = "aarch64-linux-gnu-gcc"\n')
     tail = '\n[[builds]]\nmodel = "cls"\ntargets = ["pi"]\ntuning = "quick"\n'
-    plans = plans_of(tmp_path, base, tail,
-                     ("", 'mtriple = "aarch64-linux-gnu"\nrpc = { tracker = "127.0.0.1:9190", key = "rpi4" }\n'))
+    plans = plans_of(
+        tmp_path,
+        base,
+        tail,
+        ("", 'mtriple = "aarch64-linux-gnu"\nrpc = { tracker = "127.0.0.1:9190", key = "rpi4" }\n'),
+    )
     here, there = (p.nodes["tune:cls@pi"].params for p in plans)
     assert set(here) == {"target", "options", "tuning"}  # as before devices: no tune key changed
     assert there["device"] == {"tracker": "127.0.0.1:9190", "key": "rpi4", "timeout": 60}
@@ -200,10 +220,12 @@ def test_a_library_validated_nowhere_does_not_hold_the_machine(plan):
 
 def test_beside_float_times_the_float_library_in_turns_wherever_the_float_build_comes_in_the_recipe(tmp_path):
     (tmp_path / "m.onnx").write_bytes(b"x")
-    head = tuned("host", 'kind = "llvm"\n') + '\n[quantization.int8]\n\n[validation]\n'
+    head = tuned("host", 'kind = "llvm"\n') + "\n[quantization.int8]\n\n[validation]\n"
     head += "timing = { beside_float = true }\n"
-    int8, fp32 = ('\n[[builds]]\nmodel = "cls"\ntargets = ["host"]\nquantization = "int8"\n',
-                  '\n[[builds]]\nmodel = "cls"\ntargets = ["host"]\n')
+    int8, fp32 = (
+        '\n[[builds]]\nmodel = "cls"\ntargets = ["host"]\nquantization = "int8"\n',
+        '\n[[builds]]\nmodel = "cls"\ntargets = ["host"]\n',
+    )
     (tmp_path / "deploy.toml").write_text(head + int8 + fp32)  # the float build after the int8 one
     plan = build_plan(load_recipe(tmp_path / "deploy.toml"), lambda t: t)
     assert plan.nodes["validate:cls+int8@host"].deps["float_library"] == ("compile:cls@host", "model.so")

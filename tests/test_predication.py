@@ -11,8 +11,12 @@ from modelbuild.frontend import predication
 from tests.onnx_models import branch_on_rate, branch_on_score, conv_relu
 
 # the sum picks the branch, the max the nested one: every combination of the two
-INPUTS = {"negative": -np.ones((2, 4)), "small positive": np.full((2, 4), 0.5), "large positive": np.eye(2, 4) * 3,
-          "mixed": np.array([[2.0, -1, 0, 0], [0, 0, -0.5, 0]])}
+INPUTS = {
+    "negative": -np.ones((2, 4)),
+    "small positive": np.full((2, 4), 0.5),
+    "large positive": np.eye(2, 4) * 3,
+    "mixed": np.array([[2.0, -1, 0, 0], [0, 0, -0.5, 0]]),
+}
 
 
 def run(model, x: np.ndarray) -> list[np.ndarray]:
@@ -39,13 +43,21 @@ def test_a_one_element_condition_selects_scalars_without_broadcasting_them(tmp_p
         return helper.make_graph([node], name, [], [helper.make_tensor_value_info(name, TensorProto.FLOAT, [])])
 
     graph = helper.make_graph(
-        [helper.make_node("Greater", ["x", "zero"], ["cond"]),
-         helper.make_node("If", ["cond"], ["y"],
-                          then_branch=branch("sum", helper.make_node("ReduceSum", ["x"], ["sum"], keepdims=0)),
-                          else_branch=branch("max", helper.make_node("ReduceMax", ["x"], ["max"], keepdims=0)))],
-        "scalar", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [
+            helper.make_node("Greater", ["x", "zero"], ["cond"]),
+            helper.make_node(
+                "If",
+                ["cond"],
+                ["y"],
+                then_branch=branch("sum", helper.make_node("ReduceSum", ["x"], ["sum"], keepdims=0)),
+                else_branch=branch("max", helper.make_node("ReduceMax", ["x"], ["max"], keepdims=0)),
+            ),
+        ],
+        "scalar",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])],
-        initializer=[onnx.numpy_helper.from_array(np.zeros(1, np.float32), "zero")])
+        initializer=[onnx.numpy_helper.from_array(np.zeros(1, np.float32), "zero")],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     selected = onnx.shape_inference.infer_shapes(predication.predicate(model), strict_mode=True)
     assert selected.graph.output[0].type.tensor_type.shape.dim == []

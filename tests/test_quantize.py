@@ -39,13 +39,13 @@ def test_entropy_calibration_clips_a_rare_outlier_that_minmax_keeps(tmp_path):
     """onnxruntime's quantize_static runs its entropy calibrator with 128 bins, where the only candidate
     range is the whole histogram: without the stage's own 2048-bin run, entropy gave minmax's scales."""
     model = onnx.load(str(uneven_channels(tmp_path / "m.onnx")))
-    samples = [{"x": np.random.default_rng(seed).standard_normal((1, 8, 16, 16)).astype(np.float32)}
-               for seed in range(4)]
+    samples = [
+        {"x": np.random.default_rng(seed).standard_normal((1, 8, 16, 16)).astype(np.float32)} for seed in range(4)
+    ]
     samples[0]["x"][0, 0, 0, 0] = 1000.0  # one value in 8192, far out
 
     def scale(method: str) -> float:
-        spec = QuantizationSpec(calibration=CalibrationSpec(method=method), smoothing=False,
-                                bias_correction=False)
+        spec = QuantizationSpec(calibration=CalibrationSpec(method=method), smoothing=False, bias_correction=False)
         return input_scale(quantized(model, samples, spec).qdq)
 
     assert np.isclose(scale("minmax"), 1000.0 / 127, rtol=0.01)
@@ -80,8 +80,9 @@ def test_int16_nodes_read_int16_inputs_with_twice_the_calibrated_range(tmp_path)
     pointwise = next(n for n in model.graph.node if n.name == "pointwise")
     q16, q8 = by_input[pointwise.input[0]], by_input["x"]
     assert initializers[q16.input[2]].dtype == np.int16 and initializers[q8.input[2]].dtype == np.int8
-    largest = max(float(np.abs(activations.compute(model, s, [pointwise.input[0]])[pointwise.input[0]]).max())
-                  for s in SAMPLES)
+    largest = max(
+        float(np.abs(activations.compute(model, s, [pointwise.input[0]])[pointwise.input[0]]).max()) for s in SAMPLES
+    )
     assert np.isclose(float(initializers[q16.input[1]]), INT16_HEADROOM * largest / 32767, rtol=1e-3)
     assert result.int16_nodes == ["pointwise"]
 
@@ -120,8 +121,7 @@ def test_a_transposed_conv_is_quantized_by_default(tmp_path):
     channels-last and were read back in NCHW by the skips' concatenations (unet_ish's int8 library 0.72x
     quantized)."""
     model = onnx.load(str(conv_then_upsample(tmp_path / "m.onnx")))
-    samples = [{"x": np.random.default_rng(seed).standard_normal((1, 3, 8, 8)).astype(np.float32)}
-               for seed in range(4)]
+    samples = [{"x": np.random.default_rng(seed).standard_normal((1, 3, 8, 8)).astype(np.float32)} for seed in range(4)]
     qdq = quantized(model, samples, QuantizationSpec()).qdq
     made_by = {out: node.op_type for node in qdq.graph.node for out in node.output}
     upsample = next(n for n in qdq.graph.node if n.op_type == "ConvTranspose")

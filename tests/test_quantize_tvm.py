@@ -54,8 +54,11 @@ def build(root, capsys) -> dict:
 
 def test_beside_float_times_the_float_library_in_turns_and_the_report_compares_with_that(tmp_path, capsys):
     two_convs(tmp_path / "net.onnx")
-    (tmp_path / "deploy.toml").write_text(textwrap.dedent(RECIPE.format(samples=4)).replace(
-        "roofline = false }", "roofline = false, beside_float = true }"))
+    (tmp_path / "deploy.toml").write_text(
+        textwrap.dedent(RECIPE.format(samples=4)).replace(
+            "roofline = false }", "roofline = false, beside_float = true }"
+        )
+    )
     build(tmp_path, capsys)
     metrics = json.loads((tmp_path / "build/net+int8/cpu/validation.json").read_text())
     assert metrics["float_latency_ms"]["runs"] >= 3 and "baseline_latency_ms" not in metrics
@@ -93,20 +96,27 @@ def test_an_int8_build_computes_in_int8_and_matches_onnxruntime_qdq(tmp_path, ca
     assert main(["explain", "net+int8@cpu", "--ir", "-f", str(tmp_path / "deploy.toml")]) == 0
     capsys.readouterr()
     after = (tmp_path / "build/net+int8/cpu/ir/ir_after_fusion.py").read_text()
-    conv_kernels = [block for block in after.split("@T.prim_func")[1:]
-                    if re.match(r"[^\n]*\n\s*def (fused_)?conv2d", block)]
+    conv_kernels = [
+        block for block in after.split("@T.prim_func")[1:] if re.match(r"[^\n]*\n\s*def (fused_)?conv2d", block)
+    ]
     assert len(conv_kernels) == 2 and all('"int8")' in k and '"int32"' in k for k in conv_kernels)
 
     write(tmp_path, samples=1)  # only calibration changed (fewer samples: narrower ranges, new scales)
     statuses = build(tmp_path, capsys)
     assert statuses["import:net"] == "cached" and statuses["reference:net"] == "cached"
-    assert {statuses[n] for n in ("quantize:net+int8@cpu", "compile:net+int8@cpu", "validate:net+int8@cpu")} == {"built"}, statuses
+    assert {statuses[n] for n in ("quantize:net+int8@cpu", "compile:net+int8@cpu", "validate:net+int8@cpu")} == {
+        "built"
+    }, statuses
 
 
 def test_a_failed_accuracy_gate_shows_the_layers_to_leave_in_float_and_the_sqnr_table(tmp_path, capsys):
     two_convs(tmp_path / "net.onnx")
     write(tmp_path)
-    text = (tmp_path / "deploy.toml").read_text().replace("[[builds]]", "[validation.gates]\nmin_cosine = 1.0\n\n[[builds]]", 1)
+    text = (
+        (tmp_path / "deploy.toml")
+        .read_text()
+        .replace("[[builds]]", "[validation.gates]\nmin_cosine = 1.0\n\n[[builds]]", 1)
+    )
     (tmp_path / "deploy.toml").write_text(text)
     assert main(["build", "-f", str(tmp_path / "deploy.toml")]) == 1  # int8 is never exactly the fp32 result
     capsys.readouterr()
@@ -127,7 +137,9 @@ def test_int16_inputs_and_gptq_weights_build_integer_kernels_closer_to_fp32(tmp_
     two_convs(tmp_path / "net.onnx")
     write(tmp_path, samples=8)
     recipe = tmp_path / "deploy.toml"
-    recipe.write_text(recipe.read_text() + textwrap.dedent("""
+    recipe.write_text(
+        recipe.read_text()
+        + textwrap.dedent("""
         [quantization.a16]
         calibration = { samples = 8 }
         int16_nodes = ["*"]
@@ -137,7 +149,8 @@ def test_int16_inputs_and_gptq_weights_build_integer_kernels_closer_to_fp32(tmp_
         model = "net"
         targets = ["cpu"]
         quantization = "a16"
-        """))
+        """)
+    )
     statuses = build(tmp_path, capsys)
     assert statuses["quantize:net+a16@cpu"] == "built"
     builds = {b["name"]: b for b in json.loads((tmp_path / "build/report.json").read_text())["builds"]}

@@ -15,8 +15,9 @@ def edited(**paths):
 
     out = copy.deepcopy(BASE)
     for dotted, value in paths.items():  # a__b__c is the path a.b.c; a single _ inside a part stands for -
-        *head, last = (part.replace("_", "-") if part.replace("_", "-") in _keys(out) else part
-                       for part in dotted.split("__"))
+        *head, last = (
+            part.replace("_", "-") if part.replace("_", "-") in _keys(out) else part for part in dotted.split("__")
+        )
         node = out
         for part in head:
             node = node[part]
@@ -40,7 +41,8 @@ def texts(reasons) -> list[str]:
 
 def test_reasons_read_as_a_person_would_say_them():
     assert texts(changes(BASE, edited(params__inputs__x__shape=[1, 3, 48, 320]))) == [
-        "input x shape changed [1,3,48,192] -> [1,3,48,320]"]
+        "input x shape changed [1,3,48,192] -> [1,3,48,320]"
+    ]
     assert texts(changes(BASE, edited(files__model="bbb"))) == ["model file changed"]
     assert texts(changes(BASE, edited(tools__tvm="0.28.0"))) == ["tvm 0.27.0 -> 0.28.0"]
     assert texts(changes(BASE, edited(params__target__num_cores=4))) == ["target num-cores changed 2 -> 4"]
@@ -59,8 +61,13 @@ def test_decide_compares_with_the_last_build(tmp_path):
     store.remember("import:a", "old", BASE)
     decision = decide("import:a", "new", edited(files__model="bbb"), store)
     assert texts(decision.reasons) == ["model file changed"]
-    assert decision.reasons[0].as_dict() == {"kind": "file", "field": "model", "old": None, "new": None,
-                                             "text": "model file changed"}
+    assert decision.reasons[0].as_dict() == {
+        "kind": "file",
+        "field": "model",
+        "old": None,
+        "new": None,
+        "text": "model file changed",
+    }
     assert texts(decide("import:a", "old", BASE, store).reasons) == ["cached output missing or damaged"]
 
 
@@ -80,7 +87,8 @@ def test_a_cached_result_the_plan_doubts_is_stale_saying_what_it_fails(tmp_path)
 
     decision = decide("validate:a", "k", BASE, store, doubt)
     assert decision.stale and texts(decision.reasons) == [
-        "its cached result fails max_p99_ms, min_throughput: run again"]
+        "its cached result fails max_p99_ms, min_throughput: run again"
+    ]
     assert seen == [{"metrics.json": metrics}]  # asked of the cached result itself
     assert not decide("validate:a", "k", BASE, store, lambda result: None).stale
     assert decide("validate:a", "other", BASE, store, doubt).stale and len(seen) == 1  # a miss: nothing to doubt

@@ -52,7 +52,10 @@ def test_a_good_recipe_loads(tmp_path):
 def test_unknown_key_names_file_line_field_and_the_valid_keys(tmp_path):
     err = error_of(tmp_path, GOOD.replace('path = "m.onnx"', 'path = "m.onnx"\nsimplfy = true'))
     assert err.line == 4 and err.field == "models.cls.simplfy"
-    assert str(err).endswith("deploy.toml:4: models.cls.simplfy: unknown key 'simplfy' (fix: did you mean 'simplify'? valid keys here: path, inputs, simplify)")
+    assert str(err).endswith(
+        "deploy.toml:4: models.cls.simplfy: unknown key 'simplfy' "
+        "(fix: did you mean 'simplify'? valid keys here: path, inputs, simplify)"
+    )
     assert "simplify" in err.fix
 
 
@@ -198,8 +201,10 @@ def test_per_build_validation_overrides_the_defaults(tmp_path):
 def test_a_float_and_an_int8_build_of_one_model_and_target_each_keep_their_overrides(tmp_path):
     """The int8 build's override used to be ignored when the float build came first in the recipe."""
     text = GOOD.replace('targets = ["host"]', 'targets = ["host"]\n[builds.validation.gates]\nmin_cosine = 0.9999')
-    text += ('\n[quantization.int8]\n\n[[builds]]\nmodel = "cls"\ntargets = ["host"]\nquantization = "int8"\n'
-             '[builds.validation.gates]\nmin_cosine = 0.99\n')
+    text += (
+        '\n[quantization.int8]\n\n[[builds]]\nmodel = "cls"\ntargets = ["host"]\nquantization = "int8"\n'
+        "[builds.validation.gates]\nmin_cosine = 0.99\n"
+    )
     recipe = load_recipe(write(tmp_path, text))
     assert recipe.validation_for(recipe.build_spec("cls", "host")).gates.min_cosine == 0.9999
     assert recipe.validation_for(recipe.build_spec("cls", "host", "int8")).gates.min_cosine == 0.99
@@ -207,8 +212,10 @@ def test_a_float_and_an_int8_build_of_one_model_and_target_each_keep_their_overr
 
 def test_false_turns_a_recipe_wide_gate_off_for_one_build_and_the_others_keep_it(tmp_path):
     text = GOOD + "\n[validation.gates]\nmin_sqnr_db = 60\nmin_cosine = 0.9999\n"
-    text += ('\n[quantization.int8]\n\n[[builds]]\nmodel = "cls"\ntargets = ["host"]\nquantization = "int8"\n'
-             '[builds.validation.gates]\nmin_sqnr_db = false\nmin_cosine = 0.99\n')
+    text += (
+        '\n[quantization.int8]\n\n[[builds]]\nmodel = "cls"\ntargets = ["host"]\nquantization = "int8"\n'
+        "[builds.validation.gates]\nmin_sqnr_db = false\nmin_cosine = 0.99\n"
+    )
     recipe = load_recipe(write(tmp_path, text))
     int8 = recipe.validation_for(recipe.build_spec("cls", "host", "int8")).gates
     fp32 = recipe.validation_for(recipe.build_spec("cls", "host")).gates
@@ -242,11 +249,16 @@ def test_a_build_searches_a_declared_section_from_its_quantization(tmp_path):
     assert "declare [search.fast]" in err.fix
     err = error_of(tmp_path, GOOD + 'search = "fast"\n[search.fast]\nobjective = "p99"\n')
     assert err.field == "builds[0].search" and 'add quantization = "NAME"' in err.fix
-    err = error_of(tmp_path, GOOD + 'quantization = "q"\nsearch = "fast"\n[quantization.q]\n[search.fast]\n'
-                                    'precisions = ["int4"]\n')
+    err = error_of(
+        tmp_path, GOOD + 'quantization = "q"\nsearch = "fast"\n[quantization.q]\n[search.fast]\nprecisions = ["int4"]\n'
+    )
     assert err.field == "search.fast.precisions[0]" and err.line == 18
-    recipe = load_recipe(write(tmp_path, GOOD + 'quantization = "q"\nsearch = "fast"\n[quantization.q]\n'
-                                                '[search.fast]\nmax_candidates = 12\n'))
+    recipe = load_recipe(
+        write(
+            tmp_path,
+            GOOD + 'quantization = "q"\nsearch = "fast"\n[quantization.q]\n[search.fast]\nmax_candidates = 12\n',
+        )
+    )
     assert recipe.spec.search["fast"].max_candidates == 12 and recipe.spec.builds[0].search == "fast"
 
 
@@ -278,8 +290,10 @@ def test_every_shipped_validation_preset_loads_into_a_recipe(tmp_path, preset):
 def test_a_quantized_builds_golden_inputs_may_not_be_its_calibration_samples(tmp_path):
     (tmp_path / "lines").mkdir()
     text = GOOD.replace('targets = ["host"]', 'targets = ["host"]\nquantization = "int8"')
-    text += ('\n[quantization.int8]\ncalibration = { source = "images", path = "lines" }\n'
-             '\n[validation]\ngolden = { source = "images", path = "lines/" }\n')
+    text += (
+        '\n[quantization.int8]\ncalibration = { source = "images", path = "lines" }\n'
+        '\n[validation]\ngolden = { source = "images", path = "lines/" }\n'
+    )
     err = error_of(tmp_path, text)
     assert err.field == "validation.golden.path" and err.line == 20
     assert err.message == "the golden inputs of cls+int8 are its calibration samples ('lines/')"
@@ -300,8 +314,12 @@ def test_a_recipe_read_back_from_its_snapshot_plans_exactly_what_validation_plan
     plans = [build_plan(r, lambda table: table) for r in (validated, snapped)]
     assert plans[0] == plans[1]
     for build in validated.spec.builds:
-        assert validated.validation_for(build).model_dump() == snapped.validation_for(
-            snapped.build_spec(build.model, build.targets[0], build.quantization)).model_dump()
+        assert (
+            validated.validation_for(build).model_dump()
+            == snapped.validation_for(
+                snapped.build_spec(build.model, build.targets[0], build.quantization)
+            ).model_dump()
+        )
 
 
 def test_an_edited_recipe_is_validated_again_and_its_mistakes_still_reported(tmp_path):
@@ -343,12 +361,23 @@ def test_a_recipe_that_is_not_utf8_is_a_recipe_error(tmp_path):
     assert info.value.message == "not UTF-8 text (byte 0)" and info.value.fix == "save the recipe as UTF-8 TOML"
 
 
-@pytest.mark.parametrize("rpc, field, message", [
-    ('{ tracker = "localhost", key = "rpi4" }', "targets.host.rpc.tracker", "expected the tracker as host:port"),
-    ('{ tracker = "127.0.0.1:9190" }', "targets.host.rpc", "expected a table with the device's key"),
-    ('{ tracker = "127.0.0.1:9190", key = "rpi4", timeout = 0 }', "targets.host.rpc.timeout", "expected seconds > 0"),
-    ('{ tracker = "127.0.0.1:9190", key = "rpi4", board = 1 }', "targets.host.rpc.board", "unknown rpc option 'board'"),
-])
+@pytest.mark.parametrize(
+    "rpc, field, message",
+    [
+        ('{ tracker = "localhost", key = "rpi4" }', "targets.host.rpc.tracker", "expected the tracker as host:port"),
+        ('{ tracker = "127.0.0.1:9190" }', "targets.host.rpc", "expected a table with the device's key"),
+        (
+            '{ tracker = "127.0.0.1:9190", key = "rpi4", timeout = 0 }',
+            "targets.host.rpc.timeout",
+            "expected seconds > 0",
+        ),
+        (
+            '{ tracker = "127.0.0.1:9190", key = "rpi4", board = 1 }',
+            "targets.host.rpc.board",
+            "unknown rpc option 'board'",
+        ),
+    ],
+)
 def test_a_device_over_rpc_is_checked_where_it_is_written(tmp_path, rpc, field, message):
     err = error_of(tmp_path, GOOD.replace("num-cores = 2", f"num-cores = 2\nrpc = {rpc}"))
     assert err.field == field and message in err.message and err.line == 10
@@ -360,5 +389,8 @@ def test_the_tracker_may_come_from_the_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("MODELBUILD_RPC_TRACKER", "ci-farm:9190")
     from modelbuild.recipe.targets import device_of
 
-    assert device_of(load_recipe(write(tmp_path, text)).spec.targets["host"]) == \
-        {"tracker": "ci-farm:9190", "key": "rpi4", "timeout": 60}
+    assert device_of(load_recipe(write(tmp_path, text)).spec.targets["host"]) == {
+        "tracker": "ci-farm:9190",
+        "key": "rpi4",
+        "timeout": 60,
+    }

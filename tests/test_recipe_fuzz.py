@@ -11,15 +11,50 @@ from hypothesis import strategies as st
 from modelbuild.errors import RecipeError
 from modelbuild.recipe import load_recipe
 
-KEYS = ["models", "targets", "builds", "validation", "tuning", "quantization", "include", "path", "inputs",
-        "shape", "dtype", "kind", "mcpu", "num-cores", "model", "golden", "gates", "min_cosine", "x", "cls",
-        "host", "source", "count", "scheme", "calibration", "quantization", "enabled", "timing", "cache", "remote",
-        "mode"]
-scalars = st.one_of(st.integers(-3, 300), st.floats(allow_nan=False, width=32), st.booleans(),
-                    st.sampled_from(["m.onnx", "llvm", "host", "float32", "int8", "cls", "x", "", "images", "*"]))
-values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
-                                                       st.dictionaries(st.sampled_from(KEYS), inner, max_size=4)),
-                      max_leaves=12)
+KEYS = [
+    "models",
+    "targets",
+    "builds",
+    "validation",
+    "tuning",
+    "quantization",
+    "include",
+    "path",
+    "inputs",
+    "shape",
+    "dtype",
+    "kind",
+    "mcpu",
+    "num-cores",
+    "model",
+    "golden",
+    "gates",
+    "min_cosine",
+    "x",
+    "cls",
+    "host",
+    "source",
+    "count",
+    "scheme",
+    "calibration",
+    "quantization",
+    "enabled",
+    "timing",
+    "cache",
+    "remote",
+    "mode",
+]
+scalars = st.one_of(
+    st.integers(-3, 300),
+    st.floats(allow_nan=False, width=32),
+    st.booleans(),
+    st.sampled_from(["m.onnx", "llvm", "host", "float32", "int8", "cls", "x", "", "images", "*"]),
+)
+values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.sampled_from(KEYS), inner, max_size=4)),
+    max_leaves=12,
+)
 tables = st.dictionaries(st.sampled_from(KEYS), values, max_size=6)
 
 
@@ -83,7 +118,10 @@ targets = ["host"]
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.sampled_from(KEYS), values, st.sampled_from(["", "[models.cls]\n", "[targets.host]\n", "[[builds]]\n",
-                                                       "[validation]\n", "[quantization.q]\n"]))
+@given(
+    st.sampled_from(KEYS),
+    values,
+    st.sampled_from(["", "[models.cls]\n", "[targets.host]\n", "[[builds]]\n", "[validation]\n", "[quantization.q]\n"]),
+)
 def test_a_good_recipe_with_one_random_line_added_loads_or_raises_a_recipe_error(tmp_path, key, value, table):
     load(tmp_path, GOOD + "\n" + table + f"{_key(key)} = {_inline(value)}\n")

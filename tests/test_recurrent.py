@@ -18,16 +18,25 @@ LENGTHS = np.array([5, 2, 4], np.int32)  # the second and third samples stop ear
 def recurrent_model(op: str, direction: str, variant: str) -> tuple[onnx.ModelProto, dict]:
     """One LSTM / GRU node with random weights; `variant` picks the attributes and optional inputs."""
     # layout1 is clip's model batch-first: the same weights, so one checks the other (onnxruntime has no layout 1)
-    rng = np.random.default_rng(["plain", "initial", "lengths", "full_lengths", "clip", "peephole", "relu"].index(
-        "clip" if variant == "layout1" else variant))
+    rng = np.random.default_rng(
+        ["plain", "initial", "lengths", "full_lengths", "clip", "peephole", "relu"].index(
+            "clip" if variant == "layout1" else variant
+        )
+    )
     dirs, gates = (2 if direction == "bidirectional" else 1), {"LSTM": 4, "GRU": 3, "RNN": 1}[op]
     layout = 1 if variant == "layout1" else 0
     x_shape = [STEPS, BATCH, FEATURES] if layout == 0 else [BATCH, STEPS, FEATURES]
     state_shape = [dirs, BATCH, HIDDEN] if layout == 0 else [BATCH, dirs, HIDDEN]
-    weights = {"W": (dirs, gates * HIDDEN, FEATURES), "R": (dirs, gates * HIDDEN, HIDDEN), "B": (dirs, 2 * gates * HIDDEN)}
+    weights = {
+        "W": (dirs, gates * HIDDEN, FEATURES),
+        "R": (dirs, gates * HIDDEN, HIDDEN),
+        "B": (dirs, 2 * gates * HIDDEN),
+    }
     if op == "LSTM" and variant == "peephole":
         weights["P"] = (dirs, 3 * HIDDEN)
-    initializers = [numpy_helper.from_array((rng.standard_normal(s) * 0.5).astype(np.float32), n) for n, s in weights.items()]
+    initializers = [
+        numpy_helper.from_array((rng.standard_normal(s) * 0.5).astype(np.float32), n) for n, s in weights.items()
+    ]
     graph_inputs = [helper.make_tensor_value_info("X", TensorProto.FLOAT, x_shape)]
     feed = {"X": rng.standard_normal(x_shape).astype(np.float32)}
     inputs = ["X", "W", "R", "B", "", "", "", ""]
@@ -52,12 +61,19 @@ def recurrent_model(op: str, direction: str, variant: str) -> tuple[onnx.ModelPr
     if variant == "peephole" and op == "GRU":
         attributes["linear_before_reset"] = 1
     if variant == "relu":
-        attributes["activations"] = {"LSTM": ["Sigmoid", "Relu", "Tanh"], "GRU": ["Sigmoid", "Relu"], "RNN": ["Relu"]}[op] * dirs
+        attributes["activations"] = {"LSTM": ["Sigmoid", "Relu", "Tanh"], "GRU": ["Sigmoid", "Relu"], "RNN": ["Relu"]}[
+            op
+        ] * dirs
     used = inputs[: max(i for i, name in enumerate(inputs) if name) + 1]
     outputs = ["Y", "Y_h", "Y_c"][: 3 if op == "LSTM" else 2]
     node = helper.make_node(op, used, outputs, name="rnn", **attributes)
-    graph = helper.make_graph([node], "rnn", graph_inputs, [helper.make_tensor_value_info(n, TensorProto.FLOAT, None)
-                                                            for n in outputs], initializer=initializers)
+    graph = helper.make_graph(
+        [node],
+        "rnn",
+        graph_inputs,
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs],
+        initializer=initializers,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
     model.ir_version = 8
     return model, feed
@@ -102,9 +118,12 @@ def test_each_step_takes_one_matmul_for_every_gate_and_the_inputs_one_for_all_st
 
 
 def test_a_model_without_recurrent_layers_is_returned_as_it_is():
-    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+    )
     model = helper.make_model(graph)
     assert recurrent.decompose(model) is model
 
@@ -112,6 +131,9 @@ def test_a_model_without_recurrent_layers_is_returned_as_it_is():
 def test_an_activation_it_cannot_unroll_is_named():
     model, _ = recurrent_model("GRU", "forward", "plain")
     model.graph.node[0].attribute.append(helper.make_attribute("activations", ["HardSigmoid", "Tanh"]))
-    with pytest.raises(StageError, match=r"operator GRU \(node 'rnn'\): activation HardSigmoid is not one modelbuild "
-                                         r"unrolls \(Relu, Sigmoid, Tanh\)"):
+    with pytest.raises(
+        StageError,
+        match=r"operator GRU \(node 'rnn'\): activation HardSigmoid is not one modelbuild "
+        r"unrolls \(Relu, Sigmoid, Tanh\)",
+    ):
         recurrent.decompose(model)

@@ -47,7 +47,9 @@ def test_a_pre_quantized_models_reference_is_its_exact_integer_result(tmp_path):
     constants = {t.name: onnx.numpy_helper.to_array(t).astype(np.int64) for t in model.graph.initializer}
     x = np.full((1, *INTEGER_OPS["MatMulInteger"][0]), 255, np.uint8)
     got = _run_onnxruntime(tmp_path / "m.onnx", {"x": x}, {}, {})["y"]
-    assert np.array_equal(got[0], (x[0].astype(np.int64) - constants["x_zero"]) @ (constants["w"] - constants["w_zero"]))
+    assert np.array_equal(
+        got[0], (x[0].astype(np.int64) - constants["x_zero"]) @ (constants["w"] - constants["w_zero"])
+    )
 
 
 def test_weights_stored_beside_the_model_are_read_where_they_are_int8_only(tmp_path):
@@ -61,7 +63,9 @@ def test_weights_stored_beside_the_model_are_read_where_they_are_int8_only(tmp_p
     onnx.save(quantized, str(tmp_path / "q.onnx"), save_as_external_data=True, location="q.data", size_threshold=0)
     x = np.full((1, *INTEGER_OPS["MatMulInteger"][0]), 255, np.uint8)
     got = _run_onnxruntime(tmp_path / "q.onnx", {"x": x}, {}, {})["y"]
-    assert np.array_equal(got[0], (x[0].astype(np.int64) - constants["x_zero"]) @ (constants["w"] - constants["w_zero"]))
+    assert np.array_equal(
+        got[0], (x[0].astype(np.int64) - constants["x_zero"]) @ (constants["w"] - constants["w_zero"])
+    )
     float_model = onnx.load(str(two_convs(tmp_path / "f.onnx", channels=8)))
     onnx.save(float_model, str(tmp_path / "f.onnx"), save_as_external_data=True, location="f.data", size_threshold=0)
     (tmp_path / "f.data").unlink()  # a float model's weights are not read: nothing there to rewrite

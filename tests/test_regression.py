@@ -26,20 +26,26 @@ def latencies(seed: int, scale: float = 1.0, runs: int = 200) -> list[float]:
 
 def flagged(gate: dict, now: list[float], base: list[float]) -> bool:
     spec = ValidationSpec.model_validate({"baseline": {"report": "b.json", **gate}})
-    result = evaluate(spec, Measured(ran=True, latency_ms=metrics.timing_summary(now)),
-                      {"latency_ms": metrics.timing_summary(base)})
+    result = evaluate(
+        spec, Measured(ran=True, latency_ms=metrics.timing_summary(now)), {"latency_ms": metrics.timing_summary(base)}
+    )
     return not result[0].passed
 
 
-@pytest.mark.parametrize("gate, shift, runs, seeds", [
-    ({"max_p50_increase": 0.05}, 1.10, 200, 50),
-    ({"min_throughput_ratio": 0.90}, 1.25, 200, 50),  # a mean: the stalls make it noisier than the median
-    # p99 sits among the stalls: seeing a 50% shift through them takes thousands of runs (1000 runs catch 84%)
-    pytest.param({"max_p99_increase": 0.10}, 1.50, 2000, 20, marks=pytest.mark.slow),
-])
+@pytest.mark.parametrize(
+    "gate, shift, runs, seeds",
+    [
+        ({"max_p50_increase": 0.05}, 1.10, 200, 50),
+        ({"min_throughput_ratio": 0.90}, 1.25, 200, 50),  # a mean: the stalls make it noisier than the median
+        # p99 sits among the stalls: seeing a 50% shift through them takes thousands of runs (1000 runs catch 84%)
+        pytest.param({"max_p99_increase": 0.10}, 1.50, 2000, 20, marks=pytest.mark.slow),
+    ],
+)
 def test_a_real_slowdown_is_caught_and_two_draws_of_one_distribution_are_not_flagged(gate, shift, runs, seeds):
-    pairs = [(latencies(2 * s, runs=runs), latencies(2 * s + 1, runs=runs), latencies(2 * s + 1, shift, runs))
-             for s in range(seeds)]
+    pairs = [
+        (latencies(2 * s, runs=runs), latencies(2 * s + 1, runs=runs), latencies(2 * s + 1, shift, runs))
+        for s in range(seeds)
+    ]
     caught = np.mean([flagged(gate, slower, base) for base, _, slower in pairs])
     noise = np.mean([flagged(gate, same, base) for base, same, _ in pairs])
     assert caught >= 0.95, f"caught {caught:.0%} of {shift - 1:.0%} slowdowns"
@@ -48,8 +54,12 @@ def test_a_real_slowdown_is_caught_and_two_draws_of_one_distribution_are_not_fla
 
 def test_comparing_point_estimates_instead_would_flag_the_noise():
     """Why the bootstrap: the same noise, judged by p99 alone against a 10% limit, trips often."""
-    trips = np.mean([metrics.timing_summary(latencies(2 * s + 1))["p99"] / metrics.timing_summary(latencies(2 * s))["p99"]
-                     > 1.10 for s in SEEDS])
+    trips = np.mean(
+        [
+            metrics.timing_summary(latencies(2 * s + 1))["p99"] / metrics.timing_summary(latencies(2 * s))["p99"] > 1.10
+            for s in SEEDS
+        ]
+    )
     assert trips > 0.2
 
 
@@ -57,8 +67,11 @@ def test_the_interval_holds_the_true_ratio_and_the_detail_says_the_verdict():
     c = change([x * 1000 for x in latencies(1, 1.2)], [x * 1000 for x in latencies(0)], "median")
     assert c.low < 1.2 < c.high and c.low < c.ratio < c.high
     spec = ValidationSpec.model_validate({"baseline": {"report": "b.json", "max_p50_increase": 0.10}})
-    noisy = evaluate(spec, Measured(ran=True, latency_ms=metrics.timing_summary(latencies(3, 1.1))),
-                     {"latency_ms": metrics.timing_summary(latencies(2))})[0]
+    noisy = evaluate(
+        spec,
+        Measured(ran=True, latency_ms=metrics.timing_summary(latencies(3, 1.1))),
+        {"latency_ms": metrics.timing_summary(latencies(2))},
+    )[0]
     assert noisy.passed and noisy.detail.endswith("within noise") and "95% interval +" in noisy.detail
 
 
@@ -73,8 +86,9 @@ def processes(seed: int, count: int, shift: float = 1.0) -> dict:
     """`count` timing runs as separate processes give them: each process at its own speed (lognormal, 8%), its
     runs with the noise of latencies(), merged as the validate stage merges timing.processes > 1."""
     speeds = np.random.default_rng(10_000 + seed).lognormal(0, 0.08, count)
-    blocks = [metrics.timing_summary([x * speed for x in latencies(seed * 100 + i, shift)])
-              for i, speed in enumerate(speeds)]
+    blocks = [
+        metrics.timing_summary([x * speed for x in latencies(seed * 100 + i, shift)]) for i, speed in enumerate(speeds)
+    ]
     return metrics.merge_blocks(blocks) if count > 1 else blocks[0]
 
 
@@ -126,5 +140,11 @@ def test_timed_together_a_15_percent_slowdown_is_caught_past_a_10_percent_limit_
 def test_paired_samples_must_line_up_run_for_run():
     now, base = together(0, 2)
     with pytest.raises(ValueError, match="same runs per process"):
-        change(now["samples_ms"], base["samples_ms"][:-1], "median", now_blocks=now["blocks"],
-               base_blocks=base["blocks"], paired=True)
+        change(
+            now["samples_ms"],
+            base["samples_ms"][:-1],
+            "median",
+            now_blocks=now["blocks"],
+            base_blocks=base["blocks"],
+            paired=True,
+        )

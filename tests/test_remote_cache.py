@@ -20,8 +20,11 @@ from tests.test_cli import run_cli
 def s3_server():
     """moto's S3 server in its own process on 127.0.0.1; yields its endpoint URL."""
     port = free_port()
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     wait_for_port(port, server)
     yield f"http://127.0.0.1:{port}"
     server.terminate()
@@ -31,8 +34,12 @@ def s3_server():
 @pytest.fixture
 def bucket(s3_server, monkeypatch):
     """A fresh bucket on the server, with the environment a CI job would set; yields the remote's URL."""
-    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                        "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": s3_server}.items():
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": s3_server,
+    }.items():
         monkeypatch.setenv(name, value)
     name = f"team-{uuid.uuid4().hex[:12]}"
     s3().mkdir(name)
@@ -52,11 +59,14 @@ def clone(root, tmp_path_factory):
 
 
 def statuses(out: str) -> dict[str, str]:
-    return {line.split()[1]: line.split()[0] for line in out.splitlines() if line.split()[:1] in (["built"], ["cached"])}
+    return {
+        line.split()[1]: line.split()[0] for line in out.splitlines() if line.split()[:1] in (["built"], ["cached"])
+    }
 
 
-def test_a_second_machine_builds_nothing_the_first_has_uploaded(fake_project, bucket, monkeypatch, capsys,
-                                                                tmp_path_factory):
+def test_a_second_machine_builds_nothing_the_first_has_uploaded(
+    fake_project, bucket, monkeypatch, capsys, tmp_path_factory
+):
     root, _ = fake_project
     monkeypatch.setenv("MODELBUILD_REMOTE_CACHE", bucket)
     code, out, err = run_cli(capsys, root, "build")
@@ -69,8 +79,9 @@ def test_a_second_machine_builds_nothing_the_first_has_uploaded(fake_project, bu
     assert len(keys) == 4
 
 
-def test_a_result_the_build_doubts_runs_again_though_a_read_only_team_cache_holds_it(fake_project, bucket, monkeypatch,
-                                                                                    capsys, tmp_path_factory):
+def test_a_result_the_build_doubts_runs_again_though_a_read_only_team_cache_holds_it(
+    fake_project, bucket, monkeypatch, capsys, tmp_path_factory
+):
     from modelbuild.engine.scheduler import Options
     from modelbuild.pipeline.project import open_project
 
@@ -82,13 +93,15 @@ def test_a_result_the_build_doubts_runs_again_though_a_read_only_team_cache_hold
     project = open_project(clone(root, tmp_path_factory) / "deploy.toml", cache_mode="read")
     run = project.run([], Options(), doubt=lambda node, result: "max_p99_ms" if node.id == "compile:a@cpu" else None)
     assert {node: r.status.value for node, r in run.results.items() if r.status.value == "built"} == {
-        "compile:a@cpu": "built"}
+        "compile:a@cpu": "built"
+    }
     assert [str(r) for r in run.results["compile:a@cpu"].reasons] == ["its cached result fails max_p99_ms: run again"]
     assert len(s3().glob(f"{bucket.removeprefix('s3://')}/actions/*/*.json")) == 4  # the team's cache as it was
 
 
-def test_a_tampered_remote_object_is_refused_and_its_stage_rebuilt(fake_project, bucket, monkeypatch, capsys,
-                                                                  tmp_path_factory):
+def test_a_tampered_remote_object_is_refused_and_its_stage_rebuilt(
+    fake_project, bucket, monkeypatch, capsys, tmp_path_factory
+):
     root, _ = fake_project
     monkeypatch.setenv("MODELBUILD_REMOTE_CACHE", bucket)
     run_cli(capsys, root, "build")
@@ -128,10 +141,14 @@ def test_entries_signed_with_another_key_are_rejected(fake_project, bucket, monk
 
 def test_an_unreachable_remote_is_said_once_and_the_build_goes_on_locally(fake_project, monkeypatch, capsys):
     root, _ = fake_project
-    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                        "AWS_DEFAULT_REGION": "us-east-1", "AWS_MAX_ATTEMPTS": "1",
-                        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{free_port()}",
-                        "MODELBUILD_REMOTE_CACHE": "s3://nowhere/cache"}.items():
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_MAX_ATTEMPTS": "1",
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{free_port()}",
+        "MODELBUILD_REMOTE_CACHE": "s3://nowhere/cache",
+    }.items():
         monkeypatch.setenv(name, value)
     code, out, err = run_cli(capsys, root, "build")
     assert code == 0 and set(statuses(out).values()) == {"built"}
@@ -147,8 +164,9 @@ def test_a_shared_folder_is_a_remote_by_the_same_code(fake_project, monkeypatch,
     assert code == 0 and set(statuses(out).values()) == {"cached"} and "4 results taken" in err
 
 
-def test_an_object_a_writer_left_half_written_is_replaced_by_the_next_writer(fake_project, monkeypatch, capsys,
-                                                                            tmp_path_factory):
+def test_an_object_a_writer_left_half_written_is_replaced_by_the_next_writer(
+    fake_project, monkeypatch, capsys, tmp_path_factory
+):
     root, _ = fake_project
     shared = tmp_path_factory.mktemp("shared")
     monkeypatch.setenv("MODELBUILD_REMOTE_CACHE", str(shared))
@@ -172,8 +190,9 @@ def test_a_bad_cache_mode_or_protocol_is_one_line_with_the_fix(fake_project, mon
     monkeypatch.setenv("MODELBUILD_CACHE_MODE", "sometimes")
     monkeypatch.setenv("MODELBUILD_REMOTE_CACHE", "s3://b/p")
     code, _, err = run_cli(capsys, root, "build")
-    assert code == 2 and err.strip() == ("error: MODELBUILD_CACHE_MODE='sometimes' is not a cache mode "
-                                         "(fix: one of read, readwrite, off)")
+    assert code == 2 and err.strip() == (
+        "error: MODELBUILD_CACHE_MODE='sometimes' is not a cache mode (fix: one of read, readwrite, off)"
+    )
     monkeypatch.delenv("MODELBUILD_CACHE_MODE")
     monkeypatch.setenv("MODELBUILD_REMOTE_CACHE", "nosuch://b/p")
     code, _, err = run_cli(capsys, root, "build")
@@ -181,5 +200,7 @@ def test_a_bad_cache_mode_or_protocol_is_one_line_with_the_fix(fake_project, mon
 
 
 def test_credentials_in_a_url_never_reach_a_message():
-    assert redact("remote cache https://alice:s3cr3t@cache.example/p unavailable") == \
-        "remote cache https://***@cache.example/p unavailable"
+    assert (
+        redact("remote cache https://alice:s3cr3t@cache.example/p unavailable")
+        == "remote cache https://***@cache.example/p unavailable"
+    )

@@ -24,8 +24,14 @@ def test_a_scaling_curve_measured_under_noise_draws_no_conclusion():
     noisy = scaling_summary([1, 2], [0.8, 0.83], [0.05, 1.06])
     steady = scaling_summary([1, 2], [0.8, 0.45], [0.03, 0.04])
     assert noisy["noisy"] and not steady["noisy"]
-    build = BuildReport("m@x86", validation=Validation(ran=True), peak_rss_bytes=410_500_000, cold_ms=3.0,
-                        latency_ms=timing_summary([0.0008] * 20), scaling=noisy)
+    build = BuildReport(
+        "m@x86",
+        validation=Validation(ran=True),
+        peak_rss_bytes=410_500_000,
+        cold_ms=3.0,
+        latency_ms=timing_summary([0.0008] * 20),
+        scaling=noisy,
+    )
     text = "\n".join(_details(build))
     assert "measured under noise (CV up to 106% at one thread count), so no conclusion" in text
     assert "Amdahl" not in text
@@ -35,11 +41,31 @@ def test_a_scaling_curve_measured_under_noise_draws_no_conclusion():
 
 
 def test_a_kernel_above_the_roof_is_said_to_run_from_cache_not_at_150_percent():
-    roofline = {"peak_flops_per_s": 1e11, "peak_bytes_per_s": 1e10, "ridge_flops_per_byte": 10.0,
-                "kernels": [{"kernel": "k1", "calls": 1, "flops_per_s": 5e9, "bytes_per_s": 1.5e10, "intensity": 0.3,
-                             "bound": "memory", "roof_fraction": 1.5},
-                            {"kernel": "k2", "calls": 1, "flops_per_s": 5e10, "bytes_per_s": 1e9, "intensity": 50,
-                             "bound": "compute", "roof_fraction": 0.5}]}
+    roofline = {
+        "peak_flops_per_s": 1e11,
+        "peak_bytes_per_s": 1e10,
+        "ridge_flops_per_byte": 10.0,
+        "kernels": [
+            {
+                "kernel": "k1",
+                "calls": 1,
+                "flops_per_s": 5e9,
+                "bytes_per_s": 1.5e10,
+                "intensity": 0.3,
+                "bound": "memory",
+                "roof_fraction": 1.5,
+            },
+            {
+                "kernel": "k2",
+                "calls": 1,
+                "flops_per_s": 5e10,
+                "bytes_per_s": 1e9,
+                "intensity": 50,
+                "bound": "compute",
+                "roof_fraction": 0.5,
+            },
+        ],
+    }
     text = "\n".join(_roofline(roofline))
     assert "| above (data in cache) |" in text and "| 50% |" in text and "150%" not in text
 
@@ -47,10 +73,19 @@ def test_a_kernel_above_the_roof_is_said_to_run_from_cache_not_at_150_percent():
 def test_each_quantized_build_is_labelled_by_what_its_kernels_compute_in():
     assert _precision(QuantizationSpec()) == "A8W8 (int8)"
     assert _precision(QuantizationSpec(int16_nodes=["*"])) == "A16W8 (int16 activations, int8 weights)"
-    assert _precision(QuantizationSpec(int16_nodes=["conv_1"], int16_most_sensitive=2)) == \
-        "A8W8 (int8), up to 3 layers with int16 inputs"
-    summary = {"precision": "A16W8 (int16 activations, int8 weights)", "scheme": "symmetric", "per_channel": True,
-               "calibration": {"method": "minmax", "samples": 8}, "weight_bytes_fp32": 4000,
-               "weight_bytes_int8": 1000, "weight_ratio": 4.0, "warnings": []}
+    assert (
+        _precision(QuantizationSpec(int16_nodes=["conv_1"], int16_most_sensitive=2))
+        == "A8W8 (int8), up to 3 layers with int16 inputs"
+    )
+    summary = {
+        "precision": "A16W8 (int16 activations, int8 weights)",
+        "scheme": "symmetric",
+        "per_channel": True,
+        "calibration": {"method": "minmax", "samples": 8},
+        "weight_bytes_fp32": 4000,
+        "weight_bytes_int8": 1000,
+        "weight_ratio": 4.0,
+        "warnings": [],
+    }
     text = "\n".join(_quantization(BuildReport("m+int16@x86", quantization=summary)))
     assert text.strip().startswith("A16W8 (int16 activations, int8 weights) (symmetric, per-channel weights")

@@ -23,8 +23,13 @@ def resized(*, as_constant_nodes: bool = False, scales_name: str = "scales") -> 
         else:
             inits.append(numpy_helper.from_array(empty, name))
     nodes.append(helper.make_node("Resize", ["x", "roi", scales_name, "sizes"], ["y"], name="up", mode="linear"))
-    graph = helper.make_graph(nodes, "resize", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 3, 5])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, SIZES)], initializer=inits)
+    graph = helper.make_graph(
+        nodes,
+        "resize",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 3, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, SIZES)],
+        initializer=inits,
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
 
 
@@ -74,17 +79,28 @@ def one_resize(scales=None, sizes=None, **attributes) -> onnx.ModelProto:
     inits += [numpy_helper.from_array(np.array(sizes, np.int64), "sizes")] if sizes else []
     inputs = ["x", "", "scales" if scales else "", *(["sizes"] if sizes else [])]
     node = helper.make_node("Resize", inputs, ["y"], name="up", mode="linear", **attributes)
-    graph = helper.make_graph([node], "resize", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 8, 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=inits)
+    graph = helper.make_graph(
+        [node],
+        "resize",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=inits,
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
 
 
-@pytest.mark.parametrize("model, words", [
-    (one_resize(scales=[1, 1, 0.5, 0.5], antialias=1), "downscales with antialias = 1"),
-    (one_resize(sizes=[1, 2, 4, 4], antialias=1), "downscales with antialias = 1 (or by sizes, which may)"),
-    (one_resize(sizes=[4, 4], axes=[2, 3]), "gives scales or sizes for axes [2, 3] alone"),
-    (one_resize(sizes=[1, 2, 16, 12], keep_aspect_ratio_policy="not_larger"), "keeps its aspect ratio (not_larger)"),
-])
+@pytest.mark.parametrize(
+    "model, words",
+    [
+        (one_resize(scales=[1, 1, 0.5, 0.5], antialias=1), "downscales with antialias = 1"),
+        (one_resize(sizes=[1, 2, 4, 4], antialias=1), "downscales with antialias = 1 (or by sizes, which may)"),
+        (one_resize(sizes=[4, 4], axes=[2, 3]), "gives scales or sizes for axes [2, 3] alone"),
+        (
+            one_resize(sizes=[1, 2, 16, 12], keep_aspect_ratio_policy="not_larger"),
+            "keeps its aspect ratio (not_larger)",
+        ),
+    ],
+)
 def test_a_resize_tvm_would_get_wrong_is_refused_naming_the_node_and_the_fix(model, words):
     reason = resize_inputs.unsupported(model)
     assert reason.startswith("Resize node 'up' ") and words in reason and "(fix: " in reason
@@ -101,17 +117,20 @@ def test_the_import_stage_refuses_a_downscale_with_antialias_rather_than_compute
     from modelbuild.stages import onnx_import
 
     with pytest.raises(StageError, match="Resize node 'up' downscales with antialias = 1"):
-        onnx_import.to_relax(one_resize(scales=[1, 1, 0.5, 0.5], antialias=1),
-                             {"x": {"shape": [1, 2, 8, 8], "dtype": "float32"}})
+        onnx_import.to_relax(
+            one_resize(scales=[1, 1, 0.5, 0.5], antialias=1), {"x": {"shape": [1, 2, 8, 8], "dtype": "float32"}}
+        )
 
 
 def resize_of(side: int, scales, mode="half_pixel") -> onnx.ModelProto:
     inits = [numpy_helper.from_array(np.array(scales, np.float32), "scales")]
-    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], name="up", mode="linear",
-                            coordinate_transformation_mode=mode)
+    node = helper.make_node(
+        "Resize", ["x", "", "scales"], ["y"], name="up", mode="linear", coordinate_transformation_mode=mode
+    )
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 6, side])
-    graph = helper.make_graph([node], "resize", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-                              initializer=inits)
+    graph = helper.make_graph(
+        [node], "resize", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=inits
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
 
 
@@ -122,7 +141,9 @@ def test_a_scale_whose_product_with_the_side_is_not_whole_is_refused():
     assert "(fix: give the Resize sizes" in reason
 
 
-@pytest.mark.parametrize("side, scales, mode", [
-    (8, [1, 1, 0.5, 0.5], "half_pixel"), (7, [1, 1, 1.5, 1.5], "align_corners"), (7, [1, 1, 2, 3], "half_pixel")])
+@pytest.mark.parametrize(
+    "side, scales, mode",
+    [(8, [1, 1, 0.5, 0.5], "half_pixel"), (7, [1, 1, 1.5, 1.5], "align_corners"), (7, [1, 1, 2, 3], "half_pixel")],
+)
 def test_whole_products_and_modes_that_map_by_size_are_imported(side, scales, mode):
     assert resize_inputs.unsupported(resize_of(side, scales, mode)) is None

@@ -16,12 +16,23 @@ BOXES = np.sort(np.random.default_rng(0).uniform(0, 120, (10, 4)).astype(np.floa
 
 def pooled(opset: int = 16, **attributes) -> onnx.ModelProto:
     """x [1, 8, 32, 32] -> RoiAlign over ten boxes (a constant) of image 0 -> [10, 8, 4, 4]."""
-    node = helper.make_node("RoiAlign", ["x", "boxes", "batch"], ["y"], name="pool", output_height=4,
-                            output_width=4, sampling_ratio=2, **attributes)
-    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE)],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-                              initializer=[numpy_helper.from_array(BOXES, "boxes"),
-                                           numpy_helper.from_array(np.zeros(10, np.int64), "batch")])
+    node = helper.make_node(
+        "RoiAlign",
+        ["x", "boxes", "batch"],
+        ["y"],
+        name="pool",
+        output_height=4,
+        output_width=4,
+        sampling_ratio=2,
+        **attributes,
+    )
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=[numpy_helper.from_array(BOXES, "boxes"), numpy_helper.from_array(np.zeros(10, np.int64), "batch")],
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
 
@@ -41,8 +52,11 @@ def test_a_half_pixel_roi_align_reads_its_boxes_shifted_by_half_a_pixel_less_hal
 LEGACY = {"spatial_scale": 0.25, "coordinate_transformation_mode": "output_half_pixel"}
 
 
-@pytest.mark.parametrize("opset, attributes", [(16, {}), (16, LEGACY), (10, {"spatial_scale": 0.25})],
-                         ids=["scale-1", "output-half-pixel", "opset-10"])
+@pytest.mark.parametrize(
+    "opset, attributes",
+    [(16, {}), (16, LEGACY), (10, {"spatial_scale": 0.25})],
+    ids=["scale-1", "output-half-pixel", "opset-10"],
+)
 def test_roi_aligns_tvm_computes_right_are_left_as_they_are(opset, attributes):
     model = pooled(opset, **attributes)
     assert roi_align.offsets_where_tvm_scales_them(model) is model

@@ -42,7 +42,7 @@ def test_the_bundled_model_gets_placeholders_for_its_dynamic_dims_that_the_loade
 
 def test_a_dynamic_batch_dimension_alone_gets_one_placeholder(tmp_path, capsys):
     conv_relu(tmp_path / "net.onnx")
-    text = (tmp_path / "deploy.toml")
+    text = tmp_path / "deploy.toml"
     init(capsys, tmp_path, tmp_path / "net.onnx", "--target", "rpi4")
     written = text.read_text()
     assert 'inputs.x = { shape = [1, 3, 0, 0], dtype = "float32" }' in written
@@ -87,8 +87,10 @@ def test_a_gpu_recipe_loads_as_written(tmp_path, capsys):
 
 def test_the_kind_follows_the_outputs():
     scores = Signature(inputs={}, outputs={"p": {"shape": ["N", 1000], "dtype": "float32"}})
-    maps = Signature(inputs={}, outputs={"p": {"shape": [1, 1000], "dtype": "float32"},
-                                         "boxes": {"shape": [1, 100, 4], "dtype": "float32"}})
+    maps = Signature(
+        inputs={},
+        outputs={"p": {"shape": [1, 1000], "dtype": "float32"}, "boxes": {"shape": [1, 100, 4], "dtype": "float32"}},
+    )
     assert (model_kind(scores), model_kind(maps)) == ("classifier", "detector")
     assert "min_top1_agreement" not in write_recipe(model_path="m.onnx", signature=maps)
     embedding = Signature(inputs={}, outputs={"p": {"shape": [1, 2048], "dtype": "float32", "features": True}})
@@ -124,8 +126,10 @@ def test_names_as_exporters_write_them_are_quoted_keys_the_loader_reads_back(tmp
 @pytest.mark.tvm
 def test_a_static_model_builds_and_validates_from_its_written_recipe_with_no_edits(tmp_path):
     two_in_two_out(tmp_path / "two.onnx", names=EXPORTED)
-    run = lambda *a: subprocess.run([sys.executable, "-m", "modelbuild", *a], cwd=tmp_path, capture_output=True,
-                                    text=True)
+
+    def run(*a):
+        return subprocess.run([sys.executable, "-m", "modelbuild", *a], cwd=tmp_path, capture_output=True, text=True)
+
     assert run("init", "two.onnx").returncode == 0
     proc = run()
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -151,9 +155,13 @@ def test_a_float16_model_gets_gates_of_float16s_precision(tmp_path, capsys, keep
 
 def test_a_byte_input_draws_its_data_from_every_value_a_byte_holds():
     """A uint8 input is most often an image: random golden data of 0 to 9 exercises a sliver of it."""
-    signature = Signature(inputs={"image_tensor:0": {"shape": [1, 32, 32, 3], "dtype": "uint8"},
-                                  "ids": {"shape": [1, 16], "dtype": "int64"}},
-                          outputs={"scores": {"shape": [1, 8], "dtype": "float32"}})
+    signature = Signature(
+        inputs={
+            "image_tensor:0": {"shape": [1, 32, 32, 3], "dtype": "uint8"},
+            "ids": {"shape": [1, 16], "dtype": "int64"},
+        },
+        outputs={"scores": {"shape": [1, 8], "dtype": "float32"}},
+    )
     text = write_recipe(model_path="m.onnx", signature=signature)
     assert 'inputs."image_tensor:0" = { shape = [1, 32, 32, 3], dtype = "uint8", range = [0, 256] }' in text
     assert 'inputs.ids = { shape = [1, 16], dtype = "int64" }' in text  # token ids: the vocabulary is the user's
@@ -201,8 +209,10 @@ def test_an_int8_recipe_from_init_builds_and_passes_its_gates_with_no_edits(tmp_
     from tests.onnx_models import conv_then_dense
 
     conv_then_dense(tmp_path / "net.onnx")
-    run = lambda *a: subprocess.run([sys.executable, "-m", "modelbuild", *a], cwd=tmp_path, capture_output=True,
-                                    text=True)
+
+    def run(*a):
+        return subprocess.run([sys.executable, "-m", "modelbuild", *a], cwd=tmp_path, capture_output=True, text=True)
+
     assert run("init", "net.onnx", "--int8").returncode == 0
     proc = run()
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -9,8 +9,7 @@ from tests.relax_graphs import build_module, scheduled_kernel
 
 pytestmark = pytest.mark.tvm
 
-COMBINE = {"update": lambda old, new: new, "add": np.add, "mul": np.multiply, "min": np.minimum,
-           "max": np.maximum}
+COMBINE = {"update": lambda old, new: new, "add": np.add, "mul": np.multiply, "min": np.minimum, "max": np.maximum}
 
 
 def reference(data, indices, updates, reduction):

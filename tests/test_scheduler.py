@@ -8,8 +8,8 @@ import shutil
 import time
 
 from modelbuild.engine.events import Status
-from modelbuild.pipeline.project import open_project
 from modelbuild.engine.scheduler import Options
+from modelbuild.pipeline.project import open_project
 from tests.conftest import write_fake_model
 
 
@@ -307,7 +307,8 @@ def test_changing_only_the_arm_targets_mcpu_rebuilds_only_that_target(tmp_path, 
             '[targets.x86]\nkind = "llvm"\nmcpu = "skylake"\n\n'
             f'[targets.pi]\nkind = "llvm"\nmtriple = "aarch64-linux-gnu"\nmcpu = "{mcpu}"\n'
             'rpc = { tracker = "127.0.0.1:9190", key = "rpi4" }\n\n'
-            '[validation]\nenabled = false\n\n[[builds]]\nmodel = "a"\ntargets = ["x86", "pi"]\n')
+            '[validation]\nenabled = false\n\n[[builds]]\nmodel = "a"\ntargets = ["x86", "pi"]\n'
+        )
 
     write("cortex-a72")
     assert ran(build(tmp_path)[1]) == {"import:a", "compile:a@x86", "compile:a@pi"}

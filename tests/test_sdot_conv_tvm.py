@@ -12,10 +12,14 @@ from tests.test_vnni_conv_tvm import GEOMETRIES, GEOMETRY_IDS, build, case, outp
 
 pytestmark = pytest.mark.tvm
 
-DOTPROD = {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "neoverse-n1", "mattr": ["+neon", "+dotprod"],
-           "num-cores": 4}
-NO_DOTPROD = {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a72", "mattr": ["+neon"],
-              "num-cores": 4}
+DOTPROD = {
+    "kind": "llvm",
+    "mtriple": "aarch64-linux-gnu",
+    "mcpu": "neoverse-n1",
+    "mattr": ["+neon", "+dotprod"],
+    "num-cores": 4,
+}
+NO_DOTPROD = {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a72", "mattr": ["+neon"], "num-cores": 4}
 
 
 def kernels_of(phases) -> list[str]:

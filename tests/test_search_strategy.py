@@ -4,12 +4,12 @@ candidate of the same space finds, in fewer candidates, and stop at its budget."
 from __future__ import annotations
 
 import itertools
-from dataclasses import replace
 import math
+from dataclasses import replace
 
 import pytest
 
-from modelbuild.search.strategy import Candidate, chosen, fewest_raised, frontier, Outcome, Settings, Space, walk, Walk
+from modelbuild.search.strategy import Candidate, Outcome, Settings, Space, Walk, chosen, fewest_raised, frontier, walk
 
 LAYERS = tuple(f"conv{i}" for i in range(12))
 NEAREST = Settings("nearest", "minmax", 32)
@@ -21,12 +21,20 @@ def model(needed: dict[tuple[str, Settings], int], *, int8_passes: frozenset[Set
     """An evaluate function: a candidate passes when it raises at least needed[(precision, settings)] layers
     of the ranking's head (never, where absent), or its settings are in `int8_passes`; its latency is 10 ms
     plus each raised layer's cost."""
+
     def evaluate(candidate: Candidate) -> Outcome:
         k = len(candidate.raised)
         passed = candidate.settings in int8_passes or (
-            k > 0 and k >= needed.get((candidate.precision, candidate.settings), math.inf))
-        return Outcome(passed, 10 + COST[candidate.precision] * k, margin=0.1 if passed else -1 + k / 100,
-                       accuracy=0.999 if passed else 0.98 + k / 1000, ranking=LAYERS)
+            k > 0 and k >= needed.get((candidate.precision, candidate.settings), math.inf)
+        )
+        return Outcome(
+            passed,
+            10 + COST[candidate.precision] * k,
+            margin=0.1 if passed else -1 + k / 100,
+            accuracy=0.999 if passed else 0.98 + k / 1000,
+            ranking=LAYERS,
+        )
+
     return evaluate
 
 
@@ -113,8 +121,12 @@ def test_the_fewest_raised_layers_below_a_cap():
 
 def test_equal_objectives_choose_fewer_raised_layers_and_the_frontier_drops_dominated_candidates():
     a, b, c, d = (Candidate(NEAREST, LAYERS[:k], "int16") for k in range(4))
-    trials = {a: Outcome(False, 10.0, -1, accuracy=0.95), b: Outcome(True, 11.0, 0.1, accuracy=0.995),
-              c: Outcome(True, 11.0, 0.2, accuracy=0.999), d: Outcome(True, 12.0, 0.1, accuracy=0.997)}
+    trials = {
+        a: Outcome(False, 10.0, -1, accuracy=0.95),
+        b: Outcome(True, 11.0, 0.1, accuracy=0.995),
+        c: Outcome(True, 11.0, 0.2, accuracy=0.999),
+        d: Outcome(True, 12.0, 0.1, accuracy=0.997),
+    }
     assert chosen(trials)[0] == b
     assert frontier(trials) == [a, c]  # b and d: c is as fast or faster and more accurate
 
@@ -151,8 +163,10 @@ def test_ratios_to_the_float_library_timed_beside_each_candidate_choose_where_ev
 
 def test_the_frontier_compares_paired_ratios_where_every_candidate_has_one():
     nearest, gptq = Candidate(NEAREST), Candidate(GPTQ)
-    trials = {nearest: Outcome(True, 8.0, 0.1, accuracy=0.995, vs_float=0.46),
-              gptq: Outcome(True, 9.0, 0.1, accuracy=0.996, vs_float=0.40)}
+    trials = {
+        nearest: Outcome(True, 8.0, 0.1, accuracy=0.995, vs_float=0.46),
+        gptq: Outcome(True, 9.0, 0.1, accuracy=0.996, vs_float=0.40),
+    }
     assert frontier(trials) == [gptq]  # faster beside the float library, and more accurate
     unpaired = {c: replace(o, vs_float=None) for c, o in trials.items()}
     assert frontier(unpaired) == [nearest, gptq]

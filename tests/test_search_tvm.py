@@ -58,8 +58,9 @@ search = "fastest"
 def write(root, *, sections: str = "", builds: str = SEARCHED, include: list[str] = ()) -> None:
     root.mkdir(exist_ok=True)
     onnx.save(spread_inside(root / "net.onnx"), str(root / "net.onnx"))
-    (root / "deploy.toml").write_text(textwrap.dedent(RECIPE.format(
-        include=json.dumps(list(include)), sections=sections, builds=builds)))
+    (root / "deploy.toml").write_text(
+        textwrap.dedent(RECIPE.format(include=json.dumps(list(include)), sections=sections, builds=builds))
+    )
 
 
 def test_search_raises_only_the_sensitive_layer_as_a_sweep_of_every_subset_would(tmp_path, capsys):
@@ -72,7 +73,9 @@ def test_search_raises_only_the_sensitive_layer_as_a_sweep_of_every_subset_would
     rejected = result["candidates"][0]
     assert rejected["raised"] == [] and "min_cosine" in rejected["rejected_because"]
     searched = len(result["candidates"])
-    reports = {b["name"]: b for b in json.loads((tmp_path / "build/search/net+int8@cpu/report.json").read_text())["builds"]}
+    reports = {
+        b["name"]: b for b in json.loads((tmp_path / "build/search/net+int8@cpu/report.json").read_text())["builds"]
+    }
     ranked = ["sensitivity" in reports[f"net+{c['section']}@cpu"]["quantization"] for c in result["candidates"]]
     assert ranked == [True] + [False] * (searched - 1)  # only the first candidate's ranking is read
     assert all(c["stages_run"] > 0 for c in result["candidates"])
@@ -82,11 +85,14 @@ def test_search_raises_only_the_sensitive_layer_as_a_sweep_of_every_subset_would
 
     # the sweep: every subset of the two layers in int16, built as a user would write them
     subsets = [list(s) for k in range(3) for s in itertools.combinations(["depthwise", "pointwise"], k)]
-    sections = "".join(f'\n[quantization.s{i}]\nsmoothing = false\nbias_correction = false\n'
-                       f'calibration = {{ samples = 4 }}\nint16_nodes = {json.dumps(s)}\n'
-                       for i, s in enumerate(subsets))
-    builds = "".join(f'\n[[builds]]\nmodel = "net"\ntargets = ["cpu"]\nquantization = "s{i}"\n'
-                     for i in range(len(subsets)))
+    sections = "".join(
+        f"\n[quantization.s{i}]\nsmoothing = false\nbias_correction = false\n"
+        f"calibration = {{ samples = 4 }}\nint16_nodes = {json.dumps(s)}\n"
+        for i, s in enumerate(subsets)
+    )
+    builds = "".join(
+        f'\n[[builds]]\nmodel = "net"\ntargets = ["cpu"]\nquantization = "s{i}"\n' for i in range(len(subsets))
+    )
     write(tmp_path, sections=sections, builds=builds)
     main(["build", "-f", str(tmp_path / "deploy.toml"), "--keep-going", "--json"])
     capsys.readouterr()
@@ -101,19 +107,26 @@ def test_search_raises_only_the_sensitive_layer_as_a_sweep_of_every_subset_would
     fresh = tmp_path / "fresh"
     fresh.mkdir()
     shutil.copy(snippet, fresh / "searched.toml")
-    write(fresh, include=["searched.toml"],
-          builds='\n[[builds]]\nmodel = "net"\ntargets = ["cpu"]\nquantization = "int8-searched"\n')
+    write(
+        fresh,
+        include=["searched.toml"],
+        builds='\n[[builds]]\nmodel = "net"\ntargets = ["cpu"]\nquantization = "int8-searched"\n',
+    )
     assert main(["build", "-f", str(fresh / "deploy.toml"), "--json"]) == 0
     capsys.readouterr()
     library = tmp_path / f"build/search/net+int8@cpu/net+{result['chosen']}/cpu/model.so"
     assert (fresh / "build/net+int8-searched/cpu/model.so").read_bytes() == library.read_bytes()
-    assert "int16_nodes = [\"pointwise\"]" in snippet.read_text()
+    assert 'int16_nodes = ["pointwise"]' in snippet.read_text()
 
 
 def test_a_search_whose_quantization_does_not_build_stops_with_that_error(tmp_path, capsys):
     write(tmp_path)
     recipe = tmp_path / "deploy.toml"
-    recipe.write_text(recipe.read_text().replace("bias_correction = false\n", 'bias_correction = false\nexclude_nodes = ["nope"]\n', 1))
+    recipe.write_text(
+        recipe.read_text().replace(
+            "bias_correction = false\n", 'bias_correction = false\nexclude_nodes = ["nope"]\n', 1
+        )
+    )
     code = main(["search", "net+int8@cpu", "-f", str(recipe)])
     out, err = capsys.readouterr()
     assert code == 3 and len(err.strip().splitlines()) == 1

@@ -5,16 +5,17 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from modelbuild.recipe.schema import QuantizationSpec
 from modelbuild.quantization import activations, sensitivity
+from modelbuild.recipe.schema import QuantizationSpec
 from modelbuild.stages.quantize import quantized
 from tests.onnx_models import spread_inside
 
 CHANNELS = 8  # spread_inside's default
 
 
-SAMPLES = [{"x": np.random.default_rng(seed).standard_normal((1, CHANNELS, 16, 16)).astype(np.float32)}
-           for seed in range(4)]
+SAMPLES = [
+    {"x": np.random.default_rng(seed).standard_normal((1, CHANNELS, 16, 16)).astype(np.float32)} for seed in range(4)
+]
 
 
 def quantize(model):
@@ -67,8 +68,10 @@ def test_a_layer_alone_is_measured_after_its_own_bias_correction_as_the_whole_mo
     result = quantize(spread_inside(tmp_path / "m.onnx"))
 
     def errors(corrected: bool) -> dict:
-        return {r["node"]: r["error_power"]
-                for r in sensitivity.layer_shares(result.qdq, result.prepared, SAMPLES, corrected=corrected)["layers"]}
+        return {
+            r["node"]: r["error_power"]
+            for r in sensitivity.layer_shares(result.qdq, result.prepared, SAMPLES, corrected=corrected)["layers"]
+        }
 
     plain, corrected = errors(False), errors(True)
     # the pooled output shows each layer's mean error, which the bias takes out
@@ -84,8 +87,12 @@ def test_measured_on_its_data_alone_a_layer_leaves_out_its_weights_error(tmp_pat
     assert dequantized_inputs(alone, "depthwise") == [0]
 
     def error_power(kept_inputs) -> dict:
-        return {r["node"]: r["error_power"] for r in sensitivity.layer_shares(
-            result.qdq, result.prepared, SAMPLES, corrected=False, kept_inputs=kept_inputs)["layers"]}
+        return {
+            r["node"]: r["error_power"]
+            for r in sensitivity.layer_shares(
+                result.qdq, result.prepared, SAMPLES, corrected=False, kept_inputs=kept_inputs
+            )["layers"]
+        }
 
     both, data = error_power(sensitivity.DATA_AND_WEIGHTS), error_power(sensitivity.DATA)
     assert data["depthwise"] < 0.1 * both["depthwise"]
@@ -96,8 +103,12 @@ def test_an_output_a_softmax_makes_is_measured_before_it(tmp_path):
     """Probabilities weigh each sample's error by p (1 - p): a few near-ties would decide the ranking."""
     model = spread_inside(tmp_path / "m.onnx")
     graph = model.graph
-    graph.node.extend([onnx.helper.make_node("Flatten", ["y"], ["logits"], name="flatten"),
-                       onnx.helper.make_node("Softmax", ["logits"], ["probabilities"], name="softmax")])
+    graph.node.extend(
+        [
+            onnx.helper.make_node("Flatten", ["y"], ["logits"], name="flatten"),
+            onnx.helper.make_node("Softmax", ["logits"], ["probabilities"], name="softmax"),
+        ]
+    )
     del graph.output[:]
     graph.output.extend([onnx.helper.make_tensor_value_info("probabilities", onnx.TensorProto.FLOAT, [1, CHANNELS])])
     assert sensitivity.measured_outputs(model) == ["logits"]

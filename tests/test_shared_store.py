@@ -40,7 +40,9 @@ def paused_model(root: Path, acks: Path) -> None:
     write_fake_model(root / "a.json", ["conv", "relu"], progress=1, acks=str(acks))
 
 
-def test_two_builds_of_one_recipe_build_each_key_once_and_the_second_says_whom_it_waits_for(fake_project, tmp_path_factory):
+def test_two_builds_of_one_recipe_build_each_key_once_and_the_second_says_whom_it_waits_for(
+    fake_project, tmp_path_factory
+):
     root, _ = fake_project
     acks = tmp_path_factory.mktemp("acks")
     paused_model(root, acks)
@@ -55,9 +57,13 @@ def test_two_builds_of_one_recipe_build_each_key_once_and_the_second_says_whom_i
             waited.append(event)
             (acks / "step-1").touch()  # the first build may finish once the second is seen waiting
 
-    first = in_thread(lambda: runs.setdefault("first", open_project(root / "deploy.toml").run([], Options(), first_reporter)))
+    first = in_thread(
+        lambda: runs.setdefault("first", open_project(root / "deploy.toml").run([], Options(), first_reporter))
+    )
     assert first_running.wait(60)
-    second = in_thread(lambda: runs.setdefault("second", open_project(root / "deploy.toml").run([], Options(), second_reporter)))
+    second = in_thread(
+        lambda: runs.setdefault("second", open_project(root / "deploy.toml").run([], Options(), second_reporter))
+    )
     first.join(120), second.join(120)
     built = [(name, node) for name, run in runs.items() for node, r in run.results.items() if r.status is Status.BUILT]
     assert sorted(node for _, node in built) == ["compile:a@cpu", "compile:b@cpu", "import:a", "import:b"]
@@ -76,10 +82,12 @@ def exclusive(project, node_id: str):
 def letting_go_when_waited(lock, events: list):
     """A reporter that keeps every event and lets go of `lock`, which stands for another build's, once the
     build says it waits for it."""
+
     def reporter(event):
         events.append(event)
         if isinstance(event, NodeWaiting):
             lock.release()
+
     return reporter
 
 
@@ -94,8 +102,9 @@ def test_a_stage_that_times_waits_for_other_builds_stages_on_this_machine(fake_p
     other_build = timing_lock(exclusive=False)
     assert other_build.try_acquire()
     events = []
-    run = exclusive(open_project(root / "deploy.toml"), "import:a").run([], Options(jobs=2),
-                                                                        letting_go_when_waited(other_build, events))
+    run = exclusive(open_project(root / "deploy.toml"), "import:a").run(
+        [], Options(jobs=2), letting_go_when_waited(other_build, events)
+    )
     assert {r.status for r in run.results.values()} == {Status.BUILT}
     waited = [e for e in events if isinstance(e, NodeWaiting)]
     assert waited == [NodeWaiting("import:a", "", "timing")]
@@ -148,8 +157,14 @@ def test_clean_refuses_while_a_build_runs_and_works_after(fake_project, tmp_path
     acks = tmp_path_factory.mktemp("acks")
     paused_model(root, acks)
     running, runs = threading.Event(), {}
-    build = in_thread(lambda: runs.setdefault("run", open_project(root / "deploy.toml").run(
-        [], Options(), lambda e: isinstance(e, NodeProgress) and running.set())))
+    build = in_thread(
+        lambda: runs.setdefault(
+            "run",
+            open_project(root / "deploy.toml").run(
+                [], Options(), lambda e: isinstance(e, NodeProgress) and running.set()
+            ),
+        )
+    )
     assert running.wait(60)
     code, _, err = run_cli(capsys, root, "clean", "--all")
     assert code == 4 and err.strip().startswith("error: a build is running on the cache")
@@ -223,8 +238,13 @@ def test_ctrl_c_during_a_stage_ends_the_build_within_2_s_and_records_nothing(fak
     root, _ = fake_project
     acks, pidfile = tmp_path_factory.mktemp("acks"), root / "worker.pid"
     write_fake_model(root / "a.json", ["conv"], progress=1, acks=str(acks), pidfile=str(pidfile))
-    build = subprocess.Popen([sys.executable, "-c", INTERRUPTED_CLI, str(root / "deploy.toml")], cwd=REPO,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    build = subprocess.Popen(
+        [sys.executable, "-c", INTERRUPTED_CLI, str(root / "deploy.toml")],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         wait_until(lambda: pidfile.exists() and pidfile.read_text(), "the worker to start its stage")
         worker = int(pidfile.read_text())
@@ -237,8 +257,9 @@ def test_ctrl_c_during_a_stage_ends_the_build_within_2_s_and_records_nothing(fak
     finally:
         build.kill()
     assert build.returncode == 130, err
-    assert err.strip().splitlines()[-1] == ("error: interrupted while import:a ran: those stages were stopped and "
-                                            "nothing half-built was recorded")
+    assert err.strip().splitlines()[-1] == (
+        "error: interrupted while import:a ran: those stages were stopped and nothing half-built was recorded"
+    )
     wait_until(lambda: not alive(worker), "the stage's worker to end", timeout=2)
     assert not list((root / ".cache").glob("actions/*/*.json")) and not list((root / ".cache/tmp").iterdir())
 
@@ -269,8 +290,7 @@ def test_a_no_op_build_status_report_and_stats_work_on_a_read_only_cache_and_cha
 def test_six_concurrent_builds_of_one_recipe_all_finish_and_build_each_key_once(fake_project):
     root, _ = fake_project
     runs: list = []
-    threads = [in_thread(lambda: runs.append(open_project(root / "deploy.toml").run([], Options())))
-               for _ in range(6)]
+    threads = [in_thread(lambda: runs.append(open_project(root / "deploy.toml").run([], Options()))) for _ in range(6)]
     for thread in threads:
         thread.join(120)
     assert len(runs) == 6

@@ -6,8 +6,8 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from modelbuild.validation.metrics import sqnr_db
 from modelbuild.quantization import activations, smoothing
+from modelbuild.validation.metrics import sqnr_db
 from tests.onnx_models import quantized_without_and_with, uneven_channels, uneven_input
 
 SAMPLES = [uneven_input(seed) for seed in range(4)]
@@ -74,10 +74,12 @@ def test_grouped_convs_and_unseen_inputs_are_left_alone(tmp_path):
 def test_a_1d_conv_is_smoothed_with_a_divisor_of_its_own_rank():
     rng = np.random.default_rng(0)
     graph = helper.make_graph(
-        [helper.make_node("Conv", ["x", "w"], ["y"], name="conv1d", pads=[1, 1])], "conv1d",
+        [helper.make_node("Conv", ["x", "w"], ["y"], name="conv1d", pads=[1, 1])],
+        "conv1d",
         [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4, 32])],
         [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 6, 32])],
-        initializer=[onnx.numpy_helper.from_array(rng.standard_normal((6, 4, 3)).astype(np.float32), "w")])
+        initializer=[onnx.numpy_helper.from_array(rng.standard_normal((6, 4, 3)).astype(np.float32), "w")],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     samples = [{"x": (rng.standard_normal((1, 4, 32)) * [[[1], [10], [100], [1000]]]).astype(np.float32)}]
     convs = smoothing.conv_inputs(model)
@@ -98,10 +100,12 @@ def sparse_channel_input(seed: int) -> dict:
 def test_a_channel_that_almost_never_fires_does_not_set_the_divided_tensors_range():
     rng = np.random.default_rng(0)
     graph = helper.make_graph(
-        [helper.make_node("Conv", ["x", "w"], ["y"], name="depthwise", pads=[1, 1, 1, 1], group=4)], "sparse",
+        [helper.make_node("Conv", ["x", "w"], ["y"], name="depthwise", pads=[1, 1, 1, 1], group=4)],
+        "sparse",
         [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4, 64, 64])],
         [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4, 64, 64])],
-        initializer=[onnx.numpy_helper.from_array(rng.standard_normal((4, 1, 3, 3)).astype(np.float32), "w")])
+        initializer=[onnx.numpy_helper.from_array(rng.standard_normal((4, 1, 3, 3)).astype(np.float32), "w")],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     samples = [sparse_channel_input(seed) for seed in range(4)]
     ranges = smoothing.channel_ranges(model, samples, ["x"])["x"]
@@ -112,6 +116,7 @@ def test_a_channel_that_almost_never_fires_does_not_set_the_divided_tensors_rang
     # range, and every other value rounded to 0 (SQNR about 0 dB)
     from modelbuild.recipe.schema import QuantizationSpec
     from modelbuild.stages.quantize import quantized
+
     qdq = quantized(model, samples, QuantizationSpec(bias_correction=False)).qdq
     held_out = sparse_channel_input(99)
     want, got = output(model, held_out)[0, :3], output(qdq, held_out)[0, :3]

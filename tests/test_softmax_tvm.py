@@ -21,9 +21,11 @@ def compiled(shape, body):
 
 
 @pytest.mark.tvm
-@pytest.mark.parametrize("shape", [(3, 1000), (2, 5, 256), (4, 100), (2, 40), (40, 18710), (2, 33)],
-                         ids=["tail-of-40", "no-tail", "one-vector-of-partials", "shortest", "recogniser-head",
-                              "tail-of-1"])
+@pytest.mark.parametrize(
+    "shape",
+    [(3, 1000), (2, 5, 256), (4, 100), (2, 40), (40, 18710), (2, 33)],
+    ids=["tail-of-40", "no-tail", "one-vector-of-partials", "shortest", "recogniser-head", "tail-of-1"],
+)
 def test_every_row_length_matches_float64_within_fast_exps_error(shape):
     import tvm
     from tvm import relax
@@ -71,8 +73,9 @@ def log_softmax_reference(x: np.ndarray, axis: int) -> np.ndarray:
 
 
 @pytest.mark.tvm
-@pytest.mark.parametrize("shape, axis", [((3, 1000), -1), ((4, 20), -1), ((50, 6), 0)],
-                         ids=["long-rows", "short-rows", "first-axis"])
+@pytest.mark.parametrize(
+    "shape, axis", [((3, 1000), -1), ((4, 20), -1), ((50, 6), 0)], ids=["long-rows", "short-rows", "first-axis"]
+)
 def test_log_softmax_calls_no_libm_per_element_and_matches_float64(shape, axis):
     """A CTC recogniser's LogSoftmax over its classes: TVM's legalisation called libm's exp per element (20x
     onnxruntime's time over [1024, 1000]). Long last-axis rows are this kernel's; others x - max - log(sum)
@@ -80,8 +83,9 @@ def test_log_softmax_calls_no_libm_per_element_and_matches_float64(shape, axis):
     import tvm
     from tvm import relax
 
-    script, run = scheduled_kernel(build_module(lambda bb, x: bb.emit(relax.op.nn.log_softmax(x, axis=axis)),
-                                                shape), "log_softmax", schedule=True)
+    script, run = scheduled_kernel(
+        build_module(lambda bb, x: bb.emit(relax.op.nn.log_softmax(x, axis=axis)), shape), "log_softmax", schedule=True
+    )
     assert "T.exp(" not in script
     assert (softmax.PARTIAL_MAX in script) == (shape == (3, 1000))
     x = np.random.default_rng(5).normal(0, 4, shape).astype("float32")

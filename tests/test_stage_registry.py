@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from modelbuild.engine.stage import Stage
-from modelbuild.sources import NOT_OUTPUT_SHAPING, imported_closure
 from modelbuild.pipeline.registry import STAGES
+from modelbuild.sources import NOT_OUTPUT_SHAPING, imported_closure
 
 
 def parsed_imports(module: str) -> set[str]:
@@ -25,8 +25,9 @@ def parsed_imports(module: str) -> set[str]:
             found.add(node.module)
             for alias in node.names:  # `from modelbuild.compiler import lowering` names a module
                 candidate = f"{node.module}.{alias.name}"
-                if importlib.util.find_spec(node.module).submodule_search_locations and \
-                        importlib.util.find_spec(candidate):
+                if importlib.util.find_spec(node.module).submodule_search_locations and importlib.util.find_spec(
+                    candidate
+                ):
                     found.add(candidate)
     packages = {m for m in found if importlib.util.find_spec(m).submodule_search_locations}
     return found - packages - NOT_OUTPUT_SHAPING
@@ -45,7 +46,9 @@ def parsed_closure(module: str) -> set[str]:
 @pytest.mark.parametrize("name", sorted(STAGES))
 def test_a_stages_code_is_every_module_its_entry_reaches(name):
     stage = STAGES[name]
-    assert set(stage.modules) == set().union(*(parsed_closure(m) for m in (stage.entry.split(":")[0], *stage.also_runs)))
+    assert set(stage.modules) == set().union(
+        *(parsed_closure(m) for m in (stage.entry.split(":")[0], *stage.also_runs))
+    )
 
 
 def test_validate_covers_the_measuring_script_it_runs_in_a_subprocess():
@@ -55,8 +58,12 @@ def test_validate_covers_the_measuring_script_it_runs_in_a_subprocess():
 
 def test_the_compile_stage_reaches_its_schedules_and_kernels():
     modules = STAGES["compile"].modules
-    assert {"modelbuild.compiler.default_schedule", "modelbuild.compiler.kernels.vnni_conv",
-            "modelbuild.compiler.kernels.vnni_depthwise", "modelbuild.compiler.conv_transpose"} <= set(modules)
+    assert {
+        "modelbuild.compiler.default_schedule",
+        "modelbuild.compiler.kernels.vnni_conv",
+        "modelbuild.compiler.kernels.vnni_depthwise",
+        "modelbuild.compiler.conv_transpose",
+    } <= set(modules)
     assert not any(m.startswith(("modelbuild.engine", "modelbuild.pipeline")) for m in modules)
 
 
@@ -71,9 +78,11 @@ def test_finding_a_stages_code_imports_none_of_it():
     import subprocess
     import sys
 
-    code = ("import sys; from modelbuild.pipeline.registry import STAGES; from modelbuild.sources import "
-            "source_digest; [source_digest(s.modules) for s in STAGES.values()]; "
-            "print(sorted({m.split('.')[0] for m in sys.modules} & {'numpy', 'tvm', 'onnx', 'onnxruntime'}), "
-            "sorted(m for m in sys.modules if m.startswith(('modelbuild.stages.', 'modelbuild.quantization.'))))")
+    code = (
+        "import sys; from modelbuild.pipeline.registry import STAGES; from modelbuild.sources import "
+        "source_digest; [source_digest(s.modules) for s in STAGES.values()]; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'numpy', 'tvm', 'onnx', 'onnxruntime'}), "
+        "sorted(m for m in sys.modules if m.startswith(('modelbuild.stages.', 'modelbuild.quantization.'))))"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert proc.stdout.strip() == "[] []"

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from modelbuild.engine.events import Status
-from modelbuild.pipeline.project import open_project
 from modelbuild.engine.scheduler import Options
+from modelbuild.pipeline.project import open_project
 from tests.conftest import REPO
 from tests.onnx_models import conv_relu, with_unsupported_op
 
@@ -94,8 +94,13 @@ def test_editing_only_a_models_external_data_rebuilds_it_computing_the_new_weigh
     import tvm
     from tvm import relax
 
-    onnx.save(onnx.load(str(tiny / "tiny.onnx")), str(tiny / "tiny.onnx"), save_as_external_data=True,
-              location="tiny.onnx.data", size_threshold=0)
+    onnx.save(
+        onnx.load(str(tiny / "tiny.onnx")),
+        str(tiny / "tiny.onnx"),
+        save_as_external_data=True,
+        location="tiny.onnx.data",
+        size_threshold=0,
+    )
     build(tiny)
     weights = np.fromfile(tiny / "tiny.onnx.data", dtype=np.float32)
     (-weights).tofile(tiny / "tiny.onnx.data")  # the .onnx keeps its bytes: it holds offsets, not values
@@ -128,13 +133,20 @@ def test_an_operator_tvm_lacks_is_named_with_its_node(tmp_path):
     assert not (tmp_path / ".cache/actions").exists()
 
 
-@pytest.mark.parametrize("edit, message", [
-    (("inputs.x", "inputs.image"), "the model has no input 'image'"),
-    (('dtype = "float32"', 'dtype = "int64"'), "input 'x' is float32 in the model, the recipe declares int64 "
-                                              '(fix: dtype = "float32")'),
-    (("shape = [1, 3, 8, 8]", "shape = [1, 3, 8]"), "input 'x' has rank 4 in the model, the recipe declares "
-                                                    "shape [1, 3, 8]"),
-])
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (("inputs.x", "inputs.image"), "the model has no input 'image'"),
+        (
+            ('dtype = "float32"', 'dtype = "int64"'),
+            "input 'x' is float32 in the model, the recipe declares int64 (fix: dtype = \"float32\")",
+        ),
+        (
+            ("shape = [1, 3, 8, 8]", "shape = [1, 3, 8]"),
+            "input 'x' has rank 4 in the model, the recipe declares shape [1, 3, 8]",
+        ),
+    ],
+)
 def test_a_recipe_the_model_contradicts_is_bad_input_reported_once(tiny, edit, message):
     recipe = (tiny / "deploy.toml").read_text().replace(*edit).replace("enabled = false", "enabled = true")
     (tiny / "deploy.toml").write_text(recipe)  # with validation: reference must not report it a second time
@@ -147,20 +159,28 @@ def test_a_recipe_the_model_contradicts_is_bad_input_reported_once(tiny, edit, m
 
 
 def _cli(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "modelbuild", *args], cwd=cwd, capture_output=True, text=True,
-                          env={**os.environ, "NO_COLOR": "1"})
+    return subprocess.run(
+        [sys.executable, "-m", "modelbuild", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
 
 
 # x86-and-rpi4.toml validates its Pi build on a device: tests/test_emulated_arm64_tvm.py builds it with one
-SHIPPED_HERE = ["deploy.toml", *sorted(p.name for p in (REPO / "recipes/examples").glob("*.toml")
-                                       if p.name != "x86-and-rpi4.toml")]
+SHIPPED_HERE = [
+    "deploy.toml",
+    *sorted(p.name for p in (REPO / "recipes/examples").glob("*.toml") if p.name != "x86-and-rpi4.toml"),
+]
 
 
 @pytest.mark.parametrize("recipe", SHIPPED_HERE)
 def test_the_recipes_the_project_ships_build(tmp_path, recipe, classifier_store):
     path = REPO / recipe if recipe == "deploy.toml" else REPO / "recipes/examples" / recipe
-    proc = _cli("-f", str(path), "--cache-dir", str(classifier_store), "--build-dir", str(tmp_path / "build"),
-                cwd=tmp_path)
+    proc = _cli(
+        "-f", str(path), "--cache-dir", str(classifier_store), "--build-dir", str(tmp_path / "build"), cwd=tmp_path
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads((tmp_path / "build/report.json").read_text())
     assert report["passed"] and all(b["passed"] for b in report["builds"])  # its own gates, on this machine
@@ -173,18 +193,37 @@ def test_the_recipes_the_project_ships_build(tmp_path, recipe, classifier_store)
         fusion, memory = b["fusion"], b["memory"]
         assert fusion["kernels"] < fusion["operators"] and fusion["traffic_ratio"] > 1
         assert memory["lower_bound_bytes"] <= memory["planned_bytes"] <= memory["naive_bytes"]
-        assert re.search(rf"^{re.escape(b['name'])}  ops {fusion['operators']} -> kernels {fusion['kernels']}  "
-                         r"traffic /[\d.]+  memory [\d.]+ [kM]B -> [\d.]+ [kM]B \(bound [\d.]+ [kM]B\)$",
-                         proc.stdout, re.M), proc.stdout
+        assert re.search(
+            rf"^{re.escape(b['name'])}  ops {fusion['operators']} -> kernels {fusion['kernels']}  "
+            r"traffic /[\d.]+  memory [\d.]+ [kM]B -> [\d.]+ [kM]B \(bound [\d.]+ [kM]B\)$",
+            proc.stdout,
+            re.M,
+        ), proc.stdout
     artifacts = [line.split(": ", 1)[1] for line in proc.stdout.splitlines() if line.startswith("artifact: ")]
     libraries = [a for a in artifacts if a.endswith((".so", ".tar"))]
     assert libraries and all((tmp_path / a).stat().st_size > 10_000 for a in libraries)
     # the no-op build, in a fresh process: everything cached, and none of the heavy libraries imported
-    noop = ("import sys; from modelbuild.cli import main; code = main(sys.argv[1:]); "
-            "print('heavy:', sorted({m.split('.')[0] for m in sys.modules} & {'numpy', 'tvm', 'onnx', 'onnxruntime', "
-            "'onnxslim', 'PIL', 'pydantic', 'rich'}))")
-    again = subprocess.run([sys.executable, "-c", noop, "-f", str(path), "--cache-dir", str(classifier_store),
-                            "--build-dir", str(tmp_path / "build")], cwd=tmp_path, capture_output=True, text=True)
+    noop = (
+        "import sys; from modelbuild.cli import main; code = main(sys.argv[1:]); "
+        "print('heavy:', sorted({m.split('.')[0] for m in sys.modules} & {'numpy', 'tvm', 'onnx', 'onnxruntime', "
+        "'onnxslim', 'PIL', 'pydantic', 'rich'}))"
+    )
+    again = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            noop,
+            "-f",
+            str(path),
+            "--cache-dir",
+            str(classifier_store),
+            "--build-dir",
+            str(tmp_path / "build"),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
     assert re.search(r"^0 built, \d+ cached, 0 failed$", again.stdout, re.M), again.stdout
     assert "heavy: []" in again.stdout
 
@@ -214,7 +253,8 @@ def test_a_cuda_target_builds_the_same_kind_of_library_with_or_without_a_gpu_and
     from modelbuild.recipe.gpus import local_gpus
 
     text = (tiny / "deploy.toml").read_text().replace('targets = ["cpu"]', 'targets = ["gpu"]').replace(
-        "enabled = false", "enabled = true") + '\n[targets.gpu]\nkind = "cuda"\narch = "sm_80"\n'
+        "enabled = false", "enabled = true"
+    ) + '\n[targets.gpu]\nkind = "cuda"\narch = "sm_80"\n'
     (tiny / "deploy.toml").write_text(text)
     assert main(["build", "-f", str(tiny / "deploy.toml")]) == 0  # not validated here passes by default
     report = json.loads((tiny / "build/report.json").read_text())["builds"][0]
@@ -252,8 +292,9 @@ def test_each_cuda_presets_kernels_compile_with_nvrtc_to_a_cubin_of_its_arch(tin
         monkeypatch.setenv(name, value)
     for preset, arch in (("cuda-sm80", 80), ("cuda-sm90", 90)):
         target = tomllib.loads((REPO / f"recipes/targets/{preset}.toml").read_text())["targets"][preset]
-        executable, _ = compile_stage._build(tvm.ir.load_json(ir), tvm.target.Target(target),
-                                             CompileOptions(fuse=True, opt_level=3, layout="auto"), None)
+        executable, _ = compile_stage._build(
+            tvm.ir.load_json(ir), tvm.target.Target(target), CompileOptions(fuse=True, opt_level=3, layout="auto"), None
+        )
         source = next(m for m in _modules(executable.mod) if m.kind == "cuda").inspect_source("cuda")
         assert 'extern "C" __global__' in source
         cubin = bytes(nvcc.compile_cuda(source, target_format="cubin", arch=target["arch"]))
@@ -283,8 +324,9 @@ def test_every_shipped_target_preset_builds_here_the_arm_ones_as_aarch64_objects
 
     presets = sorted((REPO / "recipes/targets").glob("*.toml"))
     names = [re.search(r"^\[targets\.([\w-]+)\]", p.read_text(), re.M).group(1) for p in presets]
-    text = (f"include = {json.dumps([str(p) for p in presets])}\n" + (tiny / "deploy.toml").read_text()
-            .replace("[targets.cpu]", "[targets.unused]").replace('targets = ["cpu"]', f"targets = {json.dumps(names)}"))
+    text = f"include = {json.dumps([str(p) for p in presets])}\n" + (tiny / "deploy.toml").read_text().replace(
+        "[targets.cpu]", "[targets.unused]"
+    ).replace('targets = ["cpu"]', f"targets = {json.dumps(names)}")
     (tiny / "deploy.toml").write_text(text)
     assert main(["build", "-f", str(tiny / "deploy.toml"), "-j", "2"]) == 0
     assert {"x86-avx2", "x86-avx512", "rpi4", "arm64-dotprod", "arm64-i8mm", "cuda-sm80", "cuda-sm90"} <= set(names)
@@ -305,8 +347,11 @@ def test_a_linker_that_fails_is_quoted_in_one_line_and_its_version_is_part_of_th
     from tests.test_targets import fake_compiler
 
     cc = fake_compiler(tiny / "cross-gcc", "cross-gcc 1.0", fails="cross-gcc: error: cannot find crt1.o")
-    text = (tiny / "deploy.toml").read_text().replace(
-        'mcpu = "host"', f'mtriple = "aarch64-linux-gnu"\nmcpu = "cortex-a72"\ncross-compiler = "{cc}"')
+    text = (
+        (tiny / "deploy.toml")
+        .read_text()
+        .replace('mcpu = "host"', f'mtriple = "aarch64-linux-gnu"\nmcpu = "cortex-a72"\ncross-compiler = "{cc}"')
+    )
     (tiny / "deploy.toml").write_text(text)
     assert main(["build", "-f", str(tiny / "deploy.toml")]) == 3
     assert f"linking model.so with {cc} failed: cross-gcc: error: cannot find crt1.o" in capsys.readouterr().out
@@ -315,15 +360,20 @@ def test_a_linker_that_fails_is_quoted_in_one_line_and_its_version_is_part_of_th
         fake_compiler(cc, version)
         plan = open_project(tiny / "deploy.toml").plan
         keys.append({n.id: n.params.get("linker") for n in plan.nodes.values()})
-    assert keys[0]["compile:tiny@cpu"]["version"] == "cross-gcc 1.0" and keys[1]["compile:tiny@cpu"]["version"] == "cross-gcc 2.0"
+    assert (
+        keys[0]["compile:tiny@cpu"]["version"] == "cross-gcc 1.0"
+        and keys[1]["compile:tiny@cpu"]["version"] == "cross-gcc 2.0"
+    )
     assert keys[0]["import:tiny"] is None
 
 
 def test_a_fully_cached_build_imports_neither_tvm_nor_onnxruntime(tiny):
     build(tiny)
-    code = ("import sys; from modelbuild.cli import main; rc = main(['-f', 'deploy.toml']); "
-            "heavy = [m for m in ('tvm', 'tvm_ffi', 'onnxruntime', 'onnx', 'onnxslim', 'numpy') if m in sys.modules]; "
-            "print('HEAVY', heavy); sys.exit(rc)")
+    code = (
+        "import sys; from modelbuild.cli import main; rc = main(['-f', 'deploy.toml']); "
+        "heavy = [m for m in ('tvm', 'tvm_ffi', 'onnxruntime', 'onnx', 'onnxslim', 'numpy') if m in sys.modules]; "
+        "print('HEAVY', heavy); sys.exit(rc)"
+    )
     proc = subprocess.run([sys.executable, "-c", code], cwd=tiny, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "0 built, 2 cached, 0 failed" in proc.stdout

@@ -10,45 +10,69 @@ AVX2_HOST = {"sse4_2", "avx", "avx2", "fma"}
 AVX512_HOST = AVX2_HOST | {"avx512f", "avx512bw", "avx512vnni"}
 
 
-@pytest.mark.parametrize("target, host, reason", [
-    ({"kind": "llvm", "mcpu": "cascadelake"}, AVX2_HOST,
-     "built for mcpu cascadelake (avx2, avx512f, avx512vnni); this CPU lacks avx512f, avx512vnni"),
-    ({"kind": "llvm", "mcpu": "cascadelake"}, AVX512_HOST, None),
-    ({"kind": "llvm", "mcpu": "haswell"}, AVX2_HOST, None),
-    ({"kind": "llvm", "mcpu": "skylake-avx512"}, AVX512_HOST - {"avx512vnni"}, None),  # no VNNI before Cascade Lake
-    ({"kind": "llvm", "mcpu": "x86-64", "mattr": ["+avx512f"]}, AVX2_HOST,
-     "built for mcpu x86-64 (avx512f); this CPU lacks avx512f"),
-    ({"kind": "llvm", "mcpu": "sapphirerapids"}, AVX512_HOST,  # an Ice Lake: no AMX tiles
-     "built for mcpu sapphirerapids (avx2, avx512f, avx512vnni, amxint8); this CPU lacks amxint8"),
-    ({"kind": "llvm", "mcpu": "sapphirerapids"}, AVX512_HOST | {"amx_tile", "amx_int8"}, None),
-    ({"kind": "llvm", "mcpu": "icelake-server", "mattr": ["+amx-int8"]}, AVX512_HOST,
-     "built for mcpu icelake-server (avx2, avx512f, avx512vnni, amxint8); this CPU lacks amxint8"),
-    ({"kind": "llvm", "mcpu": "sapphirerapids", "mattr": ["-amx-tile", "-amx-int8"]}, AVX512_HOST, None),
-    ({"kind": "llvm", "mcpu": "znver4", "mattr": ["-avx512f"]}, AVX2_HOST, None),  # a VM hiding AVX-512
-    ({"kind": "llvm", "mcpu": "znver4", "mattr": ["-avx2"]}, AVX2_HOST - {"avx2"}, None),
-    ({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a72"}, AVX512_HOST,
-     "built for aarch64-linux-gnu; this machine is not that architecture"),
-    ({"kind": "rocm"}, AVX512_HOST, "a rocm library needs that device; this machine runs llvm (CPU) libraries only"),
-])
+@pytest.mark.parametrize(
+    "target, host, reason",
+    [
+        (
+            {"kind": "llvm", "mcpu": "cascadelake"},
+            AVX2_HOST,
+            "built for mcpu cascadelake (avx2, avx512f, avx512vnni); this CPU lacks avx512f, avx512vnni",
+        ),
+        ({"kind": "llvm", "mcpu": "cascadelake"}, AVX512_HOST, None),
+        ({"kind": "llvm", "mcpu": "haswell"}, AVX2_HOST, None),
+        ({"kind": "llvm", "mcpu": "skylake-avx512"}, AVX512_HOST - {"avx512vnni"}, None),  # no VNNI before Cascade Lake
+        (
+            {"kind": "llvm", "mcpu": "x86-64", "mattr": ["+avx512f"]},
+            AVX2_HOST,
+            "built for mcpu x86-64 (avx512f); this CPU lacks avx512f",
+        ),
+        (
+            {"kind": "llvm", "mcpu": "sapphirerapids"},
+            AVX512_HOST,  # an Ice Lake: no AMX tiles
+            "built for mcpu sapphirerapids (avx2, avx512f, avx512vnni, amxint8); this CPU lacks amxint8",
+        ),
+        ({"kind": "llvm", "mcpu": "sapphirerapids"}, AVX512_HOST | {"amx_tile", "amx_int8"}, None),
+        (
+            {"kind": "llvm", "mcpu": "icelake-server", "mattr": ["+amx-int8"]},
+            AVX512_HOST,
+            "built for mcpu icelake-server (avx2, avx512f, avx512vnni, amxint8); this CPU lacks amxint8",
+        ),
+        ({"kind": "llvm", "mcpu": "sapphirerapids", "mattr": ["-amx-tile", "-amx-int8"]}, AVX512_HOST, None),
+        ({"kind": "llvm", "mcpu": "znver4", "mattr": ["-avx512f"]}, AVX2_HOST, None),  # a VM hiding AVX-512
+        ({"kind": "llvm", "mcpu": "znver4", "mattr": ["-avx2"]}, AVX2_HOST - {"avx2"}, None),
+        (
+            {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a72"},
+            AVX512_HOST,
+            "built for aarch64-linux-gnu; this machine is not that architecture",
+        ),
+        (
+            {"kind": "rocm"},
+            AVX512_HOST,
+            "a rocm library needs that device; this machine runs llvm (CPU) libraries only",
+        ),
+    ],
+)
 def test_a_library_runs_here_only_where_the_cpu_has_what_its_code_may_use(target, host, reason, monkeypatch):
     monkeypatch.setattr("modelbuild.recipe.targets.host_arch", lambda: "x86_64")
     assert why_not_run_here(target, {f.replace("_", "") for f in host}) == reason
 
 
-@pytest.mark.parametrize("cpu, flags, extensions", [
-    ("rocketlake", AVX512_HOST | {"amx_tile", "amx_int8", "amx_bf16"}, ["+amx-tile", "+amx-int8"]),  # a VM
-    ("sapphirerapids", AVX512_HOST | {"amx_tile", "amx_int8"}, []),  # the name implies them
-    ("rocketlake", AVX512_HOST | {"amx_tile"}, []),  # tiles without their int8 products
-    ("sapphirerapids", AVX512_HOST, ["-amx-tile", "-amx-int8"]),  # a Linux that lists and grants no tiles
-    ("icelake-server", AVX512_HOST, []),
-    ("znver4", AVX2_HOST, ["-avx512f"]),  # a Zen 4 VM whose hypervisor hides AVX-512: SIGILL without it
-    ("cascadelake", AVX512_HOST - {"avx512vnni"}, ["-avx512vnni"]),
-    ("haswell", AVX2_HOST - {"avx2"}, ["-avx2"]),
-    ("sapphirerapids", AVX2_HOST, ["-avx512f", "-amx-tile", "-amx-int8"]),
-    ("znver3", AVX2_HOST, []),
-])
-def test_host_takes_away_or_adds_the_extensions_its_name_misstates_by_what_the_cpu_runs_here(cpu, flags,
-                                                                                             extensions):
+@pytest.mark.parametrize(
+    "cpu, flags, extensions",
+    [
+        ("rocketlake", AVX512_HOST | {"amx_tile", "amx_int8", "amx_bf16"}, ["+amx-tile", "+amx-int8"]),  # a VM
+        ("sapphirerapids", AVX512_HOST | {"amx_tile", "amx_int8"}, []),  # the name implies them
+        ("rocketlake", AVX512_HOST | {"amx_tile"}, []),  # tiles without their int8 products
+        ("sapphirerapids", AVX512_HOST, ["-amx-tile", "-amx-int8"]),  # a Linux that lists and grants no tiles
+        ("icelake-server", AVX512_HOST, []),
+        ("znver4", AVX2_HOST, ["-avx512f"]),  # a Zen 4 VM whose hypervisor hides AVX-512: SIGILL without it
+        ("cascadelake", AVX512_HOST - {"avx512vnni"}, ["-avx512vnni"]),
+        ("haswell", AVX2_HOST - {"avx2"}, ["-avx2"]),
+        ("sapphirerapids", AVX2_HOST, ["-avx512f", "-amx-tile", "-amx-int8"]),
+        ("znver3", AVX2_HOST, []),
+    ],
+)
+def test_host_takes_away_or_adds_the_extensions_its_name_misstates_by_what_the_cpu_runs_here(cpu, flags, extensions):
     from modelbuild.recipe.targets import host_extensions
 
     assert host_extensions(cpu, {f.replace("_", "") for f in flags}) == extensions
@@ -85,8 +109,10 @@ def test_arm_targets_need_no_x86_extension():
 
 def fake_compiler(path, version: str, *, fails: str = ""):
     """An executable that answers --version and logs each call; with `fails`, it fails every link with that."""
-    path.write_text(f"#!/bin/sh\necho \"$@\" >> {path}.calls\n"
-                    + (f"echo '{fails}' >&2; exit 1\n" if fails else f"echo '{version}'\necho 'Copyright'\n"))
+    path.write_text(
+        f'#!/bin/sh\necho "$@" >> {path}.calls\n'
+        + (f"echo '{fails}' >&2; exit 1\n" if fails else f"echo '{version}'\necho 'Copyright'\n")
+    )
     path.chmod(0o755)
     return path
 
@@ -105,14 +131,18 @@ def test_the_linker_and_its_version_enter_the_resolved_target_and_are_asked_once
     assert resolve_target(table, tmp_path / "host-cpu.json")["linker"]["version"].endswith("13.1.0")
 
 
-def test_a_target_that_writes_object_files_has_no_linker_and_a_missing_one_is_the_environments_fault(tmp_path,
-                                                                                                      monkeypatch):
+def test_a_target_that_writes_object_files_has_no_linker_and_a_missing_one_is_the_environments_fault(
+    tmp_path, monkeypatch
+):
     from modelbuild.errors import EnvironmentFailure
     from modelbuild.recipe.targets import resolve_target
 
     monkeypatch.setenv("PATH", str(tmp_path / "nothing-here"))
     objects = {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a72"}
     assert "linker" not in resolve_target(objects, tmp_path / "host-cpu.json")
-    with pytest.raises(EnvironmentFailure, match=r"'aarch64-linux-gnu-gcc' is not on the path: install it "
-                                                 r"\(apt-get install gcc-aarch64-linux-gnu\)"):
+    with pytest.raises(
+        EnvironmentFailure,
+        match=r"'aarch64-linux-gnu-gcc' is not on the path: install it "
+        r"\(apt-get install gcc-aarch64-linux-gnu\)",
+    ):
         resolve_target({**objects, "cross-compiler": "aarch64-linux-gnu-gcc"}, tmp_path / "host-cpu.json")

@@ -9,8 +9,12 @@ import modelbuild
 
 pytestmark = pytest.mark.tvm
 
-TRIPLES = {"x86_64": "x86_64-linux-gnu", "aarch64": "aarch64-linux-gnu", "arm": "armv7a-linux-gnueabihf",
-           "riscv64": "riscv64-linux-gnu"}
+TRIPLES = {
+    "x86_64": "x86_64-linux-gnu",
+    "aarch64": "aarch64-linux-gnu",
+    "arm": "armv7a-linux-gnueabihf",
+    "riscv64": "riscv64-linux-gnu",
+}
 
 
 def test_llvm_cpus_json_lists_what_this_tvms_llvm_accepts():

@@ -86,11 +86,15 @@ def test_an_onnx_topk_with_ties_matches_onnxruntime():
     from modelbuild.stages import onnx_import
 
     graph = helper.make_graph(
-        [helper.make_node("TopK", ["x", "k"], ["values", "indices"], axis=1, largest=1)], "top_k",
+        [helper.make_node("TopK", ["x", "k"], ["values", "indices"], axis=1, largest=1)],
+        "top_k",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 400])],
-        [helper.make_tensor_value_info("values", TensorProto.FLOAT, None),
-         helper.make_tensor_value_info("indices", TensorProto.INT64, None)],
-        initializer=[numpy_helper.from_array(np.array([50], np.int64), "k")])
+        [
+            helper.make_tensor_value_info("values", TensorProto.FLOAT, None),
+            helper.make_tensor_value_info("indices", TensorProto.INT64, None),
+        ],
+        initializer=[numpy_helper.from_array(np.array([50], np.int64), "k")],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
     model.ir_version = 10
     x = np.round(np.random.default_rng(4).standard_normal((2, 400)), 1).astype(np.float32)  # many equal values

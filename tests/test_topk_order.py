@@ -11,11 +11,15 @@ from modelbuild.frontend import topk_order
 
 def unsorted_topk(path, k=10):
     graph = helper.make_graph(
-        [helper.make_node("TopK", ["x", "k"], ["values", "indices"], axis=-1, sorted=0)], "g",
+        [helper.make_node("TopK", ["x", "k"], ["values", "indices"], axis=-1, sorted=0)],
+        "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1000])],
-        [helper.make_tensor_value_info("values", TensorProto.FLOAT, [1, k]),
-         helper.make_tensor_value_info("indices", TensorProto.INT64, [1, k])],
-        initializer=[numpy_helper.from_array(np.array([k], np.int64), "k")])
+        [
+            helper.make_tensor_value_info("values", TensorProto.FLOAT, [1, k]),
+            helper.make_tensor_value_info("indices", TensorProto.INT64, [1, k]),
+        ],
+        initializer=[numpy_helper.from_array(np.array([k], np.int64), "k")],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
     model.ir_version = 10
     onnx.save(model, str(path))

@@ -20,8 +20,9 @@ def transposed(shape, perm, plus=None):
     return scheduled_kernel(build_module(body, shape), "transpose", schedule=True)
 
 
-@pytest.mark.parametrize("shape, perm", [((1, 64, 32, 48), [0, 2, 3, 1]), ((2, 48, 32), [0, 2, 1])],
-                         ids=["nchw-to-nhwc", "matrices"])
+@pytest.mark.parametrize(
+    "shape, perm", [((1, 64, 32, 48), [0, 2, 3, 1]), ((2, 48, 32), [0, 2, 1])], ids=["nchw-to-nhwc", "matrices"]
+)
 def test_a_transpose_of_the_innermost_axis_is_copied_in_tiles_and_exact(shape, perm):
     """NCHW -> NHWC of 64 x 128 x 128 gathered each vector from 16 rows 64 KB apart: 1.44 ms, 3.9x
     onnxruntime's time; in 16 x 16 tiles through a local buffer 0.19 ms."""
@@ -43,8 +44,11 @@ def test_a_fused_consumer_reads_the_other_operand_along_its_rows():
     np.testing.assert_array_equal(run(tvm.runtime.tensor(x)).numpy(), x.transpose(0, 2, 3, 1) + other)
 
 
-@pytest.mark.parametrize("shape, perm", [((1, 3, 32, 32), [0, 2, 3, 1]), ((1, 8, 12, 64), [0, 2, 1, 3])],
-                         ids=["three-channels", "innermost-kept"])
+@pytest.mark.parametrize(
+    "shape, perm",
+    [((1, 3, 32, 32), [0, 2, 3, 1]), ((1, 8, 12, 64), [0, 2, 1, 3])],
+    ids=["three-channels", "innermost-kept"],
+)
 def test_no_tiles_where_the_axes_make_no_whole_tiles_or_the_innermost_axis_stays(shape, perm):
     """An RGB image to NHWC (3 channels: no whole tile) and attention's head transpose (rows of 64 stay rows)
     are vectorised as before."""

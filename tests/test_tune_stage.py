@@ -7,10 +7,13 @@ from modelbuild.stages.tune import _best_records, _deficits, _heaviest
 
 
 def data():
-    return {"target": {"kind": "llvm"}, "trials": {}, "defaults": {},
-            "workloads": [["a", "ma"], ["b", "mb"]],
-            "records": [[0, ["ta1", [3.0e-6]]], [0, ["ta2", [1.0e-6]]], [1, ["tb1", [5.0e-6]]],
-                        [1, ["tb-failed", [1e10]]]]}
+    return {
+        "target": {"kind": "llvm"},
+        "trials": {},
+        "defaults": {},
+        "workloads": [["a", "ma"], ["b", "mb"]],
+        "records": [[0, ["ta1", [3.0e-6]]], [0, ["ta2", [1.0e-6]]], [1, ["tb1", [5.0e-6]]], [1, ["tb-failed", [1e10]]]],
+    }
 
 
 def test_the_fastest_record_is_applied_only_where_it_beats_the_default_schedule():
@@ -29,7 +32,10 @@ def test_deficits_continue_from_the_trials_already_measured_and_respect_the_cap(
     tuning = TuningSpec(trials_per_task=8)
     every = {0, 1, 2}
     assert _deficits(["a", "b", "c"], {"a": 8, "b": 3}, tuning, every) == {1: 5, 2: 8}
-    assert _deficits(["a", "b", "c"], {"a": 8, "b": 3}, TuningSpec(trials_per_task=8, max_trials=6), every) == {1: 5, 2: 1}
+    assert _deficits(["a", "b", "c"], {"a": 8, "b": 3}, TuningSpec(trials_per_task=8, max_trials=6), every) == {
+        1: 5,
+        2: 1,
+    }
     assert _deficits(["a"], {}, TuningSpec(trials_per_task=0), {0}) == {}
     assert _deficits(["a", "b", "c"], {"a": 8, "b": 3}, tuning, {0, 2}) == {2: 8}  # b is not chosen
 

@@ -11,14 +11,20 @@ TARGET = {"kind": "llvm", "mcpu": "skylake", "num-cores": 2}
 
 
 def database(workloads, records, trials=None, target=TARGET, defaults=None):
-    return {"target": target, "workloads": [[h, f"module-{h}"] for h in workloads],
-            "records": records, "trials": trials or {}, "defaults": defaults or {}}
+    return {
+        "target": target,
+        "workloads": [[h, f"module-{h}"] for h in workloads],
+        "records": records,
+        "trials": trials or {},
+        "defaults": defaults or {},
+    }
 
 
 def test_merge_reindexes_records_and_drops_duplicates():
     mine = database(["a"], [[0, ["trace-a1", [1.0]]]], {"a": 4})
-    theirs = database(["b", "a"], [[0, ["trace-b1", [2.0]]], [1, ["trace-a1", [1.0]]], [1, ["trace-a2", [0.5]]]],
-                      {"a": 2, "b": 8})
+    theirs = database(
+        ["b", "a"], [[0, ["trace-b1", [2.0]]], [1, ["trace-a1", [1.0]]], [1, ["trace-a2", [0.5]]]], {"a": 2, "b": 8}
+    )
     merged = tuning_db.merge(mine, theirs)
     assert [w[0] for w in merged["workloads"]] == ["a", "b"]
     by_workload = sorted((merged["workloads"][i][0], r[0]) for i, r in merged["records"])
@@ -57,15 +63,22 @@ def test_importing_something_else_is_refused(tmp_path):
 
 def test_default_schedule_times_travel_with_the_records_and_local_ones_win():
     here = database(["a"], [], defaults={"a": {"modelbuild": "0.1.0", "seconds": 1.0}})
-    there = database(["a", "b"], [], defaults={"a": {"modelbuild": "0.1.0", "seconds": 9.0},
-                                              "b": {"modelbuild": "0.1.0", "seconds": 2.0}})
+    there = database(
+        ["a", "b"],
+        [],
+        defaults={"a": {"modelbuild": "0.1.0", "seconds": 9.0}, "b": {"modelbuild": "0.1.0", "seconds": 2.0}},
+    )
     merged = tuning_db.merge(here, there)
     assert merged["defaults"]["a"]["seconds"] == 1.0 and merged["defaults"]["b"]["seconds"] == 2.0
 
 
 def test_an_export_leaves_out_workloads_without_records_but_keeps_their_counts_and_default_times(tmp_path):
-    data = database(["a", "b", "c"], [[2, ["tc", [1.0]]], [0, ["ta", [2.0]]]], {"a": 8, "b": 8, "c": 8},
-                    defaults={"b": {"modelbuild": "0.1.0", "seconds": 3.0}})
+    data = database(
+        ["a", "b", "c"],
+        [[2, ["tc", [1.0]]], [0, ["ta", [2.0]]]],
+        {"a": 8, "b": 8, "c": 8},
+        defaults={"b": {"modelbuild": "0.1.0", "seconds": 3.0}},
+    )
     tuning_db.write(tuning_db.folder_for(tmp_path, TARGET), data)
     exported = tuning_db.export_all(tmp_path)["databases"][0]
     assert [w[0] for w in exported["workloads"]] == ["a", "c"]

@@ -58,8 +58,13 @@ layout = "NCHW"
 
 
 def write(root, trials=2, second=False, records="", strategy="evolutionary"):
-    text = RECIPE.format(trials=trials, second=SECOND if second else "", second_build=SECOND_BUILD if second else "",
-                         records=records, strategy=strategy)
+    text = RECIPE.format(
+        trials=trials,
+        second=SECOND if second else "",
+        second_build=SECOND_BUILD if second else "",
+        records=records,
+        strategy=strategy,
+    )
     (root / "deploy.toml").write_text(textwrap.dedent(text))
 
 
@@ -129,7 +134,8 @@ def test_tuning_is_paid_once_continues_when_raised_and_is_shared_by_workload(roo
 
 
 def test_exported_records_let_a_fresh_clone_build_with_zero_trials_and_leave_no_temporary_files(
-        root, tmp_path_factory, stage_tmpdir, capsys):
+    root, tmp_path_factory, stage_tmpdir, capsys
+):
     write(root, strategy="replay-trace")  # the records travel whatever searched for them; this one is 3x cheaper
     build(root, capsys)
     assert main(["tune", "export", str(root / "tuning/records.json"), "-f", str(root / "deploy.toml")]) == 0
@@ -159,22 +165,26 @@ def in_a_fresh_process(code: str) -> None:
 def test_tensor_intrinsics_import_registers_them_and_restores_inspect():
     """MetaSchedule's CPU intrinsics are registered, the GPU ones deferred until read, and inspect.getmodule is
     TVM's and Python's own again afterwards."""
-    in_a_fresh_process("import inspect; original = inspect.getmodule\n"
-                       "from modelbuild.stages.tune import import_tensor_intrinsics\n"
-                       "import_tensor_intrinsics('llvm')\n"
-                       "from tvm.s_tir import TensorIntrin\n"
-                       "assert TensorIntrin.get('dot_16x4_vnni') is not None\n"
-                       # neither rocm.py nor cuda.py has run
-                       "assert TensorIntrin.get('sdot4', allow_missing=True) is None\n"
-                       "assert TensorIntrin.get('wmma_sync_16x16x16_f16f16f32', allow_missing=True) is None\n"
-                       "from tvm.s_tir.tensor_intrin import rocm\n"  # which runs it, once read:
-                       "assert rocm.AMDGPU_SDOT4_INTRIN == 'sdot4' and TensorIntrin.get('sdot4') is not None\n"
-                       "assert inspect.getmodule is original\n"
-                       "import os; assert inspect.getmodule(os.path) is os.path\n")
+    in_a_fresh_process(
+        "import inspect; original = inspect.getmodule\n"
+        "from modelbuild.stages.tune import import_tensor_intrinsics\n"
+        "import_tensor_intrinsics('llvm')\n"
+        "from tvm.s_tir import TensorIntrin\n"
+        "assert TensorIntrin.get('dot_16x4_vnni') is not None\n"
+        # neither rocm.py nor cuda.py has run
+        "assert TensorIntrin.get('sdot4', allow_missing=True) is None\n"
+        "assert TensorIntrin.get('wmma_sync_16x16x16_f16f16f32', allow_missing=True) is None\n"
+        "from tvm.s_tir.tensor_intrin import rocm\n"  # which runs it, once read:
+        "assert rocm.AMDGPU_SDOT4_INTRIN == 'sdot4' and TensorIntrin.get('sdot4') is not None\n"
+        "assert inspect.getmodule is original\n"
+        "import os; assert inspect.getmodule(os.path) is os.path\n"
+    )
 
 
 def test_tuning_for_a_gpu_imports_its_tensor_intrinsics_at_once():
-    in_a_fresh_process("from modelbuild.stages.tune import import_tensor_intrinsics\n"
-                       "import_tensor_intrinsics('cuda')\n"
-                       "from tvm.s_tir import TensorIntrin\n"
-                       "assert TensorIntrin.get('wmma_sync_16x16x16_f16f16f32') is not None\n")
+    in_a_fresh_process(
+        "from modelbuild.stages.tune import import_tensor_intrinsics\n"
+        "import_tensor_intrinsics('cuda')\n"
+        "from tvm.s_tir import TensorIntrin\n"
+        "assert TensorIntrin.get('wmma_sync_16x16x16_f16f16f32') is not None\n"
+    )

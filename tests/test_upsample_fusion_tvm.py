@@ -18,8 +18,15 @@ def upsampled_corner(bb, x):
     from tvm import relax
 
     corner = bb.emit(relax.op.strided_slice(x, axes=[2, 3], begin=[0, 0], end=[4, 16]))
-    return bb.emit(relax.op.image.resize2d(corner, (8, 32), method="nearest_neighbor",
-                                           coordinate_transformation_mode="asymmetric", rounding_method="floor"))
+    return bb.emit(
+        relax.op.image.resize2d(
+            corner,
+            (8, 32),
+            method="nearest_neighbor",
+            coordinate_transformation_mode="asymmetric",
+            rounding_method="floor",
+        )
+    )
 
 
 def kernel_names(module) -> list[str]:
@@ -49,8 +56,9 @@ def test_an_upsampling_added_after_a_gate_of_one_pixel_is_computed_in_the_gates_
     x = np.random.default_rng(1).standard_normal(SHAPE).astype("float32")
     gate = 1 / (1 + np.exp(-np.einsum("oc,nc->no", WEIGHTS[:, :, 0, 0], x.mean(axis=(2, 3)))))
     corner = np.repeat(np.repeat(x[:, :, :4, :16], 2, axis=2), 2, axis=3)
-    np.testing.assert_allclose(run(tvm.runtime.tensor(x)).numpy(), x * gate[:, :, None, None] + corner,
-                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        run(tvm.runtime.tensor(x)).numpy(), x * gate[:, :, None, None] + corner, rtol=1e-5, atol=1e-5
+    )
 
 
 def test_an_upsampling_added_to_a_conv_of_many_pixels_stays_a_kernel_of_its_own():

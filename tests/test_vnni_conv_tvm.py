@@ -24,8 +24,17 @@ def conv_module(shape, weight, dtype, *, strides, padding, dilation, groups=1):
     x = relax.Var("x", relax.TensorType(shape=shape, dtype=dtype))
     with bb.function("main", [x]):
         with bb.dataflow():
-            y = bb.emit_output(relax.op.nn.conv2d(x, relax.const(weight, "int8"), strides=strides, padding=padding,
-                                                  dilation=dilation, groups=groups, out_dtype="int32"))
+            y = bb.emit_output(
+                relax.op.nn.conv2d(
+                    x,
+                    relax.const(weight, "int8"),
+                    strides=strides,
+                    padding=padding,
+                    dilation=dilation,
+                    groups=groups,
+                    out_dtype="int32",
+                )
+            )
         bb.emit_func_output(y)
     return bb.get()
 
@@ -53,7 +62,7 @@ def reference(x, weight, *, strides, padding, dilation):
     out = np.zeros((x.shape[0], out_ch, out_h, out_w), np.int64)
     for i in range(kh):
         for j in range(kw):
-            patch = data[:, :, i * dh:i * dh + sh * (out_h - 1) + 1:sh, j * dw:j * dw + sw * (out_w - 1) + 1:sw]
+            patch = data[:, :, i * dh : i * dh + sh * (out_h - 1) + 1 : sh, j * dw : j * dw + sw * (out_w - 1) + 1 : sw]
             taps = weight[:, :, i, j].astype(np.int64)
             out += patch * taps[None, :, 0, None, None] if depthwise else np.einsum("nchw,oc->nohw", patch, taps)
     return out
@@ -124,8 +133,7 @@ def test_vnni_conv_is_tensorised_and_bit_exact(geometry):
     assert want.shape[3] == out_width
 
     plain, plain_phases = build(module, PLAIN_CPU)
-    assert not any(vnni_conv.BLOCK in f.script() for f in plain_phases.fused.functions.values()
-                   if hasattr(f, "params"))
+    assert not any(vnni_conv.BLOCK in f.script() for f in plain_phases.fused.functions.values() if hasattr(f, "params"))
     got_plain = relax.VirtualMachine(plain, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
     assert np.array_equal(got_plain, want)
 
@@ -155,15 +163,19 @@ def test_a_row_rounded_up_to_whole_vectors_gets_one_unguarded_epilogue_per_row()
     weight = np.random.default_rng(0).integers(-128, 128, (64, 64, 1, 1)).astype(np.int8)
     module = conv_module((1, 64, 1, 56), weight, "int8", strides=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1))
     _, phases = build(module, VNNI_CPU)
-    (script,) = [f.script() for f in phases.fused.functions.values()
-                 if hasattr(f, "params") and vnni_conv.COLUMN_BLOCK in f.script()]
+    (script,) = [
+        f.script()
+        for f in phases.fused.functions.values()
+        if hasattr(f, "params") and vnni_conv.COLUMN_BLOCK in f.script()
+    ]
     assert "T.where" not in script
-    epilogue = script[script.index('sblock("vnni_conv_by_column_update'):]
+    epilogue = script[script.index('sblock("vnni_conv_by_column_update') :]
     assert re.search(r"T.unroll\(T.int64\(3\)\):\s+for \w+ in T.vectorized\(T.int64\(16\)\)", epilogue)
     assert "T.vectorized(T.int64(48), T.int64(56))" in epilogue  # the last 8 columns
     # its rows padded no wider than the packing reads: 64 bytes, not 128
-    assert re.search(r"vnni_pad = T.sblock_alloc_buffer\(\(T.int64\(1\), T.int64\(1\), T.int64\(64\), T.int64\(64\)\)",
-                     script)
+    assert re.search(
+        r"vnni_pad = T.sblock_alloc_buffer\(\(T.int64\(1\), T.int64\(1\), T.int64\(64\), T.int64\(64\)\)", script
+    )
 
 
 def test_rows_are_the_outer_loop_unless_too_few_or_the_conv_is_bound_by_its_stores():
@@ -181,15 +193,22 @@ def test_rows_are_the_outer_loop_unless_too_few_or_the_conv_is_bound_by_its_stor
     rng = np.random.default_rng(1)
     orders = []
     # 29 x 29 pixels: no cut into other rows computes fewer than rows of 32 (compiler/pixel_rows.py)
-    for shape, wshape, padding in (((1, 64, 16, 64), (64, 64, 1, 1), 0), ((1, 64, 29, 29), (64, 64, 1, 1), 0),
-                                   ((1, 12, 160, 160), (96, 12, 1, 1), 0), ((1, 128, 8, 16), (128, 128, 3, 3), 1),
-                                   ((1, 128, 1, 64), (128, 128, 1, 3), (0, 1))):
+    for shape, wshape, padding in (
+        ((1, 64, 16, 64), (64, 64, 1, 1), 0),
+        ((1, 64, 29, 29), (64, 64, 1, 1), 0),
+        ((1, 12, 160, 160), (96, 12, 1, 1), 0),
+        ((1, 128, 8, 16), (128, 128, 3, 3), 1),
+        ((1, 128, 1, 64), (128, 128, 1, 3), (0, 1)),
+    ):
         weight = rng.integers(-128, 128, wshape).astype(np.int8)
         padding = padding if isinstance(padding, tuple) else (padding, padding)
         module = conv_module(shape, weight, "uint8", strides=(1, 1), padding=padding * 2, dilation=(1, 1))
         _, phases = build(module, VNNI_CPU)
-        (script,) = [f.script() for f in phases.fused.functions.values()
-                     if hasattr(f, "params") and vnni_conv.COLUMN_BLOCK in f.script()]
+        (script,) = [
+            f.script()
+            for f in phases.fused.functions.values()
+            if hasattr(f, "params") and vnni_conv.COLUMN_BLOCK in f.script()
+        ]
         orders.append(re.findall(r"for (\w+) in T.parallel", script))
     assert "b_h_o_0_fused" in orders[0] and "b_h_fused" in orders[1]
     assert "b_o_0_h_fused" in orders[2]  # 12 channels packed (300 KB), 96 written as int32: bound by its stores
@@ -207,11 +226,15 @@ def test_a_conv_is_store_bound_by_the_bytes_it_writes_against_those_it_packs():
     bound = []
     for channels, out_channels, size in ((12, 96, 160), (64, 64, 160), (64, 256, 160), (16, 96, 80)):
         weight = rng.integers(-128, 128, (out_channels, channels, 1, 1)).astype(np.int8)
-        module = conv_module((1, channels, size, size), weight, "uint8", strides=(1, 1), padding=(0,) * 4,
-                             dilation=(1, 1))
+        module = conv_module(
+            (1, channels, size, size), weight, "uint8", strides=(1, 1), padding=(0,) * 4, dilation=(1, 1)
+        )
         _, phases = build(module, VNNI_CPU)
-        (kernel,) = [f for f in phases.legalized.functions.values()
-                     if hasattr(f, "params") and vnni_conv.COLUMN_BLOCK in f.script()]
+        (kernel,) = [
+            f
+            for f in phases.legalized.functions.values()
+            if hasattr(f, "params") and vnni_conv.COLUMN_BLOCK in f.script()
+        ]
         bound.append(packed_conv.store_bound(s_tir.Schedule(kernel), VNNI))
     # int32 outputs: 96 x 4 bytes a pixel against 12 packed, 9.8 MB; 64 x 4 against 64, not more than 4x; 64
     # channels at 160x160 pack to 1.6 MB, past what a core's cache holds across the blocks of channels; 96 x 4
@@ -228,24 +251,34 @@ def test_a_row_of_one_column_accumulates_several_blocks_of_channels_together():
 
     *_, module, _ = case(GEOMETRIES[-2])
     _, phases = build(module, VNNI_CPU)
-    (script,) = [f.script() for f in phases.fused.functions.values()
-                 if hasattr(f, "params") and vnni_conv.BLOCK in f.script()]
-    assert re.search(r"for \w+ in T.unroll\(T.int64\(5\)\):\s+for \w+ in T.unroll\(T.int64\(1\)\):\s+"
-                     r'with T.sblock\("vnni_conv_update_o"\)', script)
+    (script,) = [
+        f.script() for f in phases.fused.functions.values() if hasattr(f, "params") and vnni_conv.BLOCK in f.script()
+    ]
+    assert re.search(
+        r"for \w+ in T.unroll\(T.int64\(5\)\):\s+for \w+ in T.unroll\(T.int64\(1\)\):\s+"
+        r'with T.sblock\("vnni_conv_update_o"\)',
+        script,
+    )
 
 
-@pytest.mark.parametrize("shape, wshape, parallel", [
-    ((1, 512, 7, 7), (512, 512, 1, 1), True),  # 12.8 M multiply-adds: 98 us on one core, 50 on two
-    ((1, 8, 24, 96), (16, 8, 1, 1), False),  # 0.3 M: the classifier's small convs, slower on two
-])
+@pytest.mark.parametrize(
+    "shape, wshape, parallel",
+    [
+        ((1, 512, 7, 7), (512, 512, 1, 1), True),  # 12.8 M multiply-adds: 98 us on one core, 50 on two
+        ((1, 8, 24, 96), (16, 8, 1, 1), False),  # 0.3 M: the classifier's small convs, slower on two
+    ],
+)
 def test_a_conv_runs_on_every_core_by_its_multiply_adds(shape, wshape, parallel):
     from modelbuild.compiler.kernels import vnni_conv
 
     weight = np.random.default_rng(0).integers(-128, 128, wshape).astype(np.int8)
     module = conv_module(shape, weight, "int8", strides=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1))
     _, phases = build(module, VNNI_CPU)
-    (script,) = [f.script() for f in phases.fused.functions.values()
-                 if hasattr(f, "params") and any(b in f.script() for b in vnni_conv.BLOCKS)]
+    (script,) = [
+        f.script()
+        for f in phases.fused.functions.values()
+        if hasattr(f, "params") and any(b in f.script() for b in vnni_conv.BLOCKS)
+    ]
     assert ("T.parallel" in script) is parallel
 
 
@@ -264,12 +297,16 @@ def squeeze_and_excite_module(squeezed, feature_map, weight):
     return bb.get()
 
 
-@pytest.mark.parametrize("channels, out_channels, size, blocks_in_parallel", [
-    (24, 96, 40, False),  # the DB detector's: one block of output channels, whose epilogue's rows are shared
-    (48, 1152, 7, True),  # EfficientNet-B0's last: 9 blocks, each with its epilogue, shared
-])
-def test_a_one_pixel_conv_broadcast_over_a_feature_map_scales_it_on_every_core(channels, out_channels, size,
-                                                                               blocks_in_parallel):
+@pytest.mark.parametrize(
+    "channels, out_channels, size, blocks_in_parallel",
+    [
+        (24, 96, 40, False),  # the DB detector's: one block of output channels, whose epilogue's rows are shared
+        (48, 1152, 7, True),  # EfficientNet-B0's last: 9 blocks, each with its epilogue, shared
+    ],
+)
+def test_a_one_pixel_conv_broadcast_over_a_feature_map_scales_it_on_every_core(
+    channels, out_channels, size, blocks_in_parallel
+):
     """A squeeze-and-excite conv is too small to share among the cores, but its fused epilogue scales a whole
     feature map: its blocks of output channels run in parallel, or with one block its epilogue's rows (the DB
     detector's 24 -> 96 one at 160x160 took 222 us on two threads, 229 on one, before). A channel's plane is
@@ -285,10 +322,11 @@ def test_a_one_pixel_conv_broadcast_over_a_feature_map_scales_it_on_every_core(c
     s = rng.integers(-128, 128, (1, channels, 1, 1)).astype(np.int8)
     x = rng.integers(-1000, 1000, (1, out_channels, size, size)).astype(np.int32)
     executable, phases = build(squeeze_and_excite_module(s.shape, x.shape, weight), VNNI_CPU)
-    (script,) = [f.script() for f in phases.fused.functions.values()
-                 if hasattr(f, "params") and vnni_conv.BLOCK in f.script()]
-    conv = script[:script.index(f'sblock("{vnni_conv.BLOCK}_update')]
-    epilogue = script[script.index(f'sblock("{vnni_conv.BLOCK}_update'):]
+    (script,) = [
+        f.script() for f in phases.fused.functions.values() if hasattr(f, "params") and vnni_conv.BLOCK in f.script()
+    ]
+    conv = script[: script.index(f'sblock("{vnni_conv.BLOCK}_update')]
+    epilogue = script[script.index(f'sblock("{vnni_conv.BLOCK}_update') :]
     assert ("T.parallel" in conv) is blocks_in_parallel and ("T.parallel" in epilogue) is not blocks_in_parallel
     assert "T.vectorized(T.int64(16))" in epilogue and f"T.vectorized(T.int64({size}))" not in epilogue
     if host_has_vnni():
@@ -318,22 +356,25 @@ def test_a_sigmoid_gate_of_a_one_pixel_conv_is_computed_once_per_channel_under_i
     with bb.function("main", [sv, xv]):
         with bb.dataflow():
             summed = bb.emit(relax.op.nn.conv2d(sv, relax.const(weight, "int8"), out_dtype="int32"))
-            gate = bb.emit(relax.op.sigmoid(relax.op.multiply(relax.op.astype(summed, "float32"),
-                                                              relax.const(1e-4, "float32"))))
+            gate = bb.emit(
+                relax.op.sigmoid(relax.op.multiply(relax.op.astype(summed, "float32"), relax.const(1e-4, "float32")))
+            )
             y = bb.emit_output(relax.op.multiply(xv, gate))
         bb.emit_func_output(y)
     executable, phases = build(bb.get(), VNNI_CPU)
-    (script,) = [f.script() for f in phases.fused.functions.values()
-                 if hasattr(f, "params") and vnni_conv.BLOCK in f.script()]
-    scaling = script[script.index('T.sblock("T_multiply'):]
+    (script,) = [
+        f.script() for f in phases.fused.functions.values() if hasattr(f, "params") and vnni_conv.BLOCK in f.script()
+    ]
+    scaling = script[script.index('T.sblock("T_multiply') :]
     assert 'T.sblock("sigmoid' in script and "T.float32(1.0) /" not in scaling
     assert "T.vectorized(T.int64(16))" in scaling
     if host_has_vnni():
         vm = relax.VirtualMachine(executable, tvm.cpu())
         summed = np.einsum("oc,c->o", weight[:, :, 0, 0].astype(np.int64), s[0, :, 0, 0].astype(np.int64))
         expected = x / (1 + np.exp(-summed * 1e-4))[None, :, None, None]
-        np.testing.assert_allclose(vm["main"](tvm.runtime.tensor(s), tvm.runtime.tensor(x)).numpy(), expected,
-                                   rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(
+            vm["main"](tvm.runtime.tensor(s), tvm.runtime.tensor(x)).numpy(), expected, rtol=1e-6, atol=1e-6
+        )
 
 
 @pytest.mark.parametrize("shape, wshape", [((1, 512, 7, 7), (512, 512, 1, 1)), ((1, 16, 48, 48), (88, 16, 1, 1))])
@@ -379,10 +420,15 @@ def test_a_padded_row_is_written_in_vectors_each_wholly_padding_or_input():
     shape, weight = (1, 16, 4, 160), np.ones((16, 16, 3, 3), np.int8)
     module = conv_module(shape, weight, "int8", strides=(1, 1), padding=(1, 1, 1, 1), dilation=(1, 1))
     executable, phases = build(module, VNNI_CPU)
-    [script] = [s for s in (f.script() for f in phases.planned.functions.values() if hasattr(f, "params"))
-                if "vnni_pad" in s]
-    spans = [(int(a), int(b)) if b else (0, int(a)) for a, b, block in re.findall(
-        r'T\.vectorized\(T\.int64\((\d+)\)(?:, T\.int64\((\d+)\))?\):\s+with T\.sblock\("(vnni_pad\w*)"\)', script)]
+    [script] = [
+        s for s in (f.script() for f in phases.planned.functions.values() if hasattr(f, "params")) if "vnni_pad" in s
+    ]
+    spans = [
+        (int(a), int(b)) if b else (0, int(a))
+        for a, b, block in re.findall(
+            r'T\.vectorized\(T\.int64\((\d+)\)(?:, T\.int64\((\d+)\))?\):\s+with T\.sblock\("(vnni_pad\w*)"\)', script
+        )
+    ]
     assert spans == [(0, 1), (1, 65), (65, 129), (129, 161), (161, 192)]
     assembly = "".join(m.inspect_source("asm") for m in executable.mod.imports)
     assert not re.findall(r"\tvpinsrb", assembly)  # no byte loaded into a vector lane by lane
@@ -417,18 +463,22 @@ print("ok")
 """
 
 
-@pytest.mark.parametrize("groups, shape, strides, mcpu, features, kernel", [
-    (1, "(1, 16, 16, mmap.PAGESIZE // 256)", (1, 1), "cascadelake", ("avx512vnni",), "vnni"),
-    (16, "(1, 16, 16, mmap.PAGESIZE // 256)", (1, 1), "icelake-server", ("avx512vnni", "avx512vbmi"), "vnni"),
-    # an image model's first conv: 3 channels, packed in groups of 4 (the fourth read a plane past the input)
-    (1, "(1, 3, 64, 64)", (2, 2), "cascadelake", ("avx512vnni",), "vnni"),
-    # AVX2 without VNNI: vpmaddwd on pairs, and a depthwise conv summed in float, its padding a copy
-    (1, "(1, 16, 16, mmap.PAGESIZE // 256)", (1, 1), "znver3", ("avx2",), "avx2"),
-    (16, "(1, 16, 16, mmap.PAGESIZE // 256)", (1, 1), "znver3", ("avx2",), "conv2d_int8"),
-    (1, "(1, 3, 64, 64)", (2, 2), "znver3", ("avx2",), "avx2"),
-    # AMX tiles: 64 channels of 16 columns, one page
-    (1, "(1, 64, 4, 16)", (1, 1), "sapphirerapids", ("amx-int8", "amx-tile"), "amx")],
-    ids=["conv", "depthwise", "3-channel-stem", "avx2-conv", "avx2-depthwise", "avx2-3-channel-stem", "amx-conv"])
+@pytest.mark.parametrize(
+    "groups, shape, strides, mcpu, features, kernel",
+    [
+        (1, "(1, 16, 16, mmap.PAGESIZE // 256)", (1, 1), "cascadelake", ("avx512vnni",), "vnni"),
+        (16, "(1, 16, 16, mmap.PAGESIZE // 256)", (1, 1), "icelake-server", ("avx512vnni", "avx512vbmi"), "vnni"),
+        # an image model's first conv: 3 channels, packed in groups of 4 (the fourth read a plane past the input)
+        (1, "(1, 3, 64, 64)", (2, 2), "cascadelake", ("avx512vnni",), "vnni"),
+        # AVX2 without VNNI: vpmaddwd on pairs, and a depthwise conv summed in float, its padding a copy
+        (1, "(1, 16, 16, mmap.PAGESIZE // 256)", (1, 1), "znver3", ("avx2",), "avx2"),
+        (16, "(1, 16, 16, mmap.PAGESIZE // 256)", (1, 1), "znver3", ("avx2",), "conv2d_int8"),
+        (1, "(1, 3, 64, 64)", (2, 2), "znver3", ("avx2",), "avx2"),
+        # AMX tiles: 64 channels of 16 columns, one page
+        (1, "(1, 64, 4, 16)", (1, 1), "sapphirerapids", ("amx-int8", "amx-tile"), "amx"),
+    ],
+    ids=["conv", "depthwise", "3-channel-stem", "avx2-conv", "avx2-depthwise", "avx2-3-channel-stem", "amx-conv"],
+)
 def test_a_padded_conv_reads_nothing_outside_its_input(groups, shape, strides, mcpu, features, kernel):
     """The input lies in whole pages between two pages that may not be read: the padding of its first row,
     the vectors past its last and the channels that fill its last group must not load from them (a vector

@@ -44,7 +44,14 @@ GEOMETRIES = [  # (data shape, weight shape, strides, padding, dilation, data dt
     ((2, 64, 64, 64), (64, 1, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), "int8"),  # enough work to run in parallel
     # output widths that are not whole vectors: computed rounded up to 16 columns, the rest dropped
     ((1, 32, 7, 7), (32, 1, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), "uint8"),  # 7 of 16
-    ((1, 16, 56, 56), (16, 1, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1), "int8"),  # 56 of 64 at stride 2 (a MobileNet's 112 -> 56)
+    (
+        (1, 16, 56, 56),
+        (16, 1, 3, 3),
+        (2, 2),
+        (1, 1, 1, 1),
+        (1, 1),
+        "int8",
+    ),  # 56 of 64 at stride 2 (a MobileNet's 112 -> 56)
     ((1, 8, 30, 30), (8, 1, 5, 5), (1, 1), (2, 2, 2, 2), (1, 1), "int8"),  # 30 of 32, two tap groups a row
     # loads reading on into the rows below: 7 of 16 at stride 2, two tap groups; a row of padding past the last
     ((1, 16, 14, 14), (16, 1, 5, 5), (2, 2), (2, 2, 2, 2), (1, 1), "int8"),
@@ -86,14 +93,17 @@ def test_other_depthwise_convs_keep_the_float_accumulated_kernel(target):
     x, weight = random_case(shape, wshape, "int8")
     # dilation 20: 16 lanes x 3 taps span 15 + 2 * 20 + 1 = 56 columns, fine; the 4th (zero) tap of the group
     # reaches 15 + 3 * 20 = 75, beyond vpermb's 64-byte window
-    geometry = ({"strides": (1, 1), "padding": (1, 20, 1, 20), "dilation": (1, 20)} if target is VBMI_CPU else
-                {"strides": (1, 1), "padding": (1, 1, 1, 1), "dilation": (1, 1)})
+    geometry = (
+        {"strides": (1, 1), "padding": (1, 20, 1, 20), "dilation": (1, 20)}
+        if target is VBMI_CPU
+        else {"strides": (1, 1), "padding": (1, 1, 1, 1), "dilation": (1, 1)}
+    )
     executable, phases = build(depthwise_module(shape, weight, "int8", **geometry), target)
     names = [gv.name_hint for gv in phases.fused.functions]
     assert any("conv2d_int8" in n for n in names) and not any("depthwise" in n for n in names)
     # its int8 input is converted to float once per element, in a block of its own, not once per tap
     (script,) = [k for k in kernel_scripts(phases) if "exact_sum" in k]
-    assert 'T.sblock("pad_temp")' in script and script.count("T.Cast(\"float32\", ") == 2  # data, weights
+    assert 'T.sblock("pad_temp")' in script and script.count('T.Cast("float32", ') == 2  # data, weights
     if host_has("avx512vnni"):
         assert np.array_equal(run(executable, x), reference(x, weight, **geometry))
 
@@ -121,8 +131,11 @@ def test_epilogue_is_vectorised_one_register_wide():
     vectors = re.findall(r'T.vectorized\(T.int64\((\d+)\)\):\s+with T.sblock\("(\w+)"\)', script)
     assert sorted(int(n) for n, block in vectors if not block.startswith(vnni_depthwise.PAD_BLOCK)) == [16, 16]
     # the six vectors unrolled: a loop over them spent its time on loop and address arithmetic
-    assert re.search(r"T.unroll\(T.int64\(6\)\):\s+for \w+ in T.vectorized\(T.int64\(16\)\):\s+"
-                     r'with T.sblock\("vnni_depthwise_unpack"\)', script)
+    assert re.search(
+        r"T.unroll\(T.int64\(6\)\):\s+for \w+ in T.vectorized\(T.int64\(16\)\):\s+"
+        r'with T.sblock\("vnni_depthwise_unpack"\)',
+        script,
+    )
     assembly = "".join(m.inspect_source("asm") for m in executable.mod.imports)
     assert not re.findall(r"\tvinsert", assembly)
 
@@ -140,9 +153,12 @@ def test_a_row_of_few_vectors_accumulates_with_the_rows_below_it_and_a_large_con
         _, phases = build(module, VBMI_CPU)
         (script,) = [s for s in kernel_scripts(phases) if "vnni_depthwise" in s]
         # 5 kernel rows x 2 groups of 4 taps, then the rows and vectors of the block
-        assert re.search(r"for \w+ in T.unroll\(T.int64\(5\)\):\s+for \w+ in T.unroll\(T.int64\(2\)\):\s+"
-                         rf"for \w+ in T.unroll\(T.int64\({rows}\)\):\s+for \w+ in T.unroll\(T.int64\({vectors}\)\):\s+"
-                         r'with T.sblock\("vnni_depthwise_update_o"\)', script), (rows, vectors)
+        assert re.search(
+            r"for \w+ in T.unroll\(T.int64\(5\)\):\s+for \w+ in T.unroll\(T.int64\(2\)\):\s+"
+            rf"for \w+ in T.unroll\(T.int64\({rows}\)\):\s+for \w+ in T.unroll\(T.int64\({vectors}\)\):\s+"
+            r'with T.sblock\("vnni_depthwise_update_o"\)',
+            script,
+        ), (rows, vectors)
 
     shape, wshape = (1, 64, 56, 56), (64, 1, 3, 3)
     _, weight = random_case(shape, wshape, "int8")
@@ -159,8 +175,10 @@ def test_a_padded_row_is_as_wide_as_the_padded_input_and_the_last_loads_stay_in_
     column 48), a row of padding is added below it."""
     import re
 
-    for shape, wshape, strides, padding, want in (((1, 16, 14, 14), (16, 1, 5, 5), (2, 2), (2,) * 4, (18, 64)),
-                                                  ((1, 8, 6, 62), (8, 1, 3, 3), (1, 1), (1,) * 4, (9, 64))):
+    for shape, wshape, strides, padding, want in (
+        ((1, 16, 14, 14), (16, 1, 5, 5), (2, 2), (2,) * 4, (18, 64)),
+        ((1, 8, 6, 62), (8, 1, 3, 3), (1, 1), (1,) * 4, (9, 64)),
+    ):
         _, weight = random_case(shape, wshape, "int8")
         module = depthwise_module(shape, weight, "int8", strides=strides, padding=padding, dilation=(1, 1))
         _, phases = build(module, VBMI_CPU)

@@ -7,25 +7,32 @@ import onnx
 import pytest
 from onnx import helper, numpy_helper
 
-from modelbuild.recipe.schema import QuantizationSpec
 from modelbuild.quantization import activations, weight_rounding
+from modelbuild.recipe.schema import QuantizationSpec
 from modelbuild.stages.quantize import quantized
 from tests.onnx_models import uneven_channels, uneven_input
 
 
-@pytest.mark.parametrize("attributes", [{}, {"strides": [2, 1], "pads": [1, 0, 2, 1]},
-                                        {"dilations": [2, 2], "group": 2, "pads": [2, 2, 2, 2]}])
+@pytest.mark.parametrize(
+    "attributes",
+    [{}, {"strides": [2, 1], "pads": [1, 0, 2, 1]}, {"dilations": [2, 2], "group": 2, "pads": [2, 2, 2, 2]}],
+)
 def test_patches_times_the_weights_are_onnxruntimes_conv(attributes):
     rng = np.random.default_rng(0)
     x = rng.standard_normal((2, 4, 9, 11)).astype(np.float32)
     groups = attributes.get("group", 1)
     w = rng.standard_normal((6, 4 // groups, 3, 3)).astype(np.float32)
     conv = helper.make_node("Conv", ["x", "w"], ["y"], **attributes)
-    graph = helper.make_graph([conv], "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, x.shape)],
-                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
-                              [numpy_helper.from_array(w, "w")])
+    graph = helper.make_graph(
+        [conv],
+        "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, x.shape)],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "w")],
+    )
     want = activations.session(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])).run(
-        None, {"x": x})[0]
+        None, {"x": x}
+    )[0]
     patches = weight_rounding.patch_matrix(x.astype(np.float64), w.shape, attributes)  # groups, N*H*W, C/g*k*k
     per_group = w.reshape(groups, 6 // groups, -1).astype(np.float64)
     got = np.matmul(patches, np.swapaxes(per_group, 1, 2))  # groups, N*H*W, out/g
@@ -62,8 +69,7 @@ def test_the_stage_rounds_every_quantized_conv_and_lowers_its_error(tmp_path):
     samples = [uneven_input(seed) for seed in range(4)]
 
     def pointwise_error(rounding: str) -> tuple[float, int]:
-        spec = QuantizationSpec(weight_rounding=rounding, int16_nodes=["*"], smoothing=True,
-                                bias_correction=False)
+        spec = QuantizationSpec(weight_rounding=rounding, int16_nodes=["*"], smoothing=True, bias_correction=False)
         result = quantized(model, samples, spec)
         got = [activations.compute(result.qdq, s, ["y"])["y"] for s in samples]
         want = [activations.compute(result.prepared, s, ["y"])["y"] for s in samples]

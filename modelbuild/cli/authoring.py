@@ -15,8 +15,9 @@ def cmd_init(args, console) -> int:
     from modelbuild.stages.onnx_import import model_facts
 
     if args.target not in scaffold.TARGET_PRESETS:
-        raise ModelbuildError(f"no target preset {args.target!r} (fix: use one of "
-                              f"{', '.join(scaffold.TARGET_PRESETS)})")
+        raise ModelbuildError(
+            f"no target preset {args.target!r} (fix: use one of {', '.join(scaffold.TARGET_PRESETS)})"
+        )
     if args.file.exists() and not args.force:
         raise ModelbuildError(f"{args.file} exists (fix: pass --force to overwrite it, or -f to write another file)")
     if not args.model.is_file():
@@ -27,19 +28,35 @@ def cmd_init(args, console) -> int:
         named = err.message.startswith(args.model.name)
         raise ModelbuildError(err.message if named else f"{args.model}: {err.message}") from None
     if args.int8 and (facts.quantized or facts.float16):
-        raise ModelbuildError(f"--int8: {args.model} {'arrives quantized' if facts.quantized else 'is float16'}, "
-                              f"and modelbuild quantizes float32 models (fix: leave out --int8"
-                              f"{'' if facts.quantized else ', or export the model in float32'})")
+        raise ModelbuildError(
+            f"--int8: {args.model} {'arrives quantized' if facts.quantized else 'is float16'}, "
+            f"and modelbuild quantizes float32 models (fix: leave out --int8"
+            f"{'' if facts.quantized else ', or export the model in float32'})"
+        )
     model_path = os.path.relpath(args.model.resolve(), args.file.resolve().parent)
     preset = scaffold.Preset.of(facts.signature, float16=facts.float16, quantized=facts.quantized)
-    args.file.write_text(scaffold.write_recipe(model_path=model_path, signature=facts.signature, preset=preset,
-                                               target=args.target, name=args.name, int8=args.int8))
+    args.file.write_text(
+        scaffold.write_recipe(
+            model_path=model_path,
+            signature=facts.signature,
+            preset=preset,
+            target=args.target,
+            name=args.name,
+            int8=args.int8,
+        )
+    )
     dynamic = [name for name, spec in facts.signature.inputs.items() if scaffold.dynamic_dims(spec["shape"])]
-    console.print(f"wrote {relative(args.file)} ({preset.title} preset{', and an int8 build' if args.int8 else ''}, "
-                  f"target {args.target})", markup=False)
+    console.print(
+        f"wrote {relative(args.file)} ({preset.title} preset{', and an int8 build' if args.int8 else ''}, "
+        f"target {args.target})",
+        markup=False,
+    )
     if dynamic:
-        console.print(f"set the sizes to build for where it says TODO (dynamic in the model: "
-                      f"{', '.join(dynamic)}), then run `modelbuild`", markup=False)
+        console.print(
+            f"set the sizes to build for where it says TODO (dynamic in the model: "
+            f"{', '.join(dynamic)}), then run `modelbuild`",
+            markup=False,
+        )
     else:
         console.print("the model's shapes are static: run `modelbuild` to build it", markup=False)
     return EXIT_OK
@@ -52,8 +69,11 @@ def cmd_ci_workflow(args, console) -> int:
         raise ModelbuildError(f"{args.output} exists (fix: pass --force to overwrite it, or -o to write another file)")
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(resources.files("modelbuild.reports").joinpath("github-actions.yml").read_text())
-    console.print(f"wrote {relative(args.output)}: restores .cache, builds against the base branch's last build, "
-                  "publishes report.md and junit.xml, uploads build/; replace OWNER in its pip line", markup=False)
+    console.print(
+        f"wrote {relative(args.output)}: restores .cache, builds against the base branch's last build, "
+        "publishes report.md and junit.xml, uploads build/; replace OWNER in its pip line",
+        markup=False,
+    )
     return EXIT_OK
 
 

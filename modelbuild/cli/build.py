@@ -8,10 +8,18 @@ import os
 import sys
 from pathlib import Path
 
+from modelbuild.cli.common import (
+    EXIT_ENVIRONMENT,
+    EXIT_GATE_FAILED,
+    EXIT_OK,
+    EXIT_STAGE_FAILED,
+    EXIT_USAGE,
+    project_of,
+    relative,
+    say_error,
+)
 from modelbuild.engine.events import Status
 from modelbuild.engine.scheduler import Options
-from modelbuild.cli.common import (EXIT_ENVIRONMENT, EXIT_GATE_FAILED, EXIT_OK, EXIT_STAGE_FAILED, EXIT_USAGE,
-                                   project_of, relative, say_error)
 from modelbuild.errors import ModelbuildError
 from modelbuild.pipeline.names import model_of, quantization_of, select, target_of
 
@@ -128,10 +136,20 @@ def _summary_json(project, run, report) -> dict:
     return {
         "passed": report.passed,
         "report": str(project.build_dir / "report.json"),
-        "nodes": [{"node": r.node, "stage": r.stage, "build": r.build, "status": r.status.value,
-                   "seconds": round(r.seconds, 4), "key": r.key, "reasons": [x.as_dict() for x in r.reasons],
-                   "error": r.error,
-                   "log": r.log} for r in run.results.values()],
+        "nodes": [
+            {
+                "node": r.node,
+                "stage": r.stage,
+                "build": r.build,
+                "status": r.status.value,
+                "seconds": round(r.seconds, 4),
+                "key": r.key,
+                "reasons": [x.as_dict() for x in r.reasons],
+                "error": r.error,
+                "log": r.log,
+            }
+            for r in run.results.values()
+        ],
         "cache": run.stats.as_dict(),
     }
 

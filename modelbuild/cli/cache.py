@@ -6,9 +6,9 @@ import contextlib
 import json
 import shutil
 
+from modelbuild.cli.common import EXIT_OK, EXIT_STALE, project_of, relative
 from modelbuild.engine.events import Status
 from modelbuild.engine.scheduler import Options
-from modelbuild.cli.common import EXIT_OK, EXIT_STALE, project_of, relative
 from modelbuild.errors import EnvironmentFailure, ModelbuildError
 
 
@@ -22,8 +22,11 @@ def cmd_clean(args, console) -> int:
         if args.all:
             keep = () if args.tuning else (project.tuning_root,)
             project.store.clear(keep=keep + (project.store.store_lock(shared=False).path,))
-            kept = f" (kept tuning databases in {relative(project.tuning_root)}; --tuning removes them)" \
-                if keep and project.tuning_root.exists() else ""
+            kept = (
+                f" (kept tuning databases in {relative(project.tuning_root)}; --tuning removes them)"
+                if keep and project.tuning_root.exists()
+                else ""
+            )
             console.print(f"emptied {relative(project.store.root)}{kept}", markup=False)
     return EXIT_OK
 
@@ -33,8 +36,9 @@ def _alone_on(store, command: str):
     """The store's exclusive lock, for commands that remove what a running build may be using."""
     lock = store.store_lock(shared=False)
     if store.root.exists() and not lock.try_acquire():
-        raise EnvironmentFailure(f"a build is running on the cache {relative(store.root)}: run `modelbuild "
-                                 f"{command}` when it has finished")
+        raise EnvironmentFailure(
+            f"a build is running on the cache {relative(store.root)}: run `modelbuild {command}` when it has finished"
+        )
     try:
         yield
     finally:
@@ -56,7 +60,9 @@ def cmd_cache(args, console) -> int:
     console.print(
         f"entries {entries}  bytes {size}  hits {stats.hits}  misses {stats.misses}  "
         f"hit rate {stats.hit_rate:.2f}  mean hit {stats.mean_hit * 1000:.1f} ms  "
-        f"mean miss {stats.mean_miss:.2f} s", markup=False)
+        f"mean miss {stats.mean_miss:.2f} s",
+        markup=False,
+    )
     return EXIT_OK
 
 
@@ -66,15 +72,20 @@ def _cache_verify(project, args, console) -> int:
     with _alone_on(project.store, "cache verify"):
         damaged = verify(project.store, fix=args.fix)
     if args.json:
-        print(json.dumps({"damaged": [{"path": str(d.path), "reason": d.reason} for d in damaged],
-                          "removed": args.fix}, indent=2))
+        print(
+            json.dumps(
+                {"damaged": [{"path": str(d.path), "reason": d.reason} for d in damaged], "removed": args.fix}, indent=2
+            )
+        )
     for d in damaged if not args.json else ():
         console.print(f"{'removed' if args.fix else 'DAMAGED'} {relative(d.path)}: {d.reason}", markup=False)
     if not args.json:
         entries, size = project.store.usage()
         fix = "" if args.fix or not damaged else " (fix: modelbuild cache verify --fix removes them)"
-        console.print(f"checked the cache: {len(damaged)} damaged{fix}; {entries} entries, {size} bytes of objects "
-                      "intact", markup=False)
+        console.print(
+            f"checked the cache: {len(damaged)} damaged{fix}; {entries} entries, {size} bytes of objects intact",
+            markup=False,
+        )
     return EXIT_STALE if damaged and not args.fix else EXIT_OK
 
 
@@ -90,10 +101,19 @@ def _cache_gc(project, args, console) -> int:
     if args.json:
         print(json.dumps(vars(done), indent=2))
         return EXIT_OK
-    over = (f"; {done.kept_for_recipe} entries over the limit kept because this recipe's builds use them "
-            "(--include-current evicts them too)") if done.kept_for_recipe else ""
-    console.print(f"removed {done.entries_removed} entries and {done.objects_removed} objects, freed "
-                  f"{done.bytes_freed} bytes; {done.bytes_left} bytes left{over}", markup=False)
+    over = (
+        (
+            f"; {done.kept_for_recipe} entries over the limit kept because this recipe's builds use them "
+            "(--include-current evicts them too)"
+        )
+        if done.kept_for_recipe
+        else ""
+    )
+    console.print(
+        f"removed {done.entries_removed} entries and {done.objects_removed} objects, freed "
+        f"{done.bytes_freed} bytes; {done.bytes_left} bytes left{over}",
+        markup=False,
+    )
     return EXIT_OK
 
 

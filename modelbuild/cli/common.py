@@ -14,8 +14,13 @@ EXIT_STALE = 1
 def project_of(args):
     from modelbuild.pipeline.project import open_project
 
-    return open_project(args.file, cache_dir=args.cache_dir, build_dir=args.build_dir, cache_mode=args.cache_mode,
-                        baseline=args.baseline)
+    return open_project(
+        args.file,
+        cache_dir=args.cache_dir,
+        build_dir=args.build_dir,
+        cache_mode=args.cache_mode,
+        baseline=args.baseline,
+    )
 
 
 def relative(path: Path) -> str:

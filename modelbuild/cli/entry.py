@@ -10,8 +10,8 @@ import threading
 import traceback
 
 from modelbuild.cli.common import EXIT_ENVIRONMENT, EXIT_OK, EXIT_USAGE, say_error
-from modelbuild.cli.parser import argument_parser, COMMANDS
-from modelbuild.errors import environment_failure, ModelbuildError
+from modelbuild.cli.parser import COMMANDS, argument_parser
+from modelbuild.errors import ModelbuildError, environment_failure
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,8 +39,10 @@ def _with_command(argv: list[str]) -> list[str]:
 
         close = difflib.get_close_matches(argv[0], COMMANDS, n=1, cutoff=0.75)
         if close and "@" not in argv[0]:
-            say_error(f"unknown command {argv[0]!r} (fix: did you mean `modelbuild {close[0]}`? To build a model "
-                   f"of that name, write `modelbuild build {argv[0]}`)")
+            say_error(
+                f"unknown command {argv[0]!r} (fix: did you mean `modelbuild {close[0]}`? To build a model "
+                f"of that name, write `modelbuild build {argv[0]}`)"
+            )
             raise SystemExit(EXIT_USAGE)
     return ["build", *argv]
 

@@ -6,9 +6,9 @@ import json
 import shutil
 from dataclasses import asdict
 
+from modelbuild.cli.common import EXIT_OK, EXIT_STALE, project_of, relative
 from modelbuild.engine.events import Status
 from modelbuild.engine.scheduler import Options
-from modelbuild.cli.common import EXIT_OK, EXIT_STALE, project_of, relative
 
 
 def cmd_status(args, console) -> int:
@@ -18,8 +18,11 @@ def cmd_status(args, console) -> int:
     run = project.run(args.selectors, Options(dry_run=True), doubt=timing_doubts(project))
     stale = [r for r in run.results.values() if r.status is Status.STALE]
     if args.json:
-        print(json.dumps({"stale": [{"node": r.node, "reasons": [x.as_dict() for x in r.reasons]} for r in stale]},
-                         indent=2))
+        print(
+            json.dumps(
+                {"stale": [{"node": r.node, "reasons": [x.as_dict() for x in r.reasons]} for r in stale]}, indent=2
+            )
+        )
     else:
         for r in stale:
             console.print(f"stale  {r.node}: {'; '.join(map(str, r.reasons))}", markup=False)
@@ -53,26 +56,38 @@ def cmd_doctor(args, console) -> int:
     project = project_of(args)
     caps = doctor.probe_capabilities()
     tools = doctor.toolchains()
-    checks = [doctor.assess(name, table, caps, shutil.which, doctor.tracker_answers)
-              for name, table in project.recipe.spec.targets.items()]
+    checks = [
+        doctor.assess(name, table, caps, shutil.which, doctor.tracker_answers)
+        for name, table in project.recipe.spec.targets.items()
+    ]
     if args.json:
-        print(json.dumps({"tvm": caps, "toolchains": tools, "targets": [asdict(c) | {"ready": c.ready}
-                                                                         for c in checks]}, indent=2))
+        print(
+            json.dumps(
+                {"tvm": caps, "toolchains": tools, "targets": [asdict(c) | {"ready": c.ready} for c in checks]},
+                indent=2,
+            )
+        )
     else:
         if caps.get("tvm") is None:
             console.print(f"tvm: cannot be imported here: {caps.get('error')} (fix: pip install -e .)", markup=False)
         else:
-            console.print(f"tvm {caps['tvm']}: llvm {caps['llvm_version'] or 'missing'}, cuda code generation "
-                          f"{'yes' if caps['cuda_codegen'] else 'no'}, a cuda GPU here: "
-                          f"{_gpus_here(caps)}", markup=False)
-        console.print("toolchains: " + ", ".join(f"{name} {path or 'not found'}" for name, path in tools.items()),
-                      markup=False)
+            console.print(
+                f"tvm {caps['tvm']}: llvm {caps['llvm_version'] or 'missing'}, cuda code generation "
+                f"{'yes' if caps['cuda_codegen'] else 'no'}, a cuda GPU here: "
+                f"{_gpus_here(caps)}",
+                markup=False,
+            )
+        console.print(
+            "toolchains: " + ", ".join(f"{name} {path or 'not found'}" for name, path in tools.items()), markup=False
+        )
         for c in checks:
             validates = c.validates or f"no: {c.validate_note}"
             if c.validates and c.validate_note:
                 validates += f", {c.validate_note}"
-            console.print(f"{c.target}: build {'yes' if c.builds_here else 'NO'} ({c.build_note}); validate "
-                          f"{validates}", markup=False)
+            console.print(
+                f"{c.target}: build {'yes' if c.builds_here else 'NO'} ({c.build_note}); validate {validates}",
+                markup=False,
+            )
     return EXIT_OK if all(c.ready for c in checks) else EXIT_STALE
 
 

@@ -19,8 +19,9 @@ def cmd_tune(args, console) -> int:
         args.path.parent.mkdir(parents=True, exist_ok=True)
         args.path.write_text(tuning_db.format_export(exported))
         records = sum(len(d["records"]) for d in exported["databases"])
-        console.print(f"exported {records} records for {len(exported['databases'])} targets to {args.path}",
-                      markup=False)
+        console.print(
+            f"exported {records} records for {len(exported['databases'])} targets to {args.path}", markup=False
+        )
         return EXIT_OK
     try:
         exported = json.loads(args.path.read_text())
@@ -45,7 +46,10 @@ def cmd_search(args, console) -> int:
     else:
         console.print(outputs.markdown(result), markup=False)
         if result.best is not None:
-            console.print(f"snippet: {relative(paths[0])} (commit it, include it, and build with quantization = "
-                          f'"{outputs.snippet_name(result)}")', markup=False)
+            console.print(
+                f"snippet: {relative(paths[0])} (commit it, include it, and build with quantization = "
+                f'"{outputs.snippet_name(result)}")',
+                markup=False,
+            )
         console.print(f"report: {relative(result.folder / 'search.md')}", markup=False)
     return EXIT_OK if result.best is not None else EXIT_GATE_FAILED

@@ -12,8 +12,21 @@ from modelbuild.cli.cache import cmd_cache, cmd_clean
 from modelbuild.cli.inspection import cmd_doctor, cmd_explain, cmd_graph, cmd_status
 from modelbuild.cli.optimise import cmd_search, cmd_tune
 
-COMMANDS = ("build", "init", "status", "explain", "graph", "clean", "cache", "schema", "report", "tune",
-            "doctor", "ci-workflow", "search")
+COMMANDS = (
+    "build",
+    "init",
+    "status",
+    "explain",
+    "graph",
+    "clean",
+    "cache",
+    "schema",
+    "report",
+    "tune",
+    "doctor",
+    "ci-workflow",
+    "search",
+)
 
 
 def argument_parser() -> argparse.ArgumentParser:
@@ -24,16 +37,28 @@ def argument_parser() -> argparse.ArgumentParser:
     common.add_argument("-f", "--file", type=Path, default=Path("deploy.toml"), help="the recipe (deploy.toml)")
     common.add_argument("--cache-dir", type=Path, help="the store (default: .cache beside the recipe)")
     common.add_argument("--build-dir", type=Path, help="where artifacts land (default: build beside the recipe)")
-    common.add_argument("--cache-mode", choices=("read", "readwrite", "off"),
-                        help="the remote cache: read (pull requests), readwrite (trusted CI) or off")
-    common.add_argument("--baseline", type=Path, metavar="REPORT",
-                        help="compare with this earlier report.json (replaces [validation.baseline] report)")
+    common.add_argument(
+        "--cache-mode",
+        choices=("read", "readwrite", "off"),
+        help="the remote cache: read (pull requests), readwrite (trusted CI) or off",
+    )
+    common.add_argument(
+        "--baseline",
+        type=Path,
+        metavar="REPORT",
+        help="compare with this earlier report.json (replaces [validation.baseline] report)",
+    )
     sub = parser.add_subparsers(dest="command")
 
     build = sub.add_parser("build", parents=[common], help="build everything, or the builds selected")
     build.add_argument("selectors", nargs="*", help="builds to make: model@target, a model, or a glob")
-    build.add_argument("-j", "--jobs", type=int, default=1,
-                       help="run up to N independent stages at once (a stage that times on this machine runs alone)")
+    build.add_argument(
+        "-j",
+        "--jobs",
+        type=int,
+        default=1,
+        help="run up to N independent stages at once (a stage that times on this machine runs alone)",
+    )
     build.add_argument("-k", "--keep-going", action="store_true", help="continue past a failed build")
     build.add_argument("-n", "--dry-run", action="store_true", help="say what would run and why")
     build.add_argument("--json", action="store_true", help="print a machine-readable summary")
@@ -41,13 +66,15 @@ def argument_parser() -> argparse.ArgumentParser:
 
     init = sub.add_parser("init", help="write a deploy.toml for a model: inputs, a target and validation preset")
     init.add_argument("model", type=Path, help="the ONNX model")
-    init.add_argument("--target", default="host",
-                      help="target preset: host (this machine), x86-server, rpi4, cuda (an sm_80+ GPU)")
+    init.add_argument(
+        "--target", default="host", help="target preset: host (this machine), x86-server, rpi4, cuda (an sm_80+ GPU)"
+    )
     init.add_argument("--name", help="the model's name in the recipe (default: from the file name)")
     init.add_argument("-f", "--file", type=Path, default=Path("deploy.toml"), help="the recipe to write")
     init.add_argument("--force", action="store_true", help="overwrite an existing recipe")
-    init.add_argument("--int8", action="store_true",
-                      help="an int8 build beside the float one, with its own calibration and gates")
+    init.add_argument(
+        "--int8", action="store_true", help="an int8 build beside the float one, with its own calibration and gates"
+    )
     init.set_defaults(handler=cmd_init)
 
     status = sub.add_parser("status", parents=[common], help="list stale stages and why; exit 1 if any")
@@ -57,8 +84,11 @@ def argument_parser() -> argparse.ArgumentParser:
 
     explain = sub.add_parser("explain", parents=[common], help="the key inputs of a build's stages")
     explain.add_argument("build")
-    explain.add_argument("--ir", action="store_true",
-                         help="write the IR before and after fusion and memory planning next to the artifact")
+    explain.add_argument(
+        "--ir",
+        action="store_true",
+        help="write the IR before and after fusion and memory planning next to the artifact",
+    )
     explain.set_defaults(handler=cmd_explain)
 
     graph = sub.add_parser("graph", parents=[common], help="the graph of stages")
@@ -67,8 +97,9 @@ def argument_parser() -> argparse.ArgumentParser:
 
     clean = sub.add_parser("clean", parents=[common], help="remove the build folder (--all: the cache too)")
     clean.add_argument("--all", action="store_true", help="also empty the cache, except the tuning databases")
-    clean.add_argument("--tuning", action="store_true",
-                       help="with --all, remove the tuning databases too (`tune export` them first)")
+    clean.add_argument(
+        "--tuning", action="store_true", help="with --all, remove the tuning databases too (`tune export` them first)"
+    )
     clean.set_defaults(handler=cmd_clean)
 
     cache = sub.add_parser("cache", parents=[common], help="the cache: `cache stats`, `cache verify`, `cache gc`")
@@ -77,8 +108,9 @@ def argument_parser() -> argparse.ArgumentParser:
     cache.add_argument("--fix", action="store_true", help="verify: remove the damaged objects and entries")
     cache.add_argument("--max-size", help="gc: evict least recently used entries until the cache fits, e.g. 20G")
     cache.add_argument("--max-age", type=float, help="gc: evict entries not used for this many days")
-    cache.add_argument("--include-current", action="store_true",
-                       help="gc: may evict what this recipe's builds still use too")
+    cache.add_argument(
+        "--include-current", action="store_true", help="gc: may evict what this recipe's builds still use too"
+    )
     cache.set_defaults(handler=cmd_cache)
 
     report = sub.add_parser("report", parents=[common], help="re-render the reports from the cache, running nothing")
@@ -90,13 +122,15 @@ def argument_parser() -> argparse.ArgumentParser:
     tune.add_argument("path", type=Path, help="the records file")
     tune.set_defaults(handler=cmd_tune)
 
-    doctor = sub.add_parser("doctor", parents=[common],
-                            help="what this machine can build and validate for each target, and what to install")
+    doctor = sub.add_parser(
+        "doctor", parents=[common], help="what this machine can build and validate for each target, and what to install"
+    )
     doctor.add_argument("--json", action="store_true")
     doctor.set_defaults(handler=cmd_doctor)
 
-    search = sub.add_parser("search", parents=[common],
-                            help="find the fastest quantization of a build that passes its accuracy gates")
+    search = sub.add_parser(
+        "search", parents=[common], help="find the fastest quantization of a build that passes its accuracy gates"
+    )
     search.add_argument("build", help="the build, model+quantization@target; its [[builds]] entry names a search")
     search.add_argument("--json", action="store_true", help="print search.json instead of the table")
     search.set_defaults(handler=cmd_search)

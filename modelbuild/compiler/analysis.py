@@ -46,8 +46,9 @@ def fusion_summary(before: list[KernelCall], after: list[KernelCall]) -> dict:
     groups: dict[str, dict] = {}
     for call in after:
         if len(call.ops) > 1:
-            group = groups.setdefault(call.kernel, {"kernel": call.kernel, "ops": list(call.ops), "calls": 0,
-                                                    "layers": []})
+            group = groups.setdefault(
+                call.kernel, {"kernel": call.kernel, "ops": list(call.ops), "calls": 0, "layers": []}
+            )
             _count(group, call)
     return {
         "operators": len(before),
@@ -118,10 +119,18 @@ def heaviest_kernels(calls: list[KernelCall], flops: dict[str, int], args: dict[
     """The kernels doing the most floating-point work over the whole model, with what a roofline needs."""
     totals: dict[str, dict] = {}
     for call in calls:
-        entry = totals.setdefault(call.kernel, {"kernel": call.kernel, "ops": list(call.ops), "calls": 0,
-                                                "layers": [], "flops": flops.get(call.kernel, 0),
-                                                "bytes": call.read_bytes + call.write_bytes,
-                                                "args": args.get(call.kernel, [])})
+        entry = totals.setdefault(
+            call.kernel,
+            {
+                "kernel": call.kernel,
+                "ops": list(call.ops),
+                "calls": 0,
+                "layers": [],
+                "flops": flops.get(call.kernel, 0),
+                "bytes": call.read_bytes + call.write_bytes,
+                "args": args.get(call.kernel, []),
+            },
+        )
         _count(entry, call)
     ranked = sorted(totals.values(), key=lambda k: (-k["flops"] * k["calls"], k["kernel"]))
     return [k for k in ranked if k["flops"] > 0 and k["args"]][:top]
@@ -141,10 +150,25 @@ def roofline(kernels: list[dict], seconds: dict[str, float], peak_flops: float, 
         intensity = k["flops"] / k["bytes"] if k["bytes"] else float("inf")
         roof = min(peak_flops, intensity * peak_bytes)
         achieved = k["flops"] / t
-        rows.append({"kernel": k["kernel"], "ops": k["ops"], "layers": k.get("layers", []), "calls": k["calls"],
-                     "flops": k["flops"],
-                     "bytes": k["bytes"], "seconds": t, "flops_per_s": achieved, "bytes_per_s": k["bytes"] / t,
-                     "intensity": intensity, "bound": "memory" if intensity < ridge else "compute",
-                     "roof_fraction": achieved / roof})
-    return {"peak_flops_per_s": peak_flops, "peak_bytes_per_s": peak_bytes, "ridge_flops_per_byte": ridge,
-            "kernels": rows}
+        rows.append(
+            {
+                "kernel": k["kernel"],
+                "ops": k["ops"],
+                "layers": k.get("layers", []),
+                "calls": k["calls"],
+                "flops": k["flops"],
+                "bytes": k["bytes"],
+                "seconds": t,
+                "flops_per_s": achieved,
+                "bytes_per_s": k["bytes"] / t,
+                "intensity": intensity,
+                "bound": "memory" if intensity < ridge else "compute",
+                "roof_fraction": achieved / roof,
+            }
+        )
+    return {
+        "peak_flops_per_s": peak_flops,
+        "peak_bytes_per_s": peak_bytes,
+        "ridge_flops_per_byte": ridge,
+        "kernels": rows,
+    }

@@ -86,8 +86,18 @@ def _output_channels_first(bb, call):
 
     attrs = call.attrs
     weight = bb.emit(relax.op.permute_dims(call.args[1], [3, 0, 1, 2]))
-    return relax.op.nn.conv2d(call.args[0], weight, attrs.strides, attrs.padding, attrs.dilation, attrs.groups,
-                              "NHWC", "OHWI", "NHWC", attrs.out_dtype)
+    return relax.op.nn.conv2d(
+        call.args[0],
+        weight,
+        attrs.strides,
+        attrs.padding,
+        attrs.dilation,
+        attrs.groups,
+        "NHWC",
+        "OHWI",
+        "NHWC",
+        attrs.out_dtype,
+    )
 
 
 def _constant(mutator, expr, depth: int = CONSTANT_DEPTH) -> bool:

@@ -31,8 +31,11 @@ from modelbuild.compiler.channel_padding import padded_channels
 from modelbuild.compiler.relax_rewrite import known_shape, rewrite_calls
 from modelbuild.errors import last_line
 
-CHANNELS_LAST = {"relax.nn.conv2d": ["NHWC", "HWIO"], "relax.nn.conv1d": ["NWC", "WIO"],
-                 "relax.nn.conv3d": ["NDHWC", "DHWIO"]}
+CHANNELS_LAST = {
+    "relax.nn.conv2d": ["NHWC", "HWIO"],
+    "relax.nn.conv1d": ["NWC", "WIO"],
+    "relax.nn.conv3d": ["NDHWC", "DHWIO"],
+}
 CONVS = tuple(CHANNELS_LAST)
 LAYOUTS = ("auto", "NHWC")  # the recipe's layouts that convert convs
 CONVERTED = "channels-last"
@@ -59,8 +62,12 @@ def _has_conv(module, *, floats_only: bool) -> bool:
     found = []
 
     def visit(expr):
-        if (isinstance(expr, relax.Call) and getattr(expr.op, "name", None) in CONVS
-                and (not floats_only or _is_float(expr.args[0])) and _channels_last_pays(expr)):
+        if (
+            isinstance(expr, relax.Call)
+            and getattr(expr.op, "name", None) in CONVS
+            and (not floats_only or _is_float(expr.args[0]))
+            and _channels_last_pays(expr)
+        ):
             found.append(expr)
 
     for func in module.functions.values():
@@ -80,8 +87,9 @@ def _desired_layouts(call, layout: str) -> dict:
         return {op: ["NCHW", "IOHW"]}
     if layout == "auto" and op in ("relax.nn.conv2d", "relax.nn.conv3d") and not _is_float(call.args[0]):
         return {}
-    if op == "relax.nn.conv1d" and ((layout == "auto" and not _is_float(call.args[0]))
-                                    or not _channels_last_pays(call)):
+    if op == "relax.nn.conv1d" and (
+        (layout == "auto" and not _is_float(call.args[0])) or not _channels_last_pays(call)
+    ):
         return {op: ["NCW", "OIW"]}  # asked for: with no wish, it would take its input's layout, NWC
     return CHANNELS_LAST
 
@@ -95,8 +103,12 @@ def _channels_last_pays(conv) -> bool:
     if getattr(conv.op, "name", None) != "relax.nn.conv1d":
         return True
     shape = known_shape(conv)
-    return (shape is not None and int(conv.attrs.groups) == 1 and padded_channels(shape[1]) % 8 == 0
-            and conv.attrs.data_layout == "NCW")
+    return (
+        shape is not None
+        and int(conv.attrs.groups) == 1
+        and padded_channels(shape[1]) % 8 == 0
+        and conv.attrs.data_layout == "NCW"
+    )
 
 
 ELEMENTWISE_OF_REDUCTION = {"relax.max": "maximum", "relax.min": "minimum", "relax.sum": "add"}
@@ -159,10 +171,16 @@ def _reduced_stack_as_elementwise(mutator, call, op: str):
     from tvm import relax
 
     stacked = mutator.lookup_binding(call.args[0])
-    if not (isinstance(stacked, relax.Call) and getattr(stacked.op, "name", None) == "relax.stack"
-            and call.attrs.axis is not None and len(call.attrs.axis) == 1 and not call.attrs.keepdims
-            and int(call.attrs.axis[0]) == int(stacked.attrs.axis) and hasattr(stacked.args[0], "fields")
-            and len(stacked.args[0].fields) > 0):
+    if not (
+        isinstance(stacked, relax.Call)
+        and getattr(stacked.op, "name", None) == "relax.stack"
+        and call.attrs.axis is not None
+        and len(call.attrs.axis) == 1
+        and not call.attrs.keepdims
+        and int(call.attrs.axis[0]) == int(stacked.attrs.axis)
+        and hasattr(stacked.args[0], "fields")
+        and len(stacked.args[0].fields) > 0
+    ):
         return call
     parts = [_unbroadcast(mutator, part) for part in stacked.args[0].fields]
     if not any(_same_shape(part, call) for part in parts):  # nothing left to give the result its shape
@@ -205,8 +223,15 @@ def _leaky_as_bound(mutator, x, alpha: float):
     return relax.op.maximum(x, scaled) if alpha <= 1 else relax.op.minimum(x, scaled)
 
 
-BROADCASTING = {"relax.add", "relax.subtract", "relax.multiply", "relax.divide", "relax.maximum", "relax.minimum",
-                "relax.power"}
+BROADCASTING = {
+    "relax.add",
+    "relax.subtract",
+    "relax.multiply",
+    "relax.divide",
+    "relax.maximum",
+    "relax.minimum",
+    "relax.power",
+}
 
 
 def _single_value(expr):

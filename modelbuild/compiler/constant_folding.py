@@ -56,8 +56,13 @@ def _where(call, values):
     return np.where(*values)
 
 
-FOLDED = {"relax.reshape": _reshape, "relax.permute_dims": _permute_dims, "relax.isnan": _isnan,
-          "relax.where": _where, "relax.dequantize": _dequantize}
+FOLDED = {
+    "relax.reshape": _reshape,
+    "relax.permute_dims": _permute_dims,
+    "relax.isnan": _isnan,
+    "relax.where": _where,
+    "relax.dequantize": _dequantize,
+}
 
 
 def _folded(mutator, call):
@@ -85,4 +90,3 @@ def _value(mutator, expr):
     if isinstance(expr, relax.Var):
         expr = mutator.lookup_binding(expr)
     return expr.value.numpy() if isinstance(expr, Constant) else None
-

@@ -42,10 +42,15 @@ def eligible(call) -> bool:
         [int(d) for d in call.args[0].ty.shape.values]
     except (AttributeError, TypeError, ValueError):
         return False
-    return ((str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout or attrs.data_layout))
-            == ("NCHW", "IOHW", "NCHW") and int(attrs.groups) == 1
-            and [int(s) for s in attrs.strides] == [kh, kw] and not any(int(p) for p in attrs.padding)
-            and not any(int(p) for p in attrs.output_padding) and all(int(d) == 1 for d in attrs.dilation))
+    return (
+        (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout or attrs.data_layout))
+        == ("NCHW", "IOHW", "NCHW")
+        and int(attrs.groups) == 1
+        and [int(s) for s in attrs.strides] == [kh, kw]
+        and not any(int(p) for p in attrs.padding)
+        and not any(int(p) for p in attrs.output_padding)
+        and all(int(d) == 1 for d in attrs.dilation)
+    )
 
 
 def _as_conv_and_depth_to_space(bb, call):
@@ -57,8 +62,10 @@ def _as_conv_and_depth_to_space(bb, call):
     in_ch, out_ch, kh, kw = (int(d) for d in weight.ty.shape.values)
     # w[c, o, a, b] -> w1x1[(o, a, b), c]: output channel (o, a, b) of the 1x1 conv is tap (a, b) of channel o
     if isinstance(weight, Constant):
-        taps = relax.const(np.ascontiguousarray(constant_value(weight).transpose(1, 2, 3, 0)).reshape(
-            out_ch * kh * kw, in_ch, 1, 1), str(weight.ty.dtype))
+        taps = relax.const(
+            np.ascontiguousarray(constant_value(weight).transpose(1, 2, 3, 0)).reshape(out_ch * kh * kw, in_ch, 1, 1),
+            str(weight.ty.dtype),
+        )
     else:
         taps = bb.emit(relax.op.reshape(relax.op.permute_dims(weight, [1, 2, 3, 0]), [out_ch * kh * kw, in_ch, 1, 1]))
     per_tap = bb.emit(relax.op.nn.conv2d(x, taps, out_dtype=call.attrs.out_dtype))
@@ -75,6 +82,8 @@ def _depth_to_space(per_tap, kh: int, kw: int):
     from tvm import te
 
     n, channels, height, width = (int(d) for d in per_tap.shape)
-    return te.compute((n, channels // (kh * kw), height * kh, width * kw),
-                      lambda b, o, y, x: per_tap[b, (o * kh + y % kh) * kw + x % kw, y // kh, x // kw],
-                      name="depth_to_space")
+    return te.compute(
+        (n, channels // (kh * kw), height * kh, width * kw),
+        lambda b, o, y, x: per_tap[b, (o * kh + y % kh) * kw + x % kw, y // kh, x // kw],
+        name="depth_to_space",
+    )

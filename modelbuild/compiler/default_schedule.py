@@ -45,8 +45,19 @@ import math
 from dataclasses import dataclass
 
 from modelbuild.compiler.kernels import (
-    amx_conv, avx2_conv, layer_norm, linear_upsample, nearest_upsample, packed_conv, pairwise_pool, row_reductions,
-    sdot_conv, softmax, transposed_tiles, vnni_conv, vnni_depthwise,
+    amx_conv,
+    avx2_conv,
+    layer_norm,
+    linear_upsample,
+    nearest_upsample,
+    packed_conv,
+    pairwise_pool,
+    row_reductions,
+    sdot_conv,
+    softmax,
+    transposed_tiles,
+    vnni_conv,
+    vnni_depthwise,
 )
 from modelbuild.compiler.kernels.iterators import is_reduction, subexpressions, sums
 
@@ -81,9 +92,16 @@ PADDED_ROWS_FRACTION = 20  # a matmul's rows are padded to whole tiles where tha
 MIN_CHANNEL_BLOCK = 8  # fewer channels a pass would load and store the tile's outputs for too little work
 # kernels legalised with blocks of these names have their own schedule(sch, cores), and some a finish(func)
 # for what the scheduled function needs besides its loops (amx_conv: the tile state)
-HAND_WRITTEN = ((amx_conv, amx_conv.BLOCKS), (vnni_conv, vnni_conv.BLOCKS), (sdot_conv, sdot_conv.BLOCKS),
-                (avx2_conv, avx2_conv.BLOCKS), (vnni_depthwise, (vnni_depthwise.BLOCK,)), (softmax, softmax.BLOCKS),
-                (layer_norm, layer_norm.BLOCKS), (pairwise_pool, pairwise_pool.BLOCKS))
+HAND_WRITTEN = (
+    (amx_conv, amx_conv.BLOCKS),
+    (vnni_conv, vnni_conv.BLOCKS),
+    (sdot_conv, sdot_conv.BLOCKS),
+    (avx2_conv, avx2_conv.BLOCKS),
+    (vnni_depthwise, (vnni_depthwise.BLOCK,)),
+    (softmax, softmax.BLOCKS),
+    (layer_norm, layer_norm.BLOCKS),
+    (pairwise_pool, pairwise_pool.BLOCKS),
+)
 
 
 @dataclass(frozen=True)
@@ -91,6 +109,7 @@ class Machine:
     """What the schedule adapts to: cores to run on, and the register tile of a reduction: `rows` output
     rows (pixels) by `vectors` output vectors accumulated in registers, so each loaded weight vector feeds
     `rows` multiply-adds and each broadcast input `vectors`."""
+
     cores: int = 1
     rows: int = 4
     vectors: int = 1
@@ -172,8 +191,11 @@ def schedule_function(func, on: Machine):
                 sch = _attempt(sch, lambda s, b=block: _schedule_reduction(s, b, on), refused)
         upsampled = [sch.get(b).name_hint for b in sch.get_child_blocks(root) if _shuffled_upsample(sch, b)]
         for block in sch.get_child_blocks(root):
-            if (not is_reduction(sch, block) and not _is_nested(sch, block)
-                    and sch.get(block).name_hint not in upsampled):
+            if (
+                not is_reduction(sch, block)
+                and not _is_nested(sch, block)
+                and sch.get(block).name_hint not in upsampled
+            ):
                 sch = _attempt(sch, lambda s, b=block: _schedule_spatial(s, b, on.cores), refused)
         for name in upsampled:
             sch = _place_upsample(sch, sch.get_sblock(name), on.cores, refused)
@@ -203,8 +225,7 @@ def _written_by_hand(sch, root) -> bool:
     failed; such a function keeps TVM's own schedule, as `schedule = "none"` builds it."""
     ours = {name for _, blocks in HAND_WRITTEN for name in blocks}
     blocks = sch.get_child_blocks(root)
-    return (any(not sch.get(b).iter_vars for b in blocks)
-            and not any(sch.get(b).name_hint in ours for b in blocks))
+    return any(not sch.get(b).iter_vars for b in blocks) and not any(sch.get(b).name_hint in ours for b in blocks)
 
 
 def _has_block(sch, root, name: str) -> bool:
@@ -232,7 +253,7 @@ def _spatial_and_reduce(sch, block):
     kinds = ["R" if sums(iv) else "S" for iv in sch.get(block).iter_vars]
     if len(loops) != len(kinds):
         raise ValueError("loops and iterators do not line up")
-    return [l for l, k in zip(loops, kinds) if k == "S"], [l for l, k in zip(loops, kinds) if k == "R"]
+    return [loop for loop, k in zip(loops, kinds) if k == "S"], [loop for loop, k in zip(loops, kinds) if k == "R"]
 
 
 def _is_nested(sch, block) -> bool:
@@ -246,17 +267,34 @@ def _inline_elementwise(sch, root, refused: list[str]):
     SHORT_REDUCTION steps or whose rows are vectorised whole (a select per lane compiled to masked gathers:
     a 5x5 pool at 10x10 took 60 -> 128 us), nor a dot-product conv's staging or padding of its input (their
     schedules expect them)."""
-    kept: set[str] = {*amx_conv.STAGING_BLOCKS, *vnni_conv.STAGING_BLOCKS, *sdot_conv.STAGING_BLOCKS,
-                      *avx2_conv.STAGING_BLOCKS, vnni_depthwise.PAD_BLOCK, linear_upsample.COLUMNS_BLOCK}
+    kept: set[str] = {
+        *amx_conv.STAGING_BLOCKS,
+        *vnni_conv.STAGING_BLOCKS,
+        *sdot_conv.STAGING_BLOCKS,
+        *avx2_conv.STAGING_BLOCKS,
+        vnni_depthwise.PAD_BLOCK,
+        linear_upsample.COLUMNS_BLOCK,
+    }
     while True:
         outputs = {sch.get(b).name_hint for b in sch.get_output_blocks(root)}
-        candidates = [b for b in sch.get_child_blocks(root)
-                      if sch.get(b).name_hint not in outputs | kept and not is_reduction(sch, b)
-                      and not _shuffled_upsample(sch, b) and not _gates_broadcast(sch, b)
-                      and not any(is_reduction(sch, c) and (_is_long_reduction(sch, c) or _casts(sch, b)
-                                                             or _takes_whole_rows(sch, c)
-                                                             or _pads_along_rows(sch, b))
-                                  for c in sch.get_consumers(b))]
+        candidates = [
+            b
+            for b in sch.get_child_blocks(root)
+            if sch.get(b).name_hint not in outputs | kept
+            and not is_reduction(sch, b)
+            and not _shuffled_upsample(sch, b)
+            and not _gates_broadcast(sch, b)
+            and not any(
+                is_reduction(sch, c)
+                and (
+                    _is_long_reduction(sch, c)
+                    or _casts(sch, b)
+                    or _takes_whole_rows(sch, c)
+                    or _pads_along_rows(sch, b)
+                )
+                for c in sch.get_consumers(b)
+            )
+        ]
         if not candidates:
             return sch
         block = candidates[0]
@@ -273,8 +311,9 @@ def _gates_broadcast(sch, block) -> bool:
     the map (EfficientNet's int8 480-channel gate at 14x14: thirteen scalar sigmoids per channel); kept
     apart, it is computed once per channel where its producer's epilogue is."""
     gated = _domain(sch.get(block))
-    return (_terms(sch, block) >= GATE_MIN_TERMS
-            and any(_scales_a_map(sch.get(c), BROADCAST_RATIO * gated) for c in sch.get_consumers(block)))
+    return _terms(sch, block) >= GATE_MIN_TERMS and any(
+        _scales_a_map(sch.get(c), BROADCAST_RATIO * gated) for c in sch.get_consumers(block)
+    )
 
 
 def _scales_a_map(consumer, least: int) -> bool:
@@ -282,8 +321,11 @@ def _scales_a_map(consumer, least: int) -> bool:
     reduction, which reads its inputs many times by design (a conv its padding), nor a concatenation of
     pieces each smaller than its output (an LSTM's 32 hidden states)."""
     domain = _domain(consumer)
-    return (domain >= least and not any(sums(iv) for iv in consumer.iter_vars)
-            and any(math.prod(_constant(d) for d in read.source.shape) == domain for read in consumer.reads))
+    return (
+        domain >= least
+        and not any(sums(iv) for iv in consumer.iter_vars)
+        and any(math.prod(_constant(d) for d in read.source.shape) == domain for read in consumer.reads)
+    )
 
 
 def _constant(dimension) -> int:
@@ -311,6 +353,7 @@ def _place_upsample(sch, block, cores: int, refused: list[str]):
     """A nearest-neighbour upsampling computed row by row where its consumer, already scheduled, takes that
     output row (the DB detector's 8x, 4x and 2x maps read by a concat), else the whole map apart, channels
     in parallel: apart, the upsampled map is written out and read back."""
+
     def at_consumer(s):
         row = _consumer_row_loop(s, block)
         if row is None:
@@ -339,6 +382,7 @@ def _always(predicate) -> bool:
 def _shuffle_upsampled_rows(sch, names: list[str], refused: list[str]):
     """The placed upsamplings' rows in shuffles (nearest_upsample.tensorize_rows), the function's last step;
     where TVM refuses one, every row in plain vectors."""
+
     def shuffled(s):
         for name in names:
             nearest_upsample.tensorize_rows(s, s.get_sblock(name))
@@ -454,7 +498,7 @@ def _schedule_reduction(sch, block, on: Machine) -> None:
     if split is None:
         sch.reorder(*spatial, *reduce)
         partial = _sum_in_lanes(sch, block, spatial, reduce)
-        spatial = sch.get_loops(block)[:len(spatial)]
+        spatial = sch.get_loops(block)[: len(spatial)]
         for consumer in consumers:
             sch.reverse_compute_at(consumer, spatial[-1])
         _parallelize(sch, spatial, on.cores, worth_it or (partial is not None and macs >= PARALLEL_MIN_SUMS))
@@ -466,7 +510,7 @@ def _schedule_reduction(sch, block, on: Machine) -> None:
     block_loop = _row_block(sch, spatial[:-1], on.rows, on.fewer_rows, sharing)
     if block_loop is not None:
         index, (rows_outer, rows) = block_loop
-        leading, tile = [*spatial[:index], rows_outer, *spatial[index + 1:-1]], [rows]
+        leading, tile = [*spatial[:index], rows_outer, *spatial[index + 1 : -1]], [rows]
     else:
         leading, tile = spatial[:-1], []
     vectors = _extent(sch, outer) or 1
@@ -555,8 +599,13 @@ def _whole_rows(sch, spatial, reduce) -> bool:
     in half vectors (an NHWC conv to 3 channels from 40, whose rows of 3 made 3-lane vectors)."""
     row = _extent(sch, spatial[-1]) or 0
     innermost = _extent(sch, reduce[-1])
-    return (len(spatial) > 1 and 1 < row <= 4 * VECTOR_LANES and not any(row % w == 0 for w in _WIDTHS)
-            and not _summable_in_lanes(innermost) and _partial_sum_lanes(innermost, _work(sch, reduce)) != HALF_LANES)
+    return (
+        len(spatial) > 1
+        and 1 < row <= 4 * VECTOR_LANES
+        and not any(row % w == 0 for w in _WIDTHS)
+        and not _summable_in_lanes(innermost)
+        and _partial_sum_lanes(innermost, _work(sch, reduce)) != HALF_LANES
+    )
 
 
 def _takes_whole_rows(sch, block) -> bool:
@@ -600,7 +649,7 @@ def _sum_in_lanes(sch, block, spatial, reduce):
     # vector add read and wrote its sums VECTOR_LANES outputs apart (a gather and a scatter), on one core
     partial = sch.rfactor(lanes, factor_axis=-1)
     sch.compute_at(partial, sch.get_loops(block)[len(spatial) - 1])
-    lanes, *steps = sch.get_loops(partial)[len(spatial):]
+    lanes, *steps = sch.get_loops(partial)[len(spatial) :]
     sch.reorder(*steps, lanes)
     sch.vectorize(lanes)
     return partial, steps[0]
@@ -643,8 +692,11 @@ def _contiguous_reduction(sch, block, reduce) -> list:
     region, shape = reads[0].region, reads[0].source.shape
     trailing = 0
     for loop, var, axis in zip(reversed(reduce), reversed(summed), reversed(range(len(shape)))):
-        if not (region[axis].min.same_as(var.var) and _is_const(shape[axis], _extent(sch, loop) or -1)
-                and _is_const(var.dom.extent, _extent(sch, loop) or -1)):
+        if not (
+            region[axis].min.same_as(var.var)
+            and _is_const(shape[axis], _extent(sch, loop) or -1)
+            and _is_const(var.dom.extent, _extent(sch, loop) or -1)
+        ):
             break
         trailing += 1
     if trailing < 2 or not _summable_in_lanes(math.prod(_extent(sch, loop) for loop in reduce[-trailing:])):
@@ -730,14 +782,19 @@ def _extent_of(iter_var) -> int | None:
 
 def _row_tile(sch, spatial, rows: int, fewer: int, sharing: list[bool]) -> tuple[int, int, bool] | None:
     """(which loop, how many rows, whether with a tail) of _row_block's split, or None."""
-    order = [i for i in (len(spatial) - 2, len(spatial) - 1, *range(len(spatial) - 3, -1, -1))
-             if i >= 0 and sharing[i]]
+    order = [i for i in (len(spatial) - 2, len(spatial) - 1, *range(len(spatial) - 3, -1, -1)) if i >= 0 and sharing[i]]
     extents = {i: _extent(sch, spatial[i]) for i in order}
     for count in range(rows, max(rows - FEWER_ROWS, MIN_TILE_ROWS) - 1, -1):
         # a long loop takes a tail rather than a tile more than `fewer` rows smaller; a short one (a batch of
         # 8 rows) would spend too much of itself in the tail
-        divisible = [i for i in order if extents[i] and extents[i] >= count and extents[i] % count == 0
-                     and (count >= rows - fewer or extents[i] < LONG_ROWS * rows)]
+        divisible = [
+            i
+            for i in order
+            if extents[i]
+            and extents[i] >= count
+            and extents[i] % count == 0
+            and (count >= rows - fewer or extents[i] < LONG_ROWS * rows)
+        ]
         if divisible:
             return divisible[0], count, False
     with_tail = [i for i in order if extents[i] and extents[i] > rows]
@@ -761,8 +818,11 @@ def _rows_padded(sch, block, on: Machine):
     if len(loops) != len(iters) or None in extents or extents != [_extent_of(iv) for iv in iters]:
         return block, []  # pad_einsum pads iterators; here they are the loops, one for one
     positions = [p for p, iv in enumerate(iters) if not sums(iv)]
-    if (len(positions) == len(iters) or len(positions) < 2
-            or not any(extents[positions[-1]] % width == 0 for width in _WIDTHS)):  # no register tile then
+    if (
+        len(positions) == len(iters)
+        or len(positions) < 2
+        or not any(extents[positions[-1]] % width == 0 for width in _WIDTHS)
+    ):  # no register tile then
         return block, []
     spatial = [loops[p] for p in positions]
     choice = _row_tile(sch, spatial[:-1], on.rows, on.fewer_rows, _rows_sharing_vectors(sch, block, len(spatial)))
@@ -803,12 +863,17 @@ def _pads_along_rows(sch, block) -> bool:
 
     store = sch.get(block).body
     value = getattr(store, "value", None)
-    if not (isinstance(value, ir.Call) and getattr(value.op, "name", None) == "prim.if_then_else"
-            and isinstance(value.args[2], (tirx.IntImm, tirx.FloatImm)) and sch.get(block).iter_vars):
+    if not (
+        isinstance(value, ir.Call)
+        and getattr(value.op, "name", None) == "prim.if_then_else"
+        and isinstance(value.args[2], (tirx.IntImm, tirx.FloatImm))
+        and sch.get(block).iter_vars
+    ):
         return False
     innermost = sch.get(block).iter_vars[-1].var
-    return (any(var.same_as(innermost) for var in tirx.analysis.undefined_vars(value.args[0]))
-            and sch.can_decompose_padding(block, sch.get_loops(block)[0]))
+    return any(
+        var.same_as(innermost) for var in tirx.analysis.undefined_vars(value.args[0])
+    ) and sch.can_decompose_padding(block, sch.get_loops(block)[0])
 
 
 def _schedule_spatial(sch, block, cores: int) -> None:
@@ -896,9 +961,13 @@ def _pieces_along(sch, block, position: int) -> list[int] | None:
         return None
     var, starts = iter_vars[position].var, set()
     for node in subexpressions(value):
-        if (isinstance(node, ir.Call) and getattr(node.op, "name", None) == "prim.if_then_else"
-                and isinstance(node.args[0], tirx.LE) and isinstance(node.args[0].a, tirx.IntImm)
-                and node.args[0].b.same_as(var)):
+        if (
+            isinstance(node, ir.Call)
+            and getattr(node.op, "name", None) == "prim.if_then_else"
+            and isinstance(node.args[0], tirx.LE)
+            and isinstance(node.args[0].a, tirx.IntImm)
+            and node.args[0].b.same_as(var)
+        ):
             starts.add(int(node.args[0].a.value))
     bounds = [0, *sorted(b for b in starts if 0 < b < extent), extent]
     pieces = [b - a for a, b in zip(bounds, bounds[1:])]
@@ -915,8 +984,13 @@ def _schedule_loops(sch, block, cores: int) -> None:
         sch.vectorize(loops[-1])
         loops = loops[:-1]
     # the row's own loop stays whole where it is all there is to run in parallel (a 1-D tensor)
-    elif extent and extent % VECTOR_LANES and extent > WHOLE_ROW_LANES and not _divides_row(sch, block) and (
-            not worth_it or _work(sch, loops[:-1]) >= 2 * cores):
+    elif (
+        extent
+        and extent % VECTOR_LANES
+        and extent > WHOLE_ROW_LANES
+        and not _divides_row(sch, block)
+        and (not worth_it or _work(sch, loops[:-1]) >= 2 * cores)
+    ):
         row_reductions.in_vectors(sch, loops[-1])  # YOLO's 2100 anchors had run in 4-lane vectors: 3.3x slower
         loops = loops[:-1]
     elif (split := _vector_split(sch, loops[-1])) is not None:
@@ -938,10 +1012,17 @@ def _divides_row(sch, block) -> bool:
     if value is None or not sch.get(block).iter_vars:
         return False
     innermost = sch.get(block).iter_vars[-1].var
-    indices = (part for load in subexpressions(value) for index in getattr(load, "indices", ())  # buffer loads
-               for part in subexpressions(index))
-    return any(isinstance(part, (tirx.FloorDiv, tirx.FloorMod))
-               and any(v.same_as(innermost) for v in tirx.analysis.undefined_vars(part.a)) for part in indices)
+    indices = (
+        part
+        for load in subexpressions(value)
+        for index in getattr(load, "indices", ())  # buffer loads
+        for part in subexpressions(index)
+    )
+    return any(
+        isinstance(part, (tirx.FloorDiv, tirx.FloorMod))
+        and any(v.same_as(innermost) for v in tirx.analysis.undefined_vars(part.a))
+        for part in indices
+    )
 
 
 def _worth_running_in_parallel(sch, block, elements: int) -> bool:

@@ -53,8 +53,9 @@ def rewrite(module):
                 return self._concatenated(value, scale, zero, quantize)
             if name == "relax.image.resize2d" and _copies_values(value) and (scale.size == 1 or axis == 1):
                 moved = self._moved(value.args[0], scale, zero, quantize)
-                inner = self.builder_.emit(moved if moved is not None else self._quantize(
-                    value.args[0], scale, zero, quantize))
+                inner = self.builder_.emit(
+                    moved if moved is not None else self._quantize(value.args[0], scale, zero, quantize)
+                )
                 return _resized(value, inner)
             return None
 
@@ -66,18 +67,24 @@ def rewrite(module):
             pieces, start = [], 0
             for piece in concat.args[0].fields:
                 channels = int(piece.ty.shape.values[int(concat.attrs.axis)])
-                sliced = [v if v.size == 1 else v.reshape(-1)[start:start + channels] for v in (scale, zero)]
+                sliced = [v if v.size == 1 else v.reshape(-1)[start : start + channels] for v in (scale, zero)]
                 if any(v.size not in (1, channels) for v in sliced):
                     return None
                 moved = self._moved(piece, *sliced, quantize)
-                pieces.append(self.builder_.emit(moved if moved is not None else self._quantize(
-                    piece, *sliced, quantize)))
+                pieces.append(
+                    self.builder_.emit(moved if moved is not None else self._quantize(piece, *sliced, quantize))
+                )
                 start += channels
             return relax.op.concat(pieces, axis=int(concat.attrs.axis))
 
         def _quantize(self, data, scale, zero, quantize):
-            return relax.op.quantize(data, relax.const(scale), relax.const(zero), axis=int(quantize.attrs.axis),
-                                     out_dtype=str(quantize.attrs.out_dtype))
+            return relax.op.quantize(
+                data,
+                relax.const(scale),
+                relax.const(zero),
+                axis=int(quantize.attrs.axis),
+                out_dtype=str(quantize.attrs.out_dtype),
+            )
 
         def _single_use_value(self, expr):
             if not isinstance(expr, relax.Var) or self.uses.get(expr, 0) != 1:
@@ -98,8 +105,11 @@ def rewrite(module):
 def _copies_values(resize) -> bool:
     """Whether a resize2d only copies input values to outputs (nearest neighbour), in NCHW."""
     attrs = resize.attrs
-    return str(attrs.method) == "nearest_neighbor" and str(attrs.layout) == "NCHW" and np.dtype(
-        str(resize.ty.dtype)) == np.dtype(str(resize.args[0].ty.dtype))
+    return (
+        str(attrs.method) == "nearest_neighbor"
+        and str(attrs.layout) == "NCHW"
+        and np.dtype(str(resize.ty.dtype)) == np.dtype(str(resize.args[0].ty.dtype))
+    )
 
 
 def _resized(resize, data):
@@ -108,7 +118,14 @@ def _resized(resize, data):
 
     a = resize.attrs
     return relax.op.image.resize2d(
-        data, resize.args[1], roi=[float(r) for r in a.roi], layout=str(a.layout), method=str(a.method),
-        coordinate_transformation_mode=str(a.coordinate_transformation_mode), rounding_method=str(a.rounding_method),
-        cubic_alpha=float(a.cubic_alpha), cubic_exclude=int(a.cubic_exclude),
-        extrapolation_value=float(a.extrapolation_value))
+        data,
+        resize.args[1],
+        roi=[float(r) for r in a.roi],
+        layout=str(a.layout),
+        method=str(a.method),
+        coordinate_transformation_mode=str(a.coordinate_transformation_mode),
+        rounding_method=str(a.rounding_method),
+        cubic_alpha=float(a.cubic_alpha),
+        cubic_exclude=int(a.cubic_exclude),
+        extrapolation_value=float(a.extrapolation_value),
+    )

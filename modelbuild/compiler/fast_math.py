@@ -64,12 +64,17 @@ def legalizations() -> dict:
     """LegalizeOps overrides: relax operator name -> its fast legalisation."""
     from tvm import topi
 
-    return {"relax.erf": _fast(topi.fast_erf, "erf"), "relax.tanh": _fast(topi.fast_tanh, "tanh"),
-            "relax.nn.gelu": _fast(_gelu, "gelu"), "relax.nn.gelu_tanh": _fast(_gelu_tanh, "gelu_tanh"),
-            "relax.nn.softmax": _fast(_softmax, "softmax", with_axis=True),
-            "relax.nn.log_softmax": _fast(_log_softmax, "log_softmax", with_axis=True), "relax.power": _power,
-            "relax.divide": _divide,
-            **{f"relax.{name}": _fast(_per_element(element, name), name) for name, element in ELEMENTS.items()}}
+    return {
+        "relax.erf": _fast(topi.fast_erf, "erf"),
+        "relax.tanh": _fast(topi.fast_tanh, "tanh"),
+        "relax.nn.gelu": _fast(_gelu, "gelu"),
+        "relax.nn.gelu_tanh": _fast(_gelu_tanh, "gelu_tanh"),
+        "relax.nn.softmax": _fast(_softmax, "softmax", with_axis=True),
+        "relax.nn.log_softmax": _fast(_log_softmax, "log_softmax", with_axis=True),
+        "relax.power": _power,
+        "relax.divide": _divide,
+        **{f"relax.{name}": _fast(_per_element(element, name), name) for name, element in ELEMENTS.items()},
+    }
 
 
 LOG2E = 1.4426950408889634
@@ -138,8 +143,7 @@ def _power(bb, call):
     exponent = _scalar_constant(call.args[1])
     # an exponent of more dimensions than x broadcasts x to its rank: TVM's pow makes that shape
     same_shape = int(call.args[1].ty.ndim) <= int(call.args[0].ty.ndim)
-    if (str(call.args[0].ty.dtype) not in FAST_DTYPES or exponent not in (*POWERS_BY_MULTIPLYING, 0.5)
-            or not same_shape):
+    if str(call.args[0].ty.dtype) not in FAST_DTYPES or exponent not in (*POWERS_BY_MULTIPLYING, 0.5) or not same_shape:
         return ir.Op.get(call.op.name).get_attr("FLegalize")(bb, call)
     if exponent == 0.5:
         return bb.call_te(topi.sqrt, call.args[0], primfunc_name_hint="power")
@@ -171,8 +175,12 @@ def _divide(bb, call):
     with np.errstate(divide="ignore", over="ignore"):
         reciprocal = None if divisor is None else float(np.float32(1.0) / np.float32(divisor))
     same_shape = int(call.args[1].ty.ndim) <= int(call.args[0].ty.ndim)
-    if (str(call.args[0].ty.dtype) not in FAST_DTYPES or reciprocal is None or not same_shape
-            or not np.finfo(np.float32).tiny <= abs(reciprocal) <= np.finfo(np.float32).max):
+    if (
+        str(call.args[0].ty.dtype) not in FAST_DTYPES
+        or reciprocal is None
+        or not same_shape
+        or not np.finfo(np.float32).tiny <= abs(reciprocal) <= np.finfo(np.float32).max
+    ):
         return ir.Op.get(call.op.name).get_attr("FLegalize")(bb, call)
 
     def divided(x):
@@ -223,8 +231,17 @@ def sin_element(v, quarter_turns: int):
 
 # log(1 + f) - f + f^2 / 2 ~ f^3 p(f) on [sqrt(1/2) - 1, sqrt(2) - 1] (Cephes' logf), p's coefficients from
 # f^8's down; and ln 2 in two parts, as LN2_HIGH
-LOG_POLYNOMIAL = (7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1, 1.4249322787e-1,
-                  -1.6668057665e-1, 2.0000714765e-1, -2.4999993993e-1, 3.3333331174e-1)
+LOG_POLYNOMIAL = (
+    7.0376836292e-2,
+    -1.1514610310e-1,
+    1.1676998740e-1,
+    -1.2420140846e-1,
+    1.4249322787e-1,
+    -1.6668057665e-1,
+    2.0000714765e-1,
+    -2.4999993993e-1,
+    3.3333331174e-1,
+)
 LOG_LN2_HIGH, LOG_LN2_LOW = 0.693359375, -2.12194440e-4
 FLOAT32_TINIEST_NORMAL = 1.1754943508222875e-38
 
@@ -240,7 +257,7 @@ def log_element(v):
         return tirx.const(value, "int32")
 
     subnormal = v < _f32(FLOAT32_TINIEST_NORMAL)
-    scaled = tirx.Select(subnormal, v * _f32(2.0 ** 23), v)
+    scaled = tirx.Select(subnormal, v * _f32(2.0**23), v)
     bits = tirx.reinterpret("int32", scaled)
     exponent = tirx.shift_right(bits, i32(23)) - tirx.Select(subnormal, i32(127 + 23), i32(127))
     mantissa = tirx.reinterpret("float32", tirx.bitwise_or(tirx.bitwise_and(bits, i32(0x007FFFFF)), i32(0x3F800000)))
@@ -250,8 +267,9 @@ def log_element(v):
     polynomial = _horner(LOG_POLYNOMIAL, f)
     square = f * f
     result = f + (f * square * polynomial + e * _f32(LOG_LN2_LOW) - _f32(0.5) * square) + e * _f32(LOG_LN2_HIGH)
-    special = tirx.Select(v == _f32(0.0), _f32(float("-inf")),
-                          tirx.Select(v == _f32(float("inf")), v, _f32(float("nan"))))
+    special = tirx.Select(
+        v == _f32(0.0), _f32(float("-inf")), tirx.Select(v == _f32(float("inf")), v, _f32(float("nan")))
+    )
     return tirx.Select(tirx.all(v > _f32(0.0), v < _f32(float("inf"))), result, special)
 
 
@@ -359,11 +377,19 @@ def round_half_even_element(v):
 
 
 # relax operator (its name after "relax.") -> the element function its fast legalisation applies
-ELEMENTS = {"exp": exp_element, "sigmoid": sigmoid_element,
-            "sin": lambda v: sin_element(v, quarter_turns=0),
-            "cos": lambda v: sin_element(v, quarter_turns=1), "log": log_element, "atan": atan_element,
-            "asin": asin_element, "acos": acos_element, "sinh": sinh_element, "cosh": cosh_element,
-            "round": round_half_even_element}
+ELEMENTS = {
+    "exp": exp_element,
+    "sigmoid": sigmoid_element,
+    "sin": lambda v: sin_element(v, quarter_turns=0),
+    "cos": lambda v: sin_element(v, quarter_turns=1),
+    "log": log_element,
+    "atan": atan_element,
+    "asin": asin_element,
+    "acos": acos_element,
+    "sinh": sinh_element,
+    "cosh": cosh_element,
+    "round": round_half_even_element,
+}
 exponential = _per_element(exp_element, "exp")  # exp(x) of a float32 tensor, element by element
 
 
@@ -379,8 +405,9 @@ def _gelu_tanh(x):
     """x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) / 2, as TVM's gelu_tanh, its tanh fast_tanh's."""
     from tvm import te, topi
 
-    inner = te.compute(x.shape, lambda *i: math.sqrt(2.0 / math.pi) * x(*i) * (1.0 + 0.044715 * x(*i) * x(*i)),
-                       name="gelu_tanh_inner")
+    inner = te.compute(
+        x.shape, lambda *i: math.sqrt(2.0 / math.pi) * x(*i) * (1.0 + 0.044715 * x(*i) * x(*i)), name="gelu_tanh_inner"
+    )
     tanh = topi.fast_tanh(inner)
     return te.compute(x.shape, lambda *i: 0.5 * x(*i) * (1.0 + tanh(*i)), name="gelu_tanh")
 

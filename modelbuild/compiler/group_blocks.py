@@ -34,8 +34,9 @@ def rewrite(module):
 def merged(groups: int, per_group_out: int) -> int | None:
     """How many groups to merge: the fewest, dividing `groups`, that make whole vectors of output channels;
     None where no such count up to MAX_MERGED exists."""
-    return next((k for k in range(2, MAX_MERGED + 1)
-                 if groups % k == 0 and k * per_group_out % VECTOR_LANES == 0), None)
+    return next(
+        (k for k in range(2, MAX_MERGED + 1) if groups % k == 0 and k * per_group_out % VECTOR_LANES == 0), None
+    )
 
 
 def block_diagonal(weight: np.ndarray, groups: int, k: int) -> np.ndarray:
@@ -47,7 +48,7 @@ def block_diagonal(weight: np.ndarray, groups: int, k: int) -> np.ndarray:
     for group in range(groups):
         rows = slice(group * per_group_out, (group + 1) * per_group_out)
         start = group % k * per_group_in
-        wide[rows, start:start + per_group_in] = weight[rows]
+        wide[rows, start : start + per_group_in] = weight[rows]
     return wide
 
 
@@ -58,9 +59,12 @@ def _merged_groups(mutator, call):
     if getattr(call.op, "name", None) != "relax.nn.conv2d" or not isinstance(call.args[1], Constant):
         return call
     attrs, groups = call.attrs, int(call.attrs.groups)
-    if (groups == 1 or str(call.args[0].ty.dtype) != "float32"
-            or (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout or attrs.data_layout))
-            != ("NCHW", "OIHW", "NCHW")):
+    if (
+        groups == 1
+        or str(call.args[0].ty.dtype) != "float32"
+        or (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout or attrs.data_layout))
+        != ("NCHW", "OIHW", "NCHW")
+    ):
         return call
     weight = constant_value(call.args[1])
     out_channels, per_group_in = weight.shape[:2]
@@ -69,6 +73,15 @@ def _merged_groups(mutator, call):
     if k is None:
         return call
     wide = relax.const(block_diagonal(weight, groups, k), "float32")
-    return relax.op.nn.conv2d(call.args[0], wide, strides=attrs.strides, padding=attrs.padding,
-                              dilation=attrs.dilation, groups=groups // k, data_layout="NCHW",
-                              kernel_layout="OIHW", out_layout="NCHW", out_dtype=attrs.out_dtype)
+    return relax.op.nn.conv2d(
+        call.args[0],
+        wide,
+        strides=attrs.strides,
+        padding=attrs.padding,
+        dilation=attrs.dilation,
+        groups=groups // k,
+        data_layout="NCHW",
+        kernel_layout="OIHW",
+        out_layout="NCHW",
+        out_dtype=attrs.out_dtype,
+    )

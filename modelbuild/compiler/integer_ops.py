@@ -66,16 +66,27 @@ def rewrite(module):
             weight = self._dequantized(call.args[1], _EIGHT_BIT)
             attrs = call.attrs
             per_channel = weight is not None and np.asarray(weight[1]).size > 1
-            if (data is None or weight is None or not isinstance(weight[0], Constant)
-                    or (per_channel and weight[3] % 3 != 0)  # scales along the output channels, or one
-                    or (str(attrs.data_layout), str(attrs.kernel_layout)) != ("NCW", "OIW")):
+            if (
+                data is None
+                or weight is None
+                or not isinstance(weight[0], Constant)
+                or (per_channel and weight[3] % 3 != 0)  # scales along the output channels, or one
+                or (str(attrs.data_layout), str(attrs.kernel_layout)) != ("NCW", "OIW")
+            ):
                 return call
             row = self.builder_.emit(relax.op.expand_dims(data[0], 2))
             taps = relax.const(constant_value(weight[0])[:, :, None, :], str(weight[0].ty.dtype))
-            as_2d = self.builder_.normalize(relax.op.nn.conv2d(  # what _integer computes, in its attributes
-                row, taps, strides=(1, int(attrs.strides[0])),
-                padding=(0, int(attrs.padding[0]), 0, int(attrs.padding[1])), dilation=(1, int(attrs.dilation[0])),
-                groups=int(attrs.groups), out_dtype=str(call.ty.dtype)))
+            as_2d = self.builder_.normalize(
+                relax.op.nn.conv2d(  # what _integer computes, in its attributes
+                    row,
+                    taps,
+                    strides=(1, int(attrs.strides[0])),
+                    padding=(0, int(attrs.padding[0]), 0, int(attrs.padding[1])),
+                    dilation=(1, int(attrs.dilation[0])),
+                    groups=int(attrs.groups),
+                    out_dtype=str(call.ty.dtype),
+                )
+            )
             rows = self.builder_.emit(_integer(self.builder_, as_2d, (row, *data[1:]), (taps, *weight[1:])))
             return relax.op.squeeze(rows, [2])
 
@@ -119,9 +130,13 @@ def rewrite(module):
             if value is None or getattr(getattr(value, "op", None), "name", None) != "relax.dequantize":
                 return None
             quantized, scale, zero = value.args
-            if (str(quantized.ty.dtype) not in _EIGHT_BIT or not isinstance(scale, Constant)
-                    or isinstance(zero, Constant) or str(zero.ty.dtype) not in _EIGHT_BIT
-                    or getattr(zero.ty, "ndim", -1) != 0):
+            if (
+                str(quantized.ty.dtype) not in _EIGHT_BIT
+                or not isinstance(scale, Constant)
+                or isinstance(zero, Constant)
+                or str(zero.ty.dtype) not in _EIGHT_BIT
+                or getattr(zero.ty, "ndim", -1) != 0
+            ):
                 return None
             return quantized, constant_value(scale), zero, int(value.attrs.axis)
 
@@ -179,9 +194,14 @@ def _deferrable_divisions(func) -> list:
     candidates = []
     for b in bindings:
         value = b.value
-        if (getattr(getattr(value, "op", None), "name", None) == "relax.divide" and isinstance(b.var, relax.DataflowVar)
-                and isinstance(value.args[1], Constant) and str(value.args[1].ty.dtype) == "float32"
-                and constant_value(value.args[1]).size == 1 and float(constant_value(value.args[1]).ravel()[0]) > 0):
+        if (
+            getattr(getattr(value, "op", None), "name", None) == "relax.divide"
+            and isinstance(b.var, relax.DataflowVar)
+            and isinstance(value.args[1], Constant)
+            and str(value.args[1].ty.dtype) == "float32"
+            and constant_value(value.args[1]).size == 1
+            and float(constant_value(value.args[1]).ravel()[0]) > 0
+        ):
             candidates.append((b.var, value))
     reads = [(b.value, relax.analysis.free_vars(b.value)) for b in bindings]
     deferrable = []
@@ -227,8 +247,13 @@ def fold_into_quantize(module):
                 scale = scale.reshape(-1) * factor
                 folded = self._rescale(data, axis % rank, rank)
             scale = scale.astype(np.float32)
-            return relax.op.quantize(data, relax.const(scale if scale.size > 1 else scale[0], "float32"),
-                                     call.args[2], axis=axis, out_dtype=str(call.attrs.out_dtype))
+            return relax.op.quantize(
+                data,
+                relax.const(scale if scale.size > 1 else scale[0], "float32"),
+                call.args[2],
+                axis=axis,
+                out_dtype=str(call.attrs.out_dtype),
+            )
 
         def _rescale(self, expr, axis, rank):
             """(x, factor) when `expr` is x * m or x / d as above: the quantize scale gets multiplied by factor
@@ -258,8 +283,12 @@ def _channels_supported(call, weight_scale: np.ndarray, weight_axis: int) -> boo
     output channels only with one group."""
     if call.op.name != "relax.nn.conv2d_transpose" or np.asarray(weight_scale).size == 1:
         return True
-    return (int(call.attrs.groups) == 1 and str(call.attrs.kernel_layout) == "IOHW"
-            and str(call.attrs.data_layout) == "NCHW" and weight_axis % 4 == 1)
+    return (
+        int(call.attrs.groups) == 1
+        and str(call.attrs.kernel_layout) == "IOHW"
+        and str(call.attrs.data_layout) == "NCHW"
+        and weight_axis % 4 == 1
+    )
 
 
 def _integer(bb, call, data, weight):
@@ -275,8 +304,10 @@ def _integer(bb, call, data, weight):
         scale = _channel_scale(sx, sw if w_axis in (-1, 1) else sw.reshape(-1)[:1], rank=rank, channel_axis=rank - 1)
     if str(xq.ty.dtype) == _SPLIT:
         high, low = _bytes(bb, xq)
-        return relax.op.add(bb.emit(_rescaled(bb, _accumulated(bb, call, high, w), scale * np.float32(BYTE))),
-                            bb.emit(_rescaled(bb, _accumulated(bb, call, low, w), scale)))
+        return relax.op.add(
+            bb.emit(_rescaled(bb, _accumulated(bb, call, high, w), scale * np.float32(BYTE))),
+            bb.emit(_rescaled(bb, _accumulated(bb, call, low, w), scale)),
+        )
     if _offset_applies(call, zx, w):
         return _rescaled(bb, _offset_accumulated(bb, call, xq, int(np.asarray(zx).reshape(-1)[0]), w), scale)
     return _rescaled(bb, _accumulated(bb, call, _centered(bb, xq, zx), w), scale)
@@ -288,8 +319,12 @@ def _dense_weight(weight) -> bool:
     from tvm.ir import Constant
 
     quantized, _, zero, _ = weight
-    return (isinstance(quantized, Constant) and str(quantized.ty.dtype) == "int8" and len(quantized.ty.shape) == 2
-            and not np.any(zero))
+    return (
+        isinstance(quantized, Constant)
+        and str(quantized.ty.dtype) == "int8"
+        and len(quantized.ty.shape) == 2
+        and not np.any(zero)
+    )
 
 
 def _dynamic_integer(bb, call, data, weight):
@@ -343,16 +378,37 @@ def _accumulated(bb, call, x, w, padding=None):
 
     if call.op.name == "relax.nn.conv2d":
         attrs = call.attrs
-        return bb.emit(relax.op.nn.conv2d(x, w, strides=attrs.strides, padding=attrs.padding if padding is None else padding,
-                                          dilation=attrs.dilation, groups=attrs.groups,
-                                          data_layout=attrs.data_layout, kernel_layout=attrs.kernel_layout,
-                                          out_layout=attrs.out_layout, out_dtype="int32"))
+        return bb.emit(
+            relax.op.nn.conv2d(
+                x,
+                w,
+                strides=attrs.strides,
+                padding=attrs.padding if padding is None else padding,
+                dilation=attrs.dilation,
+                groups=attrs.groups,
+                data_layout=attrs.data_layout,
+                kernel_layout=attrs.kernel_layout,
+                out_layout=attrs.out_layout,
+                out_dtype="int32",
+            )
+        )
     if call.op.name == "relax.nn.conv2d_transpose":
         attrs = call.attrs
-        return bb.emit(relax.op.nn.conv2d_transpose(
-            x, w, strides=attrs.strides, padding=attrs.padding, output_padding=attrs.output_padding,
-            dilation=attrs.dilation, groups=attrs.groups, data_layout=attrs.data_layout,
-            kernel_layout=attrs.kernel_layout, out_layout=attrs.out_layout, out_dtype="int32"))
+        return bb.emit(
+            relax.op.nn.conv2d_transpose(
+                x,
+                w,
+                strides=attrs.strides,
+                padding=attrs.padding,
+                output_padding=attrs.output_padding,
+                dilation=attrs.dilation,
+                groups=attrs.groups,
+                data_layout=attrs.data_layout,
+                kernel_layout=attrs.kernel_layout,
+                out_layout=attrs.out_layout,
+                out_dtype="int32",
+            )
+        )
     return bb.emit(relax.op.matmul(x, w, out_dtype="int32"))
 
 

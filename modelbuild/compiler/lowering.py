@@ -35,15 +35,39 @@ import math
 import re
 from dataclasses import dataclass
 
-from modelbuild.compiler import (affine_folding, channel_padding, channels_last, constant_folding, conv_transpose,
-                                 default_schedule, early_quantize, fast_math, float16_compute, group_blocks,
-                                 layer_names, padding_taps, pixel_rows, transpose_folding,
-                                 upsample_fusion)
+from modelbuild.compiler import (
+    affine_folding,
+    channel_padding,
+    channels_last,
+    constant_folding,
+    conv_transpose,
+    default_schedule,
+    early_quantize,
+    fast_math,
+    float16_compute,
+    group_blocks,
+    layer_names,
+    padding_taps,
+    pixel_rows,
+    transpose_folding,
+    upsample_fusion,
+)
 from modelbuild.compiler.analysis import KernelCall, Step
-from modelbuild.compiler.kernels import (layer_norm, linear_upsample, nearest_upsample, packed_gemv, pairwise_pool,
-                                        scatter_nd, top_k)
-from modelbuild.compiler.kernels.integer_kernels import (conv_instruction, legalize_conv2d, legalize_matmul,
-                                                         legalize_quantize)
+from modelbuild.compiler.kernels import (
+    layer_norm,
+    linear_upsample,
+    nearest_upsample,
+    packed_gemv,
+    pairwise_pool,
+    scatter_nd,
+    top_k,
+)
+from modelbuild.compiler.kernels.integer_kernels import (
+    conv_instruction,
+    legalize_conv2d,
+    legalize_matmul,
+    legalize_quantize,
+)
 
 _ALIAS_OPS = {"relax.reshape", "relax.memory.view"}
 
@@ -51,6 +75,7 @@ _ALIAS_OPS = {"relax.reshape", "relax.memory.view"}
 @dataclass
 class Phases:
     """The module at each point of the pipeline the reports look at."""
+
     legalized: object  # primitive operators as call_tir, constants folded
     grouped: object  # after FuseOps: fused groups as Primitive functions
     fused: object  # after FuseTIR: one call_tir per kernel
@@ -82,15 +107,23 @@ def lower(module, target, *, fuse: bool, layout: str | None, database=None, sche
         module = pixel_rows.rewrite(module, instruction.lanes)
     seq = tvm.transform.Sequential
 
-    legalize = relax.transform.LegalizeOps(customize_legalize_map={
-        "relax.quantize": legalize_quantize, "relax.nn.conv2d": legalize_conv2d, "relax.matmul": _legalize_matmul,
-        "relax.image.resize2d": _legalize_resize2d,
-        "relax.nn.max_pool2d": pairwise_pool.legalize_max_pool2d, "relax.nn.layer_norm": layer_norm.legalize,
-        "relax.scatter_nd": scatter_nd.legalize,
-        **fast_math.legalizations()})
+    legalize = relax.transform.LegalizeOps(
+        customize_legalize_map={
+            "relax.quantize": legalize_quantize,
+            "relax.nn.conv2d": legalize_conv2d,
+            "relax.matmul": _legalize_matmul,
+            "relax.image.resize2d": _legalize_resize2d,
+            "relax.nn.max_pool2d": pairwise_pool.legalize_max_pool2d,
+            "relax.nn.layer_norm": layer_norm.legalize,
+            "relax.scatter_nd": scatter_nd.legalize,
+            **fast_math.legalizations(),
+        }
+    )
     module = top_k.rewrite(module)  # before the library dispatch, which would send topk to TVM's full sort
-    legalized = seq(cpu.library_dispatch_passes(target) + [legalize,
-                    relax.transform.AnnotateTIROpPattern(), relax.transform.FoldConstant()])(module)
+    legalized = seq(
+        cpu.library_dispatch_passes(target)
+        + [legalize, relax.transform.AnnotateTIROpPattern(), relax.transform.FoldConstant()]
+    )(module)
     grouped = upsample_fusion.fuse(legalized) if fuse else legalized
     fused = relax.transform.FuseTIR()(grouped) if fuse else legalized
     if database is not None:
@@ -222,9 +255,11 @@ def _primitive_functions(grouped) -> dict[str, list[str]]:
     """Fused function name -> the primitive kernels it calls, in order."""
     from tvm import relax
 
-    return {gv.name_hint: [b.value.args[0].name_hint for b in _bindings(func) if _is_call_tir(b.value)]
-            for gv, func in grouped.functions.items()
-            if isinstance(func, relax.Function) and func.attrs and "Primitive" in func.attrs}
+    return {
+        gv.name_hint: [b.value.args[0].name_hint for b in _bindings(func) if _is_call_tir(b.value)]
+        for gv, func in grouped.functions.items()
+        if isinstance(func, relax.Function) and func.attrs and "Primitive" in func.attrs
+    }
 
 
 def _layers_per_call(grouped, legalized) -> list[tuple[str, ...]]:
@@ -247,7 +282,7 @@ def _layers_per_call(grouped, legalized) -> list[tuple[str, ...]]:
             kernels = fused[op.name_hint]
         else:
             continue
-        segment = primitive[at:at + len(kernels)]
+        segment = primitive[at : at + len(kernels)]
         if [kernel for kernel, _ in segment] != kernels:
             return []
         out.append(_layers([name for _, name in segment]))
@@ -301,10 +336,9 @@ def planned_storage_bytes(module) -> int:
 
 def kernel_flops_and_args(module) -> tuple[dict[str, int], dict[str, list]]:
     """FLOPs of each PrimFunc (TVM's estimate) and the shape and dtype of each of its buffer arguments."""
+    import tvm
     from tvm import tirx
     from tvm.s_tir.analysis import estimate_tir_flops
-
-    import tvm
 
     flops, args = {}, {}
     for gv, func in module.functions.items():
@@ -333,8 +367,9 @@ def refused_steps(module) -> dict:
     where it used to be taken shows here before it shows as speed."""
     per_kernel = {}
     for gv, func in module.functions.items():
-        count = int(func.attrs[default_schedule.REFUSED]) if func.attrs and default_schedule.REFUSED in func.attrs else 0
+        count = (
+            int(func.attrs[default_schedule.REFUSED]) if func.attrs and default_schedule.REFUSED in func.attrs else 0
+        )
         if count:
             per_kernel[gv.name_hint] = count
     return {"refused_steps": sum(per_kernel.values()), "kernels": dict(sorted(per_kernel.items()))}
-

@@ -39,8 +39,11 @@ def _without_padding_taps(mutator, call):
     if getattr(call.op, "name", None) != "relax.nn.conv2d" or not isinstance(call.args[1], Constant):
         return call
     attrs = call.attrs
-    if ((str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout or attrs.data_layout))
-            != ("NCHW", "OIHW", "NCHW") or any(int(d) != 1 for d in attrs.dilation)):
+    if (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout or attrs.data_layout)) != (
+        "NCHW",
+        "OIHW",
+        "NCHW",
+    ) or any(int(d) != 1 for d in attrs.dilation):
         return call
     try:
         _, _, height, width = (int(d) for d in call.args[0].ty.shape.values)
@@ -54,8 +57,17 @@ def _without_padding_taps(mutator, call):
     c0, c1 = used_taps(width, left, weight.shape[3], sw, out_w)
     if (r0, r1, c0, c1) == (0, weight.shape[2] - 1, 0, weight.shape[3] - 1) or r0 > r1 or c0 > c1:
         return call
-    taps = relax.const(weight[:, :, r0:r1 + 1, c0:c1 + 1].copy(), str(call.args[1].ty.dtype))
+    taps = relax.const(weight[:, :, r0 : r1 + 1, c0 : c1 + 1].copy(), str(call.args[1].ty.dtype))
     padding = [top - r0, left - c0, bottom - (weight.shape[2] - 1 - r1), right - (weight.shape[3] - 1 - c1)]
-    return relax.op.nn.conv2d(call.args[0], taps, strides=attrs.strides, padding=padding, dilation=attrs.dilation,
-                              groups=attrs.groups, data_layout="NCHW", kernel_layout="OIHW", out_layout="NCHW",
-                              out_dtype=attrs.out_dtype)
+    return relax.op.nn.conv2d(
+        call.args[0],
+        taps,
+        strides=attrs.strides,
+        padding=padding,
+        dilation=attrs.dilation,
+        groups=attrs.groups,
+        data_layout="NCHW",
+        kernel_layout="OIHW",
+        out_layout="NCHW",
+        out_dtype=attrs.out_dtype,
+    )

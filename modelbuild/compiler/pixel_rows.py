@@ -19,9 +19,27 @@ from modelbuild.compiler.kernels import packed_conv
 from modelbuild.compiler.relax_rewrite import rewrite_calls
 
 # operators computed element by element, whose tensor arguments may be cut into other rows together
-ELEMENTWISE = frozenset(f"relax.{op}" for op in (
-    "astype", "add", "subtract", "multiply", "divide", "maximum", "minimum", "clip", "round", "floor",
-    "nn.relu", "sigmoid", "tanh", "exp", "quantize", "dequantize"))
+ELEMENTWISE = frozenset(
+    f"relax.{op}"
+    for op in (
+        "astype",
+        "add",
+        "subtract",
+        "multiply",
+        "divide",
+        "maximum",
+        "minimum",
+        "clip",
+        "round",
+        "floor",
+        "nn.relu",
+        "sigmoid",
+        "tanh",
+        "exp",
+        "quantize",
+        "dequantize",
+    )
+)
 CHANNEL_AXIS = 1
 MIN_ROWS = 2  # rows of the new map: the packed conv runs its rows in parallel
 
@@ -42,8 +60,9 @@ def rewrite(module, lanes: int):
             data = call.args[0]
             n, channels = (int(d) for d in data.ty.shape.values[:2])
             recut = mutator.builder_.emit(relax.op.reshape(data, [n, channels, *rows]))
-            return _computed_on(mutator, cut, relax.Call(call.op, [recut, *call.args[1:]], call.attrs, call.ty_args),
-                                call)
+            return _computed_on(
+                mutator, cut, relax.Call(call.op, [recut, *call.args[1:]], call.attrs, call.ty_args), call
+            )
         if op in ELEMENTWISE:
             args = _args_on_new_rows(mutator, cut, call)
             if args is None:
@@ -85,8 +104,9 @@ def _args_on_new_rows(mutator, cut: dict, call) -> list | None:
                 return None
             shape = rows
             args.append(on_rows)
-        elif isinstance(value, (tirx.IntImm, tirx.FloatImm)) or (isinstance(value, Constant)
-                                                                 and _same_on_every_pixel(call, value)):
+        elif isinstance(value, (tirx.IntImm, tirx.FloatImm)) or (
+            isinstance(value, Constant) and _same_on_every_pixel(call, value)
+        ):
             args.append(arg)
         else:
             return None
@@ -129,8 +149,11 @@ def new_rows(height: int, width: int, lanes: int) -> tuple[int, int] | None:
     pixels = height * width
     if packed_conv.lanes_width(width, lanes) == width:
         return None
-    cuts = [(pixels // w, w) for w in range(lanes, pixels // MIN_ROWS + 1)
-            if pixels % w == 0 and packed_conv.column_lanes(w, lanes)]
+    cuts = [
+        (pixels // w, w)
+        for w in range(lanes, pixels // MIN_ROWS + 1)
+        if pixels % w == 0 and packed_conv.column_lanes(w, lanes)
+    ]
     if not cuts:
         return None
     computed = lambda cut: cut[0] * packed_conv.lanes_width(cut[1], lanes)  # noqa: E731

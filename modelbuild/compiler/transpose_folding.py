@@ -21,9 +21,22 @@ import math
 from modelbuild.compiler.relax_rewrite import known_shape, rewrite_calls
 
 # functions of one element that commute with any permutation of the axes
-ELEMENTWISE = {"relax.sigmoid", "relax.nn.relu", "relax.tanh", "relax.exp", "relax.nn.silu", "relax.nn.gelu",
-               "relax.nn.gelu_tanh", "relax.negative", "relax.abs", "relax.sqrt", "relax.log", "relax.erf",
-               "relax.nn.softplus", "relax.clip"}
+ELEMENTWISE = {
+    "relax.sigmoid",
+    "relax.nn.relu",
+    "relax.tanh",
+    "relax.exp",
+    "relax.nn.silu",
+    "relax.nn.gelu",
+    "relax.nn.gelu_tanh",
+    "relax.negative",
+    "relax.abs",
+    "relax.sqrt",
+    "relax.log",
+    "relax.erf",
+    "relax.nn.softplus",
+    "relax.clip",
+}
 RESHAPES = {"relax.reshape", "relax.permute_dims"}
 CHECKED_ELEMENTS = 1 << 22  # a leaf's indices are checked as an array of this many int32 at most (16 MiB)
 
@@ -59,8 +72,11 @@ def _through(mutator, value, axes: list[int], uses: dict):
     name = _name(call)
     if name in ELEMENTWISE:
         inner = _through(mutator, call.args[0], axes, uses)
-        return None if inner is None else relax.Call(call.op, [mutator.builder_.emit(inner)] + list(call.args[1:]),
-                                                     call.attrs)
+        return (
+            None
+            if inner is None
+            else relax.Call(call.op, [mutator.builder_.emit(inner)] + list(call.args[1:]), call.attrs)
+        )
     if name == "relax.concat" and isinstance(call.args[0], relax.Tuple) and _concat_axis(call) is not None:
         parts = [_through(mutator, part, axes, uses) for part in call.args[0].fields]
         if any(part is None for part in parts):

@@ -53,11 +53,17 @@ def _lines(path: Path) -> list[list]:
 
 def read(folder: Path) -> dict:
     """A database as data: target, workloads [[shash, module]], records [[workload index, record]], trials."""
+
     def load(name, empty):
         return json.loads((folder / name).read_text()) if (folder / name).exists() else empty
 
-    return {"target": load(TARGET, None), "workloads": _lines(folder / WORKLOADS), "records": _lines(folder / RECORDS),
-            "trials": load(TRIALS, {}), "defaults": load(DEFAULTS, {})}
+    return {
+        "target": load(TARGET, None),
+        "workloads": _lines(folder / WORKLOADS),
+        "records": _lines(folder / RECORDS),
+        "trials": load(TRIALS, {}),
+        "defaults": load(DEFAULTS, {}),
+    }
 
 
 def write(folder: Path, data: dict) -> None:
@@ -90,8 +96,13 @@ def merge(into: dict, other: dict) -> dict:
     for shash, count in other["trials"].items():
         trials[shash] = max(count, trials.get(shash, 0))
     defaults = {**other.get("defaults", {}), **into.get("defaults", {})}  # a time measured here wins
-    return {"target": into.get("target") or other.get("target"), "workloads": workloads, "records": records,
-            "trials": trials, "defaults": defaults}
+    return {
+        "target": into.get("target") or other.get("target"),
+        "workloads": workloads,
+        "records": records,
+        "trials": trials,
+        "defaults": defaults,
+    }
 
 
 def export_all(root: Path) -> dict:
@@ -106,15 +117,19 @@ def _recorded_workloads_only(data: dict) -> dict:
     partly tuned model have none: dropping them took one export from 13 MB to about 2."""
     used = sorted({i for i, _ in data["records"]})
     index = {old: new for new, old in enumerate(used)}
-    return {**data, "workloads": [data["workloads"][i] for i in used],
-            "records": [[index[i], record] for i, record in data["records"]]}
+    return {
+        **data,
+        "workloads": [data["workloads"][i] for i in used],
+        "records": [[index[i], record] for i, record in data["records"]],
+    }
 
 
 def import_all(root: Path, exported: dict) -> int:
     """Merge an exported file into the tuning root; returns the number of records now known."""
     if exported.get("format") != EXPORT_FORMAT:
-        raise ModelbuildError(f"not a modelbuild tuning export (format {exported.get('format')!r}, "
-                              f"expected {EXPORT_FORMAT!r})")
+        raise ModelbuildError(
+            f"not a modelbuild tuning export (format {exported.get('format')!r}, expected {EXPORT_FORMAT!r})"
+        )
     total = 0
     for database in exported["databases"]:
         if database.get("target") is None:
@@ -129,6 +144,7 @@ def import_all(root: Path, exported: dict) -> int:
 
 def format_export(exported: dict) -> str:
     """The export as text with one workload or record per line, so committed records diff line by line."""
+
     def rows(items: list) -> str:
         return ",\n".join("    " + json.dumps(item, sort_keys=True) for item in items)
 
@@ -141,5 +157,6 @@ def format_export(exported: dict) -> str:
             f'   "defaults": {json.dumps(db.get("defaults", {}), sort_keys=True)},\n'
             f'   "workloads": [\n{rows(db["workloads"])}\n   ],\n'
             f'   "records": [\n{rows(db["records"])}\n   ]\n'
-            "  }")
+            "  }"
+        )
     return f'{{\n "format": "{exported["format"]}",\n "databases": [\n' + ",\n".join(databases) + "\n ]\n}\n"

@@ -28,8 +28,11 @@ def fuse(legalized):
     from tvm import relax
 
     # by name first: building a schedule to find the block costs ~1 ms a function (264 in the DB detector)
-    marked = [gv for gv, func in legalized.functions.items()
-              if gv.name_hint.startswith(nearest_upsample.FUNCTION) and _upsamples(func)]
+    marked = [
+        gv
+        for gv, func in legalized.functions.items()
+        if gv.name_hint.startswith(nearest_upsample.FUNCTION) and _upsamples(func)
+    ]
     module = _with_pattern(legalized, marked, BROADCAST)
     while True:  # unmarking one changes only where it goes, but fuse again until none is refused
         grouped = relax.transform.FuseOps()(module)
@@ -68,8 +71,12 @@ def _beside_wide_anchors(grouped, marked):
     for func in grouped.functions.values():
         if not isinstance(func, relax.Function) or not func.attrs or "Primitive" not in func.attrs:
             continue
-        calls = [b for block in func.body.blocks for b in block.bindings
-                 if getattr(getattr(b.value, "op", None), "name", None) == "relax.call_tir"]
+        calls = [
+            b
+            for block in func.body.blocks
+            for b in block.bindings
+            if getattr(getattr(b.value, "op", None), "name", None) == "relax.call_tir"
+        ]
         kernels = [b.value.args[0] for b in calls]
         inside = [gv for gv in marked if any(gv.same_as(k) for k in kernels)]
         if inside and any(_wide_anchor(grouped[k], b.var.ty) for k, b in zip(kernels, calls)):

@@ -23,15 +23,21 @@ class Damage:
 def verify(store: Store, *, fix: bool = False) -> list[Damage]:
     """Re-hash every object and check every action entry (its own digest, its signature where a key is set,
     and that each object it names is there and intact). With `fix`, remove what is damaged."""
-    damaged = [Damage(path, "its bytes no longer match its name (SHA-256)")
-               for path in store.object_files() if sha256_file(path) != path.name]
+    damaged = [
+        Damage(path, "its bytes no longer match its name (SHA-256)")
+        for path in store.object_files()
+        if sha256_file(path) != path.name
+    ]
     bad_objects = {d.path.name for d in damaged}
     for key, path in store.entry_files():
         result = store.read_entry(key)
         if result is None:
             damaged.append(Damage(path, "its digest or signature does not match its content"))
-        elif missing := [name for name, digest in result.outputs.items()
-                         if digest in bad_objects or not store.object_path(digest).is_file()]:
+        elif missing := [
+            name
+            for name, digest in result.outputs.items()
+            if digest in bad_objects or not store.object_path(digest).is_file()
+        ]:
             damaged.append(Damage(path, f"names outputs that are missing or damaged: {', '.join(missing)}"))
     if fix:
         for d in damaged:
@@ -48,8 +54,9 @@ class Collected:
     kept_for_recipe: int = 0  # entries over the limit that the recipe's builds still need
 
 
-def collect_garbage(store: Store, *, max_bytes: int | None = None, max_age_days: float | None = None,
-                    keep: frozenset[str] = frozenset()) -> Collected:
+def collect_garbage(
+    store: Store, *, max_bytes: int | None = None, max_age_days: float | None = None, keep: frozenset[str] = frozenset()
+) -> Collected:
     """Evict action entries least recently used first (older than `max_age_days`, then until the objects the
     rest name fit in `max_bytes`), never one whose key is in `keep`; then delete objects no entry names."""
     entries = []  # (last used, key, path, digests)
@@ -115,8 +122,22 @@ def remove_leftovers(store: Store) -> int:
     return removed
 
 
-_UNITS = {"": 1, "B": 1, "K": 10**3, "KB": 10**3, "M": 10**6, "MB": 10**6, "G": 10**9, "GB": 10**9, "T": 10**12,
-          "TB": 10**12, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+_UNITS = {
+    "": 1,
+    "B": 1,
+    "K": 10**3,
+    "KB": 10**3,
+    "M": 10**6,
+    "MB": 10**6,
+    "G": 10**9,
+    "GB": 10**9,
+    "T": 10**12,
+    "TB": 10**12,
+    "KIB": 2**10,
+    "MIB": 2**20,
+    "GIB": 2**30,
+    "TIB": 2**40,
+}
 
 
 def parse_size(text: str) -> int:
@@ -124,6 +145,7 @@ def parse_size(text: str) -> int:
     match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*", text)
     unit = match.group(2).upper() if match else None
     if match is None or unit not in _UNITS:
-        raise ModelbuildError(f"--max-size {text!r} is not a size (fix: a number with an optional unit: 500M, 20G, "
-                              "1.5GiB)")
+        raise ModelbuildError(
+            f"--max-size {text!r} is not a size (fix: a number with an optional unit: 500M, 20G, 1.5GiB)"
+        )
     return int(float(match.group(1)) * _UNITS[unit])

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from modelbuild.engine.plan import Node
 from modelbuild.engine.stage import Stage
-from modelbuild.sources import source_digest
 from modelbuild.hashing import digest_of
+from modelbuild.sources import source_digest
 from modelbuild.versions import tool_versions
 
 

@@ -24,6 +24,7 @@ import socket
 import tempfile
 import time
 from pathlib import Path
+from typing import IO
 
 from modelbuild.errors import EnvironmentFailure
 
@@ -36,7 +37,7 @@ class Lock:
     def __init__(self, path: Path, *, shared: bool = False) -> None:
         self.path = Path(path)
         self.shared = shared
-        self._file = None
+        self._file: IO[str] | None = None
 
     def try_acquire(self) -> bool:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -75,7 +76,7 @@ class Lock:
         except (OSError, ValueError, KeyError, TypeError):
             return ""
 
-    def __enter__(self) -> "Lock":
+    def __enter__(self) -> Lock:
         self.acquire()
         return self
 
@@ -104,7 +105,8 @@ class MachineLock(Lock):
         except OSError as err:
             raise EnvironmentFailure(
                 f"cannot make the timing lock {self.path}: {err.strerror} (fix: make {self.path.parent} a "
-                f"writable folder, or set {TIMING_LOCK_ENV} to a file in one)") from None
+                f"writable folder, or set {TIMING_LOCK_ENV} to a file in one)"
+            ) from None
 
 
 def timing_lock(*, exclusive: bool) -> Lock:

@@ -57,14 +57,18 @@ class Plan:
                 todo.extend(dep for dep, _ in self.nodes[current].deps.values())
         return seen
 
-    def subset(self, builds: list[str]) -> "Plan":
+    def subset(self, builds: list[str]) -> Plan:
         """The plan of these builds alone, every node they depend on included."""
         keep: set[str] = set()
         for build in builds:
             for node_id in self.builds[build]:
                 keep |= {node_id, *self.upstream(node_id)}
-        return Plan(nodes={k: v for k, v in self.nodes.items() if k in keep},
-                    builds={b: self.builds[b] for b in builds}, stages=self.stages, digesters=self.digesters)
+        return Plan(
+            nodes={k: v for k, v in self.nodes.items() if k in keep},
+            builds={b: self.builds[b] for b in builds},
+            stages=self.stages,
+            digesters=self.digesters,
+        )
 
     def downstream(self, node_id: str) -> set[str]:
         return {other for other in self.nodes if node_id in self.upstream(other)}

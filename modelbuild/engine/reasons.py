@@ -22,8 +22,9 @@ class Reason:
     new: Any = None
 
     def __str__(self) -> str:
-        return SENTENCES[self.kind].format(field=self.field, change=f"{_show(self.old)} -> {_show(self.new)}",
-                                           new=_show(self.new))
+        return SENTENCES[self.kind].format(
+            field=self.field, change=f"{_show(self.old)} -> {_show(self.new)}", new=_show(self.new)
+        )
 
     def as_dict(self) -> dict:
         return {**asdict(self), "text": str(self)}

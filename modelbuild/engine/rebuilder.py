@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 
 from modelbuild.engine.keys import action_key, key_inputs
 from modelbuild.engine.plan import Node
+from modelbuild.engine.reasons import ABSENT, Reason, from_change
 from modelbuild.engine.stage import Stage
 from modelbuild.engine.store import ActionResult, Store
-from modelbuild.engine.reasons import ABSENT, Reason, from_change
 
 
 @dataclass(frozen=True)
@@ -34,8 +34,15 @@ class Decision:
 Doubt = Callable[[ActionResult], "str | None"]
 
 
-def decide_node(node: Node, stage: Stage, *, files: dict[str, str], upstream: dict[str, str], store: Store,
-                doubt: Doubt | None = None) -> Decision:
+def decide_node(
+    node: Node,
+    stage: Stage,
+    *,
+    files: dict[str, str],
+    upstream: dict[str, str],
+    store: Store,
+    doubt: Doubt | None = None,
+) -> Decision:
     """The node's key from what it reads (its files' and upstream outputs' digests), then `decide`."""
     inputs = key_inputs(node, stage, files=files, upstream=upstream)
     return decide(node.id, action_key(inputs), inputs, store, doubt)

@@ -20,7 +20,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from modelbuild.errors import EnvironmentFailure, last_line, ModelbuildError
+from modelbuild.errors import EnvironmentFailure, ModelbuildError, last_line
 from modelbuild.fsutil import fsync_folder
 from modelbuild.hashing import sha256_file
 
@@ -52,10 +52,12 @@ class Remote:
                 return fs.cat_file(self._entry_path(key))
             except FileNotFoundError:  # a miss, the common case: not a failure of the remote
                 return None
+
         return self._guard(read)
 
     def get_object(self, digest: str, dest: Path) -> bool:
         """Download an object to `dest`; False (and nothing at dest) when the remote's bytes are not `digest`'s."""
+
         def download(fs) -> bool:
             dest.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".tmp")
@@ -73,20 +75,23 @@ class Remote:
                 return True
             finally:
                 Path(tmp).unlink(missing_ok=True)
+
         return bool(self._guard(download))
 
     def put(self, objects: dict[str, Path], key: str, entry: bytes) -> None:
         """Upload objects not there yet, then the entry last: a reader sees a complete result or none. An
         object there whose size is not its file's (a writer stopped halfway), or whose bytes failed their
         digest this run, is replaced: the team's cache heals instead of refusing that result forever."""
+
         def upload(fs) -> None:
             for digest, path in objects.items():
                 target = self._object_path(digest)
                 if digest in self._mismatched or _size(fs, target) != path.stat().st_size:
-                    self._write(fs, target, lambda name: fs.put_file(str(path), name))
+                    self._write(fs, target, lambda name: fs.put_file(str(path), name))  # noqa: B023  (called here)
                     self._mismatched.discard(digest)
             self._write(fs, self._entry_path(key), lambda name: fs.pipe_file(name, entry))
             self.given += 1
+
         if self.writable:
             self._guard(upload)
 
@@ -126,8 +131,10 @@ class Remote:
             return action(self._filesystem())
         except Exception as err:  # fsspec backends raise their SDK's own errors: any of them means "unavailable"
             self._broken = True
-            self.note(f"remote cache {redact(self.url)} unavailable ({type(err).__name__}: "
-                      f"{redact(str(err).splitlines()[0] if str(err) else '')}); building locally")
+            self.note(
+                f"remote cache {redact(self.url)} unavailable ({type(err).__name__}: "
+                f"{redact(str(err).splitlines()[0] if str(err) else '')}); building locally"
+            )
             return None
 
     def _filesystem(self):
@@ -136,8 +143,9 @@ class Remote:
 
             # a fresh instance: fsspec would otherwise reuse one made under another run's environment
             self._local = (fsspec.core.split_protocol(self.url)[0] or "file") in ("file", "local")
-            self._fs, self._root = fsspec.core.url_to_fs(self.url, skip_instance_cache=True,
-                                                         **({"auto_mkdir": True} if self._local else {}))
+            self._fs, self._root = fsspec.core.url_to_fs(
+                self.url, skip_instance_cache=True, **({"auto_mkdir": True} if self._local else {})
+            )
             self._root = self._root.rstrip("/")
         return self._fs
 
@@ -172,14 +180,19 @@ def _check_protocol(url: str) -> None:
     try:
         import fsspec  # as in _filesystem: the [remote] extra, paid for only by builds that use a remote
     except ModuleNotFoundError:
-        raise EnvironmentFailure(f"the remote cache {redact(url)} needs fsspec (fix: pip install "
-                                 "'modelbuild[remote]')") from None
+        raise EnvironmentFailure(
+            f"the remote cache {redact(url)} needs fsspec (fix: pip install 'modelbuild[remote]')"
+        ) from None
     protocol = fsspec.core.split_protocol(url)[0] or "file"
     try:
         fsspec.get_filesystem_class(protocol)
     except ValueError:
-        raise ModelbuildError(f"the remote cache {redact(url)}: fsspec knows no protocol {protocol!r} (fix: "
-                              "s3://bucket/prefix, gs://bucket/prefix or a folder path)") from None
+        raise ModelbuildError(
+            f"the remote cache {redact(url)}: fsspec knows no protocol {protocol!r} (fix: "
+            "s3://bucket/prefix, gs://bucket/prefix or a folder path)"
+        ) from None
     except ImportError as err:
-        raise EnvironmentFailure(f"the remote cache {redact(url)} needs a package this Python lacks: "
-                                 f"{last_line(err)} (fix: pip install 'modelbuild[remote]')") from None
+        raise EnvironmentFailure(
+            f"the remote cache {redact(url)} needs a package this Python lacks: "
+            f"{last_line(err)} (fix: pip install 'modelbuild[remote]')"
+        ) from None

@@ -19,19 +19,30 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from modelbuild import progress
-from modelbuild.engine.events import (NodeFinished, NodeProgress, NodeResult, NodeStarted, NodeWaiting, Reporter,
-                                     silent, Status)
+from modelbuild.engine.events import (
+    NodeFinished,
+    NodeProgress,
+    NodeResult,
+    NodeStarted,
+    NodeWaiting,
+    Reporter,
+    Status,
+    silent,
+)
 from modelbuild.engine.housekeeping import remove_leftovers
 from modelbuild.engine.locks import Lock, Locks, timing_lock, timing_queue
 from modelbuild.engine.plan import Node, Plan
 from modelbuild.engine.reasons import Reason
-from modelbuild.engine.rebuilder import decide_node, Decision
+from modelbuild.engine.rebuilder import Decision, decide_node
 from modelbuild.engine.store import ActionResult, DamagedObject, Stats, Store
 from modelbuild.engine.worker import die_with_parent, execute
 from modelbuild.errors import InputError, Interrupted, StageError
 
+if TYPE_CHECKING:
+    from concurrent.futures import ProcessPoolExecutor
 
 PROGRESS_POLL_SECONDS = 0.5
 LOCK_POLL_SECONDS = 0.2
@@ -40,6 +51,7 @@ LOCK_POLL_SECONDS = 0.2
 @dataclass
 class RunResult:
     """Every node's outcome in one run, and the cache use it made."""
+
     results: dict[str, NodeResult] = field(default_factory=dict)
     stats: Stats = field(default_factory=Stats)
 
@@ -62,15 +74,22 @@ class Options:
 class Scheduler:
     """Runs one plan against one store, publishing artifacts under `build_dir`. `doubt` says what a node's cached
     result fails, if anything: such a result is not reused but run again (as Bazel never reuses a failed test)."""
-    def __init__(self, plan: Plan, store: Store, build_dir: Path, reporter: Reporter = silent,
-                 doubt: Callable[[Node, ActionResult], str | None] | None = None) -> None:
+
+    def __init__(
+        self,
+        plan: Plan,
+        store: Store,
+        build_dir: Path,
+        reporter: Reporter = silent,
+        doubt: Callable[[Node, ActionResult], str | None] | None = None,
+    ) -> None:
         self.plan = plan
         self.doubt = doubt
         self.store = store
         self.build_dir = Path(build_dir)
         self.report = reporter
         self.run_result = RunResult()
-        self._pool = None  # a ProcessPoolExecutor, made when the first stage must run
+        self._pool: ProcessPoolExecutor | None = None  # made when the first stage must run
         # a running stage's Future -> (node, decision, key inputs, scratch, started, its locks)
         self._running: dict = {}
         self._queued: list[tuple[Node, Decision, dict]] = []  # stale, waiting for one of the -j slots
@@ -108,7 +127,7 @@ class Scheduler:
             # terminate_workers(); killing its processes is what that does
             for process in list(getattr(self._pool, "_processes", {}).values()):
                 process.kill()
-        for node, decision, inputs, scratch, started, locks in self._running.values():
+        for _node, _decision, _inputs, scratch, _started, locks in self._running.values():
             shutil.rmtree(scratch, ignore_errors=True)
             locks.release()
         self._running.clear()
@@ -138,8 +157,15 @@ class Scheduler:
                         continue
                     waiting.remove(node_id)
                     if state != "ready":
-                        self._finish(NodeResult(node_id, self.plan.nodes[node_id].stage,
-                                                self.plan.nodes[node_id].build, state[0], reasons=[state[1]]))
+                        self._finish(
+                            NodeResult(
+                                node_id,
+                                self.plan.nodes[node_id].stage,
+                                self.plan.nodes[node_id].build,
+                                state[0],
+                                reasons=[state[1]],
+                            )
+                        )
                         continue
                     if not self._visit(self.plan.nodes[node_id], options) and not options.keep_going:
                         stop = True  # a file it declares could not be read; start nothing new
@@ -178,15 +204,23 @@ class Scheduler:
     def _visit(self, node: Node, options: Options) -> bool:
         """Reuse the node's cached result, or queue it to run; False if it failed before it could start."""
         started = time.perf_counter()
-        doubt = (lambda result: self.doubt(node, result)) if self.doubt else None
+        judge = self.doubt
+        doubt = (lambda result: judge(node, result)) if judge else None
         try:
             files = self._file_digests(node)
         except InputError as err:  # a declared file it names is missing: the node's failure, not the run's
-            self._finish(NodeResult(node.id, node.stage, node.build, Status.FAILED, error=err.message,
-                                    exit_code=err.exit_code))
+            self._finish(
+                NodeResult(node.id, node.stage, node.build, Status.FAILED, error=err.message, exit_code=err.exit_code)
+            )
             return False
-        decision = decide_node(node, self.plan.stages[node.stage], files=files,
-                               upstream=self._upstream_digests(node), store=self.store, doubt=doubt)
+        decision = decide_node(
+            node,
+            self.plan.stages[node.stage],
+            files=files,
+            upstream=self._upstream_digests(node),
+            store=self.store,
+            doubt=doubt,
+        )
         inputs = decision.inputs
         if not decision.stale:
             try:
@@ -196,16 +230,21 @@ class Scheduler:
                 self.store.forget(decision.key)
                 decision = Decision(node.id, decision.key, None, [Reason("damaged")], inputs)
         if options.dry_run:
-            self._finish(NodeResult(node.id, node.stage, node.build, Status.STALE, decision.key,
-                                    reasons=decision.reasons, inputs=inputs))
+            self._finish(
+                NodeResult(
+                    node.id, node.stage, node.build, Status.STALE, decision.key, reasons=decision.reasons, inputs=inputs
+                )
+            )
         else:
             self._queued.append((node, decision, inputs))
         return True
 
     def _file_digests(self, node: Node) -> dict[str, str]:
         digests, digesters = self.store.digests, self.plan.digesters
-        return {role: digesters[role](digests, path) if role in digesters else digests.digest(path)
-                for role, path in node.files.items()}
+        return {
+            role: digesters[role](digests, path) if role in digesters else digests.digest(path)
+            for role, path in node.files.items()
+        }
 
     def _upstream_digests(self, node: Node) -> dict[str, str]:
         return {role: self.run_result.results[dep].outputs[name] for role, (dep, name) in node.deps.items()}
@@ -223,13 +262,25 @@ class Scheduler:
 
     # cached
     def _reuse(self, node: Node, decision: Decision, inputs: dict, started: float, *, publish: bool) -> None:
+        cached = decision.result
+        assert cached is not None, "a cached node has its result"
         if publish:  # status and report only look: they leave build/ as it is
-            self._publish(node, decision.result.outputs)
+            self._publish(node, cached.outputs)
         seconds = time.perf_counter() - started
         self.run_result.stats = self.run_result.stats.add(Stats(hits=1, hit_seconds=seconds))
-        self._finish(NodeResult(node.id, node.stage, node.build, Status.CACHED, decision.key, seconds,
-                                outputs=decision.result.outputs, inputs=inputs,
-                                built_seconds=decision.result.seconds))
+        self._finish(
+            NodeResult(
+                node.id,
+                node.stage,
+                node.build,
+                Status.CACHED,
+                decision.key,
+                seconds,
+                outputs=cached.outputs,
+                inputs=inputs,
+                built_seconds=cached.seconds,
+            )
+        )
 
     def _publish(self, node: Node, outputs: dict[str, str]) -> None:
         for name, relative in node.publish.items():
@@ -253,8 +304,13 @@ class Scheduler:
             done_meanwhile = self.store.lookup(decision.key)  # by another run, since this one looked
             if done_meanwhile is not None and not (self.doubt and self.doubt(node, done_meanwhile)):
                 locks.release()
-                self._reuse(node, Decision(node.id, decision.key, done_meanwhile, inputs=inputs), inputs,
-                            time.perf_counter(), publish=True)
+                self._reuse(
+                    node,
+                    Decision(node.id, decision.key, done_meanwhile, inputs=inputs),
+                    inputs,
+                    time.perf_counter(),
+                    publish=True,
+                )
                 continue
             try:
                 self._submit(node, decision, inputs, jobs, locks)
@@ -290,8 +346,11 @@ class Scheduler:
             if not node.exclusive:
                 queue.release()
             # shared holders leave no name in the lock file: only an exclusive holder's is worth showing
-            self._tell_waiting(NodeWaiting(node.id, "", "timing") if node.exclusive
-                               else NodeWaiting(node.id, machine.holder(), "timed"))
+            self._tell_waiting(
+                NodeWaiting(node.id, "", "timing")
+                if node.exclusive
+                else NodeWaiting(node.id, machine.holder(), "timed")
+            )
             return None
         queue.release()  # timing now: the next may queue
         return machine
@@ -319,8 +378,12 @@ class Scheduler:
             import multiprocessing
             from concurrent.futures import ProcessPoolExecutor
 
-            self._pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
-                                             initializer=die_with_parent, initargs=(os.getpid(),))
+            self._pool = ProcessPoolExecutor(
+                max_workers=jobs,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=die_with_parent,
+                initargs=(os.getpid(),),
+            )
         scratch = self.store.scratch(node.stage + "-")
         try:
             paths = self._stage_inputs(node, scratch)
@@ -331,8 +394,15 @@ class Scheduler:
         out.mkdir()
         log = scratch / "stage.log"
         self.report(NodeStarted(node.id, decision.reasons))
-        future = self._pool.submit(execute, self.plan.stages[node.stage].entry, paths,
-                                   node.params, str(out), str(log), str(scratch / "progress.jsonl"))
+        future = self._pool.submit(
+            execute,
+            self.plan.stages[node.stage].entry,
+            paths,
+            node.params,
+            str(out),
+            str(log),
+            str(scratch / "progress.jsonl"),
+        )
         self._running[future] = (node, decision, inputs, scratch, time.perf_counter(), locks)
 
     def _collect(self) -> bool:
@@ -366,8 +436,10 @@ class Scheduler:
         """A stage that returned without writing a declared output failed, whatever it says."""
         missing = [n for n in self.plan.stages[node.stage].output_names(node.params) if not (out / n).is_file()]
         if missing:
-            raise StageError(f"the {node.stage} stage finished without writing {', '.join(missing)}",
-                             log=str(out.parent / "stage.log"))
+            raise StageError(
+                f"the {node.stage} stage finished without writing {', '.join(missing)}",
+                log=str(out.parent / "stage.log"),
+            )
 
     def _report_progress(self) -> None:
         for node, _, _, scratch, _, _ in self._running.values():
@@ -382,8 +454,19 @@ class Scheduler:
         self.store.remember(node.id, decision.key, inputs)
         self._publish(node, outputs)
         self.run_result.stats = self.run_result.stats.add(Stats(misses=1, miss_seconds=seconds))
-        self._finish(NodeResult(node.id, node.stage, node.build, Status.BUILT, decision.key, seconds,
-                                reasons=decision.reasons, outputs=outputs, inputs=inputs))
+        self._finish(
+            NodeResult(
+                node.id,
+                node.stage,
+                node.build,
+                Status.BUILT,
+                decision.key,
+                seconds,
+                reasons=decision.reasons,
+                outputs=outputs,
+                inputs=inputs,
+            )
+        )
 
     def _fail(self, node: Node, decision: Decision, err: Exception, scratch: Path, seconds: float) -> None:
         if not isinstance(err, StageError):  # BrokenProcessPool
@@ -392,9 +475,20 @@ class Scheduler:
         else:
             message = err.message
         log = self._keep_log(node, scratch / "stage.log")
-        self._finish(NodeResult(node.id, node.stage, node.build, Status.FAILED, decision.key, seconds,
-                                reasons=decision.reasons, error=message, log=log,
-                                exit_code=getattr(err, "exit_code", StageError.exit_code)))
+        self._finish(
+            NodeResult(
+                node.id,
+                node.stage,
+                node.build,
+                Status.FAILED,
+                decision.key,
+                seconds,
+                reasons=decision.reasons,
+                error=message,
+                log=log,
+                exit_code=getattr(err, "exit_code", StageError.exit_code),
+            )
+        )
 
     def _keep_log(self, node: Node, log: Path) -> str | None:
         if not log.exists():

@@ -66,13 +66,22 @@ class Stats:
         """T_avg = H * T_hit + (1 - H) * T_miss."""
         return self.hit_rate * self.mean_hit + (1 - self.hit_rate) * self.mean_miss
 
-    def add(self, other: "Stats") -> "Stats":
-        return Stats(self.hits + other.hits, self.misses + other.misses,
-                     self.hit_seconds + other.hit_seconds, self.miss_seconds + other.miss_seconds)
+    def add(self, other: Stats) -> Stats:
+        return Stats(
+            self.hits + other.hits,
+            self.misses + other.misses,
+            self.hit_seconds + other.hit_seconds,
+            self.miss_seconds + other.miss_seconds,
+        )
 
     def as_dict(self) -> dict:
-        return {**asdict(self), "hit_rate": self.hit_rate, "mean_hit_seconds": self.mean_hit,
-                "mean_miss_seconds": self.mean_miss, "mean_access_seconds": self.mean_access}
+        return {
+            **asdict(self),
+            "hit_rate": self.hit_rate,
+            "mean_hit_seconds": self.mean_hit,
+            "mean_miss_seconds": self.mean_miss,
+            "mean_access_seconds": self.mean_access,
+        }
 
 
 @dataclass(frozen=True)
@@ -178,19 +187,23 @@ class Store:
             self.remote.put({d: self.object_path(d) for d in result.outputs.values()}, key, sealed)
 
     def _from_remote(self, key: str) -> ActionResult | None:
-        data = self.remote.get_entry(key)
+        remote = self.remote
+        assert remote is not None, "called only with a remote cache"
+        data = remote.get_entry(key)
         entry = unseal(data, self.key) if data is not None else None
         if data is not None and entry is None:
-            self.remote.note(f"remote cache: the entry for {key[:12]} is damaged or not signed with this "
-                             "team's key; building instead")
-        if entry is None or not self.writable:
+            remote.note(
+                f"remote cache: the entry for {key[:12]} is damaged or not signed with this "
+                "team's key; building instead"
+            )
+        if data is None or entry is None or not self.writable:
             return None
         result = ActionResult(**entry)
         for digest in result.outputs.values():
-            if not self.has_object(digest) and not self.remote.get_object(digest, self.object_path(digest)):
+            if not self.has_object(digest) and not remote.get_object(digest, self.object_path(digest)):
                 return None
         write_atomic(self._action_path(key), data)
-        self.remote.taken += 1
+        remote.taken += 1
         return result
 
     def _touch(self, key: str) -> None:

@@ -11,7 +11,7 @@ import time
 import traceback
 from pathlib import Path
 
-from modelbuild.errors import environment_failure, last_line, StageEnvironmentError, StageError
+from modelbuild.errors import StageEnvironmentError, StageError, environment_failure, last_line
 from modelbuild.progress import ENV
 
 
@@ -33,15 +33,17 @@ def execute(entry: str, inputs: dict[str, str], params: dict, out: str, log: str
             raise type(err)(err.message, log=log) from None
         except (OSError, MemoryError, ModuleNotFoundError) as err:
             traceback.print_exc()
-            raise _environment_error(err, log) or StageError(f"{type(err).__name__}: {last_line(err)}", log=log) \
-                from None
+            raise _environment_error(err, log) or StageError(
+                f"{type(err).__name__}: {last_line(err)}", log=log
+            ) from None
         except Exception as err:  # a bug or a TVM crash in Python: keep the traceback in the log
             traceback.print_exc()
             raise StageError(f"{type(err).__name__}: {last_line(err)}", log=log) from None
         finally:
             sys.stdout.flush(), sys.stderr.flush()
             os.dup2(saved[0], 1), os.dup2(saved[1], 2)
-            os.close(saved[0]), os.close(saved[1])
+            os.close(saved[0])
+            os.close(saved[1])
     return time.perf_counter() - started
 
 
@@ -60,11 +62,14 @@ def die_with_parent(parent: int) -> None:
 def _environment_error(err: BaseException, log: str) -> StageEnvironmentError | None:
     """The machine's fault (disk full, no permission, no memory, a package not installed), or None."""
     if isinstance(err, ModuleNotFoundError):
-        return StageEnvironmentError(f"missing Python package {err.name!r}: reinstall modelbuild "
-                                     f"(pip install -e .) so its dependencies are installed", log=log)
+        return StageEnvironmentError(
+            f"missing Python package {err.name!r}: reinstall modelbuild "
+            f"(pip install -e .) so its dependencies are installed",
+            log=log,
+        )
     if isinstance(err, MemoryError):
         return StageEnvironmentError("out of memory: run fewer jobs at once (-j)", log=log)
-    failure = environment_failure(err)
+    failure = environment_failure(err) if isinstance(err, OSError) else None
     return StageEnvironmentError(str(failure), log=log) if failure else None
 
 

@@ -42,8 +42,9 @@ def resolve(model: onnx.ModelProto) -> onnx.ModelProto:
     return out
 
 
-def same_pads(spatial: list[int], kernel: list[int], strides: list[int], dilations: list[int], *,
-              upper: bool) -> list[int]:
+def same_pads(
+    spatial: list[int], kernel: list[int], strides: list[int], dilations: list[int], *, upper: bool
+) -> list[int]:
     """ONNX's SAME padding as `pads` ([begins..., ends...]): the output is ceil(input / stride) along each axis,
     the odd pixel of padding at the end (SAME_UPPER) or the beginning (SAME_LOWER)."""
     begins, ends = [], []

@@ -35,18 +35,31 @@ def fold(model: onnx.ModelProto) -> onnx.ModelProto:
         b = bias - mean * a
         shape = [-1] + [1] * (rank - 2)  # per channel, axis 1
         prefix = f"{node.name or 'BatchNormalization'}~{index}"
-        out.graph.initializer.extend([numpy_helper.from_array(a.astype(np.float32).reshape(shape), f"{prefix}/a"),
-                                      numpy_helper.from_array(b.astype(np.float32).reshape(shape), f"{prefix}/b")])
-        out.graph.node.extend([
-            helper.make_node("Mul", [node.input[0], f"{prefix}/a"], [f"{prefix}/scaled"], name=f"{prefix}/mul"),
-            helper.make_node("Add", [f"{prefix}/scaled", f"{prefix}/b"], [node.output[0]], name=f"{prefix}/add")])
+        out.graph.initializer.extend(
+            [
+                numpy_helper.from_array(a.astype(np.float32).reshape(shape), f"{prefix}/a"),
+                numpy_helper.from_array(b.astype(np.float32).reshape(shape), f"{prefix}/b"),
+            ]
+        )
+        out.graph.node.extend(
+            [
+                helper.make_node("Mul", [node.input[0], f"{prefix}/a"], [f"{prefix}/scaled"], name=f"{prefix}/mul"),
+                helper.make_node("Add", [f"{prefix}/scaled", f"{prefix}/b"], [node.output[0]], name=f"{prefix}/add"),
+            ]
+        )
     return out
 
 
 def _foldable(node, constants: dict) -> bool:
     training = next((a.i for a in node.attribute if a.name == "training_mode"), 0)
-    return (node.op_type == "BatchNormalization" and node.domain in ("", "ai.onnx") and not training
-            and len(node.output) == 1 and len(node.input) == 5 and all(name in constants for name in node.input[1:]))
+    return (
+        node.op_type == "BatchNormalization"
+        and node.domain in ("", "ai.onnx")
+        and not training
+        and len(node.output) == 1
+        and len(node.input) == 5
+        and all(name in constants for name in node.input[1:])
+    )
 
 
 def _ranks(model) -> dict[str, int]:

@@ -23,8 +23,11 @@ def folded(model: onnx.ModelProto) -> onnx.ModelProto:
     """The model with each such node of its main graph whose inputs are all constants replaced by its value;
     the model itself when it has none."""
     values = inferred.constants(model)
-    foldable = [n for n in model.graph.node if n.op_type in TABLES and n.domain in ("", "ai.onnx")
-                and all(name in values for name in n.input if name)]
+    foldable = [
+        n
+        for n in model.graph.node
+        if n.op_type in TABLES and n.domain in ("", "ai.onnx") and all(name in values for name in n.input if name)
+    ]
     if not foldable:
         return model
     out = onnx.ModelProto()
@@ -42,8 +45,13 @@ def _value(node, values: dict, version: int):
     """The node's one output, computed from its constant inputs, as an initializer of the output's name."""
     from onnx.reference import ReferenceEvaluator
 
-    graph = helper.make_graph([node], "table", [], [helper.make_empty_tensor_value_info(node.output[0])],
-                              initializer=[values[name] for name in node.input if name])
+    graph = helper.make_graph(
+        [node],
+        "table",
+        [],
+        [helper.make_empty_tensor_value_info(node.output[0])],
+        initializer=[values[name] for name in node.input if name],
+    )
     single = helper.make_model(graph, opset_imports=[helper.make_opsetid("", version)])
     (value,) = ReferenceEvaluator(single).run(None, {})
     return numpy_helper.from_array(value, node.output[0])

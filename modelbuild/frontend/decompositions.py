@@ -75,10 +75,12 @@ def _lp_normalization(node, version: int, tensors: dict, values: dict):
         norm = helper.make_node(REDUCTIONS[p], [x, f"{name}axes"], [f"{name}norm"], keepdims=1)
     else:
         norm = helper.make_node(REDUCTIONS[p], [x], [f"{name}norm"], axes=[axis], keepdims=1)
-    nodes = [norm,
-             helper.make_node("Equal", [f"{name}norm", zero.name], [f"{name}is_zero"]),
-             helper.make_node("Where", [f"{name}is_zero", one.name, f"{name}norm"], [f"{name}divisor"]),
-             helper.make_node("Div", [x, f"{name}divisor"], [y], name=node.name)]
+    nodes = [
+        norm,
+        helper.make_node("Equal", [f"{name}norm", zero.name], [f"{name}is_zero"]),
+        helper.make_node("Where", [f"{name}is_zero", one.name, f"{name}norm"], [f"{name}divisor"]),
+        helper.make_node("Div", [x, f"{name}divisor"], [y], name=node.name),
+    ]
     return nodes, constants
 
 
@@ -87,13 +89,15 @@ def _celu(node, version: int, tensors: dict, values: dict):
     x, y, name = node.input[0], node.output[0], _prefix(node)
     alpha = _scalar(_attribute(node, "alpha", 1.0), f"{name}alpha")
     zero, one = _scalar(0.0, f"{name}zero"), _scalar(1.0, f"{name}one")
-    nodes = [helper.make_node("Div", [x, alpha.name], [f"{name}scaled"]),
-             helper.make_node("Exp", [f"{name}scaled"], [f"{name}exp"]),
-             helper.make_node("Sub", [f"{name}exp", one.name], [f"{name}expm1"]),
-             helper.make_node("Mul", [f"{name}expm1", alpha.name], [f"{name}elu"]),
-             helper.make_node("Min", [f"{name}elu", zero.name], [f"{name}negative"]),
-             helper.make_node("Relu", [x], [f"{name}positive"]),
-             helper.make_node("Add", [f"{name}positive", f"{name}negative"], [y], name=node.name)]
+    nodes = [
+        helper.make_node("Div", [x, alpha.name], [f"{name}scaled"]),
+        helper.make_node("Exp", [f"{name}scaled"], [f"{name}exp"]),
+        helper.make_node("Sub", [f"{name}exp", one.name], [f"{name}expm1"]),
+        helper.make_node("Mul", [f"{name}expm1", alpha.name], [f"{name}elu"]),
+        helper.make_node("Min", [f"{name}elu", zero.name], [f"{name}negative"]),
+        helper.make_node("Relu", [x], [f"{name}positive"]),
+        helper.make_node("Add", [f"{name}positive", f"{name}negative"], [y], name=node.name),
+    ]
     return nodes, [alpha, zero, one]
 
 
@@ -101,9 +105,11 @@ def _swish(node, version: int, tensors: dict, values: dict):
     """Opset 24's Swish: x sigmoid(alpha x)."""
     x, y, name = node.input[0], node.output[0], _prefix(node)
     alpha = _scalar(_attribute(node, "alpha", 1.0), f"{name}alpha")
-    nodes = [helper.make_node("Mul", [x, alpha.name], [f"{name}scaled"]),
-             helper.make_node("Sigmoid", [f"{name}scaled"], [f"{name}gate"]),
-             helper.make_node("Mul", [x, f"{name}gate"], [y], name=node.name)]
+    nodes = [
+        helper.make_node("Mul", [x, alpha.name], [f"{name}scaled"]),
+        helper.make_node("Sigmoid", [f"{name}scaled"], [f"{name}gate"]),
+        helper.make_node("Mul", [x, f"{name}gate"], [y], name=node.name),
+    ]
     return nodes, [alpha]
 
 
@@ -115,15 +121,19 @@ def _attention(node, version: int, tensors: dict, values: dict):
     mask = node.input[3] if len(node.input) > 3 else ""
     refusal = _attention_refusal(node, tensors)
     if refusal:
-        raise StageError(f"Attention node {node.name!r}: {refusal} (fix: export the model at opset 22 or earlier, "
-                         f"where exporters write attention as MatMul and Softmax)")
+        raise StageError(
+            f"Attention node {node.name!r}: {refusal} (fix: export the model at opset 22 or earlier, "
+            f"where exporters write attention as MatMul and Softmax)"
+        )
     y, name = node.output[0], _prefix(node)
     head_size, q_length, kv_length = tensors[q][1][3], tensors[q][1][2], tensors[k][1][2]
-    scale = _scalar(_attribute(node, "scale", head_size ** -0.5), f"{name}scale")
+    scale = _scalar(_attribute(node, "scale", head_size**-0.5), f"{name}scale")
     constants = [scale]
-    nodes = [helper.make_node("Transpose", [k], [f"{name}kt"], perm=[0, 1, 3, 2]),
-             helper.make_node("MatMul", [q, f"{name}kt"], [f"{name}qk"]),
-             helper.make_node("Mul", [f"{name}qk", scale.name], [f"{name}scores"])]
+    nodes = [
+        helper.make_node("Transpose", [k], [f"{name}kt"], perm=[0, 1, 3, 2]),
+        helper.make_node("MatMul", [q, f"{name}kt"], [f"{name}qk"]),
+        helper.make_node("Mul", [f"{name}qk", scale.name], [f"{name}scores"]),
+    ]
     scores = f"{name}scores"
     if mask and tensors.get(mask, (None,))[0] == onnx.TensorProto.BOOL:  # else added (TVM names a wrong type)
         constants.append(_scalar(float("-inf"), f"{name}masked"))
@@ -137,8 +147,10 @@ def _attention(node, version: int, tensors: dict, values: dict):
         constants.append(numpy_helper.from_array(causal, f"{name}causal"))
         nodes.append(helper.make_node("Add", [scores, f"{name}causal"], [f"{name}causal_scores"]))
         scores = f"{name}causal_scores"
-    nodes += [helper.make_node("Softmax", [scores], [f"{name}weights"], axis=-1),
-              helper.make_node("MatMul", [f"{name}weights", v], [y], name=node.name)]
+    nodes += [
+        helper.make_node("Softmax", [scores], [f"{name}weights"], axis=-1),
+        helper.make_node("MatMul", [f"{name}weights", v], [y], name=node.name),
+    ]
     return nodes, constants
 
 
@@ -149,10 +161,16 @@ def _rotary_embedding(node, version: int, tensors: dict, values: dict):
     x, cos_cache, sin_cache = node.input[:3]
     positions = node.input[3] if len(node.input) > 3 and node.input[3] else None
     shape = tensors.get(x, (None, None))[1]
-    if shape is None or None in shape or len(shape) not in (3, 4) or (len(shape) == 3
-                                                                     and not _attribute(node, "num_heads", 0)):
-        raise StageError(f"RotaryEmbedding node {node.name!r}: only an input of known shape, 4-D or 3-D with "
-                         f"num_heads, is written out (fix: give the model's inputs fixed shapes in the recipe)")
+    if (
+        shape is None
+        or None in shape
+        or len(shape) not in (3, 4)
+        or (len(shape) == 3 and not _attribute(node, "num_heads", 0))
+    ):
+        raise StageError(
+            f"RotaryEmbedding node {node.name!r}: only an input of known shape, 4-D or 3-D with "
+            f"num_heads, is written out (fix: give the model's inputs fixed shapes in the recipe)"
+        )
     y, name = node.output[0], _prefix(node)
     if len(shape) == 4:
         batch, heads, seq, head = shape
@@ -169,44 +187,73 @@ def _rotary_embedding(node, version: int, tensors: dict, values: dict):
         return f"{name}{label}"
 
     def sliced(source: str, label: str, start: int, end: int, step: int = 1) -> str:
-        nodes.append(helper.make_node("Slice", [source, const(f"{label}_s", [start]), const(f"{label}_e", [end]),
-                                                const(f"{label}_a", [-1]), const(f"{label}_st", [step])],
-                                      [f"{name}{label}"]))
+        nodes.append(
+            helper.make_node(
+                "Slice",
+                [
+                    source,
+                    const(f"{label}_s", [start]),
+                    const(f"{label}_e", [end]),
+                    const(f"{label}_a", [-1]),
+                    const(f"{label}_st", [step]),
+                ],
+                [f"{name}{label}"],
+            )
+        )
         return f"{name}{label}"
 
-    nodes = [helper.make_node("Transpose", [x], [f"{name}bshd"], perm=[0, 2, 1, 3]) if len(shape) == 4 else
-             helper.make_node("Reshape", [x, const("bshd_shape", [batch, seq, heads, head])], [f"{name}bshd"])]
+    nodes = [
+        helper.make_node("Transpose", [x], [f"{name}bshd"], perm=[0, 2, 1, 3])
+        if len(shape) == 4
+        else helper.make_node("Reshape", [x, const("bshd_shape", [batch, seq, heads, head])], [f"{name}bshd"])
+    ]
     tables = []
     for cache, label in ((cos_cache, "cos"), (sin_cache, "sin")):
         if positions:
             nodes.append(helper.make_node("Gather", [cache, positions], [f"{name}{label}_at"]))
             cache = f"{name}{label}_at"
-        nodes.append(helper.make_node("Unsqueeze", [sliced(cache, f"{label}_half", 0, half), const("heads_axis", [2])],
-                                      [f"{name}{label}"]))
+        nodes.append(
+            helper.make_node(
+                "Unsqueeze", [sliced(cache, f"{label}_half", 0, half), const("heads_axis", [2])], [f"{name}{label}"]
+            )
+        )
         tables.append(f"{name}{label}")
     cos, sin = tables
     interleaved = _attribute(node, "interleaved", 0)
     x1 = sliced(f"{name}bshd", "x1", 0, rotated, 2) if interleaved else sliced(f"{name}bshd", "x1", 0, half)
     x2 = sliced(f"{name}bshd", "x2", 1, rotated, 2) if interleaved else sliced(f"{name}bshd", "x2", half, rotated)
     for out, (a, b, op) in (("real", ((cos, x1), (sin, x2), "Sub")), ("imag", ((sin, x1), (cos, x2), "Add"))):
-        nodes += [helper.make_node("Mul", list(a), [f"{name}{out}_a"]),
-                  helper.make_node("Mul", list(b), [f"{name}{out}_b"]),
-                  helper.make_node(op, [f"{name}{out}_a", f"{name}{out}_b"], [f"{name}{out}"])]
+        nodes += [
+            helper.make_node("Mul", list(a), [f"{name}{out}_a"]),
+            helper.make_node("Mul", list(b), [f"{name}{out}_b"]),
+            helper.make_node(op, [f"{name}{out}_a", f"{name}{out}_b"], [f"{name}{out}"]),
+        ]
     if interleaved:  # (real, imag) pairs back in even and odd places
-        nodes += [helper.make_node("Unsqueeze", [f"{name}{part}", const("pair_axis", [-1])], [f"{name}{part}_pair"])
-                  for part in ("real", "imag")]
-        nodes += [helper.make_node("Concat", [f"{name}real_pair", f"{name}imag_pair"], [f"{name}pairs"], axis=-1),
-                  helper.make_node("Reshape", [f"{name}pairs", const("rot_shape", [batch, seq, heads, rotated])],
-                                   [f"{name}turned"])]
+        nodes += [
+            helper.make_node("Unsqueeze", [f"{name}{part}", const("pair_axis", [-1])], [f"{name}{part}_pair"])
+            for part in ("real", "imag")
+        ]
+        nodes += [
+            helper.make_node("Concat", [f"{name}real_pair", f"{name}imag_pair"], [f"{name}pairs"], axis=-1),
+            helper.make_node(
+                "Reshape", [f"{name}pairs", const("rot_shape", [batch, seq, heads, rotated])], [f"{name}turned"]
+            ),
+        ]
     else:
         nodes.append(helper.make_node("Concat", [f"{name}real", f"{name}imag"], [f"{name}turned"], axis=-1))
     turned = f"{name}turned"
     if rotated < head:
-        nodes.append(helper.make_node("Concat", [turned, sliced(f"{name}bshd", "kept", rotated, head)],
-                                      [f"{name}whole"], axis=-1))
+        nodes.append(
+            helper.make_node(
+                "Concat", [turned, sliced(f"{name}bshd", "kept", rotated, head)], [f"{name}whole"], axis=-1
+            )
+        )
         turned = f"{name}whole"
-    nodes.append(helper.make_node("Transpose", [turned], [y], name=node.name, perm=[0, 2, 1, 3]) if len(shape) == 4
-                 else helper.make_node("Reshape", [turned, const("out_shape", shape)], [y], name=node.name))
+    nodes.append(
+        helper.make_node("Transpose", [turned], [y], name=node.name, perm=[0, 2, 1, 3])
+        if len(shape) == 4
+        else helper.make_node("Reshape", [turned, const("out_shape", shape)], [y], name=node.name)
+    )
     return nodes, constants
 
 
@@ -235,8 +282,10 @@ def _stft(node, version: int, tensors: dict, values: dict):
     step, window, length = (node.input[i] if len(node.input) > i else "" for i in (1, 2, 3))
     refusal = _stft_refusal(signal, step, window, length, tensors, values)
     if refusal:
-        raise StageError(f"STFT node {node.name!r}: {refusal} (fix: compute the spectrogram before the model, or "
-                         f"give the STFT a real signal [batch, length, 1] and constant step, window and length)")
+        raise StageError(
+            f"STFT node {node.name!r}: {refusal} (fix: compute the spectrogram before the model, or "
+            f"give the STFT a real signal [batch, length, 1] and constant step, window and length)"
+        )
     taps = values[window].astype(np.float64) if window else np.ones(int(values[length]))
     frame = len(taps)
     bins = frame // 2 + 1 if _attribute(node, "onesided", 1) else frame
@@ -244,11 +293,12 @@ def _stft(node, version: int, tensors: dict, values: dict):
     kernels = np.concatenate([taps * np.cos(angle), -taps * np.sin(angle)])[:, None, :].astype(np.float32)
     y, name = node.output[0], _prefix(node)
     shape = numpy_helper.from_array(np.array([0, 2, bins, -1], np.int64), f"{name}shape")
-    nodes = [helper.make_node("Transpose", [signal], [f"{name}rows"], perm=[0, 2, 1]),
-             helper.make_node("Conv", [f"{name}rows", f"{name}kernels"], [f"{name}spectrum"],
-                              strides=[int(values[step])]),
-             helper.make_node("Reshape", [f"{name}spectrum", shape.name], [f"{name}parts"]),
-             helper.make_node("Transpose", [f"{name}parts"], [y], name=node.name, perm=[0, 3, 2, 1])]
+    nodes = [
+        helper.make_node("Transpose", [signal], [f"{name}rows"], perm=[0, 2, 1]),
+        helper.make_node("Conv", [f"{name}rows", f"{name}kernels"], [f"{name}spectrum"], strides=[int(values[step])]),
+        helper.make_node("Reshape", [f"{name}spectrum", shape.name], [f"{name}parts"]),
+        helper.make_node("Transpose", [f"{name}parts"], [y], name=node.name, perm=[0, 3, 2, 1]),
+    ]
     return nodes, [numpy_helper.from_array(kernels, f"{name}kernels"), shape]
 
 
@@ -278,8 +328,10 @@ def _dft(node, version: int, tensors: dict, values: dict):
     shape = tensors.get(x, (None, None))[1]
     axis, length, refusal = _dft_axis_and_length(node, version, shape, values)
     if refusal:
-        raise StageError(f"DFT node {node.name!r}: {refusal} (fix: give the DFT a constant axis and dft_length "
-                         f"and a known shape, or compute the transform outside the model)")
+        raise StageError(
+            f"DFT node {node.name!r}: {refusal} (fix: give the DFT a constant axis and dft_length "
+            f"and a known shape, or compute the transform outside the model)"
+        )
     inverse, onesided = _attribute(node, "inverse", 0), _attribute(node, "onesided", 0)
     bins = length // 2 + 1 if onesided else length
     angle = 2 * np.pi * np.outer(np.arange(length), np.arange(bins)) / length
@@ -289,30 +341,39 @@ def _dft(node, version: int, tensors: dict, values: dict):
     rank = len(shape)
     moved = [*[d for d in range(rank - 1) if d != axis], axis, rank - 1]  # the axis, then the parts, last
     back = list(np.argsort([*[d for d in range(rank - 1) if d != axis], axis]))
-    constants = [numpy_helper.from_array(cos.astype(np.float32), f"{name}cos"),
-                 numpy_helper.from_array(sin.astype(np.float32), f"{name}sin"),
-                 numpy_helper.from_array(np.array(0, np.int64), f"{name}zero"),
-                 numpy_helper.from_array(np.array(1, np.int64), f"{name}one"),
-                 numpy_helper.from_array(np.array([-1], np.int64), f"{name}last")]
-    nodes = [helper.make_node("Transpose", [x], [f"{name}moved"], perm=moved),
-             helper.make_node("Gather", [f"{name}moved", f"{name}zero"], [f"{name}re"], axis=-1)]
+    constants = [
+        numpy_helper.from_array(cos.astype(np.float32), f"{name}cos"),
+        numpy_helper.from_array(sin.astype(np.float32), f"{name}sin"),
+        numpy_helper.from_array(np.array(0, np.int64), f"{name}zero"),
+        numpy_helper.from_array(np.array(1, np.int64), f"{name}one"),
+        numpy_helper.from_array(np.array([-1], np.int64), f"{name}last"),
+    ]
+    nodes = [
+        helper.make_node("Transpose", [x], [f"{name}moved"], perm=moved),
+        helper.make_node("Gather", [f"{name}moved", f"{name}zero"], [f"{name}re"], axis=-1),
+    ]
     if shape[-1] == 1:  # real: x (cos + i sin)
-        parts = [("MatMul", [f"{name}re", f"{name}cos"], f"{name}out_re"),
-                 ("MatMul", [f"{name}re", f"{name}sin"], f"{name}out_im")]
+        parts = [
+            ("MatMul", [f"{name}re", f"{name}cos"], f"{name}out_re"),
+            ("MatMul", [f"{name}re", f"{name}sin"], f"{name}out_im"),
+        ]
     else:  # complex: (re + i im)(cos + i sin) = re cos - im sin + i (im cos + re sin)
         nodes.append(helper.make_node("Gather", [f"{name}moved", f"{name}one"], [f"{name}im"], axis=-1))
-        parts = [("MatMul", [f"{name}re", f"{name}cos"], f"{name}re_cos"),
-                 ("MatMul", [f"{name}im", f"{name}sin"], f"{name}im_sin"),
-                 ("Sub", [f"{name}re_cos", f"{name}im_sin"], f"{name}out_re"),
-                 ("MatMul", [f"{name}im", f"{name}cos"], f"{name}im_cos"),
-                 ("MatMul", [f"{name}re", f"{name}sin"], f"{name}re_sin"),
-                 ("Add", [f"{name}im_cos", f"{name}re_sin"], f"{name}out_im")]
+        parts = [
+            ("MatMul", [f"{name}re", f"{name}cos"], f"{name}re_cos"),
+            ("MatMul", [f"{name}im", f"{name}sin"], f"{name}im_sin"),
+            ("Sub", [f"{name}re_cos", f"{name}im_sin"], f"{name}out_re"),
+            ("MatMul", [f"{name}im", f"{name}cos"], f"{name}im_cos"),
+            ("MatMul", [f"{name}re", f"{name}sin"], f"{name}re_sin"),
+            ("Add", [f"{name}im_cos", f"{name}re_sin"], f"{name}out_im"),
+        ]
     nodes += [helper.make_node(op, inputs, [out]) for op, inputs, out in parts]
-    nodes += [helper.make_node("Unsqueeze", [f"{name}out_re", f"{name}last"], [f"{name}re_last"]),
-              helper.make_node("Unsqueeze", [f"{name}out_im", f"{name}last"], [f"{name}im_last"]),
-              helper.make_node("Concat", [f"{name}re_last", f"{name}im_last"], [f"{name}joined"], axis=-1),
-              helper.make_node("Transpose", [f"{name}joined"], [y], name=node.name,
-                               perm=[*[int(d) for d in back], rank - 1])]
+    nodes += [
+        helper.make_node("Unsqueeze", [f"{name}out_re", f"{name}last"], [f"{name}re_last"]),
+        helper.make_node("Unsqueeze", [f"{name}out_im", f"{name}last"], [f"{name}im_last"]),
+        helper.make_node("Concat", [f"{name}re_last", f"{name}im_last"], [f"{name}joined"], axis=-1),
+        helper.make_node("Transpose", [f"{name}joined"], [y], name=node.name, perm=[*[int(d) for d in back], rank - 1]),
+    ]
     return nodes, constants
 
 
@@ -346,26 +407,34 @@ def _reverse_sequence(node, version: int, tensors: dict, values: dict):
     y, name = node.output[0], _prefix(node)
     shape = tensors.get(x, (None, None))[1]
     if shape is None or None in shape or len(shape) < 2:
-        raise StageError(f"ReverseSequence node {node.name!r}: only an input of known shape is written out (fix: "
-                         f"give the model's inputs fixed shapes in the recipe)")
+        raise StageError(
+            f"ReverseSequence node {node.name!r}: only an input of known shape is written out (fix: "
+            f"give the model's inputs fixed shapes in the recipe)"
+        )
     time = _attribute(node, "time_axis", 0)  # ONNX: the batch axis is the other of 0 and 1
     steps = np.arange(shape[time], dtype=np.int64).reshape([-1, 1] if time == 0 else [1, -1])
-    constants = [numpy_helper.from_array(steps, f"{name}steps"),
-                 numpy_helper.from_array(np.array([1, -1] if time == 0 else [-1, 1], np.int64), f"{name}across"),
-                 numpy_helper.from_array(np.array(1, np.int64), f"{name}one"),
-                 numpy_helper.from_array(np.arange(2, len(shape), dtype=np.int64), f"{name}inner"),
-                 numpy_helper.from_array(np.array(shape, np.int64), f"{name}shape")]
-    nodes = [helper.make_node("Reshape", [lengths, f"{name}across"], [f"{name}lengths"]),
-             helper.make_node("Less", [f"{name}steps", f"{name}lengths"], [f"{name}inside"]),
-             helper.make_node("Sub", [f"{name}lengths", f"{name}one"], [f"{name}last"]),
-             helper.make_node("Sub", [f"{name}last", f"{name}steps"], [f"{name}reversed"]),
-             helper.make_node("Where", [f"{name}inside", f"{name}reversed", f"{name}steps"], [f"{name}index"])]
+    constants = [
+        numpy_helper.from_array(steps, f"{name}steps"),
+        numpy_helper.from_array(np.array([1, -1] if time == 0 else [-1, 1], np.int64), f"{name}across"),
+        numpy_helper.from_array(np.array(1, np.int64), f"{name}one"),
+        numpy_helper.from_array(np.arange(2, len(shape), dtype=np.int64), f"{name}inner"),
+        numpy_helper.from_array(np.array(shape, np.int64), f"{name}shape"),
+    ]
+    nodes = [
+        helper.make_node("Reshape", [lengths, f"{name}across"], [f"{name}lengths"]),
+        helper.make_node("Less", [f"{name}steps", f"{name}lengths"], [f"{name}inside"]),
+        helper.make_node("Sub", [f"{name}lengths", f"{name}one"], [f"{name}last"]),
+        helper.make_node("Sub", [f"{name}last", f"{name}steps"], [f"{name}reversed"]),
+        helper.make_node("Where", [f"{name}inside", f"{name}reversed", f"{name}steps"], [f"{name}index"]),
+    ]
     index = f"{name}index"
     if len(shape) > 2:
         nodes.append(helper.make_node("Unsqueeze", [index, f"{name}inner"], [f"{name}index_inner"]))
         index = f"{name}index_inner"
-    nodes += [helper.make_node("Expand", [index, f"{name}shape"], [f"{name}index_full"]),
-              helper.make_node("GatherElements", [x, f"{name}index_full"], [y], name=node.name, axis=time)]
+    nodes += [
+        helper.make_node("Expand", [index, f"{name}shape"], [f"{name}index_full"]),
+        helper.make_node("GatherElements", [x, f"{name}index_full"], [y], name=node.name, axis=time),
+    ]
     return nodes, constants
 
 
@@ -378,37 +447,45 @@ def _tensor_scatter(node, version: int, tensors: dict, values: dict):
     write = node.input[2] if len(node.input) > 2 and node.input[2] else None
     shape, update_shape = (tensors.get(n, (None, None))[1] for n in (past, update))
     if any(s is None or None in s for s in (shape, update_shape)):
-        raise StageError(f"TensorScatter node {node.name!r}: only caches of known shapes are written out (fix: "
-                         f"give the model's inputs fixed shapes in the recipe)")
+        raise StageError(
+            f"TensorScatter node {node.name!r}: only caches of known shapes are written out (fix: "
+            f"give the model's inputs fixed shapes in the recipe)"
+        )
     y, name = node.output[0], _prefix(node)
     axis = _attribute(node, "axis", -2) % len(shape)
     length, written = shape[axis], update_shape[axis]
     along = [1] * len(shape)
     along[axis] = length
     per_batch = [-1] + [1] * (len(shape) - 1)
-    constants = [numpy_helper.from_array(np.arange(length, dtype=np.int64).reshape(along), f"{name}steps"),
-                 numpy_helper.from_array(np.array(per_batch, np.int64), f"{name}per_batch"),
-                 numpy_helper.from_array(np.array(0, np.int64), f"{name}zero"),
-                 numpy_helper.from_array(np.array(length, np.int64), f"{name}length"),
-                 numpy_helper.from_array(np.array(written, np.int64), f"{name}written"),
-                 numpy_helper.from_array(np.array(shape, np.int64), f"{name}shape")]
+    constants = [
+        numpy_helper.from_array(np.arange(length, dtype=np.int64).reshape(along), f"{name}steps"),
+        numpy_helper.from_array(np.array(per_batch, np.int64), f"{name}per_batch"),
+        numpy_helper.from_array(np.array(0, np.int64), f"{name}zero"),
+        numpy_helper.from_array(np.array(length, np.int64), f"{name}length"),
+        numpy_helper.from_array(np.array(written, np.int64), f"{name}written"),
+        numpy_helper.from_array(np.array(shape, np.int64), f"{name}shape"),
+    ]
     offset = f"{name}steps"
     nodes = []
     if write:
-        nodes += [helper.make_node("Reshape", [write, f"{name}per_batch"], [f"{name}write"]),
-                  helper.make_node("Sub", [f"{name}steps", f"{name}write"], [f"{name}offset"])]
+        nodes += [
+            helper.make_node("Reshape", [write, f"{name}per_batch"], [f"{name}write"]),
+            helper.make_node("Sub", [f"{name}steps", f"{name}write"], [f"{name}offset"]),
+        ]
         offset = f"{name}offset"
     if _attribute(node, "mode", b"linear") in (b"circular", "circular"):
         nodes.append(helper.make_node("Mod", [offset, f"{name}length"], [f"{name}wrapped"]))  # sign of the divisor
         offset = f"{name}wrapped"
-    nodes += [helper.make_node("GreaterOrEqual", [offset, f"{name}zero"], [f"{name}from"]),
-              helper.make_node("Less", [offset, f"{name}written"], [f"{name}before_end"]),
-              helper.make_node("And", [f"{name}from", f"{name}before_end"], [f"{name}inside"]),
-              helper.make_node("Where", [f"{name}inside", offset, f"{name}zero"], [f"{name}clamped"]),
-              helper.make_node("Expand", [f"{name}clamped", f"{name}shape"], [f"{name}index"]),
-              helper.make_node("Expand", [f"{name}inside", f"{name}shape"], [f"{name}taken"]),
-              helper.make_node("GatherElements", [update, f"{name}index"], [f"{name}updated"], axis=axis),
-              helper.make_node("Where", [f"{name}taken", f"{name}updated", past], [y], name=node.name)]
+    nodes += [
+        helper.make_node("GreaterOrEqual", [offset, f"{name}zero"], [f"{name}from"]),
+        helper.make_node("Less", [offset, f"{name}written"], [f"{name}before_end"]),
+        helper.make_node("And", [f"{name}from", f"{name}before_end"], [f"{name}inside"]),
+        helper.make_node("Where", [f"{name}inside", offset, f"{name}zero"], [f"{name}clamped"]),
+        helper.make_node("Expand", [f"{name}clamped", f"{name}shape"], [f"{name}index"]),
+        helper.make_node("Expand", [f"{name}inside", f"{name}shape"], [f"{name}taken"]),
+        helper.make_node("GatherElements", [update, f"{name}index"], [f"{name}updated"], axis=axis),
+        helper.make_node("Where", [f"{name}taken", f"{name}updated", past], [y], name=node.name),
+    ]
     return nodes, constants
 
 
@@ -421,28 +498,50 @@ def _col2im(node, version: int, tensors: dict, values: dict):
     x, image, block = node.input[:3]
     y, name = node.output[0], _prefix(node)
     shape = tensors.get(x, (None, None))[1]
-    if image not in values or block not in values or shape is None or len(shape) != 3 or None in shape[1:] or \
-            len(values[image]) != 2:
-        raise StageError(f"Col2Im node {node.name!r}: only 2-D blocks of constant image and block shapes over "
-                         f"columns of known shape are written out (fix: give the model's inputs fixed shapes in the "
-                         f"recipe, or fold the columns before the model)")
+    if (
+        image not in values
+        or block not in values
+        or shape is None
+        or len(shape) != 3
+        or None in shape[1:]
+        or len(values[image]) != 2
+    ):
+        raise StageError(
+            f"Col2Im node {node.name!r}: only 2-D blocks of constant image and block shapes over "
+            f"columns of known shape are written out (fix: give the model's inputs fixed shapes in the "
+            f"recipe, or fold the columns before the model)"
+        )
     (height, width), (kh, kw) = [int(v) for v in values[image]], [int(v) for v in values[block]]
     dilations, strides = _attribute(node, "dilations", [1, 1]), _attribute(node, "strides", [1, 1])
     pads = _attribute(node, "pads", [0, 0, 0, 0])
-    reach = [size + pads[d] + pads[d + 2] - dilations[d] * (k - 1) - 1 for d, (size, k) in
-             enumerate(((height, kh), (width, kw)))]
+    reach = [
+        size + pads[d] + pads[d + 2] - dilations[d] * (k - 1) - 1
+        for d, (size, k) in enumerate(((height, kh), (width, kw)))
+    ]
     grid = [r // stride + 1 for r, stride in zip(reach, strides)]
     taps, channels = kh * kw, shape[1]
     if channels % taps or grid[0] * grid[1] != shape[2]:
-        raise StageError(f"Col2Im node {node.name!r}: its columns {shape} are not the {kh}x{kw} blocks of a "
-                         f"{height}x{width} image (fix: the exporter's Fold parameters)")
+        raise StageError(
+            f"Col2Im node {node.name!r}: its columns {shape} are not the {kh}x{kw} blocks of a "
+            f"{height}x{width} image (fix: the exporter's Fold parameters)"
+        )
     kernels = np.zeros((channels, 1, kh, kw), np.float32)
     kernels[np.arange(channels), 0, np.arange(channels) % taps // kw, np.arange(channels) % kw] = 1
     grid_shape = numpy_helper.from_array(np.array([0, channels, *grid], np.int64), f"{name}grid")
-    nodes = [helper.make_node("Reshape", [x, grid_shape.name], [f"{name}map"]),
-             helper.make_node("ConvTranspose", [f"{name}map", f"{name}kernels"], [y], name=node.name,
-                              group=channels // taps, strides=strides, dilations=dilations, pads=pads,
-                              output_padding=[r % stride for r, stride in zip(reach, strides)])]
+    nodes = [
+        helper.make_node("Reshape", [x, grid_shape.name], [f"{name}map"]),
+        helper.make_node(
+            "ConvTranspose",
+            [f"{name}map", f"{name}kernels"],
+            [y],
+            name=node.name,
+            group=channels // taps,
+            strides=strides,
+            dilations=dilations,
+            pads=pads,
+            output_padding=[r % stride for r, stride in zip(reach, strides)],
+        ),
+    ]
     return nodes, [numpy_helper.from_array(kernels, f"{name}kernels"), grid_shape]
 
 
@@ -456,9 +555,11 @@ def _det(node, version: int, tensors: dict, values: dict):
     x, y, name = node.input[0], node.output[0], _prefix(node)
     shape = tensors.get(x, (None, None))[1]
     if shape is None or None in shape or len(shape) < 2 or shape[-1] != shape[-2] or shape[-1] > DET_MAX_ORDER:
-        raise StageError(f"Det node {node.name!r}: only matrices of 1x1 to {DET_MAX_ORDER}x{DET_MAX_ORDER} of known "
-                         f"shape are written out, and its input is {shape} (fix: give the model's inputs fixed "
-                         f"shapes in the recipe, or compute the determinant after the model)")
+        raise StageError(
+            f"Det node {node.name!r}: only matrices of 1x1 to {DET_MAX_ORDER}x{DET_MAX_ORDER} of known "
+            f"shape are written out, and its input is {shape} (fix: give the model's inputs fixed "
+            f"shapes in the recipe, or compute the determinant after the model)"
+        )
     order = shape[-1]
     flat = numpy_helper.from_array(np.array([*shape[:-2], order * order], np.int64), f"{name}flat")
     nodes, constants = [helper.make_node("Reshape", [x, flat.name], [f"{name}rows"])], [flat]
@@ -479,8 +580,9 @@ def _det(node, version: int, tensors: dict, values: dict):
     def expansion(rows: list[int], columns: list[int], out: str = "") -> str:
         if len(rows) == 1:
             return element(rows[0], columns[0])
-        terms = [written("Mul", element(rows[0], c), expansion(rows[1:], [d for d in columns if d != c]))
-                 for c in columns]
+        terms = [
+            written("Mul", element(rows[0], c), expansion(rows[1:], [d for d in columns if d != c])) for c in columns
+        ]
         total = terms[0]
         for k, term in enumerate(terms[1:], 1):
             last = out if k == len(terms) - 1 else ""
@@ -504,11 +606,17 @@ def _cumulative_product(node, version: int, tensors: dict, values: dict):
     x, axis_input = node.input[:2]
     y, name = node.output[0], _prefix(node)
     shape = tensors.get(x, (None, None))[1]
-    if shape is None or None in shape or axis_input not in values or \
-            math.prod(shape) * shape[int(values[axis_input]) % len(shape)] > CUMULATIVE_MAX_ELEMENTS:
-        raise StageError(f"CumProd node {node.name!r}: only a constant axis of an input of known shape whose "
-                         f"length times its size is at most {CUMULATIVE_MAX_ELEMENTS} is written out, and its input "
-                         f"is {shape} (fix: give the model's inputs fixed shapes in the recipe)")
+    if (
+        shape is None
+        or None in shape
+        or axis_input not in values
+        or math.prod(shape) * shape[int(values[axis_input]) % len(shape)] > CUMULATIVE_MAX_ELEMENTS
+    ):
+        raise StageError(
+            f"CumProd node {node.name!r}: only a constant axis of an input of known shape whose "
+            f"length times its size is at most {CUMULATIVE_MAX_ELEMENTS} is written out, and its input "
+            f"is {shape} (fix: give the model's inputs fixed shapes in the recipe)"
+        )
     axis = int(values[axis_input]) % len(shape)
     length = shape[axis]
     i, j = np.arange(length)[:, None], np.arange(length)[None, :]
@@ -516,12 +624,17 @@ def _cumulative_product(node, version: int, tensors: dict, values: dict):
     if _attribute(node, "exclusive", 0):
         inside &= i != j
     mask = inside.reshape([length, length] + [1] * (len(shape) - axis - 1))
-    constants = [numpy_helper.from_array(mask, f"{name}mask"), _scalar(1.0, f"{name}one"),
-                 numpy_helper.from_array(np.array([axis], np.int64), f"{name}at"),
-                 numpy_helper.from_array(np.array([axis + 1], np.int64), f"{name}along")]
-    nodes = [helper.make_node("Unsqueeze", [x, f"{name}at"], [f"{name}spread"]),
-             helper.make_node("Where", [f"{name}mask", f"{name}spread", f"{name}one"], [f"{name}factors"]),
-             helper.make_node("ReduceProd", [f"{name}factors", f"{name}along"], [y], name=node.name, keepdims=0)]
+    constants = [
+        numpy_helper.from_array(mask, f"{name}mask"),
+        _scalar(1.0, f"{name}one"),
+        numpy_helper.from_array(np.array([axis], np.int64), f"{name}at"),
+        numpy_helper.from_array(np.array([axis + 1], np.int64), f"{name}along"),
+    ]
+    nodes = [
+        helper.make_node("Unsqueeze", [x, f"{name}at"], [f"{name}spread"]),
+        helper.make_node("Where", [f"{name}mask", f"{name}spread", f"{name}one"], [f"{name}factors"]),
+        helper.make_node("ReduceProd", [f"{name}factors", f"{name}along"], [y], name=node.name, keepdims=0),
+    ]
     return nodes, constants
 
 
@@ -540,21 +653,31 @@ def _deform_conv(node, version: int, tensors: dict, values: dict):
     x_shape, w_shape = tensors.get(x, (None, None))[1], tensors.get(weights, (None, None))[1]
     o_shape = tensors.get(offsets, (None, None))[1]
     if any(s is None or None in s or len(s) != 4 for s in (x_shape, w_shape, o_shape)) or min(x_shape[2:]) < 2:
-        raise StageError(f"DeformConv node {node.name!r}: only a 2-D deformable conv over a map of known shape, "
-                         f"2x2 or larger, is written out (fix: give the model's inputs fixed shapes in the recipe)")
+        raise StageError(
+            f"DeformConv node {node.name!r}: only a 2-D deformable conv over a map of known shape, "
+            f"2x2 or larger, is written out (fix: give the model's inputs fixed shapes in the recipe)"
+        )
     (batch, channels, height, width), (_, _, kh, kw), (_, _, rows, columns) = x_shape, w_shape, o_shape
     taps, groups = kh * kw, _attribute(node, "offset_group", 1)
     strides, dilations = _attribute(node, "strides", [1, 1]), _attribute(node, "dilations", [1, 1])
     pads = _attribute(node, "pads", [0, 0, 0, 0])
     k = np.arange(taps)
-    base = [(np.arange(size)[None, :, None] * strides[d] - pads[d] + (k // kw if d == 0 else k % kw)[:, None, None]
-             * dilations[d]).reshape(1, 1, taps, rows if d == 0 else 1, 1 if d == 0 else columns)
-            for d, size in ((0, rows), (1, columns))]
+    base = [
+        (
+            np.arange(size)[None, :, None] * strides[d]
+            - pads[d]
+            + (k // kw if d == 0 else k % kw)[:, None, None] * dilations[d]
+        ).reshape(1, 1, taps, rows if d == 0 else 1, 1 if d == 0 else columns)
+        for d, size in ((0, rows), (1, columns))
+    ]
     scale = [2.0 / (height - 1), 2.0 / (width - 1)]  # pixel -> GridSample's [-1, 1], corners aligned
 
     def const(array, label: str) -> str:
-        constants.append(numpy_helper.from_array(np.asarray(array, np.float32 if np.asarray(array).dtype.kind == "f"
-                                                            else np.int64), f"{name}{label}"))
+        constants.append(
+            numpy_helper.from_array(
+                np.asarray(array, np.float32 if np.asarray(array).dtype.kind == "f" else np.int64), f"{name}{label}"
+            )
+        )
         return f"{name}{label}"
 
     def emit(op: str, inputs: list[str], label: str, **attributes) -> str:
@@ -567,24 +690,51 @@ def _deform_conv(node, version: int, tensors: dict, values: dict):
     for d, axis_name in ((1, "x"), (0, "y")):  # GridSample's last axis is (x, y)
         delta = emit("Gather", [pairs, const(np.array(d), f"{axis_name}_at")], f"d{axis_name}", axis=3)
         at = emit("Add", [delta, const(base[d].astype(np.float32), f"{axis_name}_base")], f"{axis_name}_pixel")
-        normal = emit("Sub", [emit("Mul", [at, const(np.float32(scale[d]), f"{axis_name}_scale")],
-                                   f"{axis_name}_scaled"), const(np.float32(1), f"{axis_name}_one")],
-                      f"{axis_name}_normal")
+        normal = emit(
+            "Sub",
+            [
+                emit("Mul", [at, const(np.float32(scale[d]), f"{axis_name}_scale")], f"{axis_name}_scaled"),
+                const(np.float32(1), f"{axis_name}_one"),
+            ],
+            f"{axis_name}_normal",
+        )
         coordinates.append(emit("Unsqueeze", [normal, const([-1], f"{axis_name}_last")], f"{axis_name}_point"))
-    grid = emit("Reshape", [emit("Concat", coordinates, "points", axis=-1),
-                            const([batch * groups, taps * rows, columns, 2], "grid_shape")], "grid")
+    grid = emit(
+        "Reshape",
+        [
+            emit("Concat", coordinates, "points", axis=-1),
+            const([batch * groups, taps * rows, columns, 2], "grid_shape"),
+        ],
+        "grid",
+    )
     maps = emit("Reshape", [x, const([batch * groups, channels // groups, height, width], "maps_shape")], "maps")
-    sampled = emit("GridSample", [maps, grid], "sampled", align_corners=1, padding_mode="zeros",
-                   mode="linear" if version >= GRID_SAMPLE_LINEAR else "bilinear")
-    samples = emit("Reshape", [sampled, const([batch, groups, channels // groups, taps, rows, columns],
-                                              "samples_shape")], "samples")
+    sampled = emit(
+        "GridSample",
+        [maps, grid],
+        "sampled",
+        align_corners=1,
+        padding_mode="zeros",
+        mode="linear" if version >= GRID_SAMPLE_LINEAR else "bilinear",
+    )
+    samples = emit(
+        "Reshape",
+        [sampled, const([batch, groups, channels // groups, taps, rows, columns], "samples_shape")],
+        "samples",
+    )
     if mask:
         weights_of = emit("Reshape", [mask, const([batch, groups, 1, taps, rows, columns], "mask_shape")], "masks")
         samples = emit("Mul", [samples, weights_of], "masked")
     unfolded = emit("Reshape", [samples, const([batch, channels * taps, rows, columns], "columns_shape")], "columns")
     kernel = emit("Reshape", [weights, const([w_shape[0], w_shape[1] * taps, 1, 1], "kernel_shape")], "kernel")
-    nodes.append(helper.make_node("Conv", [unfolded, kernel, *([bias] if bias else [])], [y], name=node.name,
-                                  group=_attribute(node, "group", 1)))
+    nodes.append(
+        helper.make_node(
+            "Conv",
+            [unfolded, kernel, *([bias] if bias else [])],
+            [y],
+            name=node.name,
+            group=_attribute(node, "group", 1),
+        )
+    )
     return nodes, constants
 
 
@@ -610,8 +760,19 @@ def _attribute(node, name: str, default):
 
 
 # each operator this module writes out (float32 nodes of it) and the function writing it out
-_WRITERS = {"LpNormalization": _lp_normalization, "Celu": _celu, "Swish": _swish, "Attention": _attention,
-            "RotaryEmbedding": _rotary_embedding, "STFT": _stft, "DFT": _dft, "ReverseSequence": _reverse_sequence,
-            "TensorScatter": _tensor_scatter, "Col2Im": _col2im, "Det": _det, "CumProd": _cumulative_product,
-            "DeformConv": _deform_conv}
+_WRITERS = {
+    "LpNormalization": _lp_normalization,
+    "Celu": _celu,
+    "Swish": _swish,
+    "Attention": _attention,
+    "RotaryEmbedding": _rotary_embedding,
+    "STFT": _stft,
+    "DFT": _dft,
+    "ReverseSequence": _reverse_sequence,
+    "TensorScatter": _tensor_scatter,
+    "Col2Im": _col2im,
+    "Det": _det,
+    "CumProd": _cumulative_product,
+    "DeformConv": _deform_conv,
+}
 OPERATORS = tuple(_WRITERS)

@@ -24,9 +24,11 @@ def model_digest(digests: FileDigests, path: Path) -> str:
         return own
     missing = [name for name in names if not (path.parent / name).is_file()]
     if missing:
-        raise InputError(f"{path}: its tensors are kept in {missing[0]!r} beside it, and there is no such file in "
-                         f"{path.parent} (fix: copy the model's external data file there, or re-save the model "
-                         f"with its tensors inside)")
+        raise InputError(
+            f"{path}: its tensors are kept in {missing[0]!r} beside it, and there is no such file in "
+            f"{path.parent} (fix: copy the model's external data file there, or re-save the model "
+            f"with its tensors inside)"
+        )
     return digest_of({"model": own, "external data": {name: digests.digest(path.parent / name) for name in names}})
 
 
@@ -39,9 +41,15 @@ def locations(path: Path) -> list[str]:
         model = onnx.load(str(path), load_external_data=False)
     except Exception:
         return []  # not a model onnx can read: the import stage says so, in its own words
-    return sorted({entry.value for tensor in _tensors(model.graph)
-                   if tensor.data_location == onnx.TensorProto.EXTERNAL
-                   for entry in tensor.external_data if entry.key == "location"})
+    return sorted(
+        {
+            entry.value
+            for tensor in _tensors(model.graph)
+            if tensor.data_location == onnx.TensorProto.EXTERNAL
+            for entry in tensor.external_data
+            if entry.key == "location"
+        }
+    )
 
 
 def _tensors(graph):

@@ -43,8 +43,9 @@ def holds_float16(model: onnx.ModelProto) -> bool:
     """Whether the model keeps float16 values: weights (initializers or Constant nodes), inputs or outputs."""
     constants = [a.t for node in model.graph.node for a in node.attribute if a.type == onnx.AttributeProto.TENSOR]
     edges = [*model.graph.input, *model.graph.output]
-    return (any(tensor.data_type == HALF for tensor in [*model.graph.initializer, *constants])
-            or any(value.type.tensor_type.elem_type == HALF for value in edges))
+    return any(tensor.data_type == HALF for tensor in [*model.graph.initializer, *constants]) or any(
+        value.type.tensor_type.elem_type == HALF for value in edges
+    )
 
 
 def _widened(tensor: onnx.TensorProto) -> onnx.TensorProto:
@@ -62,8 +63,7 @@ def _cast_at_edges(graph) -> None:
         node.input[:] = [wide.get(name, name) for name in node.input]
         node.output[:] = [wide[name] if name in outputs else name for name in node.output]
     casts_in = [helper.make_node("Cast", [name], [wide[name]], to=FULL, name=f"{name}/to_float32") for name in inputs]
-    casts_out = [helper.make_node("Cast", [wide[name]], [name], to=HALF, name=f"{name}/to_float16")
-                 for name in outputs]
+    casts_out = [helper.make_node("Cast", [wide[name]], [name], to=HALF, name=f"{name}/to_float16") for name in outputs]
     nodes = [*casts_in, *graph.node, *casts_out]
     del graph.node[:]
     graph.node.extend(nodes)

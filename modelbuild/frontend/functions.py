@@ -41,9 +41,13 @@ def expanded(model: onnx.ModelProto, supported: set[str]) -> onnx.ModelProto:
     from onnx import inliner
 
     version = default_opset(model)
-    expandable = [i for i, node in enumerate(model.graph.node)
-                  if node.domain in ("", "ai.onnx") and node.op_type not in supported
-                  and _defined_as_function(node.op_type, version)]
+    expandable = [
+        i
+        for i, node in enumerate(model.graph.node)
+        if node.domain in ("", "ai.onnx")
+        and node.op_type not in supported
+        and _defined_as_function(node.op_type, version)
+    ]
     if not expandable:
         return model
     out = onnx.ModelProto()
@@ -97,15 +101,18 @@ def _body(node, version: int, types: dict) -> onnx.FunctionProto | None:
     schema = onnx.defs.get_schema(node.op_type, version)
     body = onnx.FunctionProto()
     if schema.has_function:
-        body.ParseFromString(schema.get_function_with_opset_version(_defined_at(schema.function_opset_versions,
-                                                                                 version)))
+        body.ParseFromString(
+            schema.get_function_with_opset_version(_defined_at(schema.function_opset_versions, version))
+        )
         return body if body.node else None
     if any(name and name not in types for name in node.input):
         return None
     try:
         built = schema.get_context_dependent_function_with_opset_version(
-            _defined_at(schema.context_dependent_function_opset_versions, version), node.SerializeToString(),
-            [types[name].SerializeToString() for name in node.input if name])
+            _defined_at(schema.context_dependent_function_opset_versions, version),
+            node.SerializeToString(),
+            [types[name].SerializeToString() for name in node.input if name],
+        )
     except Exception:  # onnx's builder refused the node: TVM's import then names the operator it lacks
         return None
     body.ParseFromString(built)
@@ -124,11 +131,13 @@ def _at_opset(body: onnx.FunctionProto | None, version: int, node, types: dict) 
         if any(actual not in types for actual in node.input if actual):
             return None
         inputs = [helper.make_value_info(formal, types[actual]) for formal, actual in zip(body.input, node.input)]
-        graph = helper.make_graph(list(body.node), "body", inputs,
-                                  [helper.make_empty_tensor_value_info(name) for name in body.output])
+        graph = helper.make_graph(
+            list(body.node), "body", inputs, [helper.make_empty_tensor_value_info(name) for name in body.output]
+        )
         try:
             converted = version_converter.convert_version(
-                helper.make_model(graph, opset_imports=[helper.make_opsetid("", written)]), version)
+                helper.make_model(graph, opset_imports=[helper.make_opsetid("", written)]), version
+            )
         except Exception:
             return None
         del body.node[:]
@@ -160,5 +169,8 @@ def _defined_at(versions, version: int) -> int:
 
 def _input_types(model: onnx.ModelProto) -> dict:
     """Each tensor's type as a TypeProto, where onnx's shape inference knows its element type."""
-    return {name: helper.make_tensor_type_proto(dtype, dims)
-            for name, (dtype, dims) in inferred.tensors(model).items() if dtype}
+    return {
+        name: helper.make_tensor_type_proto(dtype, dims)
+        for name, (dtype, dims) in inferred.tensors(model).items()
+        if dtype
+    }

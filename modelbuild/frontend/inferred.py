@@ -17,9 +17,13 @@ def tensors(model: onnx.ModelProto) -> dict[str, tuple[int, list]]:
     except Exception:
         return {}
     values = [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]
-    found = {v.name: (v.type.tensor_type.elem_type,
-                      [d.dim_value if d.HasField("dim_value") else None for d in v.type.tensor_type.shape.dim])
-             for v in values}
+    found = {
+        v.name: (
+            v.type.tensor_type.elem_type,
+            [d.dim_value if d.HasField("dim_value") else None for d in v.type.tensor_type.shape.dim],
+        )
+        for v in values
+    }
     return found | {t.name: (t.data_type, list(t.dims)) for t in model.graph.initializer}
 
 

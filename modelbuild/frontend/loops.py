@@ -37,13 +37,22 @@ def unrolled(model: onnx.ModelProto) -> onnx.ModelProto:
         return model
     values = inferred.constants(model) if "Loop" in kinds else {}
     shapes = inferred.tensors(model) if "Scan" in kinds else {}
-    counts = {i: (steps_or_refusal(node, values) if node.op_type == "Loop" else scan_steps_or_refusal(node, shapes))[0]
-              for i, node in enumerate(model.graph.node) if node.op_type in ("Loop", "Scan")}
+    counts = {
+        i: (steps_or_refusal(node, values) if node.op_type == "Loop" else scan_steps_or_refusal(node, shapes))[0]
+        for i, node in enumerate(model.graph.node)
+        if node.op_type in ("Loop", "Scan")
+    }
     if not any(count is not None for count in counts.values()):
         return model
     unroll = {"Loop": _unroll, "Scan": _unroll_scan}
-    return node_rewrite.replaced(model, lambda index, node: None if counts.get(index) is None else
-                                 unroll[node.op_type](node, counts[index], f"{node.name or 'loop'}.{index}"))
+    return node_rewrite.replaced(
+        model,
+        lambda index, node: (
+            None
+            if counts.get(index) is None
+            else unroll[node.op_type](node, counts[index], f"{node.name or 'loop'}.{index}")
+        ),
+    )
 
 
 def steps_or_refusal(node, values: dict) -> tuple[int | None, str | None]:
@@ -88,7 +97,7 @@ def scan_steps_or_refusal(node, shapes: dict) -> tuple[int | None, str | None]:
 
 def _scan_inputs(node) -> list[str]:
     count = next(a.i for a in node.attribute if a.name == "num_scan_inputs")
-    return list(node.input[len(node.input) - count:])
+    return list(node.input[len(node.input) - count :])
 
 
 def _ints(node, name: str, count: int) -> list[int]:
@@ -129,19 +138,19 @@ def _unroll(node, count: int, prefix: str) -> tuple[list, list]:
     copies' values stacked on a new first axis."""
     body = _body(node)
     carried_count = len(body.input) - 2
-    carried = list(node.input[2:2 + carried_count])
+    carried = list(node.input[2 : 2 + carried_count])
     constants, shared = _shared_constants(body, prefix)
     true = numpy_helper.from_array(np.array(True), f"{prefix}.true")
     constants.append(true)
-    nodes, scans = [], [[] for _ in body.output[1 + carried_count:]]
+    nodes, scans = [], [[] for _ in body.output[1 + carried_count :]]
     for step in range(count):
         step_number = numpy_helper.from_array(np.array(step, np.int64), f"{prefix}.{step}.iteration")
         constants.append(step_number)
         names = {**shared, body.input[0].name: step_number.name, body.input[1].name: true.name}
         names.update({formal.name: actual for formal, actual in zip(body.input[2:], carried)})
         outputs = _copied_body(body, names, f"{prefix}.{step}", nodes)
-        carried = outputs[1:1 + carried_count]
-        for scan, value in zip(scans, outputs[1 + carried_count:]):
+        carried = outputs[1 : 1 + carried_count]
+        for scan, value in zip(scans, outputs[1 + carried_count :]):
             scan.append(value)
     nodes += _identities(carried, node.output, prefix)
     for scan, name in zip(scans, node.output[carried_count:]):
@@ -156,28 +165,30 @@ def _unroll_scan(node, count: int, prefix: str) -> tuple[list, list]:
     each scan output the copies' values stacked along its axis (last to first where its direction is 1)."""
     body = _body(node)
     scanned = _scan_inputs(node)
-    states = list(node.input[:len(node.input) - len(scanned)])
+    states = list(node.input[: len(node.input) - len(scanned)])
     input_axes, backwards = (_ints(node, name, len(scanned)) for name in ("scan_input_axes", "scan_input_directions"))
     outputs_count = len(body.output) - len(states)
-    output_axes, reversed_outputs = (_ints(node, name, outputs_count)
-                                     for name in ("scan_output_axes", "scan_output_directions"))
+    output_axes, reversed_outputs = (
+        _ints(node, name, outputs_count) for name in ("scan_output_axes", "scan_output_directions")
+    )
     constants, shared = _shared_constants(body, prefix)
     nodes, scans = [], [[] for _ in range(outputs_count)]
     for step in range(count):
         names = {**shared, **{formal.name: actual for formal, actual in zip(body.input, states)}}
-        for formal, source, axis, backward in zip(body.input[len(states):], scanned, input_axes, backwards):
-            at = numpy_helper.from_array(np.array(count - 1 - step if backward else step, np.int64),
-                                         f"{prefix}.{step}.{formal.name}.at")
+        for formal, source, axis, backward in zip(body.input[len(states) :], scanned, input_axes, backwards):
+            at = numpy_helper.from_array(
+                np.array(count - 1 - step if backward else step, np.int64), f"{prefix}.{step}.{formal.name}.at"
+            )
             constants.append(at)
             element = f"{prefix}.{step}.{formal.name}.element"
             nodes.append(helper.make_node("Gather", [source, at.name], [element], axis=axis))
             names[formal.name] = element
         outputs = _copied_body(body, names, f"{prefix}.{step}", nodes)
-        states = outputs[:len(states)]
-        for scan, value in zip(scans, outputs[len(states):]):
+        states = outputs[: len(states)]
+        for scan, value in zip(scans, outputs[len(states) :]):
             scan.append(value)
     nodes += _identities(states, node.output, prefix)
-    for scan, name, axis, backward in zip(scans, node.output[len(states):], output_axes, reversed_outputs):
+    for scan, name, axis, backward in zip(scans, node.output[len(states) :], output_axes, reversed_outputs):
         if name:
             nodes += _stacked(scan[::-1] if backward else scan, name, axis, prefix, constants)
     return nodes, constants
@@ -189,8 +200,10 @@ def _body(node):
 
 def _shared_constants(body, prefix: str) -> tuple[list, dict]:
     """The body's initializers, renamed once for every copy of it, and the renaming."""
-    return ([_renamed(t, f"{prefix}.{t.name}") for t in body.initializer],
-            {t.name: f"{prefix}.{t.name}" for t in body.initializer})
+    return (
+        [_renamed(t, f"{prefix}.{t.name}") for t in body.initializer],
+        {t.name: f"{prefix}.{t.name}" for t in body.initializer},
+    )
 
 
 def _copied_body(body, names: dict, prefix: str, nodes: list) -> list[str]:
@@ -209,8 +222,11 @@ def _copied_body(body, names: dict, prefix: str, nodes: list) -> list[str]:
 
 
 def _identities(values: list[str], outputs, prefix: str) -> list:
-    return [helper.make_node("Identity", [value], [name], name=f"{prefix}.out.{name}")
-            for value, name in zip(values, outputs) if name]
+    return [
+        helper.make_node("Identity", [value], [name], name=f"{prefix}.out.{name}")
+        for value, name in zip(values, outputs)
+        if name
+    ]
 
 
 def _stacked(values: list[str], name: str, axis: int, prefix: str, constants: list) -> list:
@@ -218,8 +234,10 @@ def _stacked(values: list[str], name: str, axis: int, prefix: str, constants: li
     at = numpy_helper.from_array(np.array([axis], np.int64), f"{prefix}.{name}.axis")
     constants.append(at)
     pieces = [f"{prefix}.{step}.{name}.stacked" for step in range(len(values))]
-    return [*(helper.make_node("Unsqueeze", [value, at.name], [piece]) for value, piece in zip(values, pieces)),
-            helper.make_node("Concat", pieces, [name], name=f"{prefix}.out.{name}", axis=axis)]
+    return [
+        *(helper.make_node("Unsqueeze", [value, at.name], [piece]) for value, piece in zip(values, pieces)),
+        helper.make_node("Concat", pieces, [name], name=f"{prefix}.out.{name}", axis=axis),
+    ]
 
 
 def _renamed(tensor, name: str):

@@ -34,8 +34,12 @@ def topologically_sorted(model: onnx.ModelProto) -> onnx.ModelProto:
 def _order(graph) -> list[int] | None:
     """Indices of the nodes in a sorted order, the lowest listed index first among those ready (Kahn's
     algorithm); None if some node reads a tensor that nothing computes."""
-    available = {"", *(i.name for i in graph.input), *(t.name for t in graph.initializer),
-                 *(t.values.name for t in graph.sparse_initializer)}
+    available = {
+        "",
+        *(i.name for i in graph.input),
+        *(t.name for t in graph.initializer),
+        *(t.values.name for t in graph.sparse_initializer),
+    }
     producer = {name: i for i, node in enumerate(graph.node) for name in node.output}
     consumers: list[list[int]] = [[] for _ in graph.node]
     waiting_on = []

@@ -33,9 +33,11 @@ def raised_to(model: onnx.ModelProto, version: int, *, needed_for: str, fix: str
     try:
         converted = version_converter.convert_version(model, version)
     except Exception as err:
-        raise StageError(f"the model is opset {opset}; {needed_for} needs opset {version}, and onnx could not "
-                         f"convert it ({last_line(err)}) (fix: re-export the model at opset {version} or later"
-                         f"{' or ' + fix if fix else ''})") from err
+        raise StageError(
+            f"the model is opset {opset}; {needed_for} needs opset {version}, and onnx could not "
+            f"convert it ({last_line(err)}) (fix: re-export the model at opset {version} or later"
+            f"{' or ' + fix if fix else ''})"
+        ) from err
     return _resizes_as_before(model, converted) if opset < RESIZE_COORDINATES else converted
 
 
@@ -75,9 +77,11 @@ def _resizes_as_before(original: onnx.ModelProto, converted: onnx.ModelProto) ->
             scales = constant_value(converted, node.input[2]) if len(node.input) > 2 else None
             resampled = scales[scales != 1] if scales is not None else []
             if len(resampled) and (resampled < 1).any() and (resampled > 1).any():
-                raise StageError(f"Resize node {node.name!r} of opset {default_opset(original)} upsamples one axis "
-                                 f"and downsamples another by nearest neighbour, rounding each its own way, which no "
-                                 f"later Resize can say (fix: re-export the model at opset 11 or later)")
+                raise StageError(
+                    f"Resize node {node.name!r} of opset {default_opset(original)} upsamples one axis "
+                    f"and downsamples another by nearest neighbour, rounding each its own way, which no "
+                    f"later Resize can say (fix: re-export the model at opset 11 or later)"
+                )
             downsamples = len(resampled) and (resampled < 1).all()
             node.attribute.append(helper.make_attribute("nearest_mode", "ceil" if downsamples else "floor"))
     return converted

@@ -72,8 +72,9 @@ def _inline(node, index: int) -> tuple[list, list]:
             nodes.append(_renamed_node(inner, renamed, f"{prefix}/{kind}/{inner.name or inner.op_type}"))
         chosen[kind] = [renamed.get(value.name, value.name) for value in branch.output]
     for output, then_value, else_value in zip(node.output, chosen["then_branch"], chosen["else_branch"]):
-        nodes.append(helper.make_node("Where", [condition, then_value, else_value], [output],
-                                      name=f"{prefix}/{output}"))
+        nodes.append(
+            helper.make_node("Where", [condition, then_value, else_value], [output], name=f"{prefix}/{output}")
+        )
     return nodes, constants
 
 

@@ -26,10 +26,16 @@ from modelbuild.frontend import opset
 
 CONTRIB = "com.microsoft"
 # contrib op -> (float op, how many quantized inputs; None: QLinearConcat's variadic list)
-ELEMENTWISE = {"QLinearAdd": ("Add", 2), "QLinearMul": ("Mul", 2), "QLinearSigmoid": ("Sigmoid", 1),
-               "QLinearLeakyRelu": ("LeakyRelu", 1), "QLinearSoftmax": ("Softmax", 1),
-               "QLinearGlobalAveragePool": ("GlobalAveragePool", 1), "QLinearAveragePool": ("AveragePool", 1),
-               "QLinearConcat": ("Concat", None)}
+ELEMENTWISE = {
+    "QLinearAdd": ("Add", 2),
+    "QLinearMul": ("Mul", 2),
+    "QLinearSigmoid": ("Sigmoid", 1),
+    "QLinearLeakyRelu": ("LeakyRelu", 1),
+    "QLinearSoftmax": ("Softmax", 1),
+    "QLinearGlobalAveragePool": ("GlobalAveragePool", 1),
+    "QLinearAveragePool": ("AveragePool", 1),
+    "QLinearConcat": ("Concat", None),
+}
 QOPERATORS = ("QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger", *ELEMENTWISE)
 PER_AXIS_OPSET = 13  # DequantizeLinear's axis, for per-channel weights
 
@@ -99,21 +105,35 @@ def _elementwise(node, prefix: str):
     if attributes.pop("channels_last", 0):
         raise StageError(f"operator {node.op_type} (node {node.name!r}) with channels_last = 1 is not supported")
     if node.op_type == "QLinearSoftmax" and attributes.pop("opset", 13) < 13 and attributes.get("axis", -1) != -1:
-        raise StageError(f"operator {node.op_type} (node {node.name!r}) has Softmax's opset < 13 semantics on a "
-                         f"middle axis; re-export at opset 13 or later")
+        raise StageError(
+            f"operator {node.op_type} (node {node.name!r}) has Softmax's opset < 13 semantics on a "
+            f"middle axis; re-export at opset 13 or later"
+        )
     inputs = list(node.input)
     if arity is None:  # QLinearConcat: the output's scale and zero point first, then (x, scale, zero) each
-        (out_scale, out_zero), triples = inputs[:2], [inputs[i:i + 3] for i in range(2, len(inputs), 3)]
+        (out_scale, out_zero), triples = inputs[:2], [inputs[i : i + 3] for i in range(2, len(inputs), 3)]
     else:
-        triples, (out_scale, out_zero) = [inputs[3 * i:3 * i + 3] for i in range(arity)], inputs[3 * arity:3 * arity + 2]
+        triples, (out_scale, out_zero) = (
+            [inputs[3 * i : 3 * i + 3] for i in range(arity)],
+            inputs[3 * arity : 3 * arity + 2],
+        )
     nodes, floats = [], []
     for i, (x, scale, zero) in enumerate(triples):
         floats.append(f"{prefix}/x{i}")
-        nodes.append(helper.make_node("DequantizeLinear", [x, scale] + ([zero] if zero else []), [floats[-1]],
-                                      name=f"{prefix}/dq{i}"))
-    nodes += [helper.make_node(op, floats, [f"{prefix}/y"], name=f"{prefix}/{op}", **attributes),
-              helper.make_node("QuantizeLinear", [f"{prefix}/y", out_scale] + ([out_zero] if out_zero else []),
-                               [node.output[0]], name=f"{prefix}/q_y")]
+        nodes.append(
+            helper.make_node(
+                "DequantizeLinear", [x, scale] + ([zero] if zero else []), [floats[-1]], name=f"{prefix}/dq{i}"
+            )
+        )
+    nodes += [
+        helper.make_node(op, floats, [f"{prefix}/y"], name=f"{prefix}/{op}", **attributes),
+        helper.make_node(
+            "QuantizeLinear",
+            [f"{prefix}/y", out_scale] + ([out_zero] if out_zero else []),
+            [node.output[0]],
+            name=f"{prefix}/q_y",
+        ),
+    ]
     return nodes, []
 
 
@@ -123,53 +143,85 @@ def _attributes(node) -> dict:
 
 def _qlinear_conv(node, prefix: str):
     x, sx, zx, w, sw, zw, sy, zy, *bias = list(node.input)
-    nodes = [helper.make_node("DequantizeLinear", [x, sx, zx], [f"{prefix}/x"], name=f"{prefix}/dq_x"),
-             helper.make_node("DequantizeLinear", [w, sw, zw], [f"{prefix}/w"], name=f"{prefix}/dq_w", axis=0)]
+    nodes = [
+        helper.make_node("DequantizeLinear", [x, sx, zx], [f"{prefix}/x"], name=f"{prefix}/dq_x"),
+        helper.make_node("DequantizeLinear", [w, sw, zw], [f"{prefix}/w"], name=f"{prefix}/dq_w", axis=0),
+    ]
     conv_inputs = [f"{prefix}/x", f"{prefix}/w"]
     if bias and bias[0]:  # int32 at scale sx * sw, zero point 0
-        nodes += [helper.make_node("Mul", [sx, sw], [f"{prefix}/bias_scale"], name=f"{prefix}/bias_scale"),
-                  helper.make_node("Cast", [bias[0]], [f"{prefix}/bias_int"], name=f"{prefix}/bias_cast",
-                                   to=TensorProto.FLOAT),
-                  helper.make_node("Mul", [f"{prefix}/bias_int", f"{prefix}/bias_scale"], [f"{prefix}/bias"],
-                                   name=f"{prefix}/bias")]
+        nodes += [
+            helper.make_node("Mul", [sx, sw], [f"{prefix}/bias_scale"], name=f"{prefix}/bias_scale"),
+            helper.make_node(
+                "Cast", [bias[0]], [f"{prefix}/bias_int"], name=f"{prefix}/bias_cast", to=TensorProto.FLOAT
+            ),
+            helper.make_node(
+                "Mul", [f"{prefix}/bias_int", f"{prefix}/bias_scale"], [f"{prefix}/bias"], name=f"{prefix}/bias"
+            ),
+        ]
         conv_inputs.append(f"{prefix}/bias")
-    nodes += [helper.make_node("Conv", conv_inputs, [f"{prefix}/y"], name=f"{prefix}/conv", **_attributes(node)),
-              helper.make_node("QuantizeLinear", [f"{prefix}/y", sy, zy], [node.output[0]], name=f"{prefix}/q_y")]
+    nodes += [
+        helper.make_node("Conv", conv_inputs, [f"{prefix}/y"], name=f"{prefix}/conv", **_attributes(node)),
+        helper.make_node("QuantizeLinear", [f"{prefix}/y", sy, zy], [node.output[0]], name=f"{prefix}/q_y"),
+    ]
     return nodes, []
 
 
 def _qlinear_matmul(node, prefix: str):
     a, sa, za, b, sb, zb, sy, zy = list(node.input)
-    nodes = [helper.make_node("DequantizeLinear", [a, sa, za], [f"{prefix}/a"], name=f"{prefix}/dq_a"),
-             helper.make_node("DequantizeLinear", [b, sb, zb], [f"{prefix}/b"], name=f"{prefix}/dq_b", axis=1),
-             helper.make_node("MatMul", [f"{prefix}/a", f"{prefix}/b"], [f"{prefix}/y"], name=f"{prefix}/matmul"),
-             helper.make_node("QuantizeLinear", [f"{prefix}/y", sy, zy], [node.output[0]], name=f"{prefix}/q_y")]
+    nodes = [
+        helper.make_node("DequantizeLinear", [a, sa, za], [f"{prefix}/a"], name=f"{prefix}/dq_a"),
+        helper.make_node("DequantizeLinear", [b, sb, zb], [f"{prefix}/b"], name=f"{prefix}/dq_b", axis=1),
+        helper.make_node("MatMul", [f"{prefix}/a", f"{prefix}/b"], [f"{prefix}/y"], name=f"{prefix}/matmul"),
+        helper.make_node("QuantizeLinear", [f"{prefix}/y", sy, zy], [node.output[0]], name=f"{prefix}/q_y"),
+    ]
     return nodes, []
 
 
 def _integer_op(node, prefix: str, op: str, weight_axis: int, *, scalars: set[str]):
     x, w, *zeros = list(node.input) + ["", ""]
     one = f"{prefix}/one"
-    constants = [numpy_helper.from_array(np.float32(1.0), one), numpy_helper.from_array(np.float32(0.0), f"{prefix}/zero")]
+    constants = [
+        numpy_helper.from_array(np.float32(1.0), one),
+        numpy_helper.from_array(np.float32(0.0), f"{prefix}/zero"),
+    ]
     nodes = []
     for role, tensor, zero, axis in (("x", x, zeros[0], 1), ("w", w, zeros[1], weight_axis)):
         scale = one
         # a scale of ones in the zero point's shape (per output channel where it is); a scalar's is the constant
         # one, which integer_ops needs to find the dequantize of a zero point computed at run time
         if zero and zero not in scalars:
-            nodes += [helper.make_node("Cast", [zero], [f"{prefix}/{role}_zero"], name=f"{prefix}/{role}_zero",
-                                       to=TensorProto.FLOAT),
-                      helper.make_node("Mul", [f"{prefix}/{role}_zero", f"{prefix}/zero"], [f"{prefix}/{role}_zeros"],
-                                       name=f"{prefix}/{role}_zeros"),
-                      helper.make_node("Add", [f"{prefix}/{role}_zeros", one], [f"{prefix}/{role}_scale"],
-                                       name=f"{prefix}/{role}_scale")]
+            nodes += [
+                helper.make_node(
+                    "Cast", [zero], [f"{prefix}/{role}_zero"], name=f"{prefix}/{role}_zero", to=TensorProto.FLOAT
+                ),
+                helper.make_node(
+                    "Mul",
+                    [f"{prefix}/{role}_zero", f"{prefix}/zero"],
+                    [f"{prefix}/{role}_zeros"],
+                    name=f"{prefix}/{role}_zeros",
+                ),
+                helper.make_node(
+                    "Add", [f"{prefix}/{role}_zeros", one], [f"{prefix}/{role}_scale"], name=f"{prefix}/{role}_scale"
+                ),
+            ]
             scale = f"{prefix}/{role}_scale"
-        nodes.append(helper.make_node("DequantizeLinear", [tensor, scale] + ([zero] if zero else []),
-                                      [f"{prefix}/{role}"], name=f"{prefix}/dq_{role}", axis=axis))
-    nodes += [helper.make_node(op, [f"{prefix}/x", f"{prefix}/w"], [f"{prefix}/y"], name=f"{prefix}/{op}",
-                               **_attributes(node)),
-              helper.make_node("Cast", [f"{prefix}/y"], [node.output[0]], name=f"{prefix}{INTEGER_CAST}",
-                               to=TensorProto.INT32)]
+        nodes.append(
+            helper.make_node(
+                "DequantizeLinear",
+                [tensor, scale] + ([zero] if zero else []),
+                [f"{prefix}/{role}"],
+                name=f"{prefix}/dq_{role}",
+                axis=axis,
+            )
+        )
+    nodes += [
+        helper.make_node(
+            op, [f"{prefix}/x", f"{prefix}/w"], [f"{prefix}/y"], name=f"{prefix}/{op}", **_attributes(node)
+        ),
+        helper.make_node(
+            "Cast", [f"{prefix}/y"], [node.output[0]], name=f"{prefix}{INTEGER_CAST}", to=TensorProto.INT32
+        ),
+    ]
     return nodes, constants
 
 

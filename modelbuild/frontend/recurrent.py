@@ -76,8 +76,9 @@ class _Emitter:
 def _static_shapes(model) -> dict[str, list[int]]:
     inferred = onnx.shape_inference.infer_shapes(model)
     values = [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]
-    shapes = {v.name: [d.dim_value if d.HasField("dim_value") else None for d in v.type.tensor_type.shape.dim]
-              for v in values}
+    shapes = {
+        v.name: [d.dim_value if d.HasField("dim_value") else None for d in v.type.tensor_type.shape.dim] for v in values
+    }
     shapes |= {t.name: list(t.dims) for t in model.graph.initializer}
     return shapes
 
@@ -98,13 +99,17 @@ class _Layer:
         unknown = sorted(set(names) - ACTIVATIONS)
         if unknown:
             self.fail(f"activation {unknown[0]} is not one modelbuild unrolls ({', '.join(sorted(ACTIVATIONS))})")
-        self.activations = [names[d * len(per_direction):(d + 1) * len(per_direction)] for d in range(self.directions)]
+        self.activations = [
+            names[d * len(per_direction) : (d + 1) * len(per_direction)] for d in range(self.directions)
+        ]
         self.attrs = attrs
         x = node.input[0]
         shape = shapes.get(x)
         if not self.hidden or not shape or len(shape) != 3 or None in shape:
-            self.fail(f"its input {x!r} needs a static [sequence, batch, features] shape (declare the model's "
-                      f"input shapes) and hidden_size must be set")
+            self.fail(
+                f"its input {x!r} needs a static [sequence, batch, features] shape (declare the model's "
+                f"input shapes) and hidden_size must be set"
+            )
         self.steps, self.batch = (shape[0], shape[1]) if self.layout == 0 else (shape[1], shape[0])
         self.inputs = list(node.input) + [""] * 8
         self.x = x if self.layout == 0 else emit.op("Transpose", x, perm=[1, 0, 2])  # [T, B, I]
@@ -133,13 +138,18 @@ class _Layer:
         lens = self.present(4)
         if lens is None or (constant is not None and bool(np.all(numpy_helper.to_array(constant) == self.steps))):
             return None
-        column = self.emit.op("Reshape", self.emit.op("Cast", lens, to=onnx.TensorProto.INT64), self.emit.const([-1, 1]))
+        column = self.emit.op(
+            "Reshape", self.emit.op("Cast", lens, to=onnx.TensorProto.INT64), self.emit.const([-1, 1])
+        )
         return [self.emit.op("Less", self.emit.const([[t]]), column) for t in range(self.steps)]
 
     def activate(self, kind: str, x: str) -> str:
         if self.clip is not None:
-            x = self.emit.op("Min", self.emit.op("Max", x, self.emit.const(-self.clip, np.float32)),
-                             self.emit.const(self.clip, np.float32))
+            x = self.emit.op(
+                "Min",
+                self.emit.op("Max", x, self.emit.const(-self.clip, np.float32)),
+                self.emit.const(self.clip, np.float32),
+            )
         return self.emit.op(kind, x)
 
     def order(self, d: int) -> range:
@@ -162,8 +172,10 @@ class _Layer:
         emit, b, h = self.emit, self.batch, self.hidden
         outputs = list(self.node.output) + [""] * 3
         if outputs[0]:
-            per_direction = [emit.op("Concat", *(emit.op("Reshape", y, emit.const([1, 1, b, h])) for y in rows), axis=0)
-                             for rows in ys]
+            per_direction = [
+                emit.op("Concat", *(emit.op("Reshape", y, emit.const([1, 1, b, h])) for y in rows), axis=0)
+                for rows in ys
+            ]
             stacked = emit.op("Concat", *per_direction, axis=1) if len(per_direction) > 1 else per_direction[0]
             if self.layout == 0:
                 emit.op("Identity", stacked, output=outputs[0])
@@ -192,8 +204,9 @@ def _lstm(emit: _Emitter, node, shapes: dict, constants: dict) -> None:
         projected = emit.op("MatMul", layer.x, layer.weights(1, d))  # [T, B, 4H]: every step's input at once
         if layer.present(3):
             bias = emit.pick(layer.inputs[3], d)
-            projected = emit.op("Add", projected, emit.op("Add", emit.slice(bias, 0, 4 * H, 0),
-                                                          emit.slice(bias, 4 * H, 8 * H, 0)))
+            projected = emit.op(
+                "Add", projected, emit.op("Add", emit.slice(bias, 0, 4 * H, 0), emit.slice(bias, 4 * H, 8 * H, 0))
+            )
         recurrent = layer.weights(2, d)
         peep = emit.pick(layer.inputs[7], d) if layer.present(7) else None
         h, c = layer.initial(5, d), layer.initial(6, d)
@@ -209,7 +222,9 @@ def _lstm(emit: _Emitter, node, shapes: dict, constants: dict) -> None:
             c_new = emit.op("Add", emit.op("Mul", forget, c), emit.op("Mul", i, layer.activate(g, gc)))
             if peep:
                 go = emit.op("Add", go, emit.op("Mul", emit.slice(peep, H, 2 * H, 0), c_new))
-            h_new = emit.op("Mul", layer.activate(f, go), emit.op(h_act, c_new))  # clip bounds gate inputs, not the cell (as onnxruntime)
+            h_new = emit.op(
+                "Mul", layer.activate(f, go), emit.op(h_act, c_new)
+            )  # clip bounds gate inputs, not the cell (as onnxruntime)
             rows[t] = layer.output(t, h_new)
             h, c = layer.keep(t, h_new, h), layer.keep(t, c_new, c)
         ys.append([rows[t] for t in range(layer.steps)])
@@ -276,7 +291,9 @@ def _rnn(emit: _Emitter, node, shapes: dict, constants: dict) -> None:
         projected = emit.op("MatMul", layer.x, layer.weights(1, d))  # [T, B, H]
         if layer.present(3):
             bias = emit.pick(layer.inputs[3], d)
-            projected = emit.op("Add", projected, emit.op("Add", emit.slice(bias, 0, H, 0), emit.slice(bias, H, 2 * H, 0)))
+            projected = emit.op(
+                "Add", projected, emit.op("Add", emit.slice(bias, 0, H, 0), emit.slice(bias, H, 2 * H, 0))
+            )
         recurrent = layer.weights(2, d)
         h = layer.initial(5, d)
         rows = {}

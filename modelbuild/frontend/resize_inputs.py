@@ -69,17 +69,23 @@ def unsupported(model: onnx.ModelProto) -> str | None:
         attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
         where = f"Resize node {node.name!r}"
         if "axes" in attributes:
-            return (f"{where} gives scales or sizes for axes {list(attributes['axes'])} alone, which TVM's converter "
-                    f"does not read (fix: give them for every axis, as exporters before opset 18 write them)")
+            return (
+                f"{where} gives scales or sizes for axes {list(attributes['axes'])} alone, which TVM's converter "
+                f"does not read (fix: give them for every axis, as exporters before opset 18 write them)"
+            )
         if attributes.get("keep_aspect_ratio_policy", b"stretch") != b"stretch":
             policy = attributes["keep_aspect_ratio_policy"].decode()
-            return (f"{where} keeps its aspect ratio ({policy}), which TVM's converter ignores, so it would resize "
-                    f"to other sizes than onnxruntime (fix: give the sizes it resizes to, with the default stretch)")
+            return (
+                f"{where} keeps its aspect ratio ({policy}), which TVM's converter ignores, so it would resize "
+                f"to other sizes than onnxruntime (fix: give the sizes it resizes to, with the default stretch)"
+            )
         given = constant_value(model, node.input[2]) if len(node.input) > 2 else None
         if attributes.get("antialias") and not (given is not None and given.size and np.all(given >= 1)):
-            return (f"{where} downscales with antialias = 1 (or by sizes, which may), and TVM's converter ignores "
-                    f"antialias, so its output would differ from onnxruntime's (fix: resize without antialias, "
-                    f"or before the model)")
+            return (
+                f"{where} downscales with antialias = 1 (or by sizes, which may), and TVM's converter ignores "
+                f"antialias, so its output would differ from onnxruntime's (fix: resize without antialias, "
+                f"or before the model)"
+            )
         by_size = attributes.get("coordinate_transformation_mode", b"half_pixel") in BY_SIZE
         fractional = given is not None and given.size and not np.all(given == np.round(given))
         if by_size or not fractional:
@@ -101,9 +107,11 @@ def _uneven_scale(sides: list, scales) -> str | None:
     onnxruntime maps them by the scale (an odd side halved: 7 x 0.5 -> 3, sampled 7 / 3 apart, not 2)."""
     for axis, (side, scale) in enumerate(zip(sides, scales)):
         if isinstance(side, int) and abs(side * scale - round(side * scale)) > 1e-4:
-            return (f"scales axis {axis} of {side} by {scale:g} to {side * scale:g}, rounded down, and TVM's "
-                    f"converter spaces its samples by the rounded size, not the scale, so its output would "
-                    f"differ from onnxruntime's (fix: give the Resize sizes instead of scales)")
+            return (
+                f"scales axis {axis} of {side} by {scale:g} to {side * scale:g}, rounded down, and TVM's "
+                f"converter spaces its samples by the rounded size, not the scale, so its output would "
+                f"differ from onnxruntime's (fix: give the Resize sizes instead of scales)"
+            )
     return None
 
 
@@ -112,8 +120,16 @@ def constant_value(model: onnx.ModelProto, name: str):
     bytes do not make the array it declares (a damaged model: TVM's import then says so)."""
     tensor = next((t for t in model.graph.initializer if t.name == name), None)
     if tensor is None:
-        tensor = next((a.t for n in model.graph.node if n.op_type == "Constant" and n.output[0] == name
-                       for a in n.attribute if a.name == "value"), None)
+        tensor = next(
+            (
+                a.t
+                for n in model.graph.node
+                if n.op_type == "Constant" and n.output[0] == name
+                for a in n.attribute
+                if a.name == "value"
+            ),
+            None,
+        )
     if tensor is None or not name:
         return None
     try:

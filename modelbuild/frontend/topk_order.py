@@ -28,5 +28,8 @@ def sorted_everywhere(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def _unsorted(node) -> bool:
-    return node.op_type == "TopK" and node.domain in ("", "ai.onnx") and any(
-        a.name == "sorted" and a.i == 0 for a in node.attribute)
+    return (
+        node.op_type == "TopK"
+        and node.domain in ("", "ai.onnx")
+        and any(a.name == "sorted" and a.i == 0 for a in node.attribute)
+    )

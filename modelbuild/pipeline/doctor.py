@@ -13,16 +13,18 @@ import shutil
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from modelbuild.recipe import cgroup, gpus, nvrtc
 from modelbuild.recipe.targets import device_of, runs_on_host, why_not_run_here
 
 # cross toolchains by target triple prefix: (compiler, the Debian package that brings it)
-CROSS = {"aarch64": ("aarch64-linux-gnu-gcc", "gcc-aarch64-linux-gnu"),
-         "arm": ("arm-linux-gnueabihf-gcc", "gcc-arm-linux-gnueabihf"),
-         "riscv64": ("riscv64-linux-gnu-gcc", "gcc-riscv64-linux-gnu")}
+CROSS = {
+    "aarch64": ("aarch64-linux-gnu-gcc", "gcc-aarch64-linux-gnu"),
+    "arm": ("arm-linux-gnueabihf-gcc", "gcc-arm-linux-gnueabihf"),
+    "riscv64": ("riscv64-linux-gnu-gcc", "gcc-riscv64-linux-gnu"),
+}
 
 
 @dataclass(frozen=True)
@@ -38,8 +40,9 @@ class TargetCheck:
         return self.builds_here and self.validates is not None
 
 
-def assess(name: str, target: dict, caps: dict, which: Callable[[str], str | None],
-           answers: Callable[[str], bool]) -> TargetCheck:
+def assess(
+    name: str, target: dict, caps: dict, which: Callable[[str], str | None], answers: Callable[[str], bool]
+) -> TargetCheck:
     """One target's verdict from the facts: this TVM's capabilities, tools found on the path, trackers
     that answer."""
     kind = target.get("kind")
@@ -47,25 +50,46 @@ def assess(name: str, target: dict, caps: dict, which: Callable[[str], str | Non
     device = device_of(target)
     if device:
         ok = bool(device["tracker"]) and answers(device["tracker"])
-        return TargetCheck(name, builds, build_note, f"on {device['key']} via {device['tracker']}" if ok else None,
-                           "" if ok else f"the RPC tracker {device['tracker']} does not answer (fix: start it, "
-                                         f"or set MODELBUILD_RPC_TRACKER){_emulator_hint(target, device['key'])}")
+        return TargetCheck(
+            name,
+            builds,
+            build_note,
+            f"on {device['key']} via {device['tracker']}" if ok else None,
+            ""
+            if ok
+            else f"the RPC tracker {device['tracker']} does not answer (fix: start it, "
+            f"or set MODELBUILD_RPC_TRACKER){_emulator_hint(target, device['key'])}",
+        )
     if kind == "cuda":
         found = tuple(gpus.Gpu.described(fields) for fields in caps.get("gpus", ()))
         not_here = gpus.why_not_on_gpu(target, found, caps.get("no_gpu") or "no CUDA GPU here")
         if not_here is None:
             missing = _nvrtc_missing(caps.get("nvrtc") or {})
-            return TargetCheck(name, builds, build_note, None if missing else "here",
-                               f"this GPU loads the library with NVRTC, and {missing} (fix: {gpus.NVRTC_PACKAGES})"
-                               if missing else "")
-        return TargetCheck(name, builds, build_note, None, f"{not_here} (fix: a GPU machine with one, or a device "
-                                                           "over RPC: rpc = { tracker, key } in the target)")
+            return TargetCheck(
+                name,
+                builds,
+                build_note,
+                None if missing else "here",
+                f"this GPU loads the library with NVRTC, and {missing} (fix: {gpus.NVRTC_PACKAGES})" if missing else "",
+            )
+        return TargetCheck(
+            name,
+            builds,
+            build_note,
+            None,
+            f"{not_here} (fix: a GPU machine with one, or a device over RPC: rpc = {{ tracker, key }} in the target)",
+        )
     not_here = why_not_run_here(target)
     if not_here is None:
         return TargetCheck(name, builds, build_note, "here", _quota_note(target, caps.get("cpu_quota")))
-    return TargetCheck(name, builds, build_note, None,
-                       f"{not_here} (fix: a device over RPC: rpc = {{ tracker = \"host:port\", key = \"...\" }} "
-                       f"in the target){_emulator_hint(target, name)}")
+    return TargetCheck(
+        name,
+        builds,
+        build_note,
+        None,
+        f'{not_here} (fix: a device over RPC: rpc = {{ tracker = "host:port", key = "..." }} '
+        f"in the target){_emulator_hint(target, name)}",
+    )
 
 
 def _quota_note(target: dict, quota: float | None) -> str:
@@ -75,16 +99,20 @@ def _quota_note(target: dict, quota: float | None) -> str:
     if quota is None or not threads or threads <= quota:
         return ""
     cpus = f"{quota:g} CPU{'' if quota == 1 else 's'}"
-    return (f"but this cgroup's CPU quota is {cpus} and the target runs {threads} threads: its latency will stall "
-            f"on the quota (fix: num-cores = {max(1, int(quota))}, or a runner without the quota)")
+    return (
+        f"but this cgroup's CPU quota is {cpus} and the target runs {threads} threads: its latency will stall "
+        f"on the quota (fix: num-cores = {max(1, int(quota))}, or a runner without the quota)"
+    )
 
 
 def _emulator_hint(target: dict, key: str) -> str:
     """For an Arm64 target with no board at hand: the emulated device that modelbuild's repository ships."""
     if not str(target.get("mtriple", "")).startswith("aarch64"):
         return ""
-    return (f"; no board? `python scripts/emulated_arm64.py serve --key {key}` in modelbuild's repository "
-            "runs an emulated one (accuracy real, latency not gated)")
+    return (
+        f"; no board? `python scripts/emulated_arm64.py serve --key {key}` in modelbuild's repository "
+        "runs an emulated one (accuracy real, latency not gated)"
+    )
 
 
 def _builds(kind, target: dict, caps: dict, which) -> tuple[bool, str]:
@@ -98,7 +126,7 @@ def _builds(kind, target: dict, caps: dict, which) -> tuple[bool, str]:
         package = CROSS.get(_family(arch), (None, "a cross gcc"))[1]
         if target.get("cross-compiler") and which(target["cross-compiler"]):
             return True, f"a .so linked by {which(target['cross-compiler'])}"
-        hint = f"cross-compiler = \"{compiler}\" after apt-get install {package}" if compiler else "a cross gcc"
+        hint = f'cross-compiler = "{compiler}" after apt-get install {package}' if compiler else "a cross gcc"
         return True, f"object files only (model.tar); a loadable .so needs {hint}"
     if kind == "cuda":
         if not caps.get("cuda_codegen"):
@@ -106,10 +134,13 @@ def _builds(kind, target: dict, caps: dict, which) -> tuple[bool, str]:
         # the library carries CUDA C on every machine (compile.py), compiled where it is loaded
         loader = caps.get("nvrtc") or {}
         if caps.get("gpus") and not _nvrtc_missing(loader):
-            return True, (f"CUDA C source, compiled to cubin by NVRTC when loaded (here: cuda-bindings "
-                          f"{loader['bindings']}, CUDA headers in {loader['headers']})")
-        return True, (f"CUDA C source, compiled to cubin by NVRTC on the GPU machine that loads it "
-                      f"({gpus.NVRTC_PACKAGES} there)")
+            return True, (
+                f"CUDA C source, compiled to cubin by NVRTC when loaded (here: cuda-bindings "
+                f"{loader['bindings']}, CUDA headers in {loader['headers']})"
+            )
+        return True, (
+            f"CUDA C source, compiled to cubin by NVRTC on the GPU machine that loads it ({gpus.NVRTC_PACKAGES} there)"
+        )
     return True, f"{kind} code by TVM"
 
 
@@ -120,8 +151,6 @@ def _nvrtc_missing(loader: dict) -> str:
     return "" if loader.get("headers") else "no CUDA headers were found for it"
 
 
-
-
 def _family(arch: str) -> str:
     return "arm" if arch.startswith("arm") or arch.startswith("thumb") else arch
 
@@ -129,12 +158,15 @@ def _family(arch: str) -> str:
 def probe_capabilities() -> dict:
     """This TVM's abilities, from a subprocess (the command line never imports TVM), this machine's GPUs and
     its cgroup's CPU quota."""
-    done = subprocess.run([sys.executable, "-m", "modelbuild.compiler.capabilities"], capture_output=True,
-                          text=True)
+    done = subprocess.run([sys.executable, "-m", "modelbuild.compiler.capabilities"], capture_output=True, text=True)
     # the driver is what a cuda library needs to run; the wheel has CUDA code generation without one
     found, no_gpu = gpus.local_gpus()
-    driver = {"gpus": [gpu.describe() for gpu in found], "no_gpu": no_gpu, "cpu_quota": cgroup.cpu_quota(),
-              "nvrtc": nvrtc.loader_here(dict(os.environ), sys.path, shutil.which("nvcc"))}
+    driver = {
+        "gpus": [gpu.describe() for gpu in found],
+        "no_gpu": no_gpu,
+        "cpu_quota": cgroup.cpu_quota(),
+        "nvrtc": nvrtc.loader_here(dict(os.environ), sys.path, shutil.which("nvcc")),
+    }
     if done.returncode != 0:
         return {"tvm": None, "error": (done.stderr.strip().splitlines() or ["no output"])[-1], **driver}
     return json.loads(done.stdout) | driver

@@ -33,8 +33,6 @@ def explain(project, build: str) -> list[str]:
     return lines
 
 
-
-
 def write_ir(project, build: str) -> list:
     """Put the compile stage's cached IR texts in an ir/ folder beside the build's artifact; runs nothing."""
     run = project.run([build], Options(dry_run=True))

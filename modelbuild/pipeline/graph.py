@@ -7,20 +7,28 @@ two agree)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable
 
-from modelbuild.engine.plan import Node, Plan
 from modelbuild.compiler.tuning_db import folder_for
+from modelbuild.engine.plan import Node, Plan
 from modelbuild.pipeline import registry
 from modelbuild.pipeline.names import build_name, target_of, variant_of
-from modelbuild.pipeline.registry import (ANALYSIS, FROZEN_ONNX, GOLDEN, IR, METRICS, MODEL, QDQ_ONNX, SIGNATURE,
-                                          TUNED_RECORDS)
+from modelbuild.pipeline.registry import (
+    ANALYSIS,
+    FROZEN_ONNX,
+    GOLDEN,
+    IR,
+    METRICS,
+    MODEL,
+    QDQ_ONNX,
+    SIGNATURE,
+    TUNED_RECORDS,
+)
 from modelbuild.pipeline.sample_files import sample_files
 from modelbuild.recipe import LoadedRecipe
-from modelbuild.recipe.targets import (device_of, LINKER, runs_on_host, tvm_target, validating_machine,
-                                      why_not_run_here)
+from modelbuild.recipe.targets import LINKER, device_of, runs_on_host, tvm_target, validating_machine, why_not_run_here
 
 TargetResolver = Callable[[dict], dict]
 
@@ -32,8 +40,9 @@ def build_plan(recipe: LoadedRecipe, resolve: TargetResolver, *, tuning_root: Pa
     nodes: dict[str, Node] = {}
     builds: dict[str, list[str]] = {}
     beside_float = []  # (build entry, its validate node, its timed-together baseline library)
-    resolved = {name: resolve(table) for name, table in spec.targets.items()
-                if any(name in b.targets for b in spec.builds)}
+    resolved = {
+        name: resolve(table) for name, table in spec.targets.items() if any(name in b.targets for b in spec.builds)
+    }
     for build in spec.builds:
         importer = import_node(recipe, build.model)
         nodes.setdefault(importer.id, importer)
@@ -59,36 +68,52 @@ def build_plan(recipe: LoadedRecipe, resolve: TargetResolver, *, tuning_root: Pa
                 reference = shared_reference(recipe, importer, validation, nodes)
                 references = [reference]
                 if quantizer:
-                    references.append(reference_node(recipe, f"reference-qdq:{name}", importer, validation,
-                                                     qdq=quantizer))
+                    references.append(
+                        reference_node(recipe, f"reference-qdq:{name}", importer, validation, qdq=quantizer)
+                    )
                     nodes[references[1].id] = references[1]
                 together = baseline_library(recipe, build, name, target, resolved[target])
-                validator = validate_node(name, target, resolved[target], validation, importer, compiler,
-                                          reference.id, qdq=references[1].id if quantizer else None,
-                                          baseline_library=together)
+                validator = validate_node(
+                    name,
+                    target,
+                    resolved[target],
+                    validation,
+                    importer,
+                    compiler,
+                    reference.id,
+                    qdq=references[1].id if quantizer else None,
+                    baseline_library=together,
+                )
                 nodes[validator.id] = validator
                 builds[name] += [*(r.id for r in references), validator.id]
                 if quantizer and validation.timing.beside_float:
                     beside_float.append((build, validator.id, together))
-    for build, validator, together in beside_float:  # the float build may come later in the recipe
-        nodes[validator] = timed_beside_float(recipe, build, nodes, nodes[validator], together)
+    for entry, validator_id, together in beside_float:  # the float build may come later in the recipe
+        nodes[validator_id] = timed_beside_float(recipe, entry, nodes, nodes[validator_id], together)
     return Plan(nodes=nodes, builds=builds, stages=dict(registry.STAGES), digesters=dict(registry.DIGESTERS))
 
 
 def timed_beside_float(recipe: LoadedRecipe, build, nodes: dict[str, Node], validator: Node, together) -> Node:
     """A quantized build's validate node with the float build's library as an input, timed in turns with its
     own (timing.beside_float)."""
+    assert validator.build is not None, "a validate node belongs to a build"
     target = target_of(validator.build)
     float_compile = nodes.get(f"compile:{build_name(build.model, target, None)}")
     if together is not None:
-        raise recipe.validation_error(build, ("timing", "beside_float"), "a build times one other library in "
-                                      "turns with its own, and its baseline's is timed_together too",
-                                      "set beside_float or the baseline's timed_together to false")
+        raise recipe.validation_error(
+            build,
+            ("timing", "beside_float"),
+            "a build times one other library in turns with its own, and its baseline's is timed_together too",
+            "set beside_float or the baseline's timed_together to false",
+        )
     if float_compile is None:
-        raise recipe.validation_error(build, ("timing", "beside_float"), f"there is no float build of "
-                                      f"{build.model!r} for target {target!r} to time beside it",
-                                      f"add a [[builds]] entry with model = \"{build.model}\", targets = "
-                                      f"[\"{target}\"] and no quantization, or set beside_float = false")
+        raise recipe.validation_error(
+            build,
+            ("timing", "beside_float"),
+            f"there is no float build of {build.model!r} for target {target!r} to time beside it",
+            f'add a [[builds]] entry with model = "{build.model}", targets = '
+            f'["{target}"] and no quantization, or set beside_float = false',
+        )
     library = float_compile.params["library"]
     return replace(validator, deps={**validator.deps, "float_library": (float_compile.id, library)})
 
@@ -112,8 +137,9 @@ def shared_reference(recipe: LoadedRecipe, importer: Node, validation, nodes: di
 def import_node(recipe: LoadedRecipe, model: str) -> Node:
     spec = recipe.spec.models[model]
     params = {"inputs": {name: _declared(i) for name, i in spec.inputs.items()}, "simplify": spec.simplify}
-    return Node(id=f"import:{model}", stage="import", build=None, params=params,
-                files={MODEL: recipe.model_path(model)})
+    return Node(
+        id=f"import:{model}", stage="import", build=None, params=params, files={MODEL: recipe.model_path(model)}
+    )
 
 
 def _declared(spec) -> dict:
@@ -140,11 +166,19 @@ def quantize_node(recipe: LoadedRecipe, build: str, importer: Node, spec) -> Nod
     calibration = quantization.calibration
     files = sample_files("calibration", calibration, recipe.root, calibration.samples)
     params = {"quantization": quantization.model_dump(exclude={"calibration": {"path"}})}
-    return Node(id=f"quantize:{build}", stage="quantize", build=build, params=params, files=files,
-                deps={"onnx": (importer.id, FROZEN_ONNX), "signature": (importer.id, SIGNATURE)})
+    return Node(
+        id=f"quantize:{build}",
+        stage="quantize",
+        build=build,
+        params=params,
+        files=files,
+        deps={"onnx": (importer.id, FROZEN_ONNX), "signature": (importer.id, SIGNATURE)},
+    )
 
 
-def tune_node(recipe: LoadedRecipe, build: str, ir: tuple[str, str], target: dict, spec, tuning_root: Path | None) -> Node:
+def tune_node(
+    recipe: LoadedRecipe, build: str, ir: tuple[str, str], target: dict, spec, tuning_root: Path | None
+) -> Node:
     """Tune the build's kernels into the target's shared database; output the best record of each."""
     tuning = recipe.spec.tuning[spec.tuning]
     files = {"records": recipe.root / tuning.records} if tuning.records else {}
@@ -155,21 +189,41 @@ def tune_node(recipe: LoadedRecipe, build: str, ir: tuple[str, str], target: dic
     if device:  # only then: the tune keys of recipes without devices stay as they were
         params |= {"device": device, "cross_compiler": target.get("cross-compiler")}
     root = tuning_root or recipe.root / ".cache" / "tuning"
-    return Node(id=f"tune:{build}", stage="tune", build=build, params=params, files=files, deps={"ir": ir},
-                memos={"database": folder_for(root, tvm_target(target))}, exclusive=not device)
+    return Node(
+        id=f"tune:{build}",
+        stage="tune",
+        build=build,
+        params=params,
+        files=files,
+        deps={"ir": ir},
+        memos={"database": folder_for(root, tvm_target(target))},
+        exclusive=not device,
+    )
 
 
-def compile_node(build: str, ir: tuple[str, str], target_name: str, target: dict, spec, tuner: Node | None = None) -> Node:
+def compile_node(
+    build: str, ir: tuple[str, str], target_name: str, target: dict, spec, tuner: Node | None = None
+) -> Node:
     library = library_name(target)
-    params = {"target": tvm_target(target), "library": library, "cross_compiler": target.get("cross-compiler"),
-              "linker": target.get(LINKER), "options": compile_options(spec)}
+    params = {
+        "target": tvm_target(target),
+        "library": library,
+        "cross_compiler": target.get("cross-compiler"),
+        "linker": target.get(LINKER),
+        "options": compile_options(spec),
+    }
     variant = variant_of(build)
     deps = {"ir": ir}
     if tuner:
         deps["tuning"] = (tuner.id, TUNED_RECORDS)
-    return Node(id=f"compile:{build}", stage="compile", build=build, params=params, deps=deps,
-                publish={library: f"{variant}/{target_name}/{library}",
-                         ANALYSIS: f"{variant}/{target_name}/{ANALYSIS}"})
+    return Node(
+        id=f"compile:{build}",
+        stage="compile",
+        build=build,
+        params=params,
+        deps=deps,
+        publish={library: f"{variant}/{target_name}/{library}", ANALYSIS: f"{variant}/{target_name}/{ANALYSIS}"},
+    )
 
 
 def reference_node(recipe: LoadedRecipe, node_id: str, importer: Node, validation, *, qdq: Node | None = None) -> Node:
@@ -184,12 +238,21 @@ def reference_node(recipe: LoadedRecipe, node_id: str, importer: Node, validatio
     deps = {"signature": (importer.id, SIGNATURE)}
     if qdq:
         deps["model"] = (qdq.id, QDQ_ONNX)
-    return Node(id=node_id, stage="reference", build=qdq.build if qdq else None, params=params, files=files,
-                deps=deps)
+    return Node(id=node_id, stage="reference", build=qdq.build if qdq else None, params=params, files=files, deps=deps)
 
 
-def validate_node(build: str, target_name: str, target: dict, validation, importer: Node, compiler: Node,
-                  reference: str, *, qdq: str | None = None, baseline_library: Path | None = None) -> Node:
+def validate_node(
+    build: str,
+    target_name: str,
+    target: dict,
+    validation,
+    importer: Node,
+    compiler: Node,
+    reference: str,
+    *,
+    qdq: str | None = None,
+    baseline_library: Path | None = None,
+) -> Node:
     device = device_of(target)
     not_here = why_not_run_here(target)
     runs_here = not_here is None or device is not None
@@ -200,8 +263,11 @@ def validate_node(build: str, target_name: str, target: dict, validation, import
         "runs_here": runs_here,
         "reason": "" if runs_here else not_here,
         # timings belong to the machine that measured them: a shared cache must not mix machines
-        "machine": ({"device": device["key"], "tracker": device["tracker"], "via": "rpc"} if device
-                    else validating_machine(target)),
+        "machine": (
+            {"device": device["key"], "tracker": device["tracker"], "via": "rpc"}
+            if device
+            else validating_machine(target)
+        ),
     }
     if device:  # only then: the validate keys of recipes without devices stay as they were
         params["device"] = device
@@ -209,13 +275,25 @@ def validate_node(build: str, target_name: str, target: dict, validation, import
         params["gpu"] = True
     variant = variant_of(build)
     library = compiler.params["library"]
-    deps = {"library": (compiler.id, library), "golden": (reference, GOLDEN),
-            "signature": (importer.id, SIGNATURE), "analysis": (compiler.id, ANALYSIS)}
+    deps = {
+        "library": (compiler.id, library),
+        "golden": (reference, GOLDEN),
+        "signature": (importer.id, SIGNATURE),
+        "analysis": (compiler.id, ANALYSIS),
+    }
     if qdq:
         deps["golden_qdq"] = (qdq, GOLDEN)
     files = {"baseline_library": baseline_library} if baseline_library else {}
-    return Node(id=f"validate:{build}", stage="validate", build=build, params=params, deps=deps, files=files,
-                publish={METRICS: f"{variant}/{target_name}/validation.json"}, exclusive=runs_here and not device)
+    return Node(
+        id=f"validate:{build}",
+        stage="validate",
+        build=build,
+        params=params,
+        deps=deps,
+        files=files,
+        publish={METRICS: f"{variant}/{target_name}/validation.json"},
+        exclusive=runs_here and not device,
+    )
 
 
 def baseline_library(recipe: LoadedRecipe, build, name: str, target_name: str, target: dict) -> Path | None:
@@ -229,8 +307,10 @@ def baseline_library(recipe: LoadedRecipe, build, name: str, target_name: str, t
         return None
     library = report.parent / variant_of(name) / target_name / library_name(target)
     if not library.is_file():
-        raise recipe.validation_error(build, ("baseline", "timed_together"),
-                                      f"the baseline's library {recipe.shown(library)} is not there",
-                                      "copy the baseline's whole build folder (its libraries beside report.json), or "
-                                      "set timed_together = false")
+        raise recipe.validation_error(
+            build,
+            ("baseline", "timed_together"),
+            f"the baseline's library {recipe.shown(library)} is not there",
+            "copy the baseline's whole build folder (its libraries beside report.json), or set timed_together = false",
+        )
     return library

@@ -8,13 +8,13 @@ from pathlib import Path
 
 from modelbuild.engine.events import Reporter, silent
 from modelbuild.engine.plan import Plan
-from modelbuild.engine.scheduler import Options, RunResult, Scheduler
 from modelbuild.engine.remote import configured
+from modelbuild.engine.scheduler import Options, RunResult, Scheduler
 from modelbuild.engine.store import Store
 from modelbuild.errors import ModelbuildError
 from modelbuild.pipeline.graph import build_plan
 from modelbuild.pipeline.names import select
-from modelbuild.recipe import load_recipe, LoadedRecipe
+from modelbuild.recipe import LoadedRecipe, load_recipe
 from modelbuild.recipe.targets import resolve_target
 
 
@@ -38,8 +38,14 @@ class Project:
         return Scheduler(select(self.plan, selectors), self.store, self.build_dir, reporter, doubt).run(options)
 
 
-def open_project(recipe_path: Path, *, cache_dir: Path | None = None, build_dir: Path | None = None,
-                 cache_mode: str | None = None, baseline: Path | None = None) -> Project:
+def open_project(
+    recipe_path: Path,
+    *,
+    cache_dir: Path | None = None,
+    build_dir: Path | None = None,
+    cache_mode: str | None = None,
+    baseline: Path | None = None,
+) -> Project:
     """Load the recipe; the store and build folder default to .cache/ and build/ beside it, the remote cache
     to the recipe's [cache] section unless the environment or `cache_mode` says otherwise, and the baseline
     report to the recipe's unless `baseline` is given."""

@@ -37,18 +37,58 @@ TUNED_RECORDS, TUNE_SUMMARY, GOLDEN, METRICS = "records.json", "tune.json", "gol
 # written by compile where it can lower the module (a cross target too), not required of every run
 IR_TEXTS = ("ir_before_fusion.py", "ir_after_fusion.py", "ir_planned.py")
 
-register(Stage("import", "modelbuild.stages.onnx_import:run", ("onnx", "onnxslim", "tvm"),
-               "freeze input shapes, simplify, import ONNX into Relax", (IR, SIGNATURE, FROZEN_ONNX)))
-register(Stage("compile", "modelbuild.stages.compile:run", ("tvm",),
-               "compile the Relax module for a target and export the library", ("{library}", ANALYSIS)))
-register(Stage("quantize", "modelbuild.stages.quantize:run", ("onnx", "onnxruntime", "tvm", "numpy"),
-               "static int8 quantization with onnxruntime (QDQ), then integer kernels",
-               (IR, QDQ_ONNX, QUANTIZE_SUMMARY)))
-register(Stage("tune", "modelbuild.stages.tune:run", ("tvm", "tvm-ffi"),
-               "MetaSchedule tuning into the target's shared database; the best record of each task",
-               (TUNED_RECORDS, TUNE_SUMMARY)))
-register(Stage("reference", "modelbuild.stages.reference:run", ("onnxruntime", "numpy"),
-               "golden inputs and the ONNX model's outputs from onnxruntime", (GOLDEN,)))
-register(Stage("validate", "modelbuild.stages.validate:run", ("tvm", "numpy"),
-               "run the library on the golden inputs, compare with the reference, time it", (METRICS,),
-               also_runs=("modelbuild.stages.measure",)))
+register(
+    Stage(
+        "import",
+        "modelbuild.stages.onnx_import:run",
+        ("onnx", "onnxslim", "tvm"),
+        "freeze input shapes, simplify, import ONNX into Relax",
+        (IR, SIGNATURE, FROZEN_ONNX),
+    )
+)
+register(
+    Stage(
+        "compile",
+        "modelbuild.stages.compile:run",
+        ("tvm",),
+        "compile the Relax module for a target and export the library",
+        ("{library}", ANALYSIS),
+    )
+)
+register(
+    Stage(
+        "quantize",
+        "modelbuild.stages.quantize:run",
+        ("onnx", "onnxruntime", "tvm", "numpy"),
+        "static int8 quantization with onnxruntime (QDQ), then integer kernels",
+        (IR, QDQ_ONNX, QUANTIZE_SUMMARY),
+    )
+)
+register(
+    Stage(
+        "tune",
+        "modelbuild.stages.tune:run",
+        ("tvm", "tvm-ffi"),
+        "MetaSchedule tuning into the target's shared database; the best record of each task",
+        (TUNED_RECORDS, TUNE_SUMMARY),
+    )
+)
+register(
+    Stage(
+        "reference",
+        "modelbuild.stages.reference:run",
+        ("onnxruntime", "numpy"),
+        "golden inputs and the ONNX model's outputs from onnxruntime",
+        (GOLDEN,),
+    )
+)
+register(
+    Stage(
+        "validate",
+        "modelbuild.stages.validate:run",
+        ("tvm", "numpy"),
+        "run the library on the golden inputs, compare with the reference, time it",
+        (METRICS,),
+        also_runs=("modelbuild.stages.measure",),
+    )
+)

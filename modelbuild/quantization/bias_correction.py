@@ -54,8 +54,9 @@ def correct(float_model, qdq, samples: list[dict]) -> int:
     want = [dict(zip(outputs, reference.run(outputs, activations.feed(reference, s)))) for s in samples]
     # the biases become inputs that override their initializers, so one session serves every step
     probe = activations.exposed(qdq, outputs)
-    probe.graph.input.extend(onnx.helper.make_tensor_value_info(bias.name, onnx.TensorProto.INT32, list(bias.dims))
-                             for _, bias, _ in convs)
+    probe.graph.input.extend(
+        onnx.helper.make_tensor_value_info(bias.name, onnx.TensorProto.INT32, list(bias.dims)) for _, bias, _ in convs
+    )
     sess = activations.session(probe)
     biases = {bias.name: numpy_helper.to_array(bias).astype(np.int32) for _, bias, _ in convs}
     for node, bias, scale in convs:

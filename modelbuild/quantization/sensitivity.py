@@ -92,38 +92,65 @@ def _prune(model) -> None:
 def quantized_nodes(qdq) -> list[str]:
     """Names of the nodes that read a dequantized tensor, in execution order."""
     producers = {name: node.op_type for node in qdq.graph.node for name in node.output}
-    return [node.name for node in qdq.graph.node if node.op_type not in ("QuantizeLinear", "DequantizeLinear")
-            and any(producers.get(name) == "DequantizeLinear" for name in node.input)]
+    return [
+        node.name
+        for node in qdq.graph.node
+        if node.op_type not in ("QuantizeLinear", "DequantizeLinear")
+        and any(producers.get(name) == "DequantizeLinear" for name in node.input)
+    ]
 
 
-def layer_shares(qdq, float_model, samples: list[dict], *, corrected: bool = True,
-                 kept_inputs: tuple[int, ...] = DATA_AND_WEIGHTS) -> dict:
+def layer_shares(
+    qdq, float_model, samples: list[dict], *, corrected: bool = True, kept_inputs: tuple[int, ...] = DATA_AND_WEIGHTS
+) -> dict:
     """Per quantized node, in execution order ("layers"): the output error power it causes alone (its inputs
     `kept_inputs` quantized), as SQNR of the outputs (dB) and as a share of the sum over all nodes; and that
     sum over the whole QDQ model's error power ("sum_over_whole": near 1 where the layers' errors add up).
     With `corrected`, each layer alone first has its own mean error taken out of its bias, as bias
     correction does in the whole model."""
-    samples = samples[:sample_count(samples[0])]
+    samples = samples[: sample_count(samples[0])]
     nodes = quantized_nodes(qdq)
     outputs = measured_outputs(float_model)
     tensors = {node.name: node.output[0] for node in qdq.graph.node if node.name in nodes}
     reference_sess = activations.session(activations.exposed(float_model, [*tensors.values(), *outputs]))
-    reference = [dict(zip([o.name for o in reference_sess.get_outputs()],
-                          reference_sess.run(None, activations.feed(reference_sess, s)))) for s in samples]
+    reference = [
+        dict(
+            zip(
+                [o.name for o in reference_sess.get_outputs()],
+                reference_sess.run(None, activations.feed(reference_sess, s)),
+            )
+        )
+        for s in samples
+    ]
     want = _flat(reference, outputs)
     ops = {node.name: node.op_type for node in qdq.graph.node}
     rows = []
     for name in nodes:
-        got = _flat(_alone(isolated(qdq, float_model, name, kept_inputs), name, tensors[name], samples, reference,
-                           corrected), outputs)
-        rows.append({"node": name, "op": ops[name], "error_power": float(np.mean((got - want) ** 2)),
-                     "sqnr_db": sqnr_db(got, want)})
+        got = _flat(
+            _alone(isolated(qdq, float_model, name, kept_inputs), name, tensors[name], samples, reference, corrected),
+            outputs,
+        )
+        rows.append(
+            {
+                "node": name,
+                "op": ops[name],
+                "error_power": float(np.mean((got - want) ** 2)),
+                "sqnr_db": sqnr_db(got, want),
+            }
+        )
     total = sum(r["error_power"] for r in rows)
     for r in rows:
         r["share"] = r["error_power"] / total if total else 0.0
     whole = activations.session(activations.exposed(qdq, outputs))
-    error = float(np.mean((_flat([dict(zip(outputs, whole.run(outputs, activations.feed(whole, s))))
-                                  for s in samples], outputs) - want) ** 2))
+    error = float(
+        np.mean(
+            (
+                _flat([dict(zip(outputs, whole.run(outputs, activations.feed(whole, s)))) for s in samples], outputs)
+                - want
+            )
+            ** 2
+        )
+    )
     return {"layers": rows, "samples": len(samples), "sum_over_whole": total / error if error else None}
 
 

@@ -78,14 +78,19 @@ def smooth(model, ranges: dict[str, np.ndarray], nodes: dict[str, list]):
             shape = [1] * weight.ndim
             shape[axis] = -1
             prefix = node.name + SMOOTHED_SUFFIX
-            smoothed.graph.initializer.extend([
-                numpy_helper.from_array((weight * factors.reshape(shape)).astype(np.float32), prefix + "/weight"),
-                # x has the weights' rank: [N, C, spatial...] for 1-d, 2-d and 3-d convs alike
-                numpy_helper.from_array((1.0 / factors).astype(np.float32).reshape([1, -1] + [1] * (weight.ndim - 2)),
-                                        prefix + "/divisor"),
-            ])
-            graph_nodes.append(onnx.helper.make_node("Mul", [node.input[0], prefix + "/divisor"], [prefix + "/input"],
-                                                     name=prefix))
+            smoothed.graph.initializer.extend(
+                [
+                    numpy_helper.from_array((weight * factors.reshape(shape)).astype(np.float32), prefix + "/weight"),
+                    # x has the weights' rank: [N, C, spatial...] for 1-d, 2-d and 3-d convs alike
+                    numpy_helper.from_array(
+                        (1.0 / factors).astype(np.float32).reshape([1, -1] + [1] * (weight.ndim - 2)),
+                        prefix + "/divisor",
+                    ),
+                ]
+            )
+            graph_nodes.append(
+                onnx.helper.make_node("Mul", [node.input[0], prefix + "/divisor"], [prefix + "/input"], name=prefix)
+            )
             node.input[0], node.input[1] = prefix + "/input", prefix + "/weight"
         graph_nodes.append(node)
     del smoothed.graph.node[:]

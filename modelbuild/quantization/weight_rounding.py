@@ -58,7 +58,7 @@ def rounded(w: np.ndarray, scales: np.ndarray, h: np.ndarray) -> np.ndarray:
     for j in range(columns):
         q[:, :, j] = np.clip(np.rint(w[:, :, j] / scales), -WEIGHT_LIMIT, WEIGHT_LIMIT)
         error = (w[:, :, j] - q[:, :, j] * scales) / upper[:, j, j][:, None]
-        w[:, :, j + 1:] -= error[:, :, None] * upper[:, None, j, j + 1:]
+        w[:, :, j + 1 :] -= error[:, :, None] * upper[:, None, j, j + 1 :]
     result = np.empty_like(q)
     np.put_along_axis(result, order[:, None, :], q, axis=2)
     return result
@@ -81,8 +81,9 @@ def _quantized_convs(qdq) -> list[tuple]:
         if not (data and data.op_type == "DequantizeLinear" and data.input[0] in producers):
             continue
         source = producers[data.input[0]].input[0]
-        convs.append((node, source, initializers[weight.input[0]],
-                      numpy_helper.to_array(initializers[weight.input[1]])))
+        convs.append(
+            (node, source, initializers[weight.input[0]], numpy_helper.to_array(initializers[weight.input[1]]))
+        )
     return convs
 
 

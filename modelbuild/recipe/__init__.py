@@ -3,6 +3,6 @@
 The schema (pydantic) is imported only to validate a recipe that has no snapshot yet (recipe/snapshot.py).
 """
 
-from modelbuild.recipe.load import load_recipe, LoadedRecipe
+from modelbuild.recipe.load import LoadedRecipe, load_recipe
 
 __all__ = ["LoadedRecipe", "load_recipe"]

@@ -39,8 +39,9 @@ def throttled_seconds(membership: Path = MEMBERSHIP, root: Path = ROOT) -> float
     for folder, version in _folders(membership, root):
         field, unit = ("throttled_time", 1e-9) if version == 1 else ("throttled_usec", 1e-6)
         try:
-            fields = dict(line.split() for line in (folder / "cpu.stat").read_text().splitlines()
-                          if len(line.split()) == 2)
+            fields = dict(
+                line.split() for line in (folder / "cpu.stat").read_text().splitlines() if len(line.split()) == 2
+            )
         except OSError:
             continue
         if field in fields:

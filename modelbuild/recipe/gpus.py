@@ -28,8 +28,7 @@ class Gpu:
 
     def describe(self) -> dict:
         """As reports and the validate key show the machine."""
-        return {"gpu": self.name, "compute_capability": ".".join(map(str, self.capability)),
-                "cuda_driver": self.driver}
+        return {"gpu": self.name, "compute_capability": ".".join(map(str, self.capability)), "cuda_driver": self.driver}
 
     @classmethod
     def described(cls, fields: dict) -> Gpu:

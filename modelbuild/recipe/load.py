@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_args, get_origin
@@ -16,13 +15,17 @@ from modelbuild.recipe.locate import dotted, locate, locate_in_files
 
 if TYPE_CHECKING:  # for annotations only: importing the schema loads pydantic
     from modelbuild.recipe.schema import Recipe
-from modelbuild.recipe.targets import (HOST, known_cpus, MODELBUILD_KEYS, RPC_TRACKER_ENV, runs_on_host,
-                                      target_arch, TARGET_OPTIONS)
+import tomllib
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from modelbuild.recipe.targets import (
+    HOST,
+    MODELBUILD_KEYS,
+    RPC_TRACKER_ENV,
+    TARGET_OPTIONS,
+    known_cpus,
+    runs_on_host,
+    target_arch,
+)
 
 _TOML_POSITION = re.compile(r"\(at line (\d+), column (\d+)\)")
 
@@ -155,14 +158,16 @@ def _read_toml(path: Path) -> dict:
     try:
         return tomllib.loads(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError as err:
-        raise RecipeError(f"not UTF-8 text (byte {err.start})", file=_shown(path),
-                          fix="save the recipe as UTF-8 TOML") from None
+        raise RecipeError(
+            f"not UTF-8 text (byte {err.start})", file=_shown(path), fix="save the recipe as UTF-8 TOML"
+        ) from None
     except tomllib.TOMLDecodeError as err:
         match = _TOML_POSITION.search(str(err))
         message = _TOML_POSITION.sub("", str(err)).strip()
         line = int(match.group(1)) if match else None
-        raise RecipeError(f"invalid TOML: {message}", file=_shown(path), line=line,
-                          fix="correct the TOML syntax on that line") from None
+        raise RecipeError(
+            f"invalid TOML: {message}", file=_shown(path), line=line, fix="correct the TOML syntax on that line"
+        ) from None
 
 
 def _read_with_includes(path: Path, files: list[Path], chain: tuple[Path, ...]) -> dict:
@@ -172,22 +177,38 @@ def _read_with_includes(path: Path, files: list[Path], chain: tuple[Path, ...]) 
     merged: dict = {}
     includes = data.get("include", [])
     if not isinstance(includes, list) or not all(isinstance(name, str) for name in includes):
-        raise RecipeError(f"expected a list of recipe files, found {_short(includes)}", file=_shown(path),
-                          line=locate(path.read_text(), ("include",)), field="include",
-                          fix='include = ["recipes/targets/x86-server.toml"]')
+        raise RecipeError(
+            f"expected a list of recipe files, found {_short(includes)}",
+            file=_shown(path),
+            line=locate(path.read_text(), ("include",)),
+            field="include",
+            fix='include = ["recipes/targets/x86-server.toml"]',
+        )
     for index, name in enumerate(includes):
         piece = (path.parent / name).resolve()
         if piece in chain or piece == path:
-            raise RecipeError(f"include cycle through {name!r}", file=_shown(path), field=f"include[{index}]",
-                              fix="remove the include that leads back to this file")
+            raise RecipeError(
+                f"include cycle through {name!r}",
+                file=_shown(path),
+                field=f"include[{index}]",
+                fix="remove the include that leads back to this file",
+            )
         if not piece.exists():
-            raise RecipeError(f"included file {name!r} not found", file=_shown(path),
-                              line=locate(path.read_text(), ("include",)), field=f"include[{index}]",
-                              fix="paths in include are relative to the including file")
+            raise RecipeError(
+                f"included file {name!r} not found",
+                file=_shown(path),
+                line=locate(path.read_text(), ("include",)),
+                field=f"include[{index}]",
+                fix="paths in include are relative to the including file",
+            )
         if not piece.is_file():  # "" or "recipes/" name a folder
-            raise RecipeError(f"included path {name!r} is a folder, not a recipe file", file=_shown(path),
-                              line=locate(path.read_text(), ("include",)), field=f"include[{index}]",
-                              fix='name a .toml file, such as include = ["recipes/targets/x86-server.toml"]')
+            raise RecipeError(
+                f"included path {name!r} is a folder, not a recipe file",
+                file=_shown(path),
+                line=locate(path.read_text(), ("include",)),
+                field=f"include[{index}]",
+                fix='name a .toml file, such as include = ["recipes/targets/x86-server.toml"]',
+            )
         merged = _merge(merged, _read_with_includes(piece, files, (*chain, path)))
     return _merge(merged, data)
 
@@ -211,18 +232,34 @@ def _recipe_error(error: dict, files: list[Path]) -> RecipeError:
     file, line = locate_in_files(files, loc)
     kind = error["type"]
     if kind == "extra_forbidden":
-        return RecipeError(f"unknown key {loc[-1]!r}", file=_shown(file), line=line, field=dotted(loc),
-                           fix=_spelling_fix(str(loc[-1]), _fields_at(loc[:-1])))
+        return RecipeError(
+            f"unknown key {loc[-1]!r}",
+            file=_shown(file),
+            line=line,
+            field=dotted(loc),
+            fix=_spelling_fix(str(loc[-1]), _fields_at(loc[:-1])),
+        )
     if kind == "missing":
-        return RecipeError("required field is missing", file=_shown(file), line=line, field=dotted(loc),
-                           fix=f"add {loc[-1]} = ...")
+        return RecipeError(
+            "required field is missing", file=_shown(file), line=line, field=dotted(loc), fix=f"add {loc[-1]} = ..."
+        )
     if kind == "greater_than_equal" and "shape" in loc and error.get("input") == 0:
-        return RecipeError("0 is a placeholder for a dimension the model leaves dynamic", file=_shown(file),
-                           line=line, field=dotted(loc), fix="set the size to build for")
+        return RecipeError(
+            "0 is a placeholder for a dimension the model leaves dynamic",
+            file=_shown(file),
+            line=line,
+            field=dotted(loc),
+            fix="set the size to build for",
+        )
     expected = error["msg"].replace("Input should be", "expected").replace("String should", "expected to")
     found = error.get("input")
-    return RecipeError(f"{expected}, found {_short(found)}", file=_shown(file), line=line, field=dotted(loc),
-                       fix="see `modelbuild schema` for this field")
+    return RecipeError(
+        f"{expected}, found {_short(found)}",
+        file=_shown(file),
+        line=line,
+        field=dotted(loc),
+        fix="see `modelbuild schema` for this field",
+    )
 
 
 def _spelling_fix(word: str, valid: list[str] | tuple[str, ...]) -> str:
@@ -278,19 +315,28 @@ def _check_targets(loaded: LoadedRecipe) -> None:
     for name, table in loaded.spec.targets.items():
         kind = table.get("kind")
         if kind not in TARGET_OPTIONS:
-            raise _fail(loaded, ("targets", name, "kind"), f"unknown target kind {kind!r}",
-                        f"use one of {', '.join(TARGET_OPTIONS)}")
+            raise _fail(
+                loaded,
+                ("targets", name, "kind"),
+                f"unknown target kind {kind!r}",
+                f"use one of {', '.join(TARGET_OPTIONS)}",
+            )
         allowed = (*TARGET_OPTIONS[kind], *MODELBUILD_KEYS)
         for key in table:
             if key not in allowed:
-                raise _fail(loaded, ("targets", name, key), f"unknown {kind} target option {key!r}",
-                            _spelling_fix(key, allowed))
+                raise _fail(
+                    loaded, ("targets", name, key), f"unknown {kind} target option {key!r}", _spelling_fix(key, allowed)
+                )
         _check_mcpu(loaded, name, table)
         _check_rpc(loaded, name, table.get("rpc"))
         cores = table.get("num-cores")
         if cores is not None and (not isinstance(cores, int) or cores < 1):
-            raise _fail(loaded, ("targets", name, "num-cores"), f"expected a positive integer, found {cores!r}",
-                        "set num-cores to the number of cores the library may use")
+            raise _fail(
+                loaded,
+                ("targets", name, "num-cores"),
+                f"expected a positive integer, found {cores!r}",
+                "set num-cores to the number of cores the library may use",
+            )
 
 
 def _check_rpc(loaded: LoadedRecipe, name: str, rpc) -> None:
@@ -302,17 +348,26 @@ def _check_rpc(loaded: LoadedRecipe, name: str, rpc) -> None:
         raise _fail(loaded, ("targets", name, "rpc"), "expected a table with the device's key", fix)
     unknown = set(rpc) - {"tracker", "key", "timeout"}
     if unknown:
-        raise _fail(loaded, ("targets", name, "rpc", sorted(unknown)[0]),
-                    f"unknown rpc option {sorted(unknown)[0]!r}", "rpc takes tracker, key and timeout")
+        raise _fail(
+            loaded,
+            ("targets", name, "rpc", sorted(unknown)[0]),
+            f"unknown rpc option {sorted(unknown)[0]!r}",
+            "rpc takes tracker, key and timeout",
+        )
     tracker = rpc.get("tracker", os.environ.get(RPC_TRACKER_ENV))
     host, _, port = str(tracker or "").rpartition(":")
     if not host or not port.isdigit():
-        raise _fail(loaded, ("targets", name, "rpc", "tracker"),
-                    f"expected the tracker as host:port, found {tracker!r}", fix)
+        raise _fail(
+            loaded, ("targets", name, "rpc", "tracker"), f"expected the tracker as host:port, found {tracker!r}", fix
+        )
     timeout = rpc.get("timeout", 60)
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
-        raise _fail(loaded, ("targets", name, "rpc", "timeout"), f"expected seconds > 0, found {timeout!r}",
-                    "timeout = 60: how long validate waits for a free device")
+        raise _fail(
+            loaded,
+            ("targets", name, "rpc", "timeout"),
+            f"expected seconds > 0, found {timeout!r}",
+            "timeout = 60: how long validate waits for a free device",
+        )
 
 
 def _check_mcpu(loaded: LoadedRecipe, name: str, table: dict) -> None:
@@ -327,9 +382,13 @@ def _check_mcpu(loaded: LoadedRecipe, name: str, table: dict) -> None:
 
         close = difflib.get_close_matches(str(mcpu), cpus, n=3)
         hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
-        raise _fail(loaded, ("targets", name, "mcpu"), f"LLVM knows no {arch} CPU {mcpu!r}",
-                    f'{hint}mcpu = "host" builds for this machine; the list: '
-                    f'python -c "import modelbuild.recipe.targets as t; print(t.known_cpus({arch!r}))"')
+        raise _fail(
+            loaded,
+            ("targets", name, "mcpu"),
+            f"LLVM knows no {arch} CPU {mcpu!r}",
+            f'{hint}mcpu = "host" builds for this machine; the list: '
+            f'python -c "import modelbuild.recipe.targets as t; print(t.known_cpus({arch!r}))"',
+        )
 
 
 def _check_builds(loaded: LoadedRecipe) -> None:
@@ -338,40 +397,77 @@ def _check_builds(loaded: LoadedRecipe) -> None:
     for index, build in enumerate(spec.builds):
         for j, target in enumerate(build.targets):
             if (build.model, target, build.quantization) in seen:
-                what = f"{build.model}@{target}" + (f" with quantization {build.quantization}" if build.quantization else "")
-                raise _fail(loaded, ("builds", index, "targets", j), f"{what} is declared twice",
-                            "declare each model, target and quantization in one [[builds]] entry")
+                what = f"{build.model}@{target}" + (
+                    f" with quantization {build.quantization}" if build.quantization else ""
+                )
+                raise _fail(
+                    loaded,
+                    ("builds", index, "targets", j),
+                    f"{what} is declared twice",
+                    "declare each model, target and quantization in one [[builds]] entry",
+                )
             seen.add((build.model, target, build.quantization))
         if build.model not in spec.models:
-            raise _fail(loaded, ("builds", index, "model"), f"no model named {build.model!r}",
-                        f"use one of {', '.join(spec.models)} or declare [models.{build.model}]")
+            raise _fail(
+                loaded,
+                ("builds", index, "model"),
+                f"no model named {build.model!r}",
+                f"use one of {', '.join(spec.models)} or declare [models.{build.model}]",
+            )
         if build.quantization and build.quantization not in spec.quantization:
-            raise _fail(loaded, ("builds", index, "quantization"), f"no quantization section named {build.quantization!r}",
-                        f"declare [quantization.{build.quantization}] or use one of: "
-                        f"{', '.join(spec.quantization) or 'none yet'}")
+            raise _fail(
+                loaded,
+                ("builds", index, "quantization"),
+                f"no quantization section named {build.quantization!r}",
+                f"declare [quantization.{build.quantization}] or use one of: "
+                f"{', '.join(spec.quantization) or 'none yet'}",
+            )
         if build.search and build.search not in spec.search:
-            raise _fail(loaded, ("builds", index, "search"), f"no search section named {build.search!r}",
-                        f"declare [search.{build.search}] or use one of: {', '.join(spec.search) or 'none yet'}")
+            raise _fail(
+                loaded,
+                ("builds", index, "search"),
+                f"no search section named {build.search!r}",
+                f"declare [search.{build.search}] or use one of: {', '.join(spec.search) or 'none yet'}",
+            )
         if build.search and not build.quantization:
-            raise _fail(loaded, ("builds", index, "search"), "a search starts from the build's quantization",
-                        'add quantization = "NAME" (a [quantization.NAME] section) to this build')
+            raise _fail(
+                loaded,
+                ("builds", index, "search"),
+                "a search starts from the build's quantization",
+                'add quantization = "NAME" (a [quantization.NAME] section) to this build',
+            )
         if build.tuning and build.tuning not in spec.tuning:
-            raise _fail(loaded, ("builds", index, "tuning"), f"no tuning section named {build.tuning!r}",
-                        f"declare [tuning.{build.tuning}] or use one of: {', '.join(spec.tuning) or 'none yet'}")
+            raise _fail(
+                loaded,
+                ("builds", index, "tuning"),
+                f"no tuning section named {build.tuning!r}",
+                f"declare [tuning.{build.tuning}] or use one of: {', '.join(spec.tuning) or 'none yet'}",
+            )
         for j, target in enumerate(build.targets):
             if target not in spec.targets:
-                raise _fail(loaded, ("builds", index, "targets", j), f"no target named {target!r}",
-                            f"use one of {', '.join(spec.targets)} or declare [targets.{target}]")
+                raise _fail(
+                    loaded,
+                    ("builds", index, "targets", j),
+                    f"no target named {target!r}",
+                    f"use one of {', '.join(spec.targets)} or declare [targets.{target}]",
+                )
             if build.tuning and spec.targets[target].get("kind") == "llvm" and "num-cores" not in spec.targets[target]:
-                raise _fail(loaded, ("builds", index, "tuning"),
-                            f"MetaSchedule tunes for a known core count, and target {target!r} has no num-cores",
-                            f"add num-cores = N (the device's physical cores) to [targets.{target}]")
+                raise _fail(
+                    loaded,
+                    ("builds", index, "tuning"),
+                    f"MetaSchedule tunes for a known core count, and target {target!r} has no num-cores",
+                    f"add num-cores = N (the device's physical cores) to [targets.{target}]",
+                )
             if build.tuning and not _measurable(spec.targets[target]):
-                raise _fail(loaded, ("builds", index, "tuning"),
-                            f"tuning measures every candidate, and target {target!r} runs neither on this machine "
-                            "nor on a device", f"add rpc = {{ tracker = \"host:port\", key = \"...\" }} to "
-                            f"[targets.{target}] (a board, or scripts/emulated_arm64.py for aarch64), or tune "
-                            "another target")
+                raise _fail(
+                    loaded,
+                    ("builds", index, "tuning"),
+                    f"tuning measures every candidate, and target {target!r} runs neither on this machine "
+                    "nor on a device",
+                    f'add rpc = {{ tracker = "host:port", key = "..." }} to '
+                    f"[targets.{target}] (a board, or scripts/emulated_arm64.py for aarch64), or tune "
+                    "another target",
+                )
 
 
 def _measurable(target: dict) -> bool:
@@ -392,15 +488,27 @@ def _check_golden_files(loaded: LoadedRecipe) -> None:
         golden = spec.golden
         if golden.source != "generate":
             if golden.path is None:
-                raise _fail(loaded, (*loc, "golden", "source"), f"golden source {golden.source!r} needs a path",
-                            'add path = "..." to the golden table')
+                raise _fail(
+                    loaded,
+                    (*loc, "golden", "source"),
+                    f"golden source {golden.source!r} needs a path",
+                    'add path = "..." to the golden table',
+                )
             path = loaded.root / golden.path
             if not (path.is_file() if golden.source == "npz" else path.is_dir()):
-                raise _fail(loaded, (*loc, "golden", "path"), f"golden {golden.source} {golden.path!r} not found",
-                            "paths are relative to the recipe's folder")
+                raise _fail(
+                    loaded,
+                    (*loc, "golden", "path"),
+                    f"golden {golden.source} {golden.path!r} not found",
+                    "paths are relative to the recipe's folder",
+                )
         if spec.baseline and spec.baseline.report and not (loaded.root / spec.baseline.report).is_file():
-            raise _fail(loaded, (*loc, "baseline", "report"), f"baseline report {spec.baseline.report!r} not found",
-                        "point it at a report.json from an earlier build")
+            raise _fail(
+                loaded,
+                (*loc, "baseline", "report"),
+                f"baseline report {spec.baseline.report!r} not found",
+                "point it at a report.json from an earlier build",
+            )
 
 
 def _check_held_out_golden(loaded: LoadedRecipe) -> None:
@@ -414,25 +522,39 @@ def _check_held_out_golden(loaded: LoadedRecipe) -> None:
         if calibration.source == "random" or golden.source != calibration.source:
             continue
         if (loaded.root / golden.path).resolve() == (loaded.root / calibration.path).resolve():
-            loc = ("builds", index, "validation") if build.validation and "golden" in build.validation.model_fields_set \
+            loc = (
+                ("builds", index, "validation")
+                if build.validation and "golden" in build.validation.model_fields_set
                 else ("validation",)
-            raise _fail(loaded, (*loc, "golden", "path"),
-                        f"the golden inputs of {build.model}+{build.quantization} are its calibration samples "
-                        f"({golden.path!r})", "point golden.path at held-out samples the calibration never saw")
+            )
+            raise _fail(
+                loaded,
+                (*loc, "golden", "path"),
+                f"the golden inputs of {build.model}+{build.quantization} are its calibration samples "
+                f"({golden.path!r})",
+                "point golden.path at held-out samples the calibration never saw",
+            )
 
 
 def _check_int16_activations(loaded: LoadedRecipe) -> None:
     for name, spec in loaded.spec.quantization.items():
         if (spec.int16_nodes or spec.int16_most_sensitive) and spec.scheme != "symmetric":
             field = "int16_nodes" if spec.int16_nodes else "int16_most_sensitive"
-            raise _fail(loaded, ("quantization", name, field), "int16 activations need the symmetric scheme "
-                        "(the integer kernels split them into bytes around zero point 0)",
-                        'set scheme = "symmetric", or remove int16_nodes and int16_most_sensitive')
+            raise _fail(
+                loaded,
+                ("quantization", name, field),
+                "int16 activations need the symmetric scheme "
+                "(the integer kernels split them into bytes around zero point 0)",
+                'set scheme = "symmetric", or remove int16_nodes and int16_most_sensitive',
+            )
         for j, node in enumerate(spec.int16_nodes):
             if node in spec.exclude_nodes:
-                raise _fail(loaded, ("quantization", name, "int16_nodes", j),
-                            f"{node!r} is in both int16_nodes and exclude_nodes",
-                            "keep it in exclude_nodes to leave it in float, or in int16_nodes to quantize it")
+                raise _fail(
+                    loaded,
+                    ("quantization", name, "int16_nodes", j),
+                    f"{node!r} is in both int16_nodes and exclude_nodes",
+                    "keep it in exclude_nodes to leave it in float, or in int16_nodes to quantize it",
+                )
 
 
 def _check_calibration_files(loaded: LoadedRecipe) -> None:
@@ -442,20 +564,31 @@ def _check_calibration_files(loaded: LoadedRecipe) -> None:
             continue
         path = loaded.root / (calibration.path or "")
         if calibration.path is None or not (path.is_file() if calibration.source == "npz" else path.is_dir()):
-            raise _fail(loaded, ("quantization", name, "calibration", "path"),
-                        f"calibration {calibration.source} {calibration.path!r} not found",
-                        "point path at the samples; paths are relative to the recipe's folder")
+            raise _fail(
+                loaded,
+                ("quantization", name, "calibration", "path"),
+                f"calibration {calibration.source} {calibration.path!r} not found",
+                "point path at the samples; paths are relative to the recipe's folder",
+            )
 
 
 def _check_tuning_records(loaded: LoadedRecipe) -> None:
     for name, tuning in loaded.spec.tuning.items():
         if tuning.records and not (loaded.root / tuning.records).is_file():
-            raise _fail(loaded, ("tuning", name, "records"), f"tuning records {tuning.records!r} not found",
-                        "make one with `modelbuild tune export FILE`; paths are relative to the recipe")
+            raise _fail(
+                loaded,
+                ("tuning", name, "records"),
+                f"tuning records {tuning.records!r} not found",
+                "make one with `modelbuild tune export FILE`; paths are relative to the recipe",
+            )
 
 
 def _check_model_files(loaded: LoadedRecipe) -> None:
     for name, model in loaded.spec.models.items():
         if not loaded.model_path(name).is_file():
-            raise _fail(loaded, ("models", name, "path"), f"model file {model.path!r} not found",
-                        "paths are relative to the recipe's folder")
+            raise _fail(
+                loaded,
+                ("models", name, "path"),
+                f"model file {model.path!r} not found",
+                "paths are relative to the recipe's folder",
+            )

@@ -18,8 +18,9 @@ from pathlib import Path
 TOOLKIT = Path("/usr/local/cuda")
 
 
-def loader_here(environ: dict[str, str], search_path: list[str], nvcc: str | None,
-                toolkit: Path = TOOLKIT) -> dict[str, str | None]:
+def loader_here(
+    environ: dict[str, str], search_path: list[str], nvcc: str | None, toolkit: Path = TOOLKIT
+) -> dict[str, str | None]:
     """What loading a cuda library needs on this machine, found without importing it: cuda-bindings' version
     (its NVRTC compiles the CUDA C) and the folder of the cuda_runtime.h TVM's callback will use; None where
     missing. Read by `modelbuild doctor` on a machine whose GPU could run the library."""
@@ -29,16 +30,16 @@ def loader_here(environ: dict[str, str], search_path: list[str], nvcc: str | Non
     found = toolkit_environment(environ, search_path, nvcc, toolkit)
     root = environ.get("CUDA_PATH") or found.get("CUDA_PATH") or str(_toolkit_of(nvcc, toolkit))
     headers = Path(root) / "include"
-    return {"bindings": bindings,
-            "headers": str(headers) if (headers / "cuda_runtime.h").is_file() else None}
+    return {"bindings": bindings, "headers": str(headers) if (headers / "cuda_runtime.h").is_file() else None}
 
 
 def _toolkit_of(nvcc: str | None, toolkit: Path) -> Path:
     return Path(os.path.realpath(Path(nvcc).parent.parent)) if nvcc else toolkit
 
 
-def toolkit_environment(environ: dict[str, str], search_path: list[str], nvcc: str | None,
-                        toolkit: Path = TOOLKIT) -> dict[str, str]:
+def toolkit_environment(
+    environ: dict[str, str], search_path: list[str], nvcc: str | None, toolkit: Path = TOOLKIT
+) -> dict[str, str]:
     """The variables to set for TVM's NVRTC callback: CUDA_PATH at pip's CUDA runtime headers and their
     companion C++ library headers (cccl) in TVM_CUDA_NVRTC_EXTRA_OPTS; {} where CUDA_PATH is set, where the
     toolkit TVM would pick (the one of the `nvcc` on the path, else /usr/local/cuda) has the headers, or

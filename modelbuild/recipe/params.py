@@ -14,8 +14,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import Field, ValidationError
 
 from modelbuild.errors import StageError
-from modelbuild.recipe.schema import (GoldenSpec, InputSpec, QuantizationSpec, Strict, TimingSpec,
-                                      TuningSpec)
+from modelbuild.recipe.schema import GoldenSpec, InputSpec, QuantizationSpec, Strict, TimingSpec, TuningSpec
 
 
 class ImportParams(Strict):
@@ -77,5 +76,7 @@ def parse(kind: type[Params], params: dict) -> Params:
     except ValidationError as err:
         first = err.errors()[0]
         where = ".".join(map(str, first["loc"])) or "params"
-        raise StageError(f"the plan gave this stage params it does not take ({kind.__name__}: {where}: "
-                         f"{first['msg']}); this is a modelbuild bug, please report it") from None
+        raise StageError(
+            f"the plan gave this stage params it does not take ({kind.__name__}: {where}: "
+            f"{first['msg']}); this is a modelbuild bug, please report it"
+        ) from None

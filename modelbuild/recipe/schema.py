@@ -17,6 +17,8 @@ def toml_key(name: str) -> str:
     """A name as a recipe writes it as a key: bare where TOML allows, else quoted (an ONNX name may hold ':' or
     '/', and a '.' in a bare key would make nested tables)."""
     return name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else json.dumps(name)  # a TOML basic string
+
+
 DType = Literal["float32", "float16", "float64", "int64", "int32", "int16", "int8", "uint8", "bool"]
 
 
@@ -32,26 +34,36 @@ class InputSpec(Strict):
     """One model input: frozen to a static shape before import, or bound to a constant."""
 
     shape: list[Annotated[int, Field(ge=1)]] | None = Field(
-        default=None, description="The shape to build for; [] for a scalar. Required unless value is given.")
+        default=None, description="The shape to build for; [] for a scalar. Required unless value is given."
+    )
     dtype: DType = "float32"
     range: list[float] | None = Field(
-        default=None, min_length=2, max_length=2,
+        default=None,
+        min_length=2,
+        max_length=2,
         description="[low, high): generated golden and calibration data are drawn from it (uniformly; integers "
-                    "low <= v < high), e.g. valid token ids [0, 257]. Default: normal floats, integers 0 to 9.")
+        "low <= v < high), e.g. valid token ids [0, 257]. Default: normal floats, integers 0 to 9.",
+    )
     value: Value | None = Field(
-        default=None, description="Bind the input to this constant before simplification: control flow and shape "
-                                  "arithmetic on it fold away, and it leaves the library's signature.")
+        default=None,
+        description="Bind the input to this constant before simplification: control flow and shape "
+        "arithmetic on it fold away, and it leaves the library's signature.",
+    )
     feedback: TensorName | None = Field(
-        default=None, description="An output fed back into this input from one golden sample to the next (a "
-                                  "streaming model's state): the samples are consecutive chunks of one stream, "
-                                  "the first starting from zeros; the library is fed its own outputs.")
+        default=None,
+        description="An output fed back into this input from one golden sample to the next (a "
+        "streaming model's state): the samples are consecutive chunks of one stream, "
+        "the first starting from zeros; the library is fed its own outputs.",
+    )
 
     @model_validator(mode="after")
-    def _shape_or_value(self) -> "InputSpec":
+    def _shape_or_value(self) -> InputSpec:
         if self.value is None:
             if self.shape is None:
-                raise ValueError("give the shape to build for (shape = [1, 3, 224, 224]; [] for a scalar), "
-                                 "or bind the input to a value (value = 16000)")
+                raise ValueError(
+                    "give the shape to build for (shape = [1, 3, 224, 224]; [] for a scalar), "
+                    "or bind the input to a value (value = 16000)"
+                )
             return self
         if self.range is not None or self.feedback is not None:
             raise ValueError("a bound input has one value: drop range and feedback, or drop value")
@@ -80,8 +92,9 @@ class ModelSpec(Strict):
 
     path: str
     inputs: dict[TensorName, InputSpec] = Field(
-        default_factory=dict, description="Shapes to build for; an input left out keeps the model's own shape, "
-                                          "which must then be static.")
+        default_factory=dict,
+        description="Shapes to build for; an input left out keeps the model's own shape, which must then be static.",
+    )
     simplify: bool = Field(default=True, description="Simplify with onnxslim before import.")
 
 
@@ -89,7 +102,8 @@ class ImagePreprocess(Strict):
     """How an image file becomes an input tensor: x = (pixel * scale - mean) / std, per channel."""
 
     resize: list[Annotated[int, Field(ge=1)]] | None = Field(
-        default=None, min_length=2, max_length=2, description="[height, width]; default: the input's")
+        default=None, min_length=2, max_length=2, description="[height, width]; default: the input's"
+    )
     scale: float = 1 / 255
     mean: list[float] = Field(default_factory=lambda: [0.0, 0.0, 0.0])
     std: list[float] = Field(default_factory=lambda: [1.0, 1.0, 1.0])
@@ -115,42 +129,64 @@ class TimingSpec(Strict):
     min_runs: int = Field(default=50, ge=1)
     min_seconds: float = Field(default=1.0, ge=0)
     max_seconds: float = Field(
-        default=60.0, gt=0, description="Stop timing after this long even if min_runs is not reached: a slow "
-                                        "library still validates in bounded time (the report gives the runs).")
+        default=60.0,
+        gt=0,
+        description="Stop timing after this long even if min_runs is not reached: a slow "
+        "library still validates in bounded time (the report gives the runs).",
+    )
     threads: int | None = Field(default=None, ge=1, description="Default: the target's num-cores.")
     processes: int = Field(
-        default=1, ge=1, description="Time the library in this many fresh processes, one after another: two "
-                                     "processes of one library differ by more than the runs within one, so a "
-                                     "baseline gate needs 3 or more to tell a regression from that variation.")
-    scaling: bool = Field(default=False, description="Also time 1..threads threads and fit Amdahl's law "
-                                                     "(opt-in: one more timing run per thread count).")
-    roofline: bool = Field(default=False, description="Time the heaviest kernels against the machine's peaks "
-                                                      "(opt-in: costs a BLAS and memory benchmark).")
+        default=1,
+        ge=1,
+        description="Time the library in this many fresh processes, one after another: two "
+        "processes of one library differ by more than the runs within one, so a "
+        "baseline gate needs 3 or more to tell a regression from that variation.",
+    )
+    scaling: bool = Field(
+        default=False,
+        description="Also time 1..threads threads and fit Amdahl's law (opt-in: one more timing run per thread count).",
+    )
+    roofline: bool = Field(
+        default=False,
+        description="Time the heaviest kernels against the machine's peaks "
+        "(opt-in: costs a BLAS and memory benchmark).",
+    )
     beside_float: bool = Field(
-        default=False, description="A quantized build: time the library of the float build of its model and "
-                                   "target (declared in the recipe) in turns with its own, in the same processes, "
-                                   "so vs_float compares runs that saw the same machine (one library moves "
-                                   "10-27% between processes on a shared machine). A float build ignores it.")
+        default=False,
+        description="A quantized build: time the library of the float build of its model and "
+        "target (declared in the recipe) in turns with its own, in the same processes, "
+        "so vs_float compares runs that saw the same machine (one library moves "
+        "10-27% between processes on a shared machine). A float build ignores it.",
+    )
 
 
 class BaselineSpec(Strict):
     """Gates relative to an earlier report.json (for example the main branch's)."""
 
     report: str | None = Field(
-        default=None, description="The baseline's report.json, relative to the recipe; or `modelbuild --baseline "
-                                  "REPORT`, which replaces it. With neither (a push to main has no baseline), "
-                                  "the baseline gates are not checked.")
+        default=None,
+        description="The baseline's report.json, relative to the recipe; or `modelbuild --baseline "
+        "REPORT`, which replaces it. With neither (a push to main has no baseline), "
+        "the baseline gates are not checked.",
+    )
     timed_together: bool = Field(
-        default=False, description="Time the baseline's own library (the baseline's build folder, its report.json "
-                                   "and libraries, copied whole) in turns with this build's, in the same "
-                                   "processes: the machine's noise falls on both, so the latency gates see a "
-                                   "15% slowdown that separate timings lose in noise. Builds validated here.")
+        default=False,
+        description="Time the baseline's own library (the baseline's build folder, its report.json "
+        "and libraries, copied whole) in turns with this build's, in the same "
+        "processes: the machine's noise falls on both, so the latency gates see a "
+        "15% slowdown that separate timings lose in noise. Builds validated here.",
+    )
     max_p50_increase: float | None = Field(default=None, description="0.10 = at most 10% above the baseline")
     max_p99_increase: float | None = None
     min_throughput_ratio: float | None = Field(default=None, description="0.9 = at least 90% of the baseline")
-    max_cosine_drop: float | None = Field(default=None, ge=0, description="0.001 = no output's cosine against the "
-                                                                          "float reference 0.001 below the baseline's")
-    max_sqnr_drop_db: float | None = Field(default=None, ge=0, description="3 = no output's SQNR 3 dB below the baseline's")
+    max_cosine_drop: float | None = Field(
+        default=None,
+        ge=0,
+        description="0.001 = no output's cosine against the float reference 0.001 below the baseline's",
+    )
+    max_sqnr_drop_db: float | None = Field(
+        default=None, ge=0, description="3 = no output's SQNR 3 dB below the baseline's"
+    )
 
 
 def _false_turns_off(schema: dict) -> None:
@@ -190,7 +226,8 @@ class ValidationSpec(Strict):
     gates: GatesSpec = GatesSpec()
     baseline: BaselineSpec | None = None
     not_run_here: Literal["pass", "fail"] = Field(
-        default="pass", description="A target this machine cannot run (cross-compiled, no GPU): pass or fail.")
+        default="pass", description="A target this machine cannot run (cross-compiled, no GPU): pass or fail."
+    )
 
 
 class TuningSpec(Strict):
@@ -199,16 +236,22 @@ class TuningSpec(Strict):
     trials_per_task: int = Field(default=64, ge=0, description="0 applies the records already known, no search.")
     max_trials: int | None = Field(default=None, ge=0, description="A cap on trials measured in one run.")
     tasks: int | None = Field(
-        default=None, ge=1, description="Search only this many tasks: those that take longest under the default "
-                                        "schedule (time x calls); the others keep it. None searches every task.")
+        default=None,
+        ge=1,
+        description="Search only this many tasks: those that take longest under the default "
+        "schedule (time x calls); the others keep it. None searches every task.",
+    )
     strategy: Literal["evolutionary", "replay-trace", "replay-func"] = "evolutionary"
     cost_model: Literal["xgb", "mlp", "random"] = "xgb"
     number: int = Field(default=3, ge=1, description="Runs per measurement.")
     repeat: int = Field(default=1, ge=1)
     min_repeat_ms: int = Field(default=100, ge=0)
     timeout_s: float = Field(default=30.0, gt=0)
-    runner: Literal["local"] = Field(default="local", description="Where candidates are measured: this machine, or "
-                                     "the devices of the target's rpc key, one candidate at a time on each.")
+    runner: Literal["local"] = Field(
+        default="local",
+        description="Where candidates are measured: this machine, or "
+        "the devices of the target's rpc key, one candidate at a time on each.",
+    )
     seed: int = 0
     records: str | None = Field(default=None, description="A `modelbuild tune export` file to start from.")
 
@@ -217,14 +260,21 @@ class CalibrationSpec(Strict):
     """Where calibration samples come from, and how ranges are chosen from them."""
 
     method: Literal["minmax", "percentile", "entropy"] = Field(
-        default="minmax", description="minmax had the best worst case on both bundled models (what a min_cosine "
-                                      "gate checks); percentile the best median on the detector (README, int8)")
+        default="minmax",
+        description="minmax had the best worst case on both bundled models (what a min_cosine "
+        "gate checks); percentile the best median on the detector (README, int8)",
+    )
     percentile: float = Field(
-        default=99.99, gt=50, le=100, description="with method percentile: the share of |x| kept unclipped "
-                                                  "(onnxruntime's default, 99.999, clipped too little here)")
+        default=99.99,
+        gt=50,
+        le=100,
+        description="with method percentile: the share of |x| kept unclipped "
+        "(onnxruntime's default, 99.999, clipped too little here)",
+    )
     samples: int = Field(default=32, ge=1)
     source: Literal["random", "npz", "npy_dir", "images"] = Field(
-        default="random", description="random data is a last resort: the report warns about it")
+        default="random", description="random data is a last resort: the report warns about it"
+    )
     path: str | None = None
     preprocess: ImagePreprocess = ImagePreprocess()
     seed: int = 0
@@ -241,42 +291,59 @@ class QuantizationSpec(Strict):
     """Static int8 quantization with onnxruntime (QDQ), then integer kernels in TVM."""
 
     scheme: Literal["symmetric", "affine"] = Field(
-        default="symmetric", description="symmetric: int8 activations, zero point 0; affine: uint8 with zero point")
+        default="symmetric", description="symmetric: int8 activations, zero point 0; affine: uint8 with zero point"
+    )
     per_channel: bool = True
     calibration: CalibrationSpec = CalibrationSpec()
     ops: list[str] = Field(
         default_factory=lambda: list(INTEGER_OPS),
         description="op types quantized (their inputs get quantize/dequantize); ['*'] for every op onnxruntime "
-                    "can quantize. The default is the ops whose integer kernels are faster: a quantize/dequantize "
-                    "pair around an element-wise op costs more than the op and adds rounding error")
+        "can quantize. The default is the ops whose integer kernels are faster: a quantize/dequantize "
+        "pair around an element-wise op costs more than the op and adds rounding error",
+    )
     quantize_outputs: bool = Field(
-        default=False, description="also quantize the outputs of the quantized ops, as onnxruntime does by "
-                                   "default. modelbuild's integer kernels rescale to float, so quantizing only "
-                                   "their inputs is faster and loses less accuracy")
+        default=False,
+        description="also quantize the outputs of the quantized ops, as onnxruntime does by "
+        "default. modelbuild's integer kernels rescale to float, so quantizing only "
+        "their inputs is faster and loses less accuracy",
+    )
     smoothing: bool = Field(
-        default=True, description="divide each quantized conv's input channels by their calibrated magnitude "
-                                  "and multiply its weights by it, so one int8 scale fits every channel")
+        default=True,
+        description="divide each quantized conv's input channels by their calibrated magnitude "
+        "and multiply its weights by it, so one int8 scale fits every channel",
+    )
     bias_correction: bool = Field(
-        default=True, description="subtract from each quantized conv's bias the mean error int8 leaves in its "
-                                  "output, measured on calibration samples")
+        default=True,
+        description="subtract from each quantized conv's bias the mean error int8 leaves in its "
+        "output, measured on calibration samples",
+    )
     exclude_ops: list[str] = Field(default_factory=list, description="op types left in float, e.g. Softmax")
     exclude_nodes: list[str] = Field(default_factory=list, description="node names left in float")
     int16_nodes: list[str] = Field(
-        default_factory=list, description="node names whose input activations are int16 (weights stay int8), "
-                                          "['*'] for every quantized node: computed as two int8 operators, twice "
-                                          "their int8 cost, for the layers whose int8 inputs lose most (the "
-                                          "report's sensitivity table)")
+        default_factory=list,
+        description="node names whose input activations are int16 (weights stay int8), "
+        "['*'] for every quantized node: computed as two int8 operators, twice "
+        "their int8 cost, for the layers whose int8 inputs lose most (the "
+        "report's sensitivity table)",
+    )
     int16_most_sensitive: int = Field(
-        default=0, ge=0, description="also give int16 inputs to this many layers, those whose int8 data alone "
-                                     "costs the most output error on the calibration samples")
+        default=0,
+        ge=0,
+        description="also give int16 inputs to this many layers, those whose int8 data alone "
+        "costs the most output error on the calibration samples",
+    )
     sensitivity: bool = Field(
-        default=True, description="rank the quantized layers by their share of the output error, for the report "
-                                  "and the search (two model runs per layer and calibration sample: 8 s on the "
-                                  "bundled classifier, 40 s on the detector)")
+        default=True,
+        description="rank the quantized layers by their share of the output error, for the report "
+        "and the search (two model runs per layer and calibration sample: 8 s on the "
+        "bundled classifier, 40 s on the detector)",
+    )
     weight_rounding: Literal["nearest", "gptq"] = Field(
-        default="nearest", description="gptq rounds each conv's weights so that the rounding errors compensate "
-                                       "on the calibration inputs (GPTQ); it pays where activations are precise "
-                                       "(int16), not with int8 activations (README, int8)")
+        default="nearest",
+        description="gptq rounds each conv's weights so that the rounding errors compensate "
+        "on the calibration inputs (GPTQ); it pays where activations are precise "
+        "(int16), not with int8 activations (README, int8)",
+    )
 
 
 class SearchSpec(Strict):
@@ -286,18 +353,25 @@ class SearchSpec(Strict):
     settings below; every candidate is a cached build."""
 
     precisions: list[Literal["int16", "float"]] = Field(
-        default_factory=lambda: ["int16", "float"], min_length=1,
+        default_factory=lambda: ["int16", "float"],
+        min_length=1,
         description="what the most sensitive layers may be raised to, each tried: int16 inputs (int8 weights, "
-                    "about twice an int8 layer's cost) or float")
+        "about twice an int8 layer's cost) or float",
+    )
     weight_rounding: list[Literal["nearest", "gptq"]] | None = Field(
-        default=None, min_length=1, description="weight roundings to try; default: the quantization section's")
+        default=None, min_length=1, description="weight roundings to try; default: the quantization section's"
+    )
     calibration_methods: list[Literal["minmax", "percentile", "entropy"]] | None = Field(
-        default=None, min_length=1, description="calibration methods to try; default: the quantization section's")
+        default=None, min_length=1, description="calibration methods to try; default: the quantization section's"
+    )
     calibration_samples: list[Annotated[int, Field(ge=1)]] | None = Field(
-        default=None, min_length=1, description="calibration sample counts to try; default: the section's")
+        default=None, min_length=1, description="calibration sample counts to try; default: the section's"
+    )
     objective: Literal["p50", "p99", "size"] = Field(
-        default="p50", description="what the chosen configuration is lowest in: median or p99 latency, or "
-                                   "library bytes (the same on every machine)")
+        default="p50",
+        description="what the chosen configuration is lowest in: median or p99 latency, or "
+        "library bytes (the same on every machine)",
+    )
     max_candidates: int = Field(default=30, ge=1, description="stop after this many candidate builds")
     max_minutes: float | None = Field(default=None, gt=0, description="stop starting candidates after this long")
 
@@ -310,30 +384,40 @@ class BuildSpec(Strict):
     fuse: bool = Field(default=True, description="Operator fusion (false builds the unfused library, to measure).")
     opt_level: int = Field(default=3, ge=0, le=4)
     layout: Literal["auto", "NCHW", "NHWC"] = Field(
-        default="auto", description="conv2d layout: auto converts float convs to NHWC (vectorised over channels) "
-                                    "and keeps integer convs NCHW; NCHW keeps the model's; NHWC converts all.")
+        default="auto",
+        description="conv2d layout: auto converts float convs to NHWC (vectorised over channels) "
+        "and keeps integer convs NCHW; NCHW keeps the model's; NHWC converts all.",
+    )
     tuning: Name | None = Field(default=None, description="A [tuning.NAME] section; none builds untuned.")
     quantization: Name | None = Field(default=None, description="A [quantization.NAME] section; none is float.")
     schedule: Literal["default", "none"] = Field(
-        default="default", description="Kernels without a tuning record get modelbuild's parallel, vectorised "
-                                       "default schedule; none leaves them as stock TVM does (serial loops).")
+        default="default",
+        description="Kernels without a tuning record get modelbuild's parallel, vectorised "
+        "default schedule; none leaves them as stock TVM does (serial loops).",
+    )
     validation: ValidationSpec | None = None
     search: Name | None = Field(
-        default=None, description="A [search.NAME] section that `modelbuild search` runs for this build; a "
-                                  "build never searches: it builds its quantization section as written.")
+        default=None,
+        description="A [search.NAME] section that `modelbuild search` runs for this build; a "
+        "build never searches: it builds its quantization section as written.",
+    )
 
 
 class CacheSpec(Strict):
     """Where a team shares what its builds made. Not part of any key: where a result came from never changes it."""
 
     remote: str | None = Field(
-        default=None, description="A remote cache that fsspec opens: s3://bucket/prefix first; gs://, a shared "
-                                  "folder or http(s):// by the same code. Credentials come from the environment "
-                                  "only. MODELBUILD_REMOTE_CACHE overrides it.")
+        default=None,
+        description="A remote cache that fsspec opens: s3://bucket/prefix first; gs://, a shared "
+        "folder or http(s):// by the same code. Credentials come from the environment "
+        "only. MODELBUILD_REMOTE_CACHE overrides it.",
+    )
     mode: Literal["read", "readwrite", "off"] = Field(
-        default="readwrite", description="read: take results from the remote, never write to it (pull requests); "
-                                         "readwrite: take and give (trusted CI); off. MODELBUILD_CACHE_MODE or "
-                                         "--cache-mode override it.")
+        default="readwrite",
+        description="read: take results from the remote, never write to it (pull requests); "
+        "readwrite: take and give (trusted CI); off. MODELBUILD_CACHE_MODE or "
+        "--cache-mode override it.",
+    )
 
 
 class Recipe(Strict):
@@ -342,7 +426,7 @@ class Recipe(Strict):
     include: list[str] = Field(default_factory=list, description="Recipe pieces merged under this file.")
     models: dict[Name, ModelSpec] = Field(min_length=1)
     targets: dict[Name, dict[str, Any]] = Field(
-        min_length=1, description="TVM target JSON per name, e.g. kind = \"llvm\", mcpu = \"host\"."
+        min_length=1, description='TVM target JSON per name, e.g. kind = "llvm", mcpu = "host".'
     )
     builds: list[BuildSpec] = Field(min_length=1)
     validation: ValidationSpec = ValidationSpec()

@@ -55,7 +55,7 @@ class Table:
             out[name] = value.model_dump(exclude=nested) if isinstance(value, Table) else _plain(value)
         return out
 
-    def model_copy(self, *, update: dict[str, Any]) -> "Table":
+    def model_copy(self, *, update: dict[str, Any]) -> Table:
         return Table({**self._values, **update}, self._fields_set | frozenset(update))
 
 
@@ -80,8 +80,10 @@ def snapshot_key(data: dict, code: list[Path]) -> str:
 def freeze(value: Any) -> Any:
     """A validated pydantic model as JSON data that `thaw` turns into Tables."""
     if hasattr(value, "model_fields_set"):
-        return {TABLE: {name: freeze(getattr(value, name)) for name in type(value).model_fields},
-                FIELDS_SET: sorted(value.model_fields_set)}
+        return {
+            TABLE: {name: freeze(getattr(value, name)) for name in type(value).model_fields},
+            FIELDS_SET: sorted(value.model_fields_set),
+        }
     if isinstance(value, dict):
         return {k: freeze(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

@@ -9,7 +9,7 @@ import sys
 from functools import cache
 from pathlib import Path
 
-from modelbuild.errors import EnvironmentFailure, last_line, ModelbuildError
+from modelbuild.errors import EnvironmentFailure, ModelbuildError, last_line
 from modelbuild.fsutil import write_atomic
 from modelbuild.hashing import digest_of
 from modelbuild.recipe import gpus
@@ -20,18 +20,59 @@ _COMMON = ("kind", "keys", "tag", "device", "model", "libs", "host", "from_devic
 # The options TVM 0.27 accepts per target kind, copied from its own "Known options" error so that a typo
 # is caught when the recipe loads, without importing TVM (which costs ~0.6 s on every no-op build).
 TARGET_OPTIONS: dict[str, tuple[str, ...]] = {
-    "llvm": _COMMON + ("mattr", "mcpu", "mtriple", "mfloat-abi", "mabi", "num-cores", "fast-math",
-                       "fast-math-nnan", "fast-math-ninf", "fast-math-nsz", "fast-math-arcp",
-                       "fast-math-contract", "fast-math-reassoc", "opt-level", "cl-opt", "jit",
-                       "vector-width"),
+    "llvm": _COMMON
+    + (
+        "mattr",
+        "mcpu",
+        "mtriple",
+        "mfloat-abi",
+        "mabi",
+        "num-cores",
+        "fast-math",
+        "fast-math-nnan",
+        "fast-math-ninf",
+        "fast-math-nsz",
+        "fast-math-arcp",
+        "fast-math-contract",
+        "fast-math-reassoc",
+        "opt-level",
+        "cl-opt",
+        "jit",
+        "vector-width",
+    ),
     "c": _COMMON + ("mcpu", "march", "workspace-byte-alignment", "constants-byte-alignment"),
-    "cuda": _COMMON + ("mcpu", "arch", "max_shared_memory_per_block", "max_threads_per_block",
-                       "thread_warp_size", "registers_per_block", "l2_cache_size_bytes", "max_num_threads"),
-    "rocm": _COMMON + ("mcpu", "mtriple", "mattr", "max_num_threads", "max_threads_per_block",
-                       "max_shared_memory_per_block", "thread_warp_size"),
-    "opencl": _COMMON + ("max_threads_per_block", "max_shared_memory_per_block", "max_num_threads",
-                         "thread_warp_size", "texture_spatial_limit", "texture_depth_limit",
-                         "max_function_args", "image_base_address_alignment"),
+    "cuda": _COMMON
+    + (
+        "mcpu",
+        "arch",
+        "max_shared_memory_per_block",
+        "max_threads_per_block",
+        "thread_warp_size",
+        "registers_per_block",
+        "l2_cache_size_bytes",
+        "max_num_threads",
+    ),
+    "rocm": _COMMON
+    + (
+        "mcpu",
+        "mtriple",
+        "mattr",
+        "max_num_threads",
+        "max_threads_per_block",
+        "max_shared_memory_per_block",
+        "thread_warp_size",
+    ),
+    "opencl": _COMMON
+    + (
+        "max_threads_per_block",
+        "max_shared_memory_per_block",
+        "max_num_threads",
+        "thread_warp_size",
+        "texture_spatial_limit",
+        "texture_depth_limit",
+        "max_function_args",
+        "image_base_address_alignment",
+    ),
 }
 
 # Keys modelbuild reads itself; they are stripped before the table becomes TVM's target JSON.
@@ -76,17 +117,63 @@ def runs_on_host(target: dict) -> bool:
 
 # The x86 CPUs whose code may use AVX-512 (VNNI too where listed) or AVX2: a library built for one dies of an
 # illegal instruction on a CPU without them, so it is not validated there. Names as LLVM spells them.
-_AVX512_VNNI = {"cascadelake", "cooperlake", "icelake-client", "icelake_client", "icelake-server",
-                "icelake_server", "tigerlake", "rocketlake", "sapphirerapids", "emeraldrapids", "graniterapids",
-                "graniterapids-d", "graniterapids_d", "diamondrapids", "znver4", "znver5"}
-_AVX512 = _AVX512_VNNI | {"skylake-avx512", "skylake_avx512", "skx", "cannonlake", "knl", "knm", "mic_avx512",
-                          "x86-64-v4"}
+_AVX512_VNNI = {
+    "cascadelake",
+    "cooperlake",
+    "icelake-client",
+    "icelake_client",
+    "icelake-server",
+    "icelake_server",
+    "tigerlake",
+    "rocketlake",
+    "sapphirerapids",
+    "emeraldrapids",
+    "graniterapids",
+    "graniterapids-d",
+    "graniterapids_d",
+    "diamondrapids",
+    "znver4",
+    "znver5",
+}
+_AVX512 = _AVX512_VNNI | {
+    "skylake-avx512",
+    "skylake_avx512",
+    "skx",
+    "cannonlake",
+    "knl",
+    "knm",
+    "mic_avx512",
+    "x86-64-v4",
+}
 # and AMX's int8 tiles, which the int8 convs use where the target has them (compiler/kernels/amx_conv.py)
 _AMX_INT8 = {"sapphirerapids", "emeraldrapids", "graniterapids", "graniterapids-d", "graniterapids_d", "diamondrapids"}
-_AVX2 = _AVX512 | {"haswell", "broadwell", "skylake", "alderlake", "raptorlake", "meteorlake", "arrowlake",
-                   "arrowlake-s", "arrowlake_s", "lunarlake", "pantherlake", "gracemont", "sierraforest",
-                   "grandridge", "clearwaterforest", "core-avx2", "core_4th_gen_avx", "core_4th_gen_avx_tsx",
-                   "core_5th_gen_avx", "core_5th_gen_avx_tsx", "znver1", "znver2", "znver3", "bdver4", "x86-64-v3"}
+_AVX2 = _AVX512 | {
+    "haswell",
+    "broadwell",
+    "skylake",
+    "alderlake",
+    "raptorlake",
+    "meteorlake",
+    "arrowlake",
+    "arrowlake-s",
+    "arrowlake_s",
+    "lunarlake",
+    "pantherlake",
+    "gracemont",
+    "sierraforest",
+    "grandridge",
+    "clearwaterforest",
+    "core-avx2",
+    "core_4th_gen_avx",
+    "core_4th_gen_avx_tsx",
+    "core_5th_gen_avx",
+    "core_5th_gen_avx_tsx",
+    "znver1",
+    "znver2",
+    "znver3",
+    "bdver4",
+    "x86-64-v3",
+}
 
 
 # Each level builds on the one before: taking one away (mattr "-avx2") takes away those after it, as LLVM does.
@@ -107,7 +194,7 @@ def needed_features(target: dict) -> list[str]:
         if str(attr).startswith("+") and name.startswith(("avx", "amx")) and name not in needed:
             needed.append(name)
         elif str(attr).startswith("-"):  # taken away from what the mcpu implies, with what builds on it
-            gone = levels[levels.index(name):] if name in levels else [name]
+            gone = levels[levels.index(name) :] if name in levels else [name]
             needed = [n for n in needed if n not in gone]
     return needed
 
@@ -128,8 +215,10 @@ def why_not_run_here(target: dict, features: set[str] | None = None) -> str | No
         return f"built for {target.get('mtriple')}; this machine is not that architecture"
     missing = [f for f in needed_features(target) if f not in (host_features() if features is None else features)]
     if missing:
-        return (f"built for mcpu {target.get('mcpu')} ({', '.join(needed_features(target))}); this CPU lacks "
-                f"{', '.join(missing)}")
+        return (
+            f"built for mcpu {target.get('mcpu')} ({', '.join(needed_features(target))}); this CPU lacks "
+            f"{', '.join(missing)}"
+        )
     return None
 
 
@@ -163,8 +252,11 @@ def validating_machine(target: dict) -> dict:
 def _cpu_fingerprint() -> dict:
     """What identifies this CPU for LLVM: model name and feature flags, read from /proc/cpuinfo."""
     identity = ("model name", "flags", "Features", "CPU part")
-    return {"machine": os.uname().machine, "tvm": tool_version("tvm"),
-            **{key: value for key, value in _cpuinfo().items() if key in identity}}
+    return {
+        "machine": os.uname().machine,
+        "tvm": tool_version("tvm"),
+        **{key: value for key, value in _cpuinfo().items() if key in identity},
+    }
 
 
 @cache
@@ -188,7 +280,7 @@ def _ask_llvm_for_host_cpu() -> str:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     if proc.returncode != 0 or not proc.stdout.strip():
         raise ModelbuildError(
-            "cannot resolve mcpu = \"host\": TVM failed to name this CPU "
+            'cannot resolve mcpu = "host": TVM failed to name this CPU '
             f"({last_line(proc.stderr or 'no output')}); set mcpu to a CPU name instead"
         )
     return proc.stdout.strip().splitlines()[-1]
@@ -266,8 +358,11 @@ def linker_command(target: dict) -> str | None:
     if target.get("cross-compiler"):
         return target["cross-compiler"]
     if target.get("kind") != "llvm" or runs_on_host(target):
-        return os.environ.get("CXX") or os.environ.get("CC") or next(
-            (name for name in ("g++", "gcc", "clang++", "clang", "c++", "cc") if shutil.which(name)), "g++")
+        return (
+            os.environ.get("CXX")
+            or os.environ.get("CC")
+            or next((name for name in ("g++", "gcc", "clang++", "clang", "c++", "cc") if shutil.which(name)), "g++")
+        )
     return None
 
 
@@ -277,9 +372,11 @@ def linker_identity(command: str, memo_path: Path) -> dict:
     path = shutil.which(command)
     if path is None:
         package = f" (apt-get install gcc-{command.removesuffix('-gcc')})" if command.endswith("-linux-gnu-gcc") else ""
-        raise EnvironmentFailure(f"the linker {command!r} is not on the path: install it{package}, or remove "
-                                 "cross-compiler from the target to build object files (model.tar); "
-                                 "`modelbuild doctor` lists the toolchains")
+        raise EnvironmentFailure(
+            f"the linker {command!r} is not on the path: install it{package}, or remove "
+            "cross-compiler from the target to build object files (model.tar); "
+            "`modelbuild doctor` lists the toolchains"
+        )
     real = os.path.realpath(path)
     stat = os.stat(real)
     fingerprint = digest_of({"path": real, "size": stat.st_size, "mtime": stat.st_mtime_ns})

@@ -6,8 +6,8 @@ Pure text; the CLI decides when (GITHUB_ACTIONS, GITHUB_STEP_SUMMARY are set) an
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from modelbuild.reports.model import Report
 
@@ -24,8 +24,10 @@ def annotations(report: Report, locate: Locate, relative: Callable[[Path], str])
                 continue
             file, line = locate(build.name, gate.name)
             where = f"file={_escape_property(relative(file))}" + (f",line={line}" if line else "")
-            lines.append(f"::error {where},title={_escape_property(f'modelbuild gate {gate.name}')}::"
-                         f"{_escape_data(f'{build.name}: {gate.describe()}')}")
+            lines.append(
+                f"::error {where},title={_escape_property(f'modelbuild gate {gate.name}')}::"
+                f"{_escape_data(f'{build.name}: {gate.describe()}')}"
+            )
         for stage, run in build.stages.items():
             if run.status == "failed":
                 message = f"{build.name}: {run.error or 'the stage failed'}"

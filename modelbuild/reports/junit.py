@@ -11,8 +11,10 @@ def render(report: Report) -> str:
     suite = ET.Element("testsuite", name="modelbuild")
     cases = failures = 0
     for b in report.builds:
-        stage_failure = next((f"{stage}: {s.error or 'failed'}" for stage, s in b.stages.items()
-                              if s.status in ("failed", "skipped")), None)
+        stage_failure = next(
+            (f"{stage}: {s.error or 'failed'}" for stage, s in b.stages.items() if s.status in ("failed", "skipped")),
+            None,
+        )
         cases += 1
         failures += _case(suite, "builds", b.name, stage_failure, sum(s.seconds for s in b.stages.values()))
         for g in b.gates:

@@ -8,17 +8,28 @@ from modelbuild.validation.gates import BUSY_SHARE, THROTTLED_SHARE
 
 def render(report: Report) -> str:
     verdict = "passed" if report.passed else "FAILED"
-    lines = [f"# modelbuild report: {verdict}", "", "| build | status | p50 ms | p99 ms | throughput/s | gates |",
-             "| --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        f"# modelbuild report: {verdict}",
+        "",
+        "| build | status | p50 ms | p99 ms | throughput/s | gates |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
     for b in report.builds:
-        lines.append(f"| {cell(b.name)} | {status(b)} | {_ms(b, 'median')} | {_ms(b, 'p99')} | "
-                     f"{_fmt(b.throughput)} | {_gates(b)} |")
+        lines.append(
+            f"| {cell(b.name)} | {status(b)} | {_ms(b, 'median')} | {_ms(b, 'p99')} | "
+            f"{_fmt(b.throughput)} | {_gates(b)} |"
+        )
     for b in report.builds:
         lines += ["", f"## {b.name}", ""] + _details(b)
     c = report.cache
-    lines += ["", "## Cache", "", f"hits {c['hits']}, misses {c['misses']}, hit rate {c['hit_rate']:.2f}, "
-              f"mean hit {c['mean_hit_seconds'] * 1000:.1f} ms, mean miss {c['mean_miss_seconds']:.2f} s, "
-              f"T_avg {c['mean_access_seconds']:.3f} s"]
+    lines += [
+        "",
+        "## Cache",
+        "",
+        f"hits {c['hits']}, misses {c['misses']}, hit rate {c['hit_rate']:.2f}, "
+        f"mean hit {c['mean_hit_seconds'] * 1000:.1f} ms, mean miss {c['mean_miss_seconds']:.2f} s, "
+        f"T_avg {c['mean_access_seconds']:.3f} s",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -54,8 +65,10 @@ def gates_in_brief(b: BuildReport, failure) -> str:
 def _details(b: BuildReport) -> list[str]:
     out = [f"- artifact: `{b.artifact}`" + (f" ({b.artifact_bytes} bytes)" if b.artifact_bytes else "")]
     if b.bound_inputs:
-        out.append("- bound inputs (constants in the library, not its arguments): "
-                   + ", ".join(f"{name} = {value}" for name, value in b.bound_inputs.items()))
+        out.append(
+            "- bound inputs (constants in the library, not its arguments): "
+            + ", ".join(f"{name} = {value}" for name, value in b.bound_inputs.items())
+        )
     out += [f"- {stage}: {stage_time(s)}" + (f": {s.error}" if s.error else "") for stage, s in b.stages.items()]
     if b.validation.ran and ran_on(b):
         out.append(f"- ran on: {ran_on(b)}")
@@ -63,12 +76,21 @@ def _details(b: BuildReport) -> list[str]:
         out.append(f"- not validated: {b.validation.reason}")
     if b.gates:
         out += ["", "| gate | value | limit | result |", "| --- | --- | --- | --- |"]
-        out += [f"| {g.name} | {_fmt(g.value)} | {_fmt(g.limit)} | {g.verdict.replace('FAIL', '**FAIL**')} |"
-                for g in b.gates]
+        out += [
+            f"| {g.name} | {_fmt(g.value)} | {_fmt(g.limit)} | {g.verdict.replace('FAIL', '**FAIL**')} |"
+            for g in b.gates
+        ]
     if b.accuracy:
-        out += ["", "| output | max abs | max rel | cosine | SQNR dB | top-1 |", "| --- | --- | --- | --- | --- | --- |"]
-        out += [f"| {cell(name)} | {_fmt(a['max_abs'])} | {_fmt(a['max_rel'])} | {_fmt(a['cosine'])} | "
-                f"{_fmt(a['sqnr_db'])} | {_fmt(a.get('top1_agreement'))} |" for name, a in b.accuracy.items()]
+        out += [
+            "",
+            "| output | max abs | max rel | cosine | SQNR dB | top-1 |",
+            "| --- | --- | --- | --- | --- | --- |",
+        ]
+        out += [
+            f"| {cell(name)} | {_fmt(a['max_abs'])} | {_fmt(a['max_rel'])} | {_fmt(a['cosine'])} | "
+            f"{_fmt(a['sqnr_db'])} | {_fmt(a.get('top1_agreement'))} |"
+            for name, a in b.accuracy.items()
+        ]
     if b.vs_baseline:
         out += _vs_baseline(b)
     out += _quantization(b)
@@ -76,37 +98,52 @@ def _details(b: BuildReport) -> list[str]:
     out += _fusion_and_memory(b)
     if b.latency_ms:
         t = b.latency_ms
-        out += ["", f"Latency over {t['runs']} runs (ms): min {_fmt(t['min'])}, mean {_fmt(t['mean'])}, "
-                f"p50 {_fmt(t['median'])}, p90 {_fmt(t['p90'])}, p99 {_fmt(t['p99'])}, p99.9 {_fmt(t['p99.9'])}, "
-                f"max {_fmt(t['max'])}, CV {t['cv']:.1%}; cold (load + first run) {_fmt(b.cold_ms)} ms; "
-                f"peak RSS {mb(b.peak_rss_bytes)}. Percentiles: {t['percentile_method']}."]
+        out += [
+            "",
+            f"Latency over {t['runs']} runs (ms): min {_fmt(t['min'])}, mean {_fmt(t['mean'])}, "
+            f"p50 {_fmt(t['median'])}, p90 {_fmt(t['p90'])}, p99 {_fmt(t['p99'])}, p99.9 {_fmt(t['p99.9'])}, "
+            f"max {_fmt(t['max'])}, CV {t['cv']:.1%}; cold (load + first run) {_fmt(b.cold_ms)} ms; "
+            f"peak RSS {mb(b.peak_rss_bytes)}. Percentiles: {t['percentile_method']}.",
+        ]
         if b.scaling:
             sc = b.scaling
             points = ", ".join(f"{p}: {m:.3g} ms" for p, m in zip(sc["threads"], sc["median_ms"]))
             f = sc["parallel_fraction"]
             if sc.get("noisy"):
-                out.append(f"\nScaling (median latency by thread count): {points}; measured under noise (CV up to "
-                           f"{max(sc['cv']):.0%} at one thread count), so no conclusion about more cores.")
+                out.append(
+                    f"\nScaling (median latency by thread count): {points}; measured under noise (CV up to "
+                    f"{max(sc['cv']):.0%} at one thread count), so no conclusion about more cores."
+                )
             else:
-                out.append(f"\nScaling (median latency by thread count): {points}; Amdahl parallel fraction "
-                           f"f = {f:.2f}, so more cores could give at most "
-                           f"{1 / (1 - f) if f < 1 else float('inf'):.1f}x.")
+                out.append(
+                    f"\nScaling (median latency by thread count): {points}; Amdahl parallel fraction "
+                    f"f = {f:.2f}, so more cores could give at most "
+                    f"{1 / (1 - f) if f < 1 else float('inf'):.1f}x."
+                )
         out += _roofline(b.roofline)
         if t["cv"] > 0.05:
             out.append(f"\n> Warning: the coefficient of variation is {t['cv']:.0%}: the machine was noisy.")
         if (b.others_cpu or 0) > BUSY_SHARE:
-            out.append(f"\n> Warning: other processes used {b.others_cpu:.0%} of this machine's CPUs while the "
-                       "library was timed: a parallel kernel waits for every thread it started, so this latency "
-                       "is the machine's as much as the library's (README: timing on a busy machine).")
+            out.append(
+                f"\n> Warning: other processes used {b.others_cpu:.0%} of this machine's CPUs while the "
+                "library was timed: a parallel kernel waits for every thread it started, so this latency "
+                "is the machine's as much as the library's (README: timing on a busy machine)."
+            )
         if (b.throttled or 0) > THROTTLED_SHARE:
             quota = _machine(b).get("cpu_quota")
-            out.append(f"\n> Warning: a CPU quota (its cgroup's: a container's --cpus, a CI runner's limit) "
-                       f"withheld {b.throttled:.0%} of its CPUs' time while the library was timed: each throttled "
-                       "period stalls every thread until the next, so this latency is the quota's as much as the "
-                       "library's (README: timing on a busy machine)."
-                       + (f" The quota is {_cpus(quota)}: time and deploy the library with at most "
-                          f"{_threads(max(1, int(quota)))} (`timing.threads`, `num-cores`), or with "
-                          "TVM_THREAD_POOL_SPIN_COUNT=0." if quota else ""))
+            out.append(
+                f"\n> Warning: a CPU quota (its cgroup's: a container's --cpus, a CI runner's limit) "
+                f"withheld {b.throttled:.0%} of its CPUs' time while the library was timed: each throttled "
+                "period stalls every thread until the next, so this latency is the quota's as much as the "
+                "library's (README: timing on a busy machine)."
+                + (
+                    f" The quota is {_cpus(quota)}: time and deploy the library with at most "
+                    f"{_threads(max(1, int(quota)))} (`timing.threads`, `num-cores`), or with "
+                    "TVM_THREAD_POOL_SPIN_COUNT=0."
+                    if quota
+                    else ""
+                )
+            )
     return out
 
 
@@ -116,14 +153,24 @@ def vs_baseline_rows(b: BuildReport) -> list[tuple[str, str, str, str]]:
     v = b.vs_baseline
     if not v:
         return []
-    rows = [(f"latency {'p50' if stat == 'median' else stat} (ms)", _fmt(base), _fmt(now), f"{now / base - 1:+.1%}")
-            for stat, (base, now) in v["latency_ms"].items() if base]
+    rows = [
+        (f"latency {'p50' if stat == 'median' else stat} (ms)", _fmt(base), _fmt(now), f"{now / base - 1:+.1%}")
+        for stat, (base, now) in v["latency_ms"].items()
+        if base
+    ]
     for output, figures in v["accuracy"].items():
-        rows += [(f"{output}: {label}", _fmt(base), _fmt(now), _change(base, now))
-                 for key, label in (("cosine", "cosine"), ("sqnr_db", "SQNR dB"), ("max_abs", "max abs"))
-                 if key in figures for base, now in [figures[key]]]
-    rows += [(f"kernel of {layers_in_brief(k['layers'], 2)} (us per call)", _fmt(base), _fmt(now), f"{now / base - 1:+.1%}")
-             for k in v.get("kernels", []) for base, now in [k["us"]] if base]
+        rows += [
+            (f"{output}: {label}", _fmt(base), _fmt(now), _change(base, now))
+            for key, label in (("cosine", "cosine"), ("sqnr_db", "SQNR dB"), ("max_abs", "max abs"))
+            if key in figures
+            for base, now in [figures[key]]
+        ]
+    rows += [
+        (f"kernel of {layers_in_brief(k['layers'], 2)} (us per call)", _fmt(base), _fmt(now), f"{now / base - 1:+.1%}")
+        for k in v.get("kernels", [])
+        for base, now in [k["us"]]
+        if base
+    ]
     return rows
 
 
@@ -133,17 +180,24 @@ def _change(base: float, now: float) -> str:
 
 def _vs_baseline(b: BuildReport) -> list[str]:
     together = " (latency: its library timed in turns with this one)" if b.vs_baseline.get("timed_together") else ""
-    out = ["", f"Against the baseline `{b.vs_baseline['report']}`{together}:", "", "| | baseline | now | change |",
-           "| --- | --- | --- | --- |"]
+    out = [
+        "",
+        f"Against the baseline `{b.vs_baseline['report']}`{together}:",
+        "",
+        "| | baseline | now | change |",
+        "| --- | --- | --- | --- |",
+    ]
     return out + [f"| {what} | {base} | {now} | {change} |" for what, base, now, change in vs_baseline_rows(b)]
 
 
 def _tuning(t: dict | None) -> list[str]:
     if not t:
         return []
-    line = (f"Tuning: {t['tuned_tasks']} of {t['tasks']} kernels use a tuned schedule (the others the default, "
-            f"which was faster or not searched); {t['trials_total']} trials in the database, "
-            f"{t['trials_measured_now']} measured by this run.")
+    line = (
+        f"Tuning: {t['tuned_tasks']} of {t['tasks']} kernels use a tuned schedule (the others the default, "
+        f"which was faster or not searched); {t['trials_total']} trials in the database, "
+        f"{t['trials_measured_now']} measured by this run."
+    )
     return ["", line + _tuning_seconds(t.get("seconds_now") or {})]
 
 
@@ -154,38 +208,58 @@ def _tuning_seconds(seconds: dict) -> str:
     said = f" Its seconds: {seconds['defaults']:.1f} timing the default schedules"
     if "search" not in seconds:
         return said + "."
-    return (said + f", {seconds['search']:.1f} searching, of which {seconds['builder']:.1f} waiting on the "
-            f"builder and {seconds['runner_waits']:.1f} on measurements.")
+    return (
+        said + f", {seconds['search']:.1f} searching, of which {seconds['builder']:.1f} waiting on the "
+        f"builder and {seconds['runner_waits']:.1f} on measurements."
+    )
 
 
 def _quantization(b: BuildReport) -> list[str]:
     q = b.quantization
     if not q:
         return []
-    out = ["", f"{q.get('precision', 'int8')} ({q['scheme']}, {'per-channel' if q['per_channel'] else 'per-tensor'} weights, "
-           f"{q['calibration']['method']} calibration on {q['calibration']['samples']} samples): weights "
-           f"{mb(q['weight_bytes_fp32'])} -> {mb(q['weight_bytes_int8'])} (/{q['weight_ratio']:.1f})"
-           + _preparation(q) + "."]
+    out = [
+        "",
+        f"{q.get('precision', 'int8')} ({q['scheme']}, {'per-channel' if q['per_channel'] else 'per-tensor'} weights, "
+        f"{q['calibration']['method']} calibration on {q['calibration']['samples']} samples): weights "
+        f"{mb(q['weight_bytes_fp32'])} -> {mb(q['weight_bytes_int8'])} (/{q['weight_ratio']:.1f})"
+        + _preparation(q)
+        + ".",
+    ]
     out += [f"\n> Warning: {w}" for w in q["warnings"]]
     if b.vs_float:
         v = b.vs_float
-        out += ["", f"Latency {b.latency_ms['median']:.3f} ms against {v.latency_ms:.3f} ms for "
-                    f"`{v.build}`: {v.latency_ratio:.2f}x"
-                    + (" (its library timed in turns with this one)." if v.timed_together else ".")]
+        out += [
+            "",
+            f"Latency {b.latency_ms['median']:.3f} ms against {v.latency_ms:.3f} ms for "
+            f"`{v.build}`: {v.latency_ratio:.2f}x"
+            + (" (its library timed in turns with this one)." if v.timed_together else "."),
+        ]
     if b.accuracy_vs_qdq:
         out += ["", "| output | vs onnxruntime QDQ: max abs | cosine |", "| --- | --- | --- |"]
-        out += [f"| {cell(name)} | {_fmt(a['max_abs'])} | {_fmt(a['cosine'])} |"
-                for name, a in b.accuracy_vs_qdq.items()]
+        out += [
+            f"| {cell(name)} | {_fmt(a['max_abs'])} | {_fmt(a['cosine'])} |" for name, a in b.accuracy_vs_qdq.items()
+        ]
     if q.get("float_candidates") and b.accuracy_gate_failed:
         out += _float_candidates(q)
     if q.get("layers") and b.accuracy_gate_failed:
         jump = q.get("first_jump")
         lead = "" if q.get("float_candidates") else "An accuracy gate failed. "
-        out += ["", lead + "SQNR of int8 against fp32 activations, in execution order"
-                + (f"; the error first jumps at `{jump}`: try `exclude_nodes` for it." if jump else "."), "",
-                "| tensor | op | node | SQNR dB |", "| --- | --- | --- | --- |"]
-        out += [f"| {cell(r['tensor'])} | {r['op']} | {cell(r['node'])} | {r['sqnr_db']:.1f}"
-                + (" **<- first jump**" if r["tensor"] == jump else "") + " |" for r in q["layers"]]
+        out += [
+            "",
+            lead
+            + "SQNR of int8 against fp32 activations, in execution order"
+            + (f"; the error first jumps at `{jump}`: try `exclude_nodes` for it." if jump else "."),
+            "",
+            "| tensor | op | node | SQNR dB |",
+            "| --- | --- | --- | --- |",
+        ]
+        out += [
+            f"| {cell(r['tensor'])} | {r['op']} | {cell(r['node'])} | {r['sqnr_db']:.1f}"
+            + (" **<- first jump**" if r["tensor"] == jump else "")
+            + " |"
+            for r in q["layers"]
+        ]
     return out
 
 
@@ -199,17 +273,27 @@ def _float_candidates(q: dict) -> list[str]:
     names = ", ".join(f'"{r["node"]}"' for r in chosen)
     ratio = q["sensitivity"]["sum_over_whole"]
     if ratio is not None and ADDITIVE[0] <= ratio <= ADDITIVE[1]:
-        claim = (f"The layers' errors add up to the whole model's ({ratio:.2f}x): leaving {_these(len(chosen))} "
-                 f"in float removes about {sum(r['share'] for r in chosen):.0%} of it on the calibration samples")
+        claim = (
+            f"The layers' errors add up to the whole model's ({ratio:.2f}x): leaving {_these(len(chosen))} "
+            f"in float removes about {sum(r['share'] for r in chosen):.0%} of it on the calibration samples"
+        )
     else:
         times = "an unmeasured multiple of" if ratio is None else f"{ratio:.2f}x"
-        claim = (f"The layers' errors do not add up on these samples ({times} the whole model's: they "
-                 f"cancel or compound), so the shares only rank them: try {_these(len(chosen))} in float first")
-    out = ["", (f"An accuracy gate failed. Each quantized layer alone, the others in float: its share of the output "
-                f"error on {q['sensitivity']['samples']} calibration samples. {claim}: `exclude_nodes = [{names}]`. "
-                f"Or keep them integer with int16 inputs, at twice their int8 cost: `int16_nodes = [{names}]`."),
-           "",
-           "| node | op | share of error | output SQNR alone dB |", "| --- | --- | --- | --- |"]
+        claim = (
+            f"The layers' errors do not add up on these samples ({times} the whole model's: they "
+            f"cancel or compound), so the shares only rank them: try {_these(len(chosen))} in float first"
+        )
+    out = [
+        "",
+        (
+            f"An accuracy gate failed. Each quantized layer alone, the others in float: its share of the output "
+            f"error on {q['sensitivity']['samples']} calibration samples. {claim}: `exclude_nodes = [{names}]`. "
+            f"Or keep them integer with int16 inputs, at twice their int8 cost: `int16_nodes = [{names}]`."
+        ),
+        "",
+        "| node | op | share of error | output SQNR alone dB |",
+        "| --- | --- | --- | --- |",
+    ]
     return out + [f"| {cell(r['node'])} | {r['op']} | {r['share']:.1%} | {r['sqnr_db']:.1f} |" for r in chosen]
 
 
@@ -218,8 +302,15 @@ def _these(count: int) -> str:
 
 
 def _preparation(q: dict) -> str:
-    done = [f"{q[key]} convs {what}" for key, what in (("smoothed_convs", "smoothed"), ("gptq_convs", "GPTQ-rounded"),
-                                                     ("bias_corrected_convs", "bias-corrected")) if q.get(key)]
+    done = [
+        f"{q[key]} convs {what}"
+        for key, what in (
+            ("smoothed_convs", "smoothed"),
+            ("gptq_convs", "GPTQ-rounded"),
+            ("bias_corrected_convs", "bias-corrected"),
+        )
+        if q.get(key)
+    ]
     if q.get("int16_nodes"):
         done.append(f"{len(q['int16_nodes'])} layers with int16 inputs")
     return "; " + ", ".join(done) if done else ""
@@ -228,13 +319,20 @@ def _preparation(q: dict) -> str:
 def _roofline(r: dict | None) -> list[str]:
     if not r or not r["kernels"]:
         return []
-    out = ["", f"Roofline (machine peaks: {r['peak_flops_per_s'] / 1e9:.1f} GFLOP/s, "
-           f"{r['peak_bytes_per_s'] / 1e9:.1f} GB/s; ridge {r['ridge_flops_per_byte']:.1f} FLOP/byte):", "",
-           "| kernel | layers | calls | GFLOP/s | GB/s | FLOP/byte | bound | of roof |",
-           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    out += [f"| {k['kernel']} | {cell(layers_in_brief(k.get('layers')))} | {k['calls']} | "
-            f"{k['flops_per_s'] / 1e9:.2f} | {k['bytes_per_s'] / 1e9:.2f} | "
-            f"{k['intensity']:.1f} | {k['bound']} | {of_roof(k['roof_fraction'])} |" for k in r["kernels"]]
+    out = [
+        "",
+        f"Roofline (machine peaks: {r['peak_flops_per_s'] / 1e9:.1f} GFLOP/s, "
+        f"{r['peak_bytes_per_s'] / 1e9:.1f} GB/s; ridge {r['ridge_flops_per_byte']:.1f} FLOP/byte):",
+        "",
+        "| kernel | layers | calls | GFLOP/s | GB/s | FLOP/byte | bound | of roof |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    out += [
+        f"| {k['kernel']} | {cell(layers_in_brief(k.get('layers')))} | {k['calls']} | "
+        f"{k['flops_per_s'] / 1e9:.2f} | {k['bytes_per_s'] / 1e9:.2f} | "
+        f"{k['intensity']:.1f} | {k['bound']} | {of_roof(k['roof_fraction'])} |"
+        for k in r["kernels"]
+    ]
     out += ["", "The bandwidth peak is a 64 MB copy, i.e. main memory: a kernel whose data stays in cache can pass it."]
     return out
 
@@ -256,28 +354,38 @@ def _fusion_and_memory(b: BuildReport) -> list[str]:
     out = []
     f, m = b.fusion, b.memory
     if f:
-        out += ["", f"Fusion: {f['operators']} operators -> {f['kernels']} kernels; estimated memory traffic "
-                f"{mb(f['traffic_bytes_before'])} -> {mb(f['traffic_bytes_after'])} (/{f['traffic_ratio']:.2f})."]
+        out += [
+            "",
+            f"Fusion: {f['operators']} operators -> {f['kernels']} kernels; estimated memory traffic "
+            f"{mb(f['traffic_bytes_before'])} -> {mb(f['traffic_bytes_after'])} (/{f['traffic_ratio']:.2f}).",
+        ]
         if f["groups"]:
             out += ["", "| fused kernel | operators | ONNX layers | calls |", "| --- | --- | --- | --- |"]
-            out += [f"| {g['kernel']} | {' + '.join(g['ops'])} | {cell(layers_in_brief(g.get('layers')))} "
-                    f"| {g['calls']} |"
-                    for g in f["groups"][:10]]
+            out += [
+                f"| {g['kernel']} | {' + '.join(g['ops'])} | {cell(layers_in_brief(g.get('layers')))} | {g['calls']} |"
+                for g in f["groups"][:10]
+            ]
             if len(f["groups"]) > 10:
                 out.append(f"| ... {len(f['groups']) - 10} more | | | |")
     if m:
         rss = f", measured peak RSS {mb(m['measured_peak_rss_bytes'])}" if m.get("measured_peak_rss_bytes") else ""
-        out += ["", f"Memory for {m['intermediates']} intermediates: naive {mb(m['naive_bytes'])}, planned "
-                f"{mb(m['planned_bytes'])} ({m['planned_over_naive']:.2f} of naive), lower bound "
-                f"{mb(m['lower_bound_bytes'])} (planned is {m['planned_over_bound']:.2f}x the bound){rss}."]
+        out += [
+            "",
+            f"Memory for {m['intermediates']} intermediates: naive {mb(m['naive_bytes'])}, planned "
+            f"{mb(m['planned_bytes'])} ({m['planned_over_naive']:.2f} of naive), lower bound "
+            f"{mb(m['lower_bound_bytes'])} (planned is {m['planned_over_bound']:.2f}x the bound){rss}.",
+        ]
     layout = (b.schedule or {}).get("layout") or ""
     if layout.startswith("model ("):
         out += ["", f"Layout: the model's own, channels-last was refused: {layout.removeprefix('model (')[:-1]}."]
     refused = (b.schedule or {}).get("kernels") or {}
     if refused:
         named = ", ".join(f"{k} {n}" for k, n in list(refused.items())[:5]) + (", ..." if len(refused) > 5 else "")
-        out += ["", f"Default schedule: TVM refused {sum(refused.values())} steps in {len(refused)} kernels ({named}); "
-                "those kernels keep a simpler schedule."]
+        out += [
+            "",
+            f"Default schedule: TVM refused {sum(refused.values())} steps in {len(refused)} kernels ({named}); "
+            "those kernels keep a simpler schedule.",
+        ]
     return out
 
 
@@ -300,8 +408,10 @@ def summary_line(b: BuildReport) -> str | None:
     f, m = b.fusion, b.memory
     if not f or not m:
         return None
-    return (f"{b.name}  ops {f['operators']} -> kernels {f['kernels']}  traffic /{f['traffic_ratio']:.1f}  "
-            f"memory {mb(m['naive_bytes'])} -> {mb(m['planned_bytes'])} (bound {mb(m['lower_bound_bytes'])})")
+    return (
+        f"{b.name}  ops {f['operators']} -> kernels {f['kernels']}  traffic /{f['traffic_ratio']:.1f}  "
+        f"memory {mb(m['naive_bytes'])} -> {mb(m['planned_bytes'])} (bound {mb(m['lower_bound_bytes'])})"
+    )
 
 
 def _cpus(count: float) -> str:
@@ -326,8 +436,10 @@ def ran_on(b: BuildReport) -> str | None:
         if machine.get("cpu_quota") is not None:
             parts.append(f"a CPU quota of {_cpus(machine['cpu_quota'])}")
         if machine.get("gpu"):
-            parts.append(f"GPU {machine['gpu']}, compute capability {machine['compute_capability']}, CUDA driver "
-                         f"{machine['cuda_driver']}")
+            parts.append(
+                f"GPU {machine['gpu']}, compute capability {machine['compute_capability']}, CUDA driver "
+                f"{machine['cuda_driver']}"
+            )
         return f"this machine ({', '.join(parts)})"
     told = [machine[k] for k in ("machine", "os") if machine.get(k)]
     if machine.get("threads"):
@@ -336,7 +448,9 @@ def ran_on(b: BuildReport) -> str | None:
     where = f"device {machine['device']!r} from the RPC tracker at {machine['tracker']}"
     where += f" ({described})" if described else ""
     if machine.get("emulated"):
-        where += f", emulated by {machine['emulated']}: its latency is not a hardware figure and no latency gate applies"
+        where += (
+            f", emulated by {machine['emulated']}: its latency is not a hardware figure and no latency gate applies"
+        )
     return where
 
 
@@ -345,12 +459,20 @@ def outcome_line(b: BuildReport) -> str:
     parts = [b.name]
     latency = b.latency_ms
     if latency:
-        parts.append(f"p50 {latency['median']:.3g} ms  p99 {latency['p99']:.3g} ms  {latency['throughput']:.4g}/s"
-                     + ("  (emulated device)" if _machine(b).get("emulated") else "")
-                     + (f"  (busy machine: others used {b.others_cpu:.0%} of the CPUs)"
-                        if (b.others_cpu or 0) > BUSY_SHARE else "")
-                     + (f"  (CPU quota: {b.throttled:.0%} of the CPUs' time withheld)"
-                        if (b.throttled or 0) > THROTTLED_SHARE else ""))
+        parts.append(
+            f"p50 {latency['median']:.3g} ms  p99 {latency['p99']:.3g} ms  {latency['throughput']:.4g}/s"
+            + ("  (emulated device)" if _machine(b).get("emulated") else "")
+            + (
+                f"  (busy machine: others used {b.others_cpu:.0%} of the CPUs)"
+                if (b.others_cpu or 0) > BUSY_SHARE
+                else ""
+            )
+            + (
+                f"  (CPU quota: {b.throttled:.0%} of the CPUs' time withheld)"
+                if (b.throttled or 0) > THROTTLED_SHARE
+                else ""
+            )
+        )
     elif not b.validation.ran:
         parts.append(f"not validated: {b.validation.reason}")
     worst = worst_accuracy(b)
@@ -362,8 +484,13 @@ def outcome_line(b: BuildReport) -> str:
 
 
 # accuracy gates and their figures, in the order a person reads them first
-_ACCURACY = (("min_cosine", "cosine"), ("max_abs_error", "max_abs"), ("max_rel_error", "max_rel"),
-             ("min_sqnr_db", "sqnr_db"), ("min_top1_agreement", "top1_agreement"))
+_ACCURACY = (
+    ("min_cosine", "cosine"),
+    ("max_abs_error", "max_abs"),
+    ("max_rel_error", "max_rel"),
+    ("min_sqnr_db", "sqnr_db"),
+    ("min_top1_agreement", "top1_agreement"),
+)
 
 
 def worst_accuracy(b: BuildReport) -> str | None:

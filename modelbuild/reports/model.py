@@ -118,18 +118,30 @@ class Report:
     schema: str = SCHEMA_ID
 
     def to_json(self) -> dict:
-        return {"schema": self.schema, "passed": self.passed, "recipe": self.recipe,
-                "builds": [b.to_json() for b in self.builds], "cache": self.cache}
+        return {
+            "schema": self.schema,
+            "passed": self.passed,
+            "recipe": self.recipe,
+            "builds": [b.to_json() for b in self.builds],
+            "cache": self.cache,
+        }
 
 
 def collect(project, run: RunResult, *, cache: dict | None = None) -> Report:
     """The report of one run over every build of the plan that ran."""
-    builds = [_build(project, run, name) for name in project.plan.builds
-              if all(n in run.results for n in project.plan.builds[name])]
+    builds = [
+        _build(project, run, name)
+        for name in project.plan.builds
+        if all(n in run.results for n in project.plan.builds[name])
+    ]
     compare_with_float(builds)
     builds.sort(key=lambda b: (b.passed, b.name))  # failures first
-    return Report(passed=all(b.passed for b in builds), recipe=str(project.recipe.path), builds=builds,
-                  cache=cache if cache is not None else run.stats.as_dict())
+    return Report(
+        passed=all(b.passed for b in builds),
+        recipe=str(project.recipe.path),
+        builds=builds,
+        cache=cache if cache is not None else run.stats.as_dict(),
+    )
 
 
 def compare_with_float(builds: list[BuildReport]) -> None:
@@ -141,14 +153,17 @@ def compare_with_float(builds: list[BuildReport]) -> None:
             continue
         reference = by_name.get(float_build_of(build.name) or "")
         ours, theirs = build.latency_ms, reference.latency_ms if reference else None
-        build.vs_float = (VsFloat(reference.name, theirs["median"], ours["median"] / theirs["median"])
-                          if ours and theirs else None)
+        build.vs_float = (
+            VsFloat(reference.name, theirs["median"], ours["median"] / theirs["median"]) if ours and theirs else None
+        )
 
 
 def _build(project, run: RunResult, name: str) -> BuildReport:
     model, target = model_of(name), target_of(name)
     # the int8 build's second reference (onnxruntime's QDQ model) is read through validate's metrics
-    nodes = {run.results[n].stage: run.results[n] for n in project.plan.builds[name] if not n.startswith("reference-qdq:")}
+    nodes = {
+        run.results[n].stage: run.results[n] for n in project.plan.builds[name] if not n.startswith("reference-qdq:")
+    }
     metrics = _metrics(project, nodes.get("validate"))
     figures = _output_json(project, nodes.get("compile"), ANALYSIS) or {}
     quantization = _output_json(project, nodes.get("quantize"), QUANTIZE_SUMMARY)
@@ -158,7 +173,9 @@ def _build(project, run: RunResult, name: str) -> BuildReport:
     stages_ok = all(r.status in (Status.BUILT, Status.CACHED) for r in nodes.values())
     measured = metrics or NOT_MEASURED
     return BuildReport(
-        name=name, model=model, target=target,
+        name=name,
+        model=model,
+        target=target,
         artifact=_artifact(project, run, name),
         bound_inputs={n: i.value for n, i in project.recipe.spec.models[model].inputs.items() if i.value is not None},
         stages={stage: _stage(r) for stage, r in nodes.items()},
@@ -215,17 +232,21 @@ def _tuning(summary: dict | None, result: NodeResult | None) -> dict | None:
     if summary is None or result is None:
         return None
     now = result.status == Status.BUILT
-    return {"tasks": len(summary["tasks"]), "tuned_tasks": summary["tuned_tasks"],
-            "trials_total": sum(t["trials"] for t in summary["tasks"]),
-            "trials_measured_now": summary["measured_now"] if now else 0,
-            "estimated_latency_us": summary["estimated_latency_us"],
-            "seconds_now": summary.get("seconds", {}) if now else {}}
+    return {
+        "tasks": len(summary["tasks"]),
+        "tuned_tasks": summary["tuned_tasks"],
+        "trials_total": sum(t["trials"] for t in summary["tasks"]),
+        "trials_measured_now": summary["measured_now"] if now else 0,
+        "estimated_latency_us": summary["estimated_latency_us"],
+        "seconds_now": summary.get("seconds", {}) if now else {},
+    }
 
 
 def _stage(result: NodeResult) -> StageRun:
     built = round(result.built_seconds, 4) if result.built_seconds is not None else None
-    return StageRun(result.status.value, round(result.seconds, 4), result.key, built, result.error or None,
-                    result.log or None)
+    return StageRun(
+        result.status.value, round(result.seconds, 4), result.key, built, result.error or None, result.log or None
+    )
 
 
 def _metrics(project, result: NodeResult | None) -> Measured | None:
@@ -278,22 +299,38 @@ def _vs_baseline(project, spec, baseline: dict | None, measured: Measured) -> di
     if baseline is None:
         return None
     together = measured.baseline_latency_ms is not None  # then its latency is the one timed beside this build
-    now, base = measured.latency_ms or {}, (measured.baseline_latency_ms if together else baseline.get("latency_ms")) or {}
-    return {"report": project.recipe.shown(project.recipe.baseline_report(spec)), "timed_together": together,
-            "accuracy": gates.accuracy_changes(measured.accuracy, baseline.get("accuracy")),
-            "latency_ms": {stat: [base[stat], now[stat]] for stat in ("median", "p99") if stat in base and stat in now},
-            "kernels": kernel_changes((measured.roofline or {}).get("kernels"), (baseline.get("roofline") or {}).get("kernels"))}
+    now, base = (
+        measured.latency_ms or {},
+        (measured.baseline_latency_ms if together else baseline.get("latency_ms")) or {},
+    )
+    return {
+        "report": project.recipe.shown(project.recipe.baseline_report(spec)),
+        "timed_together": together,
+        "accuracy": gates.accuracy_changes(measured.accuracy, baseline.get("accuracy")),
+        "latency_ms": {stat: [base[stat], now[stat]] for stat in ("median", "p99") if stat in base and stat in now},
+        "kernels": kernel_changes(
+            (measured.roofline or {}).get("kernels"), (baseline.get("roofline") or {}).get("kernels")
+        ),
+    }
 
 
 def kernel_changes(now: list[dict] | None, base: list[dict] | None) -> list[dict]:
     """The heaviest kernels both roofline runs timed, one call each as [baseline, now] microseconds. Kernel
     names change with the IR, so kernels are matched by the first ONNX layer they compute where both know it."""
+
     def key(k: dict) -> str:
         return k["layers"][0] if k.get("layers") else k["kernel"]
 
     theirs = {key(k): k for k in base or []}
-    return [{"kernel": k["kernel"], "layers": k.get("layers", []),
-             "us": [theirs[key(k)]["seconds"] * 1e6, k["seconds"] * 1e6]} for k in now or [] if key(k) in theirs]
+    return [
+        {
+            "kernel": k["kernel"],
+            "layers": k.get("layers", []),
+            "us": [theirs[key(k)]["seconds"] * 1e6, k["seconds"] * 1e6],
+        }
+        for k in now or []
+        if key(k) in theirs
+    ]
 
 
 def _provenance(project, nodes: dict[str, NodeResult], spec, measured: Measured) -> dict:

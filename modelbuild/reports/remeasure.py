@@ -26,6 +26,7 @@ from modelbuild.validation.measured import Measured
 
 def timing_doubts(project) -> Callable[[Node, ActionResult], str | None]:
     """For the scheduler: the timing gates a validate node's cached figures fail ("max_p99_ms, ..."), or None."""
+
     def failed_timing(node: Node, result: ActionResult) -> str | None:
         if node.stage != "validate" or METRICS not in result.outputs:
             return None
@@ -34,9 +35,14 @@ def timing_doubts(project) -> Callable[[Node, ActionResult], str | None]:
         except DamagedObject:
             return None  # reusing it finds the damage and runs the stage again
         recipe = project.recipe
-        spec = recipe.validation_for(recipe.build_spec(model_of(node.build), target_of(node.build),
-                                                       quantization_of(node.build)))
-        failed = [g.name for g in gates.evaluate(spec, metrics, baseline_of(project, spec, node.build))
-                  if not g.passed and g.name in TIMING_GATES and g.value is not None]
+        spec = recipe.validation_for(
+            recipe.build_spec(model_of(node.build), target_of(node.build), quantization_of(node.build))
+        )
+        failed = [
+            g.name
+            for g in gates.evaluate(spec, metrics, baseline_of(project, spec, node.build))
+            if not g.passed and g.name in TIMING_GATES and g.value is not None
+        ]
         return ", ".join(failed) or None
+
     return failed_timing

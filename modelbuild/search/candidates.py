@@ -14,9 +14,12 @@ from modelbuild.validation.gates import ACCURACY_GATES
 def space_of(search, base) -> Space:
     """The candidates a [search.NAME] section allows, starting from the quantization section `base`."""
     calibration = base.calibration
-    return Space.of(search.precisions, search.weight_rounding or [base.weight_rounding],
-                    search.calibration_methods or [calibration.method],
-                    search.calibration_samples or [calibration.samples])
+    return Space.of(
+        search.precisions,
+        search.weight_rounding or [base.weight_rounding],
+        search.calibration_methods or [calibration.method],
+        search.calibration_samples or [calibration.samples],
+    )
 
 
 def quantization_of(base, candidate: Candidate, *, ranked: bool | None = None):
@@ -25,10 +28,14 @@ def quantization_of(base, candidate: Candidate, *, ranked: bool | None = None):
     choice of layers, from the same kind of ranking. `ranked` overrides the section's `sensitivity`: the
     library is the same either way."""
     settings = candidate.settings
-    update = {"weight_rounding": settings.weight_rounding, "int16_most_sensitive": 0,
-              "sensitivity": base.sensitivity if ranked is None else ranked,
-              "calibration": base.calibration.model_copy(update={"method": settings.calibration_method,
-                                                                 "samples": settings.calibration_samples})}
+    update = {
+        "weight_rounding": settings.weight_rounding,
+        "int16_most_sensitive": 0,
+        "sensitivity": base.sensitivity if ranked is None else ranked,
+        "calibration": base.calibration.model_copy(
+            update={"method": settings.calibration_method, "samples": settings.calibration_samples}
+        ),
+    }
     raised = list(candidate.raised)
     if candidate.precision == "int16":
         update["int16_nodes"] = [*base.int16_nodes, *(n for n in raised if n not in base.int16_nodes)]
@@ -45,9 +52,11 @@ def section_name(base_name: str, candidate: Candidate) -> str:
     return f"{base_name}-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
 
 
-OBJECTIVES = {"p50": lambda b: b.latency_ms and b.latency_ms["median"],
-              "p99": lambda b: b.latency_ms and b.latency_ms["p99"],
-              "size": lambda b: b.artifact_bytes}
+OBJECTIVES = {
+    "p50": lambda b: b.latency_ms and b.latency_ms["median"],
+    "p99": lambda b: b.latency_ms and b.latency_ms["p99"],
+    "size": lambda b: b.artifact_bytes,
+}
 UNITS = {"p50": "ms", "p99": "ms", "size": "bytes"}
 
 
@@ -65,9 +74,15 @@ def outcome_of(build: BuildReport, objective: str) -> Outcome:
     cosines = [out["cosine"] for out in (build.accuracy or {}).values() if out.get("cosine") is not None]
     value = OBJECTIVES[objective](build)
     paired = build.vs_float if objective == "p50" and build.vs_float and build.vs_float.timed_together else None
-    return Outcome(passed=bool(accuracy) and not failed, objective=value or None, margin=margin,
-                   accuracy=min(cosines, default=None), ranking=ranking, why="; ".join(failed),
-                   vs_float=paired.latency_ratio if paired else None)
+    return Outcome(
+        passed=bool(accuracy) and not failed,
+        objective=value or None,
+        margin=margin,
+        accuracy=min(cosines, default=None),
+        ranking=ranking,
+        why="; ".join(failed),
+        vs_float=paired.latency_ratio if paired else None,
+    )
 
 
 def _margin(gate) -> float:

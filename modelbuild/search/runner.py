@@ -6,9 +6,9 @@ build/search/<build>/, with the search's own report beside them."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable
 
 from modelbuild.engine.scheduler import Options
 from modelbuild.errors import EnvironmentFailure, ModelbuildError, SelectionError, StageError
@@ -18,7 +18,7 @@ from modelbuild.recipe.schema import ValidationSpec
 from modelbuild.reports import collect
 from modelbuild.reports.model import BuildReport, Report
 from modelbuild.search import candidates
-from modelbuild.search.strategy import Candidate, chosen, Outcome, walk
+from modelbuild.search.strategy import Candidate, Outcome, chosen, walk
 from modelbuild.validation.gates import ACCURACY_GATES
 
 Say = Callable[[str], None]
@@ -50,8 +50,9 @@ class SearchResult:
         return candidates.OBJECTIVES[self.objective](self.float_build) if self.float_build else None
 
 
-def run_search(project: Project, selector: str, say: Say = lambda line: None,
-               clock: Callable[[], float] = time.monotonic) -> SearchResult:
+def run_search(
+    project: Project, selector: str, say: Say = lambda line: None, clock: Callable[[], float] = time.monotonic
+) -> SearchResult:
     """Search the one build `selector` names; `say` hears a line per candidate."""
     name = _searched_build(project, selector)
     recipe = project.recipe
@@ -72,8 +73,7 @@ def run_search(project: Project, selector: str, say: Say = lambda line: None,
         outcome = candidates.outcome_of(build, section.objective)
         result.trials[candidate] = outcome
         result.stages_run[candidate] = sum(stage.status != "cached" for stage in build.stages.values())
-        say(f"  {_verdict(outcome, section.objective)}"
-            + ("" if result.stages_run[candidate] else " (cached)"))
+        say(f"  {_verdict(outcome, section.objective)}" + ("" if result.stages_run[candidate] else " (cached)"))
         return outcome
 
     def may_continue(built: int) -> bool:
@@ -90,14 +90,21 @@ def run_search(project: Project, selector: str, say: Say = lambda line: None,
 
 def _searched_build(project: Project, selector: str) -> str:
     """The one build the selector names that has a search section."""
-    names = [b for b in select(project.plan, [selector]).builds
-             if project.recipe.build_spec(model_of(b), target_of(b), quantization_of(b)).search]
+    names = [
+        b
+        for b in select(project.plan, [selector]).builds
+        if project.recipe.build_spec(model_of(b), target_of(b), quantization_of(b)).search
+    ]
     if not names:
-        raise SelectionError(f"{selector!r} selects no build with a search (fix: add search = \"NAME\" to its "
-                             f"[[builds]] entry and declare [search.NAME])")
+        raise SelectionError(
+            f'{selector!r} selects no build with a search (fix: add search = "NAME" to its '
+            f"[[builds]] entry and declare [search.NAME])"
+        )
     if len(names) > 1:
-        raise SelectionError(f"{selector!r} selects {len(names)} builds with a search: {', '.join(names)} (fix: "
-                             f"name one, as model+quantization@target)")
+        raise SelectionError(
+            f"{selector!r} selects {len(names)} builds with a search: {', '.join(names)} (fix: "
+            f"name one, as model+quantization@target)"
+        )
     return names[0]
 
 
@@ -106,14 +113,20 @@ def _check_searchable(project: Project, entry, target: str) -> None:
     recipe = project.recipe
     validation = recipe.validation_for(entry)
     if not validation.enabled or not any(getattr(validation.gates, gate) is not None for gate in ACCURACY_GATES):
-        raise recipe.validation_error(entry, ("gates",), "a search needs an accuracy gate to pass, and this build "
-                                      "has none" + ("" if validation.enabled else " (validation is off)"),
-                                      "set min_cosine = 0.99, or another accuracy gate, and enabled = true")
+        raise recipe.validation_error(
+            entry,
+            ("gates",),
+            "a search needs an accuracy gate to pass, and this build "
+            "has none" + ("" if validation.enabled else " (validation is off)"),
+            "set min_cosine = 0.99, or another accuracy gate, and enabled = true",
+        )
     validate = project.plan.nodes[f"validate:{build_name(entry.model, target, entry.quantization)}"].params
     if not validate["runs_here"]:
-        raise SelectionError(f"the candidates of a search are validated, and target {target!r} cannot run here: "
-                             f"{validate['reason']} (fix: give the target an rpc device, or search a build for "
-                             f"this machine)")
+        raise SelectionError(
+            f"the candidates of a search are validated, and target {target!r} cannot run here: "
+            f"{validate['reason']} (fix: give the target an rpc device, or search a build for "
+            f"this machine)"
+        )
 
 
 def _candidate_project(project: Project, entry, result: SearchResult, sections: dict) -> Project:
@@ -149,8 +162,9 @@ def _beside_float(validation: ValidationSpec | None) -> ValidationSpec:
     return base.model_copy(update={"timing": base.timing.model_copy(update={"beside_float": True})})
 
 
-def _built(project: Project, entry, result: SearchResult, sections: dict, *,
-           must_build: bool = True) -> list[BuildReport]:
+def _built(
+    project: Project, entry, result: SearchResult, sections: dict, *, must_build: bool = True
+) -> list[BuildReport]:
     """Build the candidates (cached ones are read back) and report each as `modelbuild build` would. With
     `must_build` (the first candidate, the quantization section as written, and the float build), a failed
     stage ends the search with its error and exit code: there is nothing to search from or compare with."""
@@ -173,8 +187,11 @@ def _report(project: Project, entry, result: SearchResult, sections: dict, *, mu
 
 
 def _verdict(outcome: Outcome, objective: str) -> str:
-    value = "-" if outcome.objective is None else (
-        f"{outcome.objective:.0f} bytes" if objective == "size" else f"{outcome.objective:.3f} ms")
+    value = (
+        "-"
+        if outcome.objective is None
+        else (f"{outcome.objective:.0f} bytes" if objective == "size" else f"{outcome.objective:.3f} ms")
+    )
     worst = f", worst cosine {outcome.accuracy:.6f}" if outcome.accuracy is not None else ""
     if outcome.passed:
         return f"passed: {objective} {value}{worst}"

@@ -12,8 +12,8 @@ chance to pass with fewer raised layers than the walk needed.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ class Space:
     settings: tuple[Settings, ...]
 
     @classmethod
-    def of(cls, precisions, roundings, methods, samples) -> "Space":
+    def of(cls, precisions, roundings, methods, samples) -> Space:
         combos = tuple(Settings(*combo) for combo in itertools.product(roundings, methods, samples))
         return cls(tuple(precisions), combos)
 
@@ -118,6 +118,7 @@ def walk(space: Space, evaluate: Callable[[Candidate], Outcome], may_continue: C
 def fewest_raised(tried: Walk, ranking: tuple[str, ...], precision: str, settings: Settings, most: int) -> int | None:
     """The smallest k <= most whose candidate passes, by doubling k from 1 and then bisecting; None when even
     k = most fails (or most < 1)."""
+
     def passes(k: int) -> bool:
         return tried.passes(Candidate(settings, ranking[:k], precision))
 
@@ -168,7 +169,12 @@ def frontier(trials: dict[Candidate, Outcome]) -> list[Candidate]:
     first."""
     measured = [(c, o) for c, o in trials.items() if o.objective is not None and o.accuracy is not None]
     speed = speed_of([o for _, o in measured])
-    front = [c for c, o in measured
-             if not any(speed(p) <= speed(o) and p.accuracy >= o.accuracy
-                        and (speed(p), p.accuracy) != (speed(o), o.accuracy) for _, p in measured)]
+    front = [
+        c
+        for c, o in measured
+        if not any(
+            speed(p) <= speed(o) and p.accuracy >= o.accuracy and (speed(p), p.accuracy) != (speed(o), o.accuracy)
+            for _, p in measured
+        )
+    ]
     return sorted(front, key=lambda c: speed(trials[c]))

@@ -11,7 +11,7 @@ bounded.
 from __future__ import annotations
 
 import contextlib
-from typing import Callable
+from collections.abc import Callable
 
 CANDIDATES_PER_WORKER = 64
 
@@ -25,8 +25,12 @@ def pooled_builder(timeout_s: float, f_export: Callable | None, initializer: Cal
     from tvm.s_tir.meta_schedule.utils import cpu_count
     from tvm.support.popen_pool import PopenPoolExecutor, StatusKind
 
-    pool = PopenPoolExecutor(max_workers=cpu_count(logical=True), timeout=timeout_s, initializer=initializer,
-                             maximum_process_uses=CANDIDATES_PER_WORKER)
+    pool = PopenPoolExecutor(
+        max_workers=cpu_count(logical=True),
+        timeout=timeout_s,
+        initializer=initializer,
+        maximum_process_uses=CANDIDATES_PER_WORKER,
+    )
 
     def result(done) -> BuilderResult:  # in LocalBuilder's words
         if done.status == StatusKind.COMPLETE:

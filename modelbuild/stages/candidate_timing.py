@@ -36,8 +36,10 @@ def time_candidate(rt_mod, device, config, repeated_args) -> list[float]:
         probe = _evaluator(rt_mod, device, config, config.number, 1, config.min_repeat_ms * PROBE_SHARE)
         number = runs_for(probe(*args).mean, config.min_repeat_ms, config.number)
         device.sync()
-        costs += [float(c) for c in
-                  _evaluator(rt_mod, device, config, number, config.repeat, config.min_repeat_ms)(*args).results]
+        costs += [
+            float(c)
+            for c in _evaluator(rt_mod, device, config, number, config.repeat, config.min_repeat_ms)(*args).results
+        ]
     return costs
 
 
@@ -47,6 +49,11 @@ def time_candidate_remotely(session, rt_mod, device, config, repeated_args) -> l
 
 
 def _evaluator(rt_mod, device, config, number: int, repeat: int, min_repeat_ms: float):
-    return rt_mod.time_evaluator(func_name=rt_mod.entry_name, dev=device, number=number, repeat=repeat,
-                                 min_repeat_ms=int(min_repeat_ms),
-                                 f_preproc="cache_flush_cpu_non_first_arg" if config.enable_cpu_cache_flush else "")
+    return rt_mod.time_evaluator(
+        func_name=rt_mod.entry_name,
+        dev=device,
+        number=number,
+        repeat=repeat,
+        min_repeat_ms=int(min_repeat_ms),
+        f_preproc="cache_flush_cpu_non_first_arg" if config.enable_cpu_cache_flush else "",
+    )

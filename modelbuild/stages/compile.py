@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from modelbuild.compiler import analysis, lowering, tuning_db
-from modelbuild.errors import last_line, StageError
+from modelbuild.errors import StageError, last_line
 from modelbuild.recipe.params import CompileOptions, CompileParams, parse
 
 ANALYSIS_FILE = "analysis.json"
@@ -61,10 +61,17 @@ def _build(module, target, options: CompileOptions, records: Path | None):
         with _device_code_as_source():
             return tvm.compile(module, target=target), None
     database = _database(records) if records else None
-    phases = lowering.lower(module, target, fuse=options.fuse, layout=options.layout, database=database,
-                            schedule=options.schedule == "default")
-    executable = tvm.relax.build(phases.planned, target=target, relax_pipeline=lowering.finish_passes(target),
-                                 exec_mode=EXEC_MODE)
+    phases = lowering.lower(
+        module,
+        target,
+        fuse=options.fuse,
+        layout=options.layout,
+        database=database,
+        schedule=options.schedule == "default",
+    )
+    executable = tvm.relax.build(
+        phases.planned, target=target, relax_pipeline=lowering.finish_passes(target), exec_mode=EXEC_MODE
+    )
     return executable, phases
 
 
@@ -127,7 +134,9 @@ def export(executable, path: Path, cross_compiler: str | None) -> None:
     except RuntimeError as err:
         if "Command line:" not in str(err):
             raise
-        raise StageError(f"linking {path.name} with {cross_compiler or cc.get_cc()} failed: {linker_says(err)}") from err
+        raise StageError(
+            f"linking {path.name} with {cross_compiler or cc.get_cc()} failed: {linker_says(err)}"
+        ) from err
 
 
 def linker_says(err: BaseException) -> str:

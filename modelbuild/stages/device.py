@@ -9,7 +9,6 @@ of the key busy, a device that drops mid-run.
 from __future__ import annotations
 
 # TVM is imported in the functions that use it: validate.py imports this module for its exit code alone
-
 import json
 import os
 import signal
@@ -63,8 +62,9 @@ def clocked_on_device(vm, dev, guard=lambda call: call(), other=None):
     `other` VM's) run in turns, or None without `other`."""
     import tvm
 
-    def timer(arrays, *, warmup: int, min_runs: int, min_seconds: float, max_seconds: float = float("inf"),
-              **_) -> list[float]:
+    def timer(
+        arrays, *, warmup: int, min_runs: int, min_seconds: float, max_seconds: float = float("inf"), **_
+    ) -> list[float]:
         args = [tvm.runtime.tensor(a, dev) for a in arrays]
         for _ in range(warmup):
             guard(lambda: vm["main"](*args))
@@ -73,15 +73,20 @@ def clocked_on_device(vm, dev, guard=lambda call: call(), other=None):
         runs = max(1, min(wanted, int(max_seconds / once) if once > 0 else wanted))
         return list(guard(lambda: vm.time_evaluator("main", dev, number=1, repeat=runs)(*args).results))
 
-    def together(arrays, *, warmup: int, min_runs: int, min_seconds: float, max_seconds: float = float("inf"),
-                 **_) -> tuple[list[float], list[float]]:
+    def together(
+        arrays, *, warmup: int, min_runs: int, min_seconds: float, max_seconds: float = float("inf"), **_
+    ) -> tuple[list[float], list[float]]:
         args = [tvm.runtime.tensor(a, dev) for a in arrays]
         for _ in range(warmup):
             guard(lambda: (vm["main"](*args), other["main"](*args)))
         ours, theirs = (m.time_evaluator("main", dev, number=1, repeat=1) for m in (vm, other))
-        return metrics.in_turns(lambda: guard(lambda: ours(*args).results[0]),
-                                lambda: guard(lambda: theirs(*args).results[0]),
-                                min_runs=min_runs, min_seconds=min_seconds, max_seconds=max_seconds)
+        return metrics.in_turns(
+            lambda: guard(lambda: ours(*args).results[0]),
+            lambda: guard(lambda: theirs(*args).results[0]),
+            min_runs=min_runs,
+            min_seconds=min_seconds,
+            max_seconds=max_seconds,
+        )
 
     return timer, together if other is not None else None
 
@@ -96,8 +101,10 @@ def _loaded(session, library: str, device: dict, name: str):
         session.upload(library, target=uploaded)
         return relax.VirtualMachine(session.load_module(uploaded), session.cpu())
     except Exception as err:  # TVM raises its own errors for a device that drops or cannot load the file
-        raise DeviceUnavailable(f"the {device['key']} device failed while loading the library: "
-                                f"{str(err).splitlines()[-1] if str(err) else type(err).__name__}") from None
+        raise DeviceUnavailable(
+            f"the {device['key']} device failed while loading the library: "
+            f"{str(err).splitlines()[-1] if str(err) else type(err).__name__}"
+        ) from None
 
 
 def _described(session) -> dict:
@@ -112,9 +119,12 @@ def _described(session) -> dict:
 def connect(device: dict):
     """An RPC session with a free device of `device["key"]`, or DeviceUnavailable within its timeout."""
     tracker, _ = _tracker(device)
-    return _within(device["timeout"], lambda: tracker.request(device["key"], priority=1, session_timeout=0),
-                   f"no {device['key']} device came free within {device['timeout']:g} s at the RPC tracker "
-                   f"{device['tracker']} (raise rpc.timeout, or add devices)")
+    return _within(
+        device["timeout"],
+        lambda: tracker.request(device["key"], priority=1, session_timeout=0),
+        f"no {device['key']} device came free within {device['timeout']:g} s at the RPC tracker "
+        f"{device['tracker']} (raise rpc.timeout, or add devices)",
+    )
 
 
 def count(device: dict) -> int:
@@ -132,22 +142,27 @@ def _tracker(device: dict):
     try:  # TVM's own connect retries for a minute: ask the socket first, briefly
         socket.create_connection((host, int(port)), timeout=CONNECT_SECONDS).close()
     except OSError as err:
-        raise DeviceUnavailable(f"cannot reach the RPC tracker at {device['tracker']} ({err.strerror or err}): "
-                                "is it running? (fix: python -m tvm.exec.rpc_tracker --port PORT --port-end "
-                                "PORT+1, or set MODELBUILD_RPC_TRACKER)") from None
+        raise DeviceUnavailable(
+            f"cannot reach the RPC tracker at {device['tracker']} ({err.strerror or err}): "
+            "is it running? (fix: python -m tvm.exec.rpc_tracker --port PORT --port-end "
+            "PORT+1, or set MODELBUILD_RPC_TRACKER)"
+        ) from None
     tracker = rpc.connect_tracker(host, int(port))
     summary = tracker.summary()
     servers = [str(s.get("key", "")).removeprefix("server:") for s in summary.get("server_info", [])]
     keys = set(summary.get("queue_info", {})) | set(servers)
     if device["key"] not in keys:
-        raise DeviceUnavailable(f"no device with key {device['key']!r} at the RPC tracker {device['tracker']} "
-                                f"(its keys: {', '.join(sorted(keys)) or 'none'}): start an RPC server with "
-                                f"--key {device['key']}, or fix the recipe's rpc.key")
+        raise DeviceUnavailable(
+            f"no device with key {device['key']!r} at the RPC tracker {device['tracker']} "
+            f"(its keys: {', '.join(sorted(keys)) or 'none'}): start an RPC server with "
+            f"--key {device['key']}, or fix the recipe's rpc.key"
+        )
     return tracker, servers
 
 
 def _within(seconds: float, call, message: str):
     """`call()`, or DeviceUnavailable(message) once `seconds` have passed (SIGALRM: measure.py's main thread)."""
+
     def expired(signum, frame):
         raise DeviceUnavailable(message)
 
@@ -166,5 +181,7 @@ def _guarded(device: dict, call):
     except DeviceUnavailable:
         raise
     except Exception as err:  # the connection dropped: TVM says so in its own words
-        raise DeviceUnavailable(f"the {device['key']} device dropped mid-run: "
-                                f"{str(err).splitlines()[-1] if str(err) else type(err).__name__}") from None
+        raise DeviceUnavailable(
+            f"the {device['key']} device dropped mid-run: "
+            f"{str(err).splitlines()[-1] if str(err) else type(err).__name__}"
+        ) from None

@@ -20,20 +20,28 @@ import numpy as np
 
 from modelbuild import signature
 from modelbuild.compiler import analysis
-from modelbuild.recipe.nvrtc import toolkit_environment
 from modelbuild.errors import last_line
 from modelbuild.recipe.cgroup import cpu_quota, throttled_seconds
 from modelbuild.recipe.gpus import NVRTC_PACKAGES
+from modelbuild.recipe.nvrtc import toolkit_environment
 from modelbuild.recipe.targets import host_machine, validating_machine
 from modelbuild.stages import device as remote
 from modelbuild.validation import metrics
 from modelbuild.validation.golden import feedback as fed_back_inputs
 
 
-
-def main(library: str, golden_path: str, signature_path: str, timing_json: str, out_path: str,
-         analysis_path: str = "", qdq_path: str = "", device_json: str = "", baseline: str = "",
-         gpu: bool = False) -> None:
+def main(
+    library: str,
+    golden_path: str,
+    signature_path: str,
+    timing_json: str,
+    out_path: str,
+    analysis_path: str = "",
+    qdq_path: str = "",
+    device_json: str = "",
+    baseline: str = "",
+    gpu: bool = False,
+) -> None:
     timing = json.loads(timing_json)
     tensors = signature.read(Path(signature_path))
     golden = dict(np.load(golden_path))
@@ -58,15 +66,17 @@ def main(library: str, golden_path: str, signature_path: str, timing_json: str, 
     accuracy = {name: _accuracy(np.stack(actual[name]), golden[f"out.{name}"], scores[name]) for name in output_names}
     if qdq_path:  # an int8 build: also against onnxruntime's own quantized model on the same inputs
         qdq = dict(np.load(qdq_path))
-        accuracy_vs_qdq = {name: _accuracy(np.stack(actual[name]), qdq[f"out.{name}"], scores[name])
-                           for name in output_names}
+        accuracy_vs_qdq = {
+            name: _accuracy(np.stack(actual[name]), qdq[f"out.{name}"], scores[name]) for name in output_names
+        }
 
     arrays = inputs_of(golden, input_names, 0)
     together = None
     clock = cpu_clock()
     if baseline:  # on a device or a GPU, the timer runs the two in turns there
-        latencies, together = (timer(arrays, **timing) if timer
-                               else _time_together(run, _load(baseline), arrays, **timing))
+        latencies, together = (
+            timer(arrays, **timing) if timer else _time_together(run, _load(baseline), arrays, **timing)
+        )
     else:
         latencies = timer(arrays, **timing) if timer else _time(run, arrays, **timing)
     after = cpu_clock() if clock and not device else None  # a device's CPUs are not this machine's
@@ -83,8 +93,11 @@ def main(library: str, golden_path: str, signature_path: str, timing_json: str, 
         "others_cpu": others,
         "throttled": throttled,
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-        "machine": ({"device": device["key"], "tracker": device["tracker"], "via": "rpc", **described} if device
-                    else _this_machine(gpu)),
+        "machine": (
+            {"device": device["key"], "tracker": device["tracker"], "via": "rpc", **described}
+            if device
+            else _this_machine(gpu)
+        ),
         "samples": count,
     }
     Path(out_path).write_text(json.dumps(result))
@@ -145,13 +158,15 @@ def _on_gpu(library: str, baseline: str | None):
     os.environ.update(toolkit_environment(dict(os.environ), sys.path, shutil.which("nvcc")))
     dev = tvm.cuda(0)
     try:
-        vm, other = (relax.VirtualMachine(tvm.runtime.load_module(path), dev) if path else None
-                     for path in (library, baseline))
+        vm, other = (
+            relax.VirtualMachine(tvm.runtime.load_module(path), dev) if path else None for path in (library, baseline)
+        )
     except Exception as err:  # noqa: BLE001  (TVM raises its own types; the NVRTC one names its package)
         said = last_line(err)
         if "cuda-bindings" in str(err) or "nvrtc" in said.lower() or "Cannot find CUDA" in str(err):
-            raise remote.DeviceUnavailable(f"the GPU cannot load the cuda library: {said} (fix: "
-                                           f"{NVRTC_PACKAGES})") from None
+            raise remote.DeviceUnavailable(
+                f"the GPU cannot load the cuda library: {said} (fix: {NVRTC_PACKAGES})"
+            ) from None
         raise
     timer, together = remote.clocked_on_device(vm, dev, other=other)
     return remote.vm_runner(vm, dev), together or timer
@@ -172,8 +187,13 @@ def cpu_clock(stat: Path = Path("/proc/stat")) -> metrics.CpuClock | None:
             busy += user + nice + system + irq + softirq + steal  # guest time is in user already
     times = os.times()
     ticks = os.sysconf("SC_CLK_TCK")
-    return metrics.CpuClock(cpus_busy=busy / ticks, own=times.user + times.system, wall=time.monotonic(),
-                            cpus=len(allowed), throttled=throttled_seconds())
+    return metrics.CpuClock(
+        cpus_busy=busy / ticks,
+        own=times.user + times.system,
+        wall=time.monotonic(),
+        cpus=len(allowed),
+        throttled=throttled_seconds(),
+    )
 
 
 def _roofline(library: str, kernels: list[dict]) -> dict:
@@ -236,8 +256,9 @@ def _accuracy(actual: np.ndarray, expected: np.ndarray, scores: bool = True) -> 
     return stats
 
 
-def _time(run, arrays, *, warmup: int, min_runs: int, min_seconds: float, max_seconds: float = float("inf"),
-          **_) -> list[float]:
+def _time(
+    run, arrays, *, warmup: int, min_runs: int, min_seconds: float, max_seconds: float = float("inf"), **_
+) -> list[float]:
     """Warm up, then run until both min_runs and min_seconds are met, or max_seconds have passed."""
     for _ in range(warmup):
         run(arrays)
@@ -251,13 +272,19 @@ def _time(run, arrays, *, warmup: int, min_runs: int, min_seconds: float, max_se
     return latencies
 
 
-def _time_together(run, baseline, arrays, *, warmup: int, min_runs: int, min_seconds: float,
-                   max_seconds: float = float("inf"), **_) -> tuple[list[float], list[float]]:
+def _time_together(
+    run, baseline, arrays, *, warmup: int, min_runs: int, min_seconds: float, max_seconds: float = float("inf"), **_
+) -> tuple[list[float], list[float]]:
     """This library and the baseline's timed in turns (metrics.in_turns) after warming up both."""
     for _ in range(warmup):
         run(arrays), baseline(arrays)
-    return metrics.in_turns(lambda: _seconds(lambda: run(arrays)), lambda: _seconds(lambda: baseline(arrays)),
-                            min_runs=min_runs, min_seconds=min_seconds, max_seconds=max_seconds)
+    return metrics.in_turns(
+        lambda: _seconds(lambda: run(arrays)),
+        lambda: _seconds(lambda: baseline(arrays)),
+        min_runs=min_runs,
+        min_seconds=min_seconds,
+        max_seconds=max_seconds,
+    )
 
 
 if __name__ == "__main__":

@@ -19,11 +19,26 @@ import onnx
 from onnx import numpy_helper
 
 from modelbuild import signature
-from modelbuild.errors import InputError, last_line, StageError
 from modelbuild.compiler import integer_ops, layer_names
-from modelbuild.frontend import (auto_pad, batchnorm, constant_operators, decompositions, float16, functions,
-                                 inferred, loops, node_order, opset, predication, qoperator, recurrent, resize_inputs,
-                                 roi_align, topk_order)
+from modelbuild.errors import InputError, StageError, last_line
+from modelbuild.frontend import (
+    auto_pad,
+    batchnorm,
+    constant_operators,
+    decompositions,
+    float16,
+    functions,
+    inferred,
+    loops,
+    node_order,
+    opset,
+    predication,
+    qoperator,
+    recurrent,
+    resize_inputs,
+    roi_align,
+    topk_order,
+)
 from modelbuild.recipe.params import ImportParams, parse
 from modelbuild.recipe.schema import InputSpec, toml_key
 
@@ -65,8 +80,13 @@ def _load(path: Path):
 
 
 # what a graph input or output holds where it is no tensor, in the words of the ONNX type it is
-NOT_TENSORS = {"sequence_type": "a sequence", "map_type": "a map", "optional_type": "an optional value",
-               "sparse_tensor_type": "a sparse tensor", None: "of no type"}
+NOT_TENSORS = {
+    "sequence_type": "a sequence",
+    "map_type": "a map",
+    "optional_type": "an optional value",
+    "sparse_tensor_type": "a sparse tensor",
+    None: "of no type",
+}
 
 
 def _only_tensors(model) -> None:
@@ -80,9 +100,11 @@ def _only_tensors(model) -> None:
             what = NOT_TENSORS.get(kind, f"a {kind}") if kind != "tensor_type" else "a tensor of no element type"
             if kind == "sequence_type" and value.type.sequence_type.elem_type.WhichOneof("value") == "map_type":
                 what = "a sequence of maps"
-            raise InputError(f"{role} {value.name!r} is {what}, not a tensor, and a library takes and returns "
-                             f"tensors only (fix: export the model with tensor {role}s, e.g. skl2onnx's "
-                             "options={'zipmap': False} for a classifier's probabilities)")
+            raise InputError(
+                f"{role} {value.name!r} is {what}, not a tensor, and a library takes and returns "
+                f"tensors only (fix: export the model with tensor {role}s, e.g. skl2onnx's "
+                "options={'zipmap': False} for a classifier's probabilities)"
+            )
 
 
 def bind_inputs(model, bound: dict[str, InputSpec]) -> None:
@@ -95,13 +117,17 @@ def bind_inputs(model, bound: dict[str, InputSpec]) -> None:
             raise InputError(f"the model has no input {name!r} to bind{actual}")
         dims, dtype = graph_inputs[name].type.tensor_type.shape.dim, _dtype(graph_inputs[name])
         if spec.dtype != dtype:
-            raise InputError(f"input {name!r} is {dtype} in the model, the recipe binds a {spec.dtype} value"
-                             f" (fix: dtype = \"{dtype}\"){actual}")
+            raise InputError(
+                f"input {name!r} is {dtype} in the model, the recipe binds a {spec.dtype} value"
+                f' (fix: dtype = "{dtype}"){actual}'
+            )
         value = np.array(spec.value, dtype=dtype)
         fixed = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None for d in dims]
         if len(fixed) != value.ndim or any(f is not None and f != n for f, n in zip(fixed, value.shape)):
-            raise InputError(f"input {name!r} is {_dims(dims)} in the model, the recipe binds a value of shape "
-                             f"{list(value.shape)}{actual}")
+            raise InputError(
+                f"input {name!r} is {_dims(dims)} in the model, the recipe binds a value of shape "
+                f"{list(value.shape)}{actual}"
+            )
         model.graph.input.remove(graph_inputs[name])
         model.graph.initializer.append(numpy_helper.from_array(value, name))
 
@@ -120,15 +146,19 @@ def freeze_inputs(model, declared: dict[str, InputSpec]) -> dict[str, dict]:
         dims, dtype = value.type.tensor_type.shape.dim, _dtype(value)
         spec = declared.get(name) or _static_spec(name, dims, dtype, actual)
         if spec.dtype != dtype:
-            raise InputError(f"input {name!r} is {dtype} in the model, the recipe declares {spec.dtype}"
-                             f" (fix: dtype = \"{dtype}\"){actual}")
+            raise InputError(
+                f"input {name!r} is {dtype} in the model, the recipe declares {spec.dtype}"
+                f' (fix: dtype = "{dtype}"){actual}'
+            )
         if len(dims) != len(spec.shape):
-            raise InputError(f"input {name!r} has rank {len(dims)} in the model, the recipe declares shape "
-                             f"{spec.shape}{actual}")
+            raise InputError(
+                f"input {name!r} has rank {len(dims)} in the model, the recipe declares shape {spec.shape}{actual}"
+            )
         for dim, size in zip(dims, spec.shape):
             if dim.HasField("dim_value") and dim.dim_value > 0 and dim.dim_value != size:
-                raise InputError(f"input {name!r} is fixed to {_dims(dims)} in the model, the recipe declares "
-                                 f"{spec.shape}{actual}")
+                raise InputError(
+                    f"input {name!r} is fixed to {_dims(dims)} in the model, the recipe declares {spec.shape}{actual}"
+                )
             dim.ClearField("dim_param")
             dim.dim_value = size
         frozen[name] = {"shape": list(spec.shape), "dtype": spec.dtype}
@@ -144,8 +174,10 @@ def _static_spec(name: str, dims, dtype: str, actual: str) -> InputSpec:
     """An undeclared input's own shape, when the model fixes every dimension of it."""
     shape = _dims(dims)  # [] is a scalar: static
     if not all(isinstance(d, int) and d > 0 for d in shape):
-        raise InputError(f"input {name!r} has dynamic dimensions {shape}: declare the shape to build for (fix: "
-                         f"inputs.{toml_key(name)} = {{ shape = [...], dtype = \"{dtype}\" }} under the model){actual}")
+        raise InputError(
+            f"input {name!r} has dynamic dimensions {shape}: declare the shape to build for (fix: "
+            f'inputs.{toml_key(name)} = {{ shape = [...], dtype = "{dtype}" }} under the model){actual}'
+        )
     return InputSpec(shape=shape, dtype=dtype)
 
 
@@ -255,8 +287,10 @@ def _check_domains(model, known: tuple[str, ...] = ("", "ai.onnx", qoperator.CON
     rewrites, onnxruntime's own domain is let through: they turn its QOperator operators into ONNX ones."""
     for node in model.graph.node:
         if node.domain not in known:
-            raise StageError(f"operator {node.domain}.{node.op_type} (node {node.name!r}) is not supported by TVM"
-                             + DOMAIN_HINTS.get(node.domain, ""))
+            raise StageError(
+                f"operator {node.domain}.{node.op_type} (node {node.name!r}) is not supported by TVM"
+                + DOMAIN_HINTS.get(node.domain, "")
+            )
 
 
 def _check_supported(model, table: dict) -> None:
@@ -264,18 +298,24 @@ def _check_supported(model, table: dict) -> None:
     _check_domains(model, ("", "ai.onnx"))
     for node in model.graph.node:
         if node.op_type not in table:
-            raise StageError(f"operator {node.op_type} (node {node.name!r}) is not supported by TVM's ONNX frontend"
-                             + _foldable_hint(model, node))
+            raise StageError(
+                f"operator {node.op_type} (node {node.name!r}) is not supported by TVM's ONNX frontend"
+                + _foldable_hint(model, node)
+            )
     refused = resize_inputs.unsupported(model)
     if refused:
         raise StageError(refused)
 
 
-CONTRIB_HINT = ("; it is onnxruntime's own operator, written by its graph optimizer or QOperator quantizer: export "
-                "the model before onnxruntime optimizes it, or quantize in the QDQ format")
-DOMAIN_HINTS = {qoperator.CONTRIB: CONTRIB_HINT,
-                "ai.onnx.ml": "; it is a classical machine-learning operator (scikit-learn's, through skl2onnx), and "
-                              "TVM compiles neural networks: run this model with onnxruntime"}
+CONTRIB_HINT = (
+    "; it is onnxruntime's own operator, written by its graph optimizer or QOperator quantizer: export "
+    "the model before onnxruntime optimizes it, or quantize in the QDQ format"
+)
+DOMAIN_HINTS = {
+    qoperator.CONTRIB: CONTRIB_HINT,
+    "ai.onnx.ml": "; it is a classical machine-learning operator (scikit-learn's, through skl2onnx), and "
+    "TVM compiles neural networks: run this model with onnxruntime",
+}
 CONTROL_FLOW = {"If": "its condition", "Loop": "its trip count and condition"}
 
 
@@ -283,25 +323,34 @@ def _foldable_hint(model, node) -> str:
     """For control flow TVM cannot import: the graph inputs it depends on, which binding would fold away."""
     if node.op_type == "Scan":  # its steps are its inputs' length, which the recipe's shapes fix
         why = loops.scan_steps_or_refusal(node, inferred.tensors(model))[1]
-        return (f"; modelbuild writes a Scan out step by step, and {why}: export the model with the loop unrolled, "
-                f"or run it with onnxruntime")
+        return (
+            f"; modelbuild writes a Scan out step by step, and {why}: export the model with the loop unrolled, "
+            f"or run it with onnxruntime"
+        )
     if node.op_type not in CONTROL_FLOW:
         return ""
     inputs = _upstream_inputs(model, node.input[:2] if node.op_type == "Loop" else node.input[:1])
     carried = _upstream_inputs(model, node.input) if node.op_type != "If" else {}
     if not inputs and carried:  # a loop of a constant count over the model's values that loops.py left
         why = loops.steps_or_refusal(node, inferred.constants(model))[1]
-        return (f"; {CONTROL_FLOW[node.op_type]} is computed from constants alone, but it runs over values computed "
-                f"from input {', '.join(map(repr, carried))}, and {why}: export the model with the loop unrolled "
-                f"(torch.onnx.export traces a Python loop unrolled; a scripted one stays a {node.op_type}), or run "
-                f"it with onnxruntime")
+        return (
+            f"; {CONTROL_FLOW[node.op_type]} is computed from constants alone, but it runs over values computed "
+            f"from input {', '.join(map(repr, carried))}, and {why}: export the model with the loop unrolled "
+            f"(torch.onnx.export traces a Python loop unrolled; a scripted one stays a {node.op_type}), or run "
+            f"it with onnxruntime"
+        )
     if not inputs:  # onnxslim folds control flow on constants: only simplify = false leaves it
-        return (f"; {CONTROL_FLOW[node.op_type]} is computed from constants alone: simplify = true (the default) "
-                f"folds it away")
-    fixes = " and ".join(f"inputs.{toml_key(name)} = {{ value = ..., dtype = \"{_dtype(value)}\" }}"
-                         for name, value in inputs.items())
-    return (f"; {CONTROL_FLOW[node.op_type]} depends on input {', '.join(map(repr, inputs))}: bind it to a constant "
-            f"and the {node.op_type} folds away (fix: {fixes} under the model)")
+        return (
+            f"; {CONTROL_FLOW[node.op_type]} is computed from constants alone: simplify = true (the default) "
+            f"folds it away"
+        )
+    fixes = " and ".join(
+        f'inputs.{toml_key(name)} = {{ value = ..., dtype = "{_dtype(value)}" }}' for name, value in inputs.items()
+    )
+    return (
+        f"; {CONTROL_FLOW[node.op_type]} depends on input {', '.join(map(repr, inputs))}: bind it to a constant "
+        f"and the {node.op_type} folds away (fix: {fixes} under the model)"
+    )
 
 
 def _upstream_inputs(model, tensors) -> dict:
@@ -324,6 +373,7 @@ def _upstream_inputs(model, tensors) -> dict:
 @dataclass(frozen=True)
 class ModelFacts:
     """What `modelbuild init` reads of a model to write its recipe, from one load of it."""
+
     signature: signature.Signature  # the inputs and outputs it declares, dynamic dimensions named (or '?')
     float16: bool  # it keeps float16 values: weights, inputs or outputs
     quantized: bool  # it arrives quantized (QDQ or QOperator)
@@ -331,16 +381,29 @@ class ModelFacts:
 
 def model_facts(path: Path) -> ModelFacts:
     model = _load(path)
-    return ModelFacts(signature=_signature(model, {}), float16=float16.holds_float16(model),
-                      quantized=is_quantized(model))
+    return ModelFacts(
+        signature=_signature(model, {}), float16=float16.holds_float16(model), quantized=is_quantized(model)
+    )
 
 
 POOLING = {"GlobalAveragePool", "GlobalMaxPool", "AveragePool", "MaxPool", "ReduceMean", "ReduceMax"}
 NORMALISING = {"Div", "LpNormalization", "BatchNormalization"}  # x / |x|, and a BatchNorm1d on the features
 # what else a feature vector passes through after its pooling: shape ops, a normalisation's folded scale and
 # shift, an exporter's (de)quantizing
-AFTER_POOLING = NORMALISING | {"Flatten", "Reshape", "Squeeze", "Unsqueeze", "Identity", "Transpose", "Cast", "Mul",
-                               "Add", "Sub", "QuantizeLinear", "DequantizeLinear"}
+AFTER_POOLING = NORMALISING | {
+    "Flatten",
+    "Reshape",
+    "Squeeze",
+    "Unsqueeze",
+    "Identity",
+    "Transpose",
+    "Cast",
+    "Mul",
+    "Add",
+    "Sub",
+    "QuantizeLinear",
+    "DequantizeLinear",
+}
 
 
 def feature_outputs(model) -> tuple[str, ...]:
@@ -362,6 +425,7 @@ def feature_outputs(model) -> tuple[str, ...]:
 def _signature(model, declared: dict[str, InputSpec]) -> signature.Signature:
     """What the library takes and returns; an input's declared value range travels with it, and the bound
     inputs are listed with their values (the reference runs the original model, which still takes them)."""
+
     def tensors(values) -> dict[str, dict]:
         return {v.name: {"shape": _dims(v.type.tensor_type.shape.dim), "dtype": _dtype(v)} for v in values}
 
@@ -373,17 +437,22 @@ def _signature(model, declared: dict[str, InputSpec]) -> signature.Signature:
             spec["range"] = list(declared[name].range)
         if name in declared and declared[name].feedback is not None:
             spec["feedback"] = _fed_back(name, spec, declared[name].feedback, outputs)
-    bound = {name: {"dtype": spec.dtype, "value": spec.value} for name, spec in declared.items()
-             if spec.value is not None}
+    bound = {
+        name: {"dtype": spec.dtype, "value": spec.value} for name, spec in declared.items() if spec.value is not None
+    }
     return signature.Signature(inputs=inputs, outputs=outputs, bound=bound)
 
 
 def _fed_back(name: str, spec: dict, output: str, outputs: dict[str, dict]) -> str:
     """The output a streaming input is fed from, checked to exist and to fit the input."""
     if output not in outputs:
-        raise InputError(f"inputs.{name}.feedback: the model has no output {output!r}; its outputs: "
-                         + ", ".join(f"{o} {t['dtype']} {t['shape']}" for o, t in outputs.items()))
+        raise InputError(
+            f"inputs.{name}.feedback: the model has no output {output!r}; its outputs: "
+            + ", ".join(f"{o} {t['dtype']} {t['shape']}" for o, t in outputs.items())
+        )
     if (outputs[output]["shape"], outputs[output]["dtype"]) != (spec["shape"], spec["dtype"]):
-        raise InputError(f"inputs.{name}.feedback: output {output!r} is {outputs[output]['dtype']} "
-                         f"{outputs[output]['shape']}, the input is {spec['dtype']} {spec['shape']}")
+        raise InputError(
+            f"inputs.{name}.feedback: output {output!r} is {outputs[output]['dtype']} "
+            f"{outputs[output]['shape']}, the input is {spec['dtype']} {spec['shape']}"
+        )
     return output

@@ -22,15 +22,14 @@ from pathlib import Path
 
 from modelbuild import signature
 from modelbuild.compiler import integer_ops
-from modelbuild.errors import last_line, StageError
+from modelbuild.errors import StageError, last_line
 from modelbuild.frontend import float16, opset
 from modelbuild.frontend.node_names import unique_node_names
+from modelbuild.quantization import activations, bias_correction, sensitivity, smoothing, weight_rounding
 from modelbuild.recipe.params import QuantizeParams, parse
 from modelbuild.recipe.schema import CalibrationSpec, QuantizationSpec
-from modelbuild.quantization import activations, bias_correction, sensitivity, smoothing, weight_rounding
 from modelbuild.validation import golden
 from modelbuild.validation.metrics import sqnr_db
-
 
 IR_FILE = "ir.json"
 QDQ_FILE = "qdq.onnx"
@@ -57,8 +56,9 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
     summary["int16_nodes"], summary["gptq_convs"] = result.int16_nodes, result.gptq_convs
     summary["layers"], summary["first_jump"] = layer_sqnr(model, result.qdq, samples[0])
     if spec.sensitivity:
-        summary["sensitivity"] = sensitivity.layer_shares(result.qdq, result.prepared, samples,
-                                                          corrected=spec.bias_correction)
+        summary["sensitivity"] = sensitivity.layer_shares(
+            result.qdq, result.prepared, samples, corrected=spec.bias_correction
+        )
         summary["float_candidates"] = [row["node"] for row in sensitivity.largest(summary["sensitivity"]["layers"])]
     (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=1, sort_keys=True))
 
@@ -108,10 +108,11 @@ def _int16_nodes(prepared, samples: list[dict], spec: QuantizationSpec) -> list[
         qdq = _quantize(prepared, samples, spec)
         if spec.bias_correction:
             bias_correction.correct(prepared, qdq, samples)
-        rows = sensitivity.layer_shares(qdq, prepared, samples, corrected=spec.bias_correction,
-                                        kept_inputs=sensitivity.DATA)["layers"]
+        rows = sensitivity.layer_shares(
+            qdq, prepared, samples, corrected=spec.bias_correction, kept_inputs=sensitivity.DATA
+        )["layers"]
         ranked = [row["node"] for row in sorted(rows, key=lambda row: -row["error_power"])]
-        chosen += [name for name in ranked if name not in chosen][:spec.int16_most_sensitive]
+        chosen += [name for name in ranked if name not in chosen][: spec.int16_most_sensitive]
     return chosen
 
 
@@ -129,24 +130,30 @@ def _check_node_names(model, spec: QuantizationSpec, field_name: str) -> None:
     unknown = [name for name in getattr(spec, field_name) if name not in names and name != "*"]
     if unknown:
         examples = [n.name for n in model.graph.node if n.op_type in _quantized_op_types(model, spec)][:3]
-        raise StageError(f"{field_name}: no node named {', '.join(map(repr, unknown))} in the model as imported "
-                         f"(simplification renames the nodes it merges); use the names in report.md's SQNR "
-                         f"table, such as {', '.join(map(repr, examples))}")
+        raise StageError(
+            f"{field_name}: no node named {', '.join(map(repr, unknown))} in the model as imported "
+            f"(simplification renames the nodes it merges); use the names in report.md's SQNR "
+            f"table, such as {', '.join(map(repr, examples))}"
+        )
 
 
 def _with_opset(model, spec: QuantizationSpec):
     if not spec.per_channel:
         return model
-    return opset.raised_to(model, PER_CHANNEL_OPSET, needed_for="per-channel quantization",
-                           fix="set per_channel = false")
+    return opset.raised_to(
+        model, PER_CHANNEL_OPSET, needed_for="per-channel quantization", fix="set per_channel = false"
+    )
 
 
 def _smoothed(model, samples: list[dict], spec: QuantizationSpec):
     """The model with the inputs of the convs that will be quantized smoothed (smoothing.py)."""
     if "Conv" not in _quantized_op_types(model, spec):
         return model
-    convs = {tensor: kept for tensor, nodes in smoothing.conv_inputs(model).items()
-             if (kept := [n for n in nodes if n.name not in spec.exclude_nodes])}
+    convs = {
+        tensor: kept
+        for tensor, nodes in smoothing.conv_inputs(model).items()
+        if (kept := [n for n in nodes if n.name not in spec.exclude_nodes])
+    }
     ranges = smoothing.channel_ranges(model, samples, sorted(convs))
     return smoothing.smooth(model, ranges, convs)
 
@@ -158,14 +165,18 @@ def _quantized_op_types(model, spec: QuantizationSpec) -> list[str]:
 
 def _calibration_samples(inputs: dict[str, Path], declared: dict, calibration: CalibrationSpec) -> list[dict]:
     if calibration.source == "random":
-        arrays = golden.generate(declared, fill="random", seed=calibration.seed, count=calibration.samples,
-                                 stream=golden.CALIBRATION)
+        arrays = golden.generate(
+            declared, fill="random", seed=calibration.seed, count=calibration.samples, stream=golden.CALIBRATION
+        )
     elif calibration.source == "images":
         images = [path for role, path in sorted(inputs.items()) if role.startswith("calibration-image:")]
         arrays = golden.load_images(images, declared, calibration.preprocess.model_dump())
     else:
-        files = {("golden" if role == "calibration" else role.replace("calibration:", "golden:")): path
-                 for role, path in inputs.items() if role.startswith("calibration")}
+        files = {
+            ("golden" if role == "calibration" else role.replace("calibration:", "golden:")): path
+            for role, path in inputs.items()
+            if role.startswith("calibration")
+        }
         arrays = golden.load(files, declared, calibration.samples)
     count = len(next(iter(arrays.values())))
     return [golden.sample(arrays, i) for i in range(count)]
@@ -178,11 +189,17 @@ def _quantize(model, samples: list[dict], spec: QuantizationSpec, *, int16_tenso
 
     symmetric = spec.scheme == "symmetric"
     # entropy ranges come from _entropy_ranges as overrides; quantize_static's own minmax pass is then unused
-    method = {"minmax": CalibrationMethod.MinMax, "percentile": CalibrationMethod.Percentile,
-              "entropy": CalibrationMethod.MinMax}[spec.calibration.method]
+    method = {
+        "minmax": CalibrationMethod.MinMax,
+        "percentile": CalibrationMethod.Percentile,
+        "entropy": CalibrationMethod.MinMax,
+    }[spec.calibration.method]
     op_types = _quantized_op_types(model, spec)
-    options = {"ActivationSymmetric": symmetric, "WeightSymmetric": True,
-               "OpTypesToExcludeOutputQuantization": [] if spec.quantize_outputs else op_types}
+    options = {
+        "ActivationSymmetric": symmetric,
+        "WeightSymmetric": True,
+        "OpTypesToExcludeOutputQuantization": [] if spec.quantize_outputs else op_types,
+    }
     if spec.calibration.method == "percentile":
         options["CalibPercentile"] = spec.calibration.percentile
     with tempfile.TemporaryDirectory(prefix="modelbuild-quantize-") as tmp:
@@ -194,11 +211,19 @@ def _quantize(model, samples: list[dict], spec: QuantizationSpec, *, int16_tenso
             overrides = options.setdefault("TensorQuantOverrides", {})
             for tensor in int16_tensors:
                 overrides.setdefault(tensor, [{}])[0]["quant_type"] = QuantType.QInt16
-            quantize_static(str(source), str(target), _reader(samples), quant_format=QuantFormat.QDQ,
-                            per_channel=spec.per_channel, weight_type=QuantType.QInt8,
-                            activation_type=QuantType.QInt8 if symmetric else QuantType.QUInt8,
-                            calibrate_method=method, op_types_to_quantize=op_types,
-                            nodes_to_exclude=spec.exclude_nodes, extra_options=options)
+            quantize_static(
+                str(source),
+                str(target),
+                _reader(samples),
+                quant_format=QuantFormat.QDQ,
+                per_channel=spec.per_channel,
+                weight_type=QuantType.QInt8,
+                activation_type=QuantType.QInt8 if symmetric else QuantType.QUInt8,
+                calibrate_method=method,
+                op_types_to_quantize=op_types,
+                nodes_to_exclude=spec.exclude_nodes,
+                extra_options=options,
+            )
         except Exception as err:
             raise StageError(f"onnxruntime could not quantize the model: {last_line(err)}") from err
         return _widened_int16(onnx.load(str(target)))
@@ -209,9 +234,14 @@ def _widened_int16(qdq):
     from onnx import TensorProto, numpy_helper
 
     initializers = {t.name: t for t in qdq.graph.initializer}
-    scales = {node.input[1] for node in qdq.graph.node
-              if node.op_type in ("QuantizeLinear", "DequantizeLinear") and len(node.input) > 2
-              and node.input[2] in initializers and initializers[node.input[2]].data_type == TensorProto.INT16}
+    scales = {
+        node.input[1]
+        for node in qdq.graph.node
+        if node.op_type in ("QuantizeLinear", "DequantizeLinear")
+        and len(node.input) > 2
+        and node.input[2] in initializers
+        and initializers[node.input[2]].data_type == TensorProto.INT16
+    }
     for name in scales:
         scale = numpy_helper.to_array(initializers[name])
         initializers[name].CopyFrom(numpy_helper.from_array((scale * INT16_HEADROOM).astype(scale.dtype), name))
@@ -235,14 +265,16 @@ def _entropy_ranges(source: Path, samples: list[dict], op_types: list[str], *, s
     from onnxruntime.quantization import CalibrationMethod
     from onnxruntime.quantization.calibrate import create_calibrator
 
-    calibrator = create_calibrator(source, op_types, augmented_model_path=str(source.with_name("entropy.onnx")),
-                                   calibrate_method=CalibrationMethod.Entropy,
-                                   extra_options={"num_bins": ENTROPY_BINS, "symmetric": symmetric,
-                                                  "num_quantized_bins": ENTROPY_QUANTIZED_BINS})
+    calibrator = create_calibrator(
+        source,
+        op_types,
+        augmented_model_path=str(source.with_name("entropy.onnx")),
+        calibrate_method=CalibrationMethod.Entropy,
+        extra_options={"num_bins": ENTROPY_BINS, "symmetric": symmetric, "num_quantized_bins": ENTROPY_QUANTIZED_BINS},
+    )
     calibrator.collect_data(_reader(samples))
     ranges = calibrator.compute_data()
-    return {name: [dict(zip(("rmin", "rmax"), np.float32(ranges[name].range_value), strict=True))]
-            for name in ranges}
+    return {name: [dict(zip(("rmin", "rmax"), np.float32(ranges[name].range_value), strict=True))] for name in ranges}
 
 
 def _reader(samples: list[dict]):
@@ -273,11 +305,17 @@ def layer_sqnr(model, qdq, sample: dict) -> tuple[list[dict], str | None]:
     rows = []
     for node, name in nodes:
         if name in reference and name in quantized and reference[name].dtype.kind == "f":
-            rows.append({"tensor": name, "node": node.name, "op": node.op_type,
-                         "sqnr_db": sqnr_db(quantized[name].astype("float64").ravel(),
-                                            reference[name].astype("float64").ravel())})
-    jump = next((b["tensor"] for a, b in zip(rows, rows[1:]) if a["sqnr_db"] - b["sqnr_db"] > SQNR_JUMP_DB),
-                None)
+            rows.append(
+                {
+                    "tensor": name,
+                    "node": node.name,
+                    "op": node.op_type,
+                    "sqnr_db": sqnr_db(
+                        quantized[name].astype("float64").ravel(), reference[name].astype("float64").ravel()
+                    ),
+                }
+            )
+    jump = next((b["tensor"] for a, b in zip(rows, rows[1:]) if a["sqnr_db"] - b["sqnr_db"] > SQNR_JUMP_DB), None)
     return rows, jump
 
 
@@ -299,10 +337,18 @@ def _summary(model, qdq, spec: QuantizationSpec) -> dict:
     calibration = spec.calibration
     warnings = []
     if calibration.source == "random":
-        warnings.append(f"calibrated on {calibration.samples} random samples (seed {calibration.seed}), "
-                        "not real inputs: activation ranges, and so accuracy, may not hold on real data")
+        warnings.append(
+            f"calibrated on {calibration.samples} random samples (seed {calibration.seed}), "
+            "not real inputs: activation ranges, and so accuracy, may not hold on real data"
+        )
     fp32, int8 = _weight_bytes(model), _weight_bytes(qdq)
-    return {"weight_bytes_fp32": fp32, "weight_bytes_int8": int8, "weight_ratio": fp32 / int8 if int8 else None,
-            "scheme": spec.scheme, "per_channel": spec.per_channel, "precision": _precision(spec),
-            "calibration": calibration.model_dump(exclude={"path"}),  # the path is the recipe's, not a figure
-            "warnings": warnings}
+    return {
+        "weight_bytes_fp32": fp32,
+        "weight_bytes_int8": int8,
+        "weight_ratio": fp32 / int8 if int8 else None,
+        "scheme": spec.scheme,
+        "per_channel": spec.per_channel,
+        "precision": _precision(spec),
+        "calibration": calibration.model_dump(exclude={"path"}),  # the path is the recipe's, not a figure
+        "warnings": warnings,
+    }

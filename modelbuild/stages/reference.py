@@ -8,13 +8,12 @@ from pathlib import Path
 import numpy as np
 
 from modelbuild import signature
-from modelbuild.errors import last_line, StageError
+from modelbuild.errors import StageError, last_line
 from modelbuild.frontend import topk_order
 from modelbuild.recipe.params import ReferenceParams, parse
 from modelbuild.recipe.schema import toml_key
 from modelbuild.validation import golden
 from modelbuild.validation.unsigned_weights import unsigned_weights
-
 
 GOLDEN_FILE = "golden.npz"
 
@@ -43,8 +42,10 @@ def _range_hint(spec, tensors: dict) -> str:
     unranged = [name for name, t in tensors.items() if t["dtype"].startswith(("int", "uint")) and "range" not in t]
     if spec.source != "generate" or spec.fill != "random" or not unranged:
         return ""
-    return (f"; integer inputs were generated as 0 to 9: declare the values the model takes "
-            f"(fix: inputs.{toml_key(unranged[0])} = {{ ..., range = [low, high] }})")
+    return (
+        f"; integer inputs were generated as 0 to 9: declare the values the model takes "
+        f"(fix: inputs.{toml_key(unranged[0])} = {{ ..., range = [low, high] }})"
+    )
 
 
 QDQ_OPS = {"QuantizeLinear", "DequantizeLinear"}
@@ -88,8 +89,9 @@ def _exact_form(model: Path, loaded) -> str | bytes:
     return str(model) if rewritten is None else rewritten.SerializeToString()
 
 
-def _run_onnxruntime(model: Path, samples: dict[str, np.ndarray], bound: dict[str, dict],
-                     fed_back: dict[str, str], hint: str = "") -> dict[str, np.ndarray]:
+def _run_onnxruntime(
+    model: Path, samples: dict[str, np.ndarray], bound: dict[str, dict], fed_back: dict[str, str], hint: str = ""
+) -> dict[str, np.ndarray]:
     """The model's outputs on each sample; the bound inputs fed their values where the model still takes
     them (the original model does; the quantize stage's QDQ model has them as constants). An input with
     feedback gets the previous sample's output, written into `samples`: the golden inputs are the stream."""
@@ -98,8 +100,9 @@ def _run_onnxruntime(model: Path, samples: dict[str, np.ndarray], bound: dict[st
 
     try:  # reading the model's nodes for the options is reading the model too: a bad one is the same error
         loaded = onnx.load(str(model), load_external_data=False)  # once, for the options and the exact form
-        session = ort.InferenceSession(_exact_form(model, loaded), session_options(model, loaded.graph),
-                                       providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(
+            _exact_form(model, loaded), session_options(model, loaded.graph), providers=["CPUExecutionProvider"]
+        )
     except Exception as err:
         raise StageError(f"onnxruntime cannot load the model: {err}") from err
     names = [o.name for o in session.get_outputs()]

@@ -31,14 +31,13 @@ from pathlib import Path
 
 from modelbuild import progress
 from modelbuild.compiler import default_schedule, lowering, tuning_db
-from modelbuild.errors import last_line, StageEnvironmentError, StageError
+from modelbuild.errors import StageEnvironmentError, StageError, last_line
 from modelbuild.recipe.params import TuneParams, parse
 from modelbuild.recipe.schema import TuningSpec
 from modelbuild.sources import imported_closure, source_digest
 from modelbuild.stages import candidate_timing
 from modelbuild.stages import device as remote
 from modelbuild.stages.candidate_builder import pooled_builder
-
 
 RECORDS_FILE = "records.json"
 SUMMARY_FILE = "tune.json"
@@ -94,8 +93,10 @@ def _heaviest(tasks, hashes: list[str], baseline: dict[str, float | None], count
     of them when count is None. A task whose default could not be timed ranks first: it may be the slowest."""
     if count is None:
         return set(range(len(hashes)))
-    cost = [(baseline.get(h) if baseline.get(h) is not None else float("inf")) * int(t.weight)
-            for t, h in zip(tasks, hashes)]
+    cost = [
+        (baseline.get(h) if baseline.get(h) is not None else float("inf")) * int(t.weight)
+        for t, h in zip(tasks, hashes)
+    ]
     return set(sorted(range(len(hashes)), key=lambda i: -cost[i])[:count])
 
 
@@ -117,6 +118,7 @@ def _deficits(hashes: list[str], trials: dict, tuning: TuningSpec, chosen: set[i
 class Ledger:
     """Counts trials per workload as they are measured, writing them through so an interrupted run keeps its
     count, and reports progress: tasks done, trials, and the model latency estimated from the best so far."""
+
     def __init__(self, folder: Path, trials: dict, hashes: list[str], weights: list[int]) -> None:
         self.folder, self.trials, self.hashes, self.weights = folder, trials, hashes, weights
         self.best = [None] * len(hashes)
@@ -145,10 +147,16 @@ class Ledger:
         done = sum(m >= planned[i] for i, m in enumerate(self.measured))
         total = sum(planned.values())
         estimate = sum(w * b for w, b in zip(self.weights, self.best) if b is not None) * 1000
-        progress.report(message=f"tasks {done}/{len(self.hashes)}  trials {sum(self.measured)}/{total}  "
-                                f"est. {estimate:.3f} ms (tuned tasks)",
-                        tasks=len(self.hashes), tasks_done=done, trials=sum(self.measured), planned=total,
-                        estimate_ms=estimate, best_us=[b * 1e6 if b is not None else None for b in self.best])
+        progress.report(
+            message=f"tasks {done}/{len(self.hashes)}  trials {sum(self.measured)}/{total}  "
+            f"est. {estimate:.3f} ms (tuned tasks)",
+            tasks=len(self.hashes),
+            tasks_done=done,
+            trials=sum(self.measured),
+            planned=total,
+            estimate_ms=estimate,
+            best_us=[b * 1e6 if b is not None else None for b in self.best],
+        )
 
 
 def _progress_callback(ledger: Ledger, planned: dict[int, int]):
@@ -208,16 +216,26 @@ class Measurer:
     def runner(self, tuning: TuningSpec):
         from tvm.s_tir import meta_schedule as ms
 
-        config = ms.runner.EvaluatorConfig(number=tuning.number, repeat=tuning.repeat,
-                                           min_repeat_ms=tuning.min_repeat_ms)
+        config = ms.runner.EvaluatorConfig(
+            number=tuning.number, repeat=tuning.repeat, min_repeat_ms=tuning.min_repeat_ms
+        )
         if not self.device:
-            return ms.runner.LocalRunner(timeout_sec=tuning.timeout_s, evaluator_config=config,
-                                         f_run_evaluator=candidate_timing.time_candidate)
+            return ms.runner.LocalRunner(
+                timeout_sec=tuning.timeout_s, evaluator_config=config, f_run_evaluator=candidate_timing.time_candidate
+            )
         host, _, port = self.device["tracker"].rpartition(":")
-        rpc = ms.runner.RPCConfig(tracker_host=host, tracker_port=int(port), tracker_key=self.device["key"],
-                                  session_timeout_sec=max(tuning.timeout_s, self.device["timeout"]))
-        return ms.runner.RPCRunner(rpc_config=rpc, evaluator_config=config, max_workers=self.devices,
-                                   f_run_evaluator=candidate_timing.time_candidate_remotely)
+        rpc = ms.runner.RPCConfig(
+            tracker_host=host,
+            tracker_port=int(port),
+            tracker_key=self.device["key"],
+            session_timeout_sec=max(tuning.timeout_s, self.device["timeout"]),
+        )
+        return ms.runner.RPCRunner(
+            rpc_config=rpc,
+            evaluator_config=config,
+            max_workers=self.devices,
+            f_run_evaluator=candidate_timing.time_candidate_remotely,
+        )
 
 
 def export_shared(module, compiler: str) -> str:
@@ -234,8 +252,9 @@ def export_shared(module, compiler: str) -> str:
 SEARCH_PHASES = {"builder": "SendToBuilder", "runner_waits": "JoinRunnerFutures"}
 
 
-def _search(tasks, owed: dict[int, int], tuning: TuningSpec, database, ledger: Ledger, measurer: Measurer,
-            runner) -> dict[str, float]:
+def _search(
+    tasks, owed: dict[int, int], tuning: TuningSpec, database, ledger: Ledger, measurer: Measurer, runner
+) -> dict[str, float]:
     """Search the tasks for what they are owed; returns the search's seconds, and of them the waits on the
     builder and on the runner (where more devices help: the rest is proposing candidates on this host)."""
     import importlib.util
@@ -243,30 +262,43 @@ def _search(tasks, owed: dict[int, int], tuning: TuningSpec, database, ledger: L
     from tvm.s_tir import meta_schedule as ms
 
     if tuning.cost_model == "xgb" and importlib.util.find_spec("xgboost") is None:
-        raise StageError('cost_model = "xgb" needs xgboost: pip install "modelbuild[tuning]", '
-                         'or set cost_model = "random" in the tuning section')
+        raise StageError(
+            'cost_model = "xgb" needs xgboost: pip install "modelbuild[tuning]", '
+            'or set cost_model = "random" in the tuning section'
+        )
 
     per_task = max(owed.values())
     target_kind = tasks[0].target.kind.name
     import_tensor_intrinsics(target_kind)
     with tempfile.TemporaryDirectory(prefix="modelbuild-tune-") as work_dir:
         contexts, weights = ms.relax_integration.extracted_tasks_to_tune_contexts(
-            tasks, work_dir=work_dir, strategy=tuning.strategy, seed=tuning.seed)
+            tasks, work_dir=work_dir, strategy=tuning.strategy, seed=tuning.seed
+        )
         planned = dict(enumerate(owed.values()))
         callbacks = [*ms.measure_callback.MeasureCallback.create("default"), _progress_callback(ledger, planned)]
         started = time.monotonic()
         with measurer.builder(tuning, target_kind) as builder, ms.Profiler() as profiler:
             try:
-                ms.tune_tasks(tasks=contexts, task_weights=weights, work_dir=work_dir,
-                              max_trials_global=sum(owed.values()), max_trials_per_task=per_task,
-                              num_trials_per_iter=min(64, per_task), database=database,
-                              cost_model=tuning.cost_model, measure_callbacks=callbacks,
-                              builder=builder, runner=runner)
+                ms.tune_tasks(
+                    tasks=contexts,
+                    task_weights=weights,
+                    work_dir=work_dir,
+                    max_trials_global=sum(owed.values()),
+                    max_trials_per_task=per_task,
+                    num_trials_per_iter=min(64, per_task),
+                    database=database,
+                    cost_model=tuning.cost_model,
+                    measure_callbacks=callbacks,
+                    builder=builder,
+                    runner=runner,
+                )
             except Exception as err:
                 raise StageError(f"MetaSchedule tuning failed: {last_line(err)}") from err
         phases = profiler.get()
-    return {"search": time.monotonic() - started,
-            **{name: float(phases.get(phase, 0.0)) for name, phase in SEARCH_PHASES.items()}}
+    return {
+        "search": time.monotonic() - started,
+        **{name: float(phases.get(phase, 0.0)) for name, phase in SEARCH_PHASES.items()},
+    }
 
 
 # TVM's GPU and Hexagon tensor intrinsics, which no CPU target tensorises with: 6.5 of the 7.4 s the package
@@ -397,22 +429,35 @@ def _best_records(data: dict, hashes: list[str], baseline: dict[str, float | Non
             if shash not in best or _mean_seconds(record) < _mean_seconds(best[shash]):
                 best[shash] = record
     chosen = sorted(h for h in best if baseline.get(h) is None or _mean_seconds(best[h]) < baseline[h])
-    return {"target": data["target"], "workloads": [data["workloads"][index[h]] for h in chosen],
-            "records": [[n, best[h]] for n, h in enumerate(chosen)], "trials": {}, "defaults": {}}
+    return {
+        "target": data["target"],
+        "workloads": [data["workloads"][index[h]] for h in chosen],
+        "records": [[n, best[h]] for n, h in enumerate(chosen)],
+        "trials": {},
+        "defaults": {},
+    }
 
 
 def _summary(tasks, hashes, data, todo, best, baseline, seconds: dict[str, float]) -> dict:
     applied = {w[0]: _mean_seconds(r) for w, (_, r) in zip(best["workloads"], best["records"])}
+
     def used(h):  # the seconds of what the compile stage will use for this task
         return applied.get(h, baseline.get(h)) or 0.0
 
     return {
-        "tasks": [{"name": t.task_name, "workload": h, "weight": int(t.weight),
-                   "trials": data["trials"].get(h, 0), "measured_now": todo.get(i, 0),
-                   "tuned_us": applied[h] * 1e6 if h in applied else None,
-                   "default_us": baseline[h] * 1e6 if baseline.get(h) else None,
-                   "applied": "tuned" if h in applied else "default"}
-                  for i, (t, h) in enumerate(zip(tasks, hashes))],
+        "tasks": [
+            {
+                "name": t.task_name,
+                "workload": h,
+                "weight": int(t.weight),
+                "trials": data["trials"].get(h, 0),
+                "measured_now": todo.get(i, 0),
+                "tuned_us": applied[h] * 1e6 if h in applied else None,
+                "default_us": baseline[h] * 1e6 if baseline.get(h) else None,
+                "applied": "tuned" if h in applied else "default",
+            }
+            for i, (t, h) in enumerate(zip(tasks, hashes))
+        ],
         "measured_now": sum(todo.values()),
         "tuned_tasks": len(applied),
         "estimated_latency_us": sum(used(h) * t.weight for t, h in zip(tasks, hashes)) * 1e6,

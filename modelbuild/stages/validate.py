@@ -12,9 +12,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from modelbuild.errors import last_line, StageEnvironmentError, StageError
-from modelbuild.stages.device import DEVICE_UNAVAILABLE
+from modelbuild.errors import StageEnvironmentError, StageError, last_line
 from modelbuild.recipe.params import ValidateParams, parse
+from modelbuild.stages.device import DEVICE_UNAVAILABLE
 from modelbuild.validation import metrics
 
 METRICS_FILE = "metrics.json"
@@ -30,11 +30,14 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
     # a device's threads and peaks are its own, and a GPU's kernels are not the CPU's: the scaling curve and
     # the roofline are measured for this CPU only
     on_cpu = not (p.device or p.gpu)
-    measured = _measure(inputs, timing, p.threads, out, roofline=p.timing.roofline and on_cpu, device=p.device,
-                       gpu=p.gpu)
+    measured = _measure(
+        inputs, timing, p.threads, out, roofline=p.timing.roofline and on_cpu, device=p.device, gpu=p.gpu
+    )
     if p.timing.processes > 1:  # more processes, timing only: the variation between them is part of the noise
-        again = [_measure(inputs, {**timing, "latency_only": True}, p.threads, out, device=p.device, gpu=p.gpu)
-                 for _ in range(p.timing.processes - 1)]
+        again = [
+            _measure(inputs, {**timing, "latency_only": True}, p.threads, out, device=p.device, gpu=p.gpu)
+            for _ in range(p.timing.processes - 1)
+        ]
         for timed in TIMED:
             if timed in measured:
                 measured[timed] = metrics.merge_blocks([measured[timed], *(a[timed] for a in again)])
@@ -63,28 +66,52 @@ def _scaling(inputs: dict[str, Path], max_seconds: float, threads: int, out: Pat
     return metrics.scaling_summary(counts, [r["median"] for r in runs], [r["cv"] for r in runs])
 
 
-def _measure(inputs: dict[str, Path], timing: dict, threads: int, out: Path, roofline: bool = False,
-             device: dict | None = None, scaling: bool = False, gpu: bool = False) -> dict:
+def _measure(
+    inputs: dict[str, Path],
+    timing: dict,
+    threads: int,
+    out: Path,
+    roofline: bool = False,
+    device: dict | None = None,
+    scaling: bool = False,
+    gpu: bool = False,
+) -> dict:
     """Run measure.py in a fresh process with `threads` runtime threads (on `device` over RPC where given, on
     this machine's first GPU with `gpu`); its JSON result."""
     result = out / "measured.json"
     beside = inputs.get("baseline_library") or inputs.get("float_library")  # the plan gives one at most
     env = {**os.environ, "TVM_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
     proc = subprocess.run(
-        [sys.executable, "-m", "modelbuild.stages.measure", str(inputs["library"]), str(inputs["golden"]),
-         str(inputs["signature"]), json.dumps(timing), str(result),
-         *(["--analysis", str(inputs["analysis"])] if roofline and "analysis" in inputs else []),
-         *(["--qdq", str(inputs["golden_qdq"])] if "golden_qdq" in inputs and not timing.get("latency_only") else []),
-         *(["--device", json.dumps(device)] if device else []),
-         *(["--gpu"] if gpu else []),
-         *(["--baseline", str(beside)] if beside and not scaling else [])],
-        env=env, capture_output=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "modelbuild.stages.measure",
+            str(inputs["library"]),
+            str(inputs["golden"]),
+            str(inputs["signature"]),
+            json.dumps(timing),
+            str(result),
+            *(["--analysis", str(inputs["analysis"])] if roofline and "analysis" in inputs else []),
+            *(
+                ["--qdq", str(inputs["golden_qdq"])]
+                if "golden_qdq" in inputs and not timing.get("latency_only")
+                else []
+            ),
+            *(["--device", json.dumps(device)] if device else []),
+            *(["--gpu"] if gpu else []),
+            *(["--baseline", str(beside)] if beside and not scaling else []),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
     )
     sys.stdout.write(proc.stdout), sys.stderr.write(proc.stderr)
     if proc.returncode == DEVICE_UNAVAILABLE:  # measure.py's own one-line reason: the environment's, not ours
         raise StageEnvironmentError(last_line(proc.stderr or "the device could not be reached"))
     if proc.returncode != 0:
-        raise StageError(f"running the library failed (exit {proc.returncode}): {last_line(proc.stderr or 'no output')}")
+        raise StageError(
+            f"running the library failed (exit {proc.returncode}): {last_line(proc.stderr or 'no output')}"
+        )
     measured = json.loads(result.read_text())
     result.unlink()
     if "float_library" in inputs and "baseline_latency_ms" in measured:

@@ -4,8 +4,9 @@ a gate reruns nothing but this check."""
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from modelbuild.validation.measured import Measured
 
@@ -41,7 +42,9 @@ class GateResult:
         sign = "<=" if self.passed else ">"
         if self.name.startswith("min"):
             sign = ">=" if self.passed else "<"
-        return f"{self.name}: {_num(self.value)} {sign} {_num(self.limit)}" + (f" ({self.detail})" if self.detail else "")
+        return f"{self.name}: {_num(self.value)} {sign} {_num(self.limit)}" + (
+            f" ({self.detail})" if self.detail else ""
+        )
 
 
 def _num(x) -> str:
@@ -59,7 +62,7 @@ def _worst(metrics: Measured, field: str, pick) -> tuple[float | None, str]:
 # why an accuracy figure can be missing from every output of a model
 NOT_APPLICABLE = {
     "top1_agreement": "no output is [batch, classes] scores: top-1 is measured on classifiers' scores only (not "
-                      "on maps, boxes or an embedding's features)",
+    "on maps, boxes or an embedding's features)",
     "top5_agreement": "no output is [batch, classes] with at least 5 classes",
 }
 ACCURACY_GATES = ("max_abs_error", "max_rel_error", "min_cosine", "min_sqnr_db", "min_top1_agreement")
@@ -89,6 +92,7 @@ def busy(metrics: Measured) -> str:
     if (metrics.throttled or 0.0) > THROTTLED_SHARE:
         causes.append(f"a CPU quota withheld {metrics.throttled:.0%} of its CPUs' time")
     return f"timed while {' and '.join(causes)}" if causes else ""
+
 
 # baseline gate -> (statistic, the change as the gate states it (from current / baseline), a regression when)
 BASELINE_GATES = {
@@ -138,8 +142,7 @@ def emulated(metrics: Measured) -> str | None:
 
 def _not_timed_on_hardware(name: str, limit: float, metrics: Measured) -> GateResult:
     # an emulator's speed says nothing about the board's: such a gate would pass or fail at random
-    return GateResult(name, None, limit, True, f"timed on an emulated device ({emulated(metrics)})",
-                      applicable=False)
+    return GateResult(name, None, limit, True, f"timed on an emulated device ({emulated(metrics)})", applicable=False)
 
 
 def _baseline_gates(spec: ValidationSpec, metrics: Measured, baseline: dict | None) -> list[GateResult]:
@@ -168,21 +171,41 @@ def _baseline_gates(spec: ValidationSpec, metrics: Measured, baseline: dict | No
         now_samples, base_samples = metrics.latency_ms.get("samples_ms"), base.get("samples_ms")
         if not (now_samples and base_samples):
             value = form(metrics.latency_ms[stat] / base[stat])
-            results.append(GateResult(name, value, limit, not regressed(value, limit),
-                                      f"baseline {stat} {base[stat]:.4g}; point estimates (no samples to bootstrap)"))
+            results.append(
+                GateResult(
+                    name,
+                    value,
+                    limit,
+                    not regressed(value, limit),
+                    f"baseline {stat} {base[stat]:.4g}; point estimates (no samples to bootstrap)",
+                )
+            )
             continue
         from modelbuild.validation.regression import change  # numpy: only builds with a baseline pay for it
 
-        c = change(now_samples, base_samples, stat, now_blocks=metrics.latency_ms.get("blocks"),
-                   base_blocks=base.get("blocks"), paired=paired)
+        c = change(
+            now_samples,
+            base_samples,
+            stat,
+            now_blocks=metrics.latency_ms.get("blocks"),
+            base_blocks=base.get("blocks"),
+            paired=paired,
+        )
         low, high = form(c.low), form(c.high)
         best, worst = (low, high) if regressed is operator.gt else (high, low)
         failed = regressed(best, limit)  # even the most favourable end of the interval is past the limit
         verdict = "a regression" if failed else "within noise" if regressed(worst, limit) else "within the limit"
         where = "its library timed in turns with this one" if paired else "from its report"
-        results.append(GateResult(name, form(c.ratio), limit, not failed,
-                                  f"baseline {stat} {base[stat]:.4g} ({where}); 95% interval {_signed(low, stat)} .. "
-                                  f"{_signed(high, stat)}: {verdict}"))
+        results.append(
+            GateResult(
+                name,
+                form(c.ratio),
+                limit,
+                not failed,
+                f"baseline {stat} {base[stat]:.4g} ({where}); 95% interval {_signed(low, stat)} .. "
+                f"{_signed(high, stat)}: {verdict}",
+            )
+        )
     return results
 
 
@@ -190,9 +213,15 @@ def accuracy_changes(now: dict | None, base: dict | None) -> dict[str, dict[str,
     """For each output both builds have: each compared figure as [baseline, now]."""
     if not now or not base:
         return {}
-    return {output: {k: [base[output][k], figures[k]] for k in COMPARED
-                     if figures.get(k) is not None and base[output].get(k) is not None}
-            for output, figures in now.items() if output in base}
+    return {
+        output: {
+            k: [base[output][k], figures[k]]
+            for k in COMPARED
+            if figures.get(k) is not None and base[output].get(k) is not None
+        }
+        for output, figures in now.items()
+        if output in base
+    }
 
 
 def _accuracy_drop(name: str, limit: float, changes: dict[str, dict[str, list[float]]]) -> GateResult:
@@ -202,8 +231,13 @@ def _accuracy_drop(name: str, limit: float, changes: dict[str, dict[str, list[fl
         return GateResult(name, None, limit, False, f"the baseline report has no {figure} for this build's outputs")
     worst = max(drops, key=drops.get)
     before, after = changes[worst][figure]
-    return GateResult(name, drops[worst], limit, drops[worst] <= limit,
-                      f"worst output {worst!r}: {before:.6g} in the baseline, {after:.6g} now")
+    return GateResult(
+        name,
+        drops[worst],
+        limit,
+        drops[worst] <= limit,
+        f"worst output {worst!r}: {before:.6g} in the baseline, {after:.6g} now",
+    )
 
 
 def _drop(before: float, after: float) -> float:

@@ -10,7 +10,6 @@ import numpy as np
 
 from modelbuild.errors import InputError
 
-
 # Random streams: golden inputs and calibration samples drawn with the same seed must still differ, or int8
 # accuracy would be measured on the very samples it was calibrated on.
 GOLDEN, CALIBRATION = 0, 1
@@ -80,7 +79,7 @@ def load_images(paths: list[Path], inputs: dict, preprocess: dict) -> dict[str, 
         raise InputError(f"images feed a model with one input; this one has {', '.join(inputs)}")
     if not paths:
         raise InputError("the image folder has no .png, .jpg, .bmp or .webp files")
-    (name, spec), = inputs.items()
+    ((name, spec),) = inputs.items()
     shape = spec["shape"]
     if shape[0] != 1:
         raise InputError(f"images are fed one at a time; input {name!r} has batch {shape[0]}, declare batch 1")
@@ -88,8 +87,11 @@ def load_images(paths: list[Path], inputs: dict, preprocess: dict) -> dict[str, 
     height, width = preprocess["resize"] or (shape[-2:] if nchw else shape[1:3])
     samples = []
     for path in paths:
-        image = Image.open(path).convert("L" if preprocess["color"] == "L" else "RGB").resize((width, height),
-                                                                                            Image.BILINEAR)
+        image = (
+            Image.open(path)
+            .convert("L" if preprocess["color"] == "L" else "RGB")
+            .resize((width, height), Image.BILINEAR)
+        )
         pixels = np.asarray(image, dtype=np.float32).reshape(height, width, -1)
         if preprocess["color"] == "BGR":
             pixels = pixels[..., ::-1]
@@ -100,6 +102,8 @@ def load_images(paths: list[Path], inputs: dict, preprocess: dict) -> dict[str, 
         samples.append(np.transpose(pixels, (2, 0, 1)) if nchw else pixels)
     batch = np.stack(samples).astype(spec["dtype"])
     if tuple(batch.shape[1:]) != tuple(shape[1:]):
-        raise InputError(f"preprocessed images have shape {list(batch.shape[1:])}, the input {name!r} needs "
-                         f"{shape[1:]}; set resize or layout")
+        raise InputError(
+            f"preprocessed images have shape {list(batch.shape[1:])}, the input {name!r} needs "
+            f"{shape[1:]}; set resize or layout"
+        )
     return {name: batch[:, None]}

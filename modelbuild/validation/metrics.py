@@ -29,15 +29,21 @@ def timing_summary(seconds: list[float]) -> dict:
     std = float(ms.std(ddof=1)) if len(ms) > 1 else 0.0
     return {
         "runs": len(ms),
-        "min": float(ms.min()), "mean": mean, "median": nearest_rank(ms, 50), "p90": nearest_rank(ms, 90),
-        "p99": nearest_rank(ms, 99), "p99.9": nearest_rank(ms, 99.9), "max": float(ms.max()),
-        "std": std, "cv": std / mean if mean else 0.0,
+        "min": float(ms.min()),
+        "mean": mean,
+        "median": nearest_rank(ms, 50),
+        "p90": nearest_rank(ms, 90),
+        "p99": nearest_rank(ms, 99),
+        "p99.9": nearest_rank(ms, 99.9),
+        "max": float(ms.max()),
+        "std": std,
+        "cv": std / mean if mean else 0.0,
         "throughput": len(ms) / float(np.sum(seconds)),
         "percentile_method": PERCENTILE_METHOD,
         # the runs, in order, to 0.1 us: what a later build's baseline gates bootstrap over and the HTML
         # report draws; every run up to SAMPLES_KEPT, else an evenly strided subset (a tiny model times
         # 10^4 runs, and the report is rewritten by every no-op build)
-        "samples_ms": [round(float(x), 4) for x in ms[::max(1, math.ceil(len(ms) / SAMPLES_KEPT))]],
+        "samples_ms": [round(float(x), 4) for x in ms[:: max(1, math.ceil(len(ms) / SAMPLES_KEPT))]],
     }
 
 
@@ -52,8 +58,9 @@ def merge_blocks(blocks: list[dict]) -> dict:
     return merged
 
 
-def in_turns(ours, theirs, *, min_runs: int, min_seconds: float,
-             max_seconds: float = float("inf")) -> tuple[list[float], list[float]]:
+def in_turns(
+    ours, theirs, *, min_runs: int, min_seconds: float, max_seconds: float = float("inf")
+) -> tuple[list[float], list[float]]:
     """Seconds of runs of two libraries timed in turns, one run each, the order swapped every round, until
     the first has min_runs and min_seconds, or both together max_seconds: the same moments of the machine
     fall on both, so their ratio keeps what their own medians lose to it. `ours()` and `theirs()` run once
@@ -61,7 +68,7 @@ def in_turns(ours, theirs, *, min_runs: int, min_seconds: float,
     times: tuple[list[float], list[float]] = ([], [])
     total = 0.0
     while (len(times[0]) < min_runs or sum(times[0]) < min_seconds) and total < max_seconds:
-        for once, runs in ((ours, times[0]), (theirs, times[1]))[::1 if len(times[0]) % 2 == 0 else -1]:
+        for once, runs in ((ours, times[0]), (theirs, times[1]))[:: 1 if len(times[0]) % 2 == 0 else -1]:
             runs.append(once())
             total += runs[-1]
     return times
@@ -151,13 +158,19 @@ def compare(actual: np.ndarray, expected: np.ndarray) -> dict:
     floor = max(_TINY, REL_FLOOR * float(magnitude.max(initial=0.0)))
     rel_err = abs_err / np.maximum(magnitude, floor)
     return {
-        "max_abs": _max(abs_err), "mean_abs": _mean(abs_err), "p99_abs": _p99(abs_err),
-        "max_rel": _max(rel_err), "mean_rel": _mean(rel_err), "p99_rel": _p99(rel_err),
+        "max_abs": _max(abs_err),
+        "mean_abs": _mean(abs_err),
+        "p99_abs": _p99(abs_err),
+        "max_rel": _max(rel_err),
+        "mean_rel": _mean(rel_err),
+        "p99_rel": _p99(rel_err),
         "cosine": cosine(a[finite], e[finite]),
         "sqnr_db": sqnr_db(a[finite], e[finite]),
-        "nan": int(np.isnan(a).sum()), "inf": int(np.isinf(a).sum()),
+        "nan": int(np.isnan(a).sum()),
+        "inf": int(np.isinf(a).sum()),
         # the smallest tolerances under which np.allclose-style checks would pass (rtol without the floor)
-        "min_atol": _max(abs_err), "min_rtol": _max(abs_err / np.maximum(magnitude, _TINY)),
+        "min_atol": _max(abs_err),
+        "min_rtol": _max(abs_err / np.maximum(magnitude, _TINY)),
     }
 
 
@@ -176,7 +189,7 @@ SQNR_CAP_DB = 999.0  # identical outputs have infinite SQNR, which strict JSON c
 def sqnr_db(a: np.ndarray, e: np.ndarray) -> float:
     """Signal-to-quantisation-noise ratio 10 log10(sum e^2 / sum (a - e)^2), capped at 999 dB."""
     noise = float(np.sum((a - e) ** 2))
-    signal = float(np.sum(e ** 2))
+    signal = float(np.sum(e**2))
     if noise == 0:
         return SQNR_CAP_DB
     return min(SQNR_CAP_DB, 10 * math.log10(max(signal, _TINY) / noise))

@@ -41,8 +41,16 @@ def statistic(samples: np.ndarray, name: str) -> np.ndarray:
     return np.percentile(samples, q, axis=-1, method="inverted_cdf")
 
 
-def change(now_ms: list[float], base_ms: list[float], name: str, *, now_blocks: list[int] | None = None,
-           base_blocks: list[int] | None = None, paired: bool = False, seed: int = 0) -> Change:
+def change(
+    now_ms: list[float],
+    base_ms: list[float],
+    name: str,
+    *,
+    now_blocks: list[int] | None = None,
+    base_blocks: list[int] | None = None,
+    paired: bool = False,
+    seed: int = 0,
+) -> Change:
     """The ratio of `name` between two sample sets, with its bootstrap interval (seeded: one report, one
     verdict). Where a side was timed in several processes (`blocks`: how many samples each gave), its
     resamples draw processes first, then runs within them, so the interval also holds the variation between
@@ -57,7 +65,8 @@ def change(now_ms: list[float], base_ms: list[float], name: str, *, now_blocks: 
         ratios = statistic(now[drawn], name) / statistic(base[drawn], name)
     else:
         ratios = statistic(now[_draws(len(now), now_blocks, rng)], name) / statistic(
-            base[_draws(len(base), base_blocks, rng)], name)
+            base[_draws(len(base), base_blocks, rng)], name
+        )
     tail = (1 - CONFIDENCE) / 2 * 100
     low, high = np.percentile(ratios, [tail, 100 - tail])
     return Change(float(statistic(now, name) / statistic(base, name)), float(low), float(high))

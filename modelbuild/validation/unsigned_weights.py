@@ -16,8 +16,12 @@ import onnx
 from onnx import TensorProto, numpy_helper
 
 # op -> (activation, its zero point, weight, its zero point): positions among the node's inputs
-SLOTS = {"QLinearConv": (0, 2, 3, 5), "QLinearMatMul": (0, 2, 3, 5), "ConvInteger": (0, 2, 1, 3),
-         "MatMulInteger": (0, 2, 1, 3)}
+SLOTS = {
+    "QLinearConv": (0, 2, 3, 5),
+    "QLinearMatMul": (0, 2, 3, 5),
+    "ConvInteger": (0, 2, 1, 3),
+    "MatMulInteger": (0, 2, 1, 3),
+}
 SHIFT = 128
 
 
@@ -40,8 +44,11 @@ def unsigned_weights(model: onnx.ModelProto) -> onnx.ModelProto | None:
         inputs = list(node.input) + [""] * (zero_at + 1 - len(node.input))
         weight, zero = inputs[weight_at], inputs[zero_at]
         inputs[weight_at] = _add(out, added, f"{weight}~u8", _shifted(constants[weight]))
-        inputs[zero_at] = (_add(out, added, f"{zero}~u8", _shifted(constants[zero])) if zero
-                           else _add(out, added, "int8_zero~u8", np.uint8(SHIFT)))  # absent: int8 zero
+        inputs[zero_at] = (
+            _add(out, added, f"{zero}~u8", _shifted(constants[zero]))
+            if zero
+            else _add(out, added, "int8_zero~u8", np.uint8(SHIFT))
+        )  # absent: int8 zero
         del node.input[:]
         node.input.extend(inputs)
     _drop_unread(out.graph, {name.removesuffix("~u8") for name in added})

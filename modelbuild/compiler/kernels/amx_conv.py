@@ -66,9 +66,12 @@ def supported(target) -> bool:
     """Whether the target has AMX's int8 tiles (Sapphire Rapids, Granite Rapids and later)."""
     from tvm.target import codegen
 
-    return (target is not None and target.kind.name == "llvm"
-            and bool(codegen.target_has_features("amx-int8", target))
-            and bool(codegen.target_has_features("amx-tile", target)))
+    return (
+        target is not None
+        and target.kind.name == "llvm"
+        and bool(codegen.target_has_features("amx-int8", target))
+        and bool(codegen.target_has_features("amx-tile", target))
+    )
 
 
 def instruction(call) -> packed_conv.Instruction | None:
@@ -110,10 +113,12 @@ def schedule(sch, cores: int) -> None:
     pixels = extent(sch, h) * extent(sch, col_outer) * AMX.lanes
     taps_count = extent(sch, rh) * extent(sch, rw)
     weight_bytes = channels * extent(sch, rc) * extent(sch, rg) * AMX.group * taps_count
-    rows_first = (packed_conv.rows_outermost(sch, AMX, taps_count, pixels, channels)
-                  or (taps_count > 1 and weight_bytes <= ROWS_FIRST_WEIGHT_BYTES))
-    parallel_loops = packed_conv.reorder_outer(sch, block, rows_first, b, ob, h, col_outer, oi, col_inner, rc, rh,
-                                               rw, rg, ri)
+    rows_first = packed_conv.rows_outermost(sch, AMX, taps_count, pixels, channels) or (
+        taps_count > 1 and weight_bytes <= ROWS_FIRST_WEIGHT_BYTES
+    )
+    parallel_loops = packed_conv.reorder_outer(
+        sch, block, rows_first, b, ob, h, col_outer, oi, col_inner, rc, rh, rw, rg, ri
+    )
     macs = extent(sch, b) * pixels * channels * reduction_length(sch, AMX.group * extent(sch, rg), rc, rh, rw)
     epilogue_at(sch, block, col_outer, AMX.lanes, row=h)
     parallel(sch, AMX, cores, macs, *parallel_loops)
@@ -121,8 +126,9 @@ def schedule(sch, cores: int) -> None:
     sch.vectorize(sch.get_loops(sch.get_sblock(f"{AMX.column_block}_init"))[-1])
     tile = sch.blockize(oi)
     _, data, weights = (_extents(region) for region in sch.get(tile).reads)
-    sch.tensorize(tile, register_intrinsic(data, weights, [int(d) for d in taps["dilation"]],
-                                           int(taps["stride"][1]), blocks))
+    sch.tensorize(
+        tile, register_intrinsic(data, weights, [int(d) for d in taps["dilation"]], int(taps["stride"][1]), blocks)
+    )
     if AMX.pad_block in block_names(sch):
         packed_conv.schedule_padding(sch, AMX)
 
@@ -141,8 +147,9 @@ def _extents(region) -> tuple[int, ...]:
 _registered: set[str] = set()
 
 
-def register_intrinsic(data: tuple[int, ...], weights: tuple[int, ...], dilation: list[int], stride: int,
-                       blocks: int = 1) -> str:
+def register_intrinsic(
+    data: tuple[int, ...], weights: tuple[int, ...], dilation: list[int], stride: int, blocks: int = 1
+) -> str:
     """The tensor intrinsic for one conv's tile of sums, `blocks` blocks of 16 output channels by 16 columns:
     sums[o, col] += data[r, rh * dh, phase, g, col + shift, k] * weights[o // 16, r, rh, rw, o % 16, g, k] summed
     over its steps r of 64 or 32 input channels, its taps (rh, rw) (phase and shift: column rw * dw of stride
@@ -180,6 +187,8 @@ def register_intrinsic(data: tuple[int, ...], weights: tuple[int, ...], dilation
     def tile_op(op, *args):
         return f'T.evaluate(T.call_llvm_intrin("void", "llvm.x86.{op}", {", ".join(map(str, args))}))'
 
+    regions = (("data", data), ("weights", weight_shape))
+    reads = ", ".join(f"{x}[{', '.join(f'0:{d}' for d in shape)}]" for x, shape in regions)
     header = f"""
 @T.prim_func(s_tir=True)
 def intrinsic(a: T.handle, b: T.handle, c: T.handle):
@@ -190,37 +199,52 @@ def intrinsic(a: T.handle, b: T.handle, c: T.handle):
     sums = T.match_buffer(c, ({rows}, 1, {lanes}), "int32", strides=[sum_stride, sum_row_stride, 1],
                           offset_factor=1)
     with T.sblock("root"):
-        T.reads(sums[0:{rows}, 0, 0:{lanes}], {', '.join(f'{x}[{", ".join(f"0:{d}" for d in shape)}]'
-                                                         for x, shape in (('data', data), ('weights', weight_shape)))})
+        T.reads(sums[0:{rows}, 0, 0:{lanes}], {reads})
         T.writes(sums[0:{rows}, 0, 0:{lanes}])
 """
-    description = header + f"""
+    description = (
+        header
+        + f"""
         for o, col, r, h, w, g, k in T.grid({rows}, {lanes}, {steps}, {kh}, {kw}, {groups}, {AMX.group}):
             with T.sblock("update"):
-                vo, vcol, {''.join(f'v{axis}, ' for axis in bound)}vg, vk = T.axis.remap(
-                    "SS{'R' * len(bound)}RR", [o, col, {''.join(f'{axis}, ' for axis in bound)}g, k])
+                vo, vcol, {"".join(f"v{axis}, " for axis in bound)}vg, vk = T.axis.remap(
+                    "SS{"R" * len(bound)}RR", [o, col, {"".join(f"{axis}, " for axis in bound)}g, k])
                 sums[vo, 0, vcol] = sums[vo, 0, vcol] + (
-                    T.Cast("int32", data[{data_at(var['r'], var['h'], var['w'], 'vg', 'vcol', 'vk')}])
+                    T.Cast("int32", data[{data_at(var["r"], var["h"], var["w"], "vg", "vcol", "vk")}])
                     * T.Cast("int32", weights[{weight_at}]))
 """
+    )
     sum_at = [f"T.address_of(sums[{block * lanes}, 0, 0])" for block in range(blocks)]
     # the init's zeros are written still: without them the tile stores missed (a model of 1x200 AMX convs,
     # faster conv by conv, ran 1.03x slower), and loaded after them, the tiles waited on those stores
     zeros = [tile_op("tilezero", f"T.int8({SUMS[i]})") for i in range(blocks)]
     stores = [tile_op("tilestored64", f"T.int8({SUMS[i]})", sum_at[i], "sum_stride * 4") for i in range(blocks)]
     step_body = [
-        *(tile_op("tileloadd64", f"T.int8({tile})", f"T.address_of(weights[{block_axis(i)}r, h, w, 0, 0, 0])",
-                  f"T.int64({step})") for i, tile in enumerate(weight_tiles)),
+        *(
+            tile_op(
+                "tileloadd64",
+                f"T.int8({tile})",
+                f"T.address_of(weights[{block_axis(i)}r, h, w, 0, 0, 0])",
+                f"T.int64({step})",
+            )
+            for i, tile in enumerate(weight_tiles)
+        ),
         tile_op("tileloadd64", f"T.int8({data_tile})", f"T.address_of(data[{data_at('r', 'h', 'w', 0, 0, 0)}])", "s3"),
-        *(tile_op("tdpbsud", f"T.int8({SUMS[i]})", f"T.int8({tile})", f"T.int8({data_tile})")
-          for i, tile in enumerate(weight_tiles))]
+        *(
+            tile_op("tdpbsud", f"T.int8({SUMS[i]})", f"T.int8({tile})", f"T.int8({data_tile})")
+            for i, tile in enumerate(weight_tiles)
+        ),
+    ]
     indent, step_indent = "\n        ", "\n            "
-    implementation = header + f"""
+    implementation = (
+        header
+        + f"""
         {indent.join(zeros)}
         for r, h, w in T.grid({steps}, {kh}, {kw}):
             {step_indent.join(step_body)}
         {indent.join(stores)}
 """
+    )
     parsed = [parse(text, extra_vars={"T": T}, s_tir=True) for text in (description, implementation)]
     TensorIntrin.register(name, *parsed, override=True)
     _registered.add(name)
@@ -231,9 +255,11 @@ def tile_shapes() -> dict[int, tuple[int, int]]:
     """Each tile register's (rows, bytes per row): the sums 16 output channels of 16 int32 columns; for a
     step of `step` channels, the weights 16 output channels of `step` bytes and the data step / 4 groups of
     16 columns x 4 channels (tdpbsud takes K = step from the weights' row and the data's rows)."""
-    return {**{tile: (SUM_ROWS, ROW_BYTES) for tile in SUMS},
-            **{tile: (AMX.lanes, step) for step in WEIGHTS for tile in WEIGHTS[step]},
-            **{DATA[step]: (step // AMX.group, ROW_BYTES) for step in DATA}}
+    return {
+        **{tile: (SUM_ROWS, ROW_BYTES) for tile in SUMS},
+        **{tile: (AMX.lanes, step) for step in WEIGHTS for tile in WEIGHTS[step]},
+        **{DATA[step]: (step // AMX.group, ROW_BYTES) for step in DATA},
+    }
 
 
 def tile_config_words() -> list[int]:
@@ -243,9 +269,9 @@ def tile_config_words() -> list[int]:
     config = bytearray(64)
     config[0] = 1
     for tile, (rows, row_bytes) in tile_shapes().items():
-        config[16 + 2 * tile:18 + 2 * tile] = row_bytes.to_bytes(2, "little")
+        config[16 + 2 * tile : 18 + 2 * tile] = row_bytes.to_bytes(2, "little")
         config[48 + tile] = rows
-    return [int.from_bytes(config[i:i + 8], "little") for i in range(0, 64, 8)]
+    return [int.from_bytes(config[i : i + 8], "little") for i in range(0, 64, 8)]
 
 
 def configure_tiles(func):
@@ -256,26 +282,54 @@ def configure_tiles(func):
     from tvm.ir import StringImm
 
     config = tirx.decl_buffer((8,), "int64", name="amx_tile_config")
-    load = tirx.Evaluate(tirx.call_llvm_intrin("void", "llvm.x86.ldtilecfg",
-                                               tirx.address_of(tirx.BufferLoad(config, [0]))))
+    load = tirx.Evaluate(
+        tirx.call_llvm_intrin("void", "llvm.x86.ldtilecfg", tirx.address_of(tirx.BufferLoad(config, [0])))
+    )
 
     def in_every_thread(loop):
         if loop.kind != tirx.ForKind.PARALLEL or "llvm.x86.tdpbsud" not in str(loop.body):
             return loop
-        return tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, tirx.SeqStmt([load, loop.body]),
-                        loop.thread_binding, loop.annotations)
+        return tirx.For(
+            loop.loop_var,
+            loop.min,
+            loop.extent,
+            loop.kind,
+            tirx.SeqStmt([load, loop.body]),
+            loop.thread_binding,
+            loop.annotations,
+        )
 
     realize = func.body
     root = realize.block
     body = tvm_ffi.structural_map(root.body, ((tirx.For, in_every_thread),))
-    granted = tirx.call_extern("int64", "syscall", tirx.IntImm("int64", SYS_ARCH_PRCTL),
-                               tirx.IntImm("int64", ARCH_REQ_XCOMP_PERM), tirx.IntImm("int64", XFEATURE_XTILEDATA))
+    granted = tirx.call_extern(
+        "int64",
+        "syscall",
+        tirx.IntImm("int64", SYS_ARCH_PRCTL),
+        tirx.IntImm("int64", ARCH_REQ_XCOMP_PERM),
+        tirx.IntImm("int64", XFEATURE_XTILEDATA),
+    )
     # TVM 0.27's Python AssertStmt passes (kind, condition) to a constructor that takes (condition, kind)
-    permission = tirx.AssertStmt(granted == tirx.IntImm("int64", 0), StringImm("RuntimeError"), [StringImm(
-        "the CPU or the Linux kernel does not allow AMX tiles (arch_prctl ARCH_REQ_XCOMP_PERM failed): "
-        "build for a target without amx-int8")])
+    permission = tirx.AssertStmt(
+        granted == tirx.IntImm("int64", 0),
+        StringImm("RuntimeError"),
+        [
+            StringImm(
+                "the CPU or the Linux kernel does not allow AMX tiles (arch_prctl ARCH_REQ_XCOMP_PERM failed): "
+                "build for a target without amx-int8"
+            )
+        ],
+    )
     words = [tirx.BufferStore(config, tirx.IntImm("int64", word), [i]) for i, word in enumerate(tile_config_words())]
-    root = s_tir.SBlock(root.iter_vars, root.reads, root.writes, root.name_hint,
-                        tirx.SeqStmt([permission, *words, load, body]), root.init,
-                        [*root.alloc_buffers, config], root.match_buffers, root.annotations)
+    root = s_tir.SBlock(
+        root.iter_vars,
+        root.reads,
+        root.writes,
+        root.name_hint,
+        tirx.SeqStmt([permission, *words, load, body]),
+        root.init,
+        [*root.alloc_buffers, config],
+        root.match_buffers,
+        root.annotations,
+    )
     return func.with_body(s_tir.SBlockRealize(realize.iter_values, realize.predicate, root))

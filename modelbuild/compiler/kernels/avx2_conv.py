@@ -19,11 +19,16 @@ from __future__ import annotations
 
 from modelbuild.compiler.kernels import packed_conv
 from modelbuild.compiler.kernels.packed_conv import (
-    PAD_VECTOR, block_names, register_intrinsics, schedule_channel_lanes, schedule_column_lanes,
+    PAD_VECTOR,
+    block_names,
+    register_intrinsics,
+    schedule_channel_lanes,
+    schedule_column_lanes,
 )
 
-AVX2 = packed_conv.Instruction("avx2", lanes=8, data_dtype="int16", group=2, weight_dtype="int16",
-                               accumulates=False, row_block=8)
+AVX2 = packed_conv.Instruction(
+    "avx2", lanes=8, data_dtype="int16", group=2, weight_dtype="int16", accumulates=False, row_block=8
+)
 BLOCKS = AVX2.blocks  # default_schedule recognises the kernel by them
 STAGING_BLOCKS = AVX2.staging_blocks
 
@@ -32,9 +37,12 @@ def supported(target) -> bool:
     """Whether the target is an x86 CPU with AVX2 (the VNNI kernels are preferred where it has those)."""
     from tvm.target import codegen
 
-    return (target is not None and target.kind.name == "llvm"
-            and not str(target.attrs.get("mtriple", "")).startswith("aarch64")
-            and bool(codegen.target_has_features("avx2", target)))
+    return (
+        target is not None
+        and target.kind.name == "llvm"
+        and not str(target.attrs.get("mtriple", "")).startswith("aarch64")
+        and bool(codegen.target_has_features("avx2", target))
+    )
 
 
 def schedule(sch, cores: int) -> None:

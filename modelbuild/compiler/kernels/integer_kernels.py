@@ -7,7 +7,13 @@ from __future__ import annotations
 
 from modelbuild.compiler.integer_ops import constant_value
 from modelbuild.compiler.kernels import (
-    amx_conv, avx2_conv, packed_conv, packed_matmul, sdot_conv, vnni_conv, vnni_depthwise,
+    amx_conv,
+    avx2_conv,
+    packed_conv,
+    packed_matmul,
+    sdot_conv,
+    vnni_conv,
+    vnni_depthwise,
 )
 
 
@@ -33,8 +39,9 @@ def legalize_quantize(bb, call):
     # a constant scale per channel passes its reciprocals, computed here as the kernel would (one float32
     # division each): the kernel would otherwise divide once per channel and vector (folded rescales make
     # most of the classifier's scales per channel)
-    reciprocal = (isinstance(scale, Constant) and constant_value(scale).size > 1
-                  and str(call.args[0].ty.dtype) == "float32")
+    reciprocal = (
+        isinstance(scale, Constant) and constant_value(scale).size > 1 and str(call.args[0].ty.dtype) == "float32"
+    )
     if reciprocal:
         scale = relax.const(np.float32(1) / constant_value(scale).astype(np.float32), "float32")
 
@@ -54,8 +61,13 @@ def legalize_quantize(bb, call):
 
         return te.compute(data.shape, compute, name="quantized")
 
-    return bb.call_te(quantize, call.args[0], _try_convert_to_scalar_const(scale),
-                      _try_convert_to_scalar_const(call.args[2]), primfunc_name_hint="quantize")
+    return bb.call_te(
+        quantize,
+        call.args[0],
+        _try_convert_to_scalar_const(scale),
+        _try_convert_to_scalar_const(call.args[2]),
+        primfunc_name_hint="quantize",
+    )
 
 
 # |int8 x int8| <= 2^14, so float32 sums of up to 2^10 such products are integers below 2^24: exact
@@ -140,8 +152,17 @@ def _float_accumulated_conv2d(bb, call):
         # waited on loading, converting and broadcasting one int8 weight (57 us against 47 us in fp32 for
         # the classifier's largest depthwise conv, 46 us once converted ahead)
         weight = te.compute(weight.shape, lambda *i: weight(*i).astype("float32"), name="weight_as_float")
-        total = topi.nn.conv(data, weight, ints["strides"], ints["padding"], ints["dilation"], int(attrs.groups),
-                             str(attrs.data_layout), str(attrs.kernel_layout), "float32")
+        total = topi.nn.conv(
+            data,
+            weight,
+            ints["strides"],
+            ints["padding"],
+            ints["dilation"],
+            int(attrs.groups),
+            str(attrs.data_layout),
+            str(attrs.kernel_layout),
+            "float32",
+        )
         return te.compute(total.shape, lambda *i: total(*i).astype("int32"), name="exact_sum")
 
     return bb.call_te(conv, call.args[0], call.args[1], primfunc_name_hint="conv2d_int8")
@@ -194,8 +215,9 @@ def _channels_last_grouped_conv2d(bb, call):
     def conv(data, weights):
         n, c, h, w = data.shape
         nhwc = te.compute((n, h, w, c), lambda b, y, x, ch: data[b, ch, y, x].astype("float32"), name="as_float")
-        total = topi.nn.conv(nhwc, weights, ints["strides"], ints["padding"], ints["dilation"], groups, "NHWC",
-                             "HWIO", "float32")
+        total = topi.nn.conv(
+            nhwc, weights, ints["strides"], ints["padding"], ints["dilation"], groups, "NHWC", "HWIO", "float32"
+        )
         b, oh, ow, oc = total.shape
         return te.compute((b, oc, oh, ow), lambda i, ch, y, x: total[i, y, x, ch].astype("int32"), name="exact_sum")
 

@@ -21,5 +21,5 @@ def subexpressions(expr):
         child = getattr(expr, field, None)
         if child is None:
             continue
-        for item in (child if field == "args" else [child]):
+        for item in child if field == "args" else [child]:
             yield from subexpressions(item)

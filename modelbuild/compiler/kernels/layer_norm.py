@@ -51,10 +51,14 @@ def compute(x, gamma, beta, *, epsilon: float):
         return deviation * deviation
 
     deviations = row_reductions.row_reduction(squared_deviation, rows, length, te.sum, "layer_norm_deviations")
-    scale = te.compute(rows, lambda *r: tirx.rsqrt(deviations[r] / tirx.const(length, x.dtype)
-                                                   + tirx.const(epsilon, x.dtype)), name="layer_norm_scale")
-    return te.compute(x.shape, lambda *i: (x[i] - mean[i[:-1]]) * scale[i[:-1]] * gamma[i[-1]] + beta[i[-1]],
-                      name="layer_norm")
+    scale = te.compute(
+        rows,
+        lambda *r: tirx.rsqrt(deviations[r] / tirx.const(length, x.dtype) + tirx.const(epsilon, x.dtype)),
+        name="layer_norm_scale",
+    )
+    return te.compute(
+        x.shape, lambda *i: (x[i] - mean[i[:-1]]) * scale[i[:-1]] * gamma[i[-1]] + beta[i[-1]], name="layer_norm"
+    )
 
 
 def schedule(sch, cores: int) -> None:

@@ -30,9 +30,13 @@ LAYOUTS = {"NCHW": (2, 3), "NHWC": (1, 2)}  # the height and width axes
 def eligible(call) -> bool:
     """A resize2d computed here (see the module's docstring)."""
     attrs = call.attrs
-    if not (str(attrs.method) == "linear" and str(attrs.coordinate_transformation_mode) in MODES
-            and str(attrs.layout) in LAYOUTS and str(call.ty.dtype) == "float32"
-            and str(call.args[0].ty.dtype) == "float32"):
+    if not (
+        str(attrs.method) == "linear"
+        and str(attrs.coordinate_transformation_mode) in MODES
+        and str(attrs.layout) in LAYOUTS
+        and str(call.ty.dtype) == "float32"
+        and str(call.args[0].ty.dtype) == "float32"
+    ):
         return False
     return upsampling_factors(call.args[0].ty.shape, call.ty.shape, str(attrs.layout)) is not None
 
@@ -56,8 +60,9 @@ def legalize(bb, call):
     """An eligible resize2d (see `eligible`) in two passes of taps."""
     layout, mode = str(call.attrs.layout), str(call.attrs.coordinate_transformation_mode)
     fh, fw = upsampling_factors(call.args[0].ty.shape, call.ty.shape, layout)
-    return bb.call_te(lambda data: compute(data, fh, fw, mode=mode, layout=layout), call.args[0],
-                      primfunc_name_hint="resize2d")
+    return bb.call_te(
+        lambda data: compute(data, fh, fw, mode=mode, layout=layout), call.args[0], primfunc_name_hint="resize2d"
+    )
 
 
 def compute(data, fh: int, fw: int, *, mode: str, layout: str):
@@ -76,7 +81,7 @@ def _along(x, axis: int, factor: int, mode: str, name: str, layout: str):
     shape[axis] *= factor
 
     def tap(index, j):
-        return x[(*index[:axis], j, *index[axis + 1:])]
+        return x[(*index[:axis], j, *index[axis + 1 :])]
 
     def element(*index):
         o = index[axis]
@@ -84,8 +89,11 @@ def _along(x, axis: int, factor: int, mode: str, name: str, layout: str):
         d = _offset(o % factor, factor, mode)
         left, right = tirx.max(-d, 0.0), tirx.max(d, 0.0)
         middle = 1.0 - left - right
-        return (left * tap(index, tirx.max(i - 1, 0)) + middle * tap(index, i)
-                + right * tap(index, tirx.min(i + 1, size - 1)))
+        return (
+            left * tap(index, tirx.max(i - 1, 0))
+            + middle * tap(index, i)
+            + right * tap(index, tirx.min(i + 1, size - 1))
+        )
 
     return te.compute(shape, element, name=name, attrs={"layout": layout})
 
@@ -93,8 +101,9 @@ def _along(x, axis: int, factor: int, mode: str, name: str, layout: str):
 def read_transposed(sch) -> bool:
     """Whether the kernel is a channels-last upsampling fused with the transpose back to NCHW after it (a
     float build's last resize, at the model's edge)."""
-    block = next((b for b in sch.get_child_blocks(sch.get_sblock("root"))
-                  if sch.get(b).name_hint == COLUMNS_BLOCK), None)
+    block = next(
+        (b for b in sch.get_child_blocks(sch.get_sblock("root")) if sch.get(b).name_hint == COLUMNS_BLOCK), None
+    )
     if block is None or str(sch.get(block).annotations.get("layout", "")) != "NHWC":
         return False
     consumers = sch.get_consumers(block)

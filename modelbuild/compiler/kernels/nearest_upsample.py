@@ -27,9 +27,13 @@ def eligible(call) -> bool:
     """A resize2d that is a nearest-neighbour upsampling by whole factors, as TVM computes it with integer
     division (see the module's docstring)."""
     attrs = call.attrs
-    if not (str(attrs.method) == "nearest_neighbor" and str(attrs.coordinate_transformation_mode) == "asymmetric"
-            and str(attrs.rounding_method) in ("", "floor") and str(attrs.layout) == "NCHW"
-            and str(call.ty.dtype) == str(call.args[0].ty.dtype)):
+    if not (
+        str(attrs.method) == "nearest_neighbor"
+        and str(attrs.coordinate_transformation_mode) == "asymmetric"
+        and str(attrs.rounding_method) in ("", "floor")
+        and str(attrs.layout) == "NCHW"
+        and str(call.ty.dtype) == str(call.args[0].ty.dtype)
+    ):
         return False
     return upsampling_factors(call.args[0].ty.shape, call.ty.shape) is not None
 
@@ -58,8 +62,12 @@ def legalize_resize2d(bb, call):
 
     def upsample(data):
         n, channels, height, width = (int(d) for d in data.shape)
-        return te.compute((n, channels, height * fh, width * fw),
-                          lambda b, c, y, x: data[b, c, y // fh, x // fw], name=BLOCK, attrs={"factor": fw})
+        return te.compute(
+            (n, channels, height * fh, width * fw),
+            lambda b, c, y, x: data[b, c, y // fh, x // fw],
+            name=BLOCK,
+            attrs={"factor": fw},
+        )
 
     return bb.call_te(upsample, call.args[0], primfunc_name_hint=FUNCTION)
 
@@ -67,8 +75,9 @@ def legalize_resize2d(bb, call):
 def vector_width(row: int, factor: int, dtype: str = "float32") -> int | None:
     """The widest vector of VECTOR_BYTES, in elements of `dtype`, that divides the row and that the factor
     divides (the layout net's 76-column float rows: 4), or None."""
-    return next((w for w in (size // SHUFFLED[dtype] for size in VECTOR_BYTES) if row % w == 0 and w % factor == 0),
-                None)
+    return next(
+        (w for w in (size // SHUFFLED[dtype] for size in VECTOR_BYTES) if row % w == 0 and w % factor == 0), None
+    )
 
 
 def shuffles(sch, block) -> bool:
@@ -86,8 +95,9 @@ def tensorize_rows(sch, block) -> None:
 
 
 def _width(sch, block) -> int | None:
-    return vector_width(int(sch.get(sch.get_loops(block)[-1]).extent), int(sch.get(block).annotations["factor"]),
-                        _dtype(sch, block))
+    return vector_width(
+        int(sch.get(sch.get_loops(block)[-1]).extent), int(sch.get(block).annotations["factor"]), _dtype(sch, block)
+    )
 
 
 def _dtype(sch, block) -> str:
@@ -110,8 +120,9 @@ def _intrinsic(factor: int, lanes: int, dtype: str = "float32") -> str:
     order = [tirx.IntImm("int32", i // factor) for i in range(lanes)]
 
     @T.prim_func(s_tir=True)
-    def description(a: T.Buffer((source,), dtype, offset_factor=1),
-                    b: T.Buffer((lanes,), dtype, offset_factor=1)) -> None:
+    def description(
+        a: T.Buffer((source,), dtype, offset_factor=1), b: T.Buffer((lanes,), dtype, offset_factor=1)
+    ) -> None:
         with T.sblock("root"):
             T.reads(a[0:source])
             T.writes(b[0:lanes])
@@ -121,8 +132,9 @@ def _intrinsic(factor: int, lanes: int, dtype: str = "float32") -> str:
                     b[vi] = a[vi // factor]
 
     @T.prim_func(s_tir=True)
-    def implementation(a: T.Buffer((source,), dtype, offset_factor=1),
-                       b: T.Buffer((lanes,), dtype, offset_factor=1)) -> None:
+    def implementation(
+        a: T.Buffer((source,), dtype, offset_factor=1), b: T.Buffer((lanes,), dtype, offset_factor=1)
+    ) -> None:
         with T.sblock("root"):
             T.reads(a[0:source])
             T.writes(b[0:lanes])

@@ -60,6 +60,7 @@ class Instruction:
     `group` products of `data_dtype` data and `weight_dtype` weights (the int8 weights widened where the
     instruction multiplies 16-bit values); `name` prefixes the blocks, which the default schedule
     recognises. An instruction that does not accumulate (x86's vpmaddwd) is followed by an add."""
+
     name: str
     lanes: int
     data_dtype: str  # "uint8", "int8", or "int16" (8-bit data of either sign, widened exactly)
@@ -111,11 +112,16 @@ def eligible(call) -> bool:
     from tvm.ir import Constant
 
     attrs, data, weight = call.attrs, call.args[0], call.args[1]
-    return (str(attrs.out_dtype) == "int32" and int(attrs.groups) == 1
-            and (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout or attrs.data_layout))
-            == ("NCHW", "OIHW", "NCHW")
-            and str(data.ty.dtype) in ("int8", "uint8") and isinstance(weight, Constant)
-            and str(weight.ty.dtype) == "int8" and static_shape(data.ty.shape))
+    return (
+        str(attrs.out_dtype) == "int32"
+        and int(attrs.groups) == 1
+        and (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout or attrs.data_layout))
+        == ("NCHW", "OIHW", "NCHW")
+        and str(data.ty.dtype) in ("int8", "uint8")
+        and isinstance(weight, Constant)
+        and str(weight.ty.dtype) == "int8"
+        and static_shape(data.ty.shape)
+    )
 
 
 def static_shape(shape) -> bool:
@@ -133,11 +139,20 @@ def legalize(bb, call, instruction: Instruction):
     weight = constant_value(call.args[1])
     packed, correction = pack_weights(weight, instruction, shift=instruction.shift(str(call.args[0].ty.dtype)))
     attrs = call.attrs
-    geometry = {"strides": [int(s) for s in attrs.strides], "padding": [int(p) for p in attrs.padding],
-                "dilation": [int(d) for d in attrs.dilation], "kernel": weight.shape[2:], "channels": weight.shape[0]}
-    return bb.call_te(lambda x, w, c: compute(x, w, c, instruction, **geometry), call.args[0],
-                      relax.const(packed, instruction.weight_dtype), relax.const(correction, "int32"),
-                      primfunc_name_hint=f"conv2d_{instruction.name}")
+    geometry = {
+        "strides": [int(s) for s in attrs.strides],
+        "padding": [int(p) for p in attrs.padding],
+        "dilation": [int(d) for d in attrs.dilation],
+        "kernel": weight.shape[2:],
+        "channels": weight.shape[0],
+    }
+    return bb.call_te(
+        lambda x, w, c: compute(x, w, c, instruction, **geometry),
+        call.args[0],
+        relax.const(packed, instruction.weight_dtype),
+        relax.const(correction, "int32"),
+        primfunc_name_hint=f"conv2d_{instruction.name}",
+    )
 
 
 def pack_weights(weight: np.ndarray, instruction: Instruction, *, shift: int) -> tuple[np.ndarray, np.ndarray]:
@@ -146,14 +161,14 @@ def pack_weights(weight: np.ndarray, instruction: Instruction, *, shift: int) ->
     the instruction's type."""
     out_ch, in_ch, kh, kw = weight.shape
     lanes, group, step = instruction.lanes, instruction.group, instruction.group * instruction.group_block
-    padded = np.zeros((ceil_div(out_ch, lanes) * lanes, ceil_div(in_ch, step) * step, kh, kw),
-                      instruction.weight_dtype)
+    padded = np.zeros((ceil_div(out_ch, lanes) * lanes, ceil_div(in_ch, step) * step, kh, kw), instruction.weight_dtype)
     padded[:out_ch, :in_ch] = weight
     if instruction.group_block == 1:
         packed = padded.reshape(-1, lanes, padded.shape[1] // group, group, kh, kw).transpose(0, 2, 4, 5, 1, 3)
     else:
-        packed = padded.reshape(-1, lanes, padded.shape[1] // step, instruction.group_block, group, kh,
-                                kw).transpose(0, 2, 5, 6, 1, 3, 4)
+        packed = padded.reshape(-1, lanes, padded.shape[1] // step, instruction.group_block, group, kh, kw).transpose(
+            0, 2, 5, 6, 1, 3, 4
+        )
     correction = (shift * weight.astype(np.int64).reshape(out_ch, -1).sum(axis=1)).astype(np.int32)
     return np.ascontiguousarray(packed), correction
 
@@ -216,8 +231,19 @@ def _vectors(span: int, vector: int) -> list[int]:
     return [vector] * (span // vector) + ([span % vector] if span % vector else [])
 
 
-def compute(x, w, correction, instruction: Instruction, *, strides, padding, dilation, kernel, channels,
-            by_column: bool | None = None):
+def compute(
+    x,
+    w,
+    correction,
+    instruction: Instruction,
+    *,
+    strides,
+    padding,
+    dilation,
+    kernel,
+    channels,
+    by_column: bool | None = None,
+):
     """The packed conv as TE: pad (and shift) rows of all channels, pack (group channels by 4, split columns by
     stride phase), reduce, unpack with the correction. `by_column` forces one form of the accumulators
     (column_lanes chooses by default)."""
@@ -234,8 +260,9 @@ def compute(x, w, correction, instruction: Instruction, *, strides, padding, dil
     shift = instruction.shift(str(x.dtype))
 
     def pad(b, row, c, column):
-        value = padded(lambda r, q: x[b, c, r, q], row - top, column - left, height=height, width=width,
-                       shift=shift, dtype=dtype)
+        value = padded(
+            lambda r, q: x[b, c, r, q], row - top, column - left, height=height, width=width, shift=shift, dtype=dtype
+        )
         if in_ch == groups_in * group:
             return value
         # the channels that fill the last group are the shifted zero, loading nothing
@@ -253,11 +280,13 @@ def compute(x, w, correction, instruction: Instruction, *, strides, padding, dil
         """[N, C/group, rows, phases, span, group], or for a tile instruction [N, C/(group * group_block), rows,
         phases, group_block, span, group]: a tile's rows (groups) a packed row apart, not a channel plane."""
         if group_block == 1:
-            return te.compute((n, groups_in, rows, phases, span, group), value, name=instruction.pack_block,
-                              **kwargs)
-        return te.compute((n, groups_in // group_block, rows, phases, group_block, span, group),
-                          lambda b, cb, row, phase, g, q, ci: value(b, cb * group_block + g, row, phase, q, ci),
-                          name=instruction.pack_block, **kwargs)
+            return te.compute((n, groups_in, rows, phases, span, group), value, name=instruction.pack_block, **kwargs)
+        return te.compute(
+            (n, groups_in // group_block, rows, phases, group_block, span, group),
+            lambda b, cb, row, phase, g, q, ci: value(b, cb * group_block + g, row, phase, q, ci),
+            name=instruction.pack_block,
+            **kwargs,
+        )
 
     if group_block > 1:
         by_column = True
@@ -266,44 +295,75 @@ def compute(x, w, correction, instruction: Instruction, *, strides, padding, dil
     span = computed_w + (kw - 1) * dw // sw  # packed columns of one phase that the outputs reach
     if sw == 1 and in_ch == groups_in * group and not any((top, left, bottom, right)) and computed_w == out_w:
         # nothing to pad: one pass, which LLVM vectorises well enough (under 1 us for the classifier's 1x1s)
-        packed = pack(height, 1, lambda b, cg, row, phase, q, ci: (x[b, cg * group + ci, row, q].astype("int32")
-                                                                   + shift).astype(dtype))
+        packed = pack(
+            height,
+            1,
+            lambda b, cg, row, phase, q, ci: (x[b, cg * group + ci, row, q].astype("int32") + shift).astype(dtype),
+        )
     else:
         # in whole vectors for packing intrinsics, whose loads of `lanes` * stride columns from a phase's first
         # column reach column span * sw + phase - 1 at most (a row of 56 for a 1x1 conv pads to 64, not 128)
         span = ceil_div(span, lanes) * lanes
         padded_w = ceil_div(max(width + left + right, span * sw + sw - 1), PAD_VECTOR) * PAD_VECTOR
         # [N, H, C, W]: the 4 channels a packed vector interleaves are neighbouring rows of one 2-D region
-        rows = te.compute((n, height + top + bottom, groups_in * group, padded_w), pad,
-                          name=instruction.pad_block, attrs={"columns": [left, width]})
-        packed = pack(height + top + bottom, sw,
-                      lambda b, cg, row, phase, q, ci: rows[b, row, cg * group + ci, q * sw + phase],
-                      attrs={"stride": sw})  # packing intrinsics need it
-    rc, rh, rw, ri = (te.reduce_axis((0, e), name) for e, name in
-                      ((groups_in // group_block, "rc"), (kh, "rh"), (kw, "rw"), (group, "ri")))
+        rows = te.compute(
+            (n, height + top + bottom, groups_in * group, padded_w),
+            pad,
+            name=instruction.pad_block,
+            attrs={"columns": [left, width]},
+        )
+        packed = pack(
+            height + top + bottom,
+            sw,
+            lambda b, cg, row, phase, q, ci: rows[b, row, cg * group + ci, q * sw + phase],
+            attrs={"stride": sw},
+        )  # packing intrinsics need it
+    rc, rh, rw, ri = (
+        te.reduce_axis((0, e), name)
+        for e, name in ((groups_in // group_block, "rc"), (kh, "rh"), (kw, "rw"), (group, "ri"))
+    )
 
     def product(b, o_block, o_lane, h, col):
         if group_block > 1:  # the groups of one step innermost but one, as the tile instruction takes them
             rg = te.reduce_axis((0, group_block), "rg")
-            return te.sum(tap(b, rc, h, col, rh, rw, ri, rg).astype("int32")
-                          * w[o_block, rc, rh, rw, o_lane, rg, ri].astype("int32"), axis=[rc, rh, rw, rg, ri])
-        return te.sum(tap(b, rc, h, col, rh, rw, ri).astype("int32")
-                      * w[o_block, rc, rh, rw, o_lane, ri].astype("int32"), axis=[rc, rh, rw, ri])
+            return te.sum(
+                tap(b, rc, h, col, rh, rw, ri, rg).astype("int32")
+                * w[o_block, rc, rh, rw, o_lane, rg, ri].astype("int32"),
+                axis=[rc, rh, rw, rg, ri],
+            )
+        return te.sum(
+            tap(b, rc, h, col, rh, rw, ri).astype("int32") * w[o_block, rc, rh, rw, o_lane, ri].astype("int32"),
+            axis=[rc, rh, rw, ri],
+        )
 
     if by_column:
         tile = lanes if group_block > 1 else channel_tile(channels, lanes)
         # a tile instruction's schedule writes its tensor intrinsic for the conv's taps
         taps = {"dilation": [dh, dw], "stride": [sh, sw]} if group_block > 1 else None
-        acc = te.compute((n, ceil_div(channels, tile) * tile, out_h, computed_w),
-                         lambda b, o, h, col: product(b, o // lanes, o % lanes, h, col),
-                         name=instruction.column_block, attrs=taps)
-        unpacked = lambda b, o, h, col: acc[b, o, h, col]
+        acc = te.compute(
+            (n, ceil_div(channels, tile) * tile, out_h, computed_w),
+            lambda b, o, h, col: product(b, o // lanes, o % lanes, h, col),
+            name=instruction.column_block,
+            attrs=taps,
+        )
+
+        def unpacked(b, o, h, col):
+            return acc[b, o, h, col]
     else:
-        acc = te.compute((n, ceil_div(channels, lanes), out_h, out_w, lanes),
-                         lambda b, ob, h, col, oi: product(b, ob, oi, h, col), name=instruction.block)
-        unpacked = lambda b, o, h, col: acc[b, o // lanes, h, col, o % lanes]
-    return te.compute((n, channels, out_h, out_w),
-                      lambda b, o, h, col: unpacked(b, o, h, col) - correction[o], name=f"{instruction.name}_unpack")
+        acc = te.compute(
+            (n, ceil_div(channels, lanes), out_h, out_w, lanes),
+            lambda b, ob, h, col, oi: product(b, ob, oi, h, col),
+            name=instruction.block,
+        )
+
+        def unpacked(b, o, h, col):
+            return acc[b, o // lanes, h, col, o % lanes]
+
+    return te.compute(
+        (n, channels, out_h, out_w),
+        lambda b, o, h, col: unpacked(b, o, h, col) - correction[o],
+        name=f"{instruction.name}_unpack",
+    )
 
 
 def block_names(sch) -> set[str]:
@@ -343,8 +403,9 @@ def schedule_column_lanes(sch, instruction: Instruction, cores: int, intrinsic: 
     vectors = largest_divisor(extent(sch, col) // lanes, vectors)
     col_outer, col_vector, col_inner = sch.split(col, factors=[None, vectors, lanes])
     rows_first = extent(sch, h) >= ROWS_PER_CORE * cores and not store_bound(sch, instruction)
-    parallel_loops = reorder_outer(sch, block, rows_first, b, ob, h, col_outer, rc, rh, rw, oi, col_vector,
-                                   col_inner, ri)
+    parallel_loops = reorder_outer(
+        sch, block, rows_first, b, ob, h, col_outer, rc, rh, rw, oi, col_vector, col_inner, ri
+    )
     outputs = extent(sch, b) * extent(sch, ob) * extent(sch, h) * extent(sch, col_outer) * tile * vectors * lanes
     epilogue_at(sch, block, col_outer, lanes, row=h)
     parallel(sch, instruction, cores, outputs * reduction_length(sch, instruction.group, rc, rh, rw), *parallel_loops)
@@ -377,8 +438,12 @@ def store_bound(sch, instruction: Instruction) -> bool:
     into a wide output that goes to memory."""
     packed = _bytes(sch.get(sch.get_sblock(instruction.pack_block)).writes[0].source)
     params = {param.name for param in sch.mod["main"].params}
-    written = {region.source.name: region.source for block in sch.get_child_blocks(sch.get_sblock("root"))
-               for region in sch.get(block).writes if region.source.name in params}
+    written = {
+        region.source.name: region.source
+        for block in sch.get_child_blocks(sch.get_sblock("root"))
+        for region in sch.get(block).writes
+        if region.source.name in params
+    }
     output = sum(map(_bytes, written.values()))
     return packed <= CACHED_PACKED_BYTES and output > max(STORE_BOUND_RATIO * packed, UNCACHED_OUTPUT_BYTES)
 
@@ -405,8 +470,14 @@ def schedule_channel_lanes(sch, instruction: Instruction, cores: int, intrinsic:
     sch.reorder(b, ob_outer, h, col_outer, rc, rh, rw, ob_inner, col_inner, oi, ri)
     one_pixel_on_one_core = pixels == 1 and cores > 1 and macs < PARALLEL_MIN_MACS
     blocks_in_parallel = one_pixel_on_one_core and extent(sch, ob_outer) >= cores
-    broadcast = epilogue_at(sch, block, col_outer, instruction.lanes, broadcast=pixels == 1,
-                            rows_in_parallel=one_pixel_on_one_core and not blocks_in_parallel)
+    broadcast = epilogue_at(
+        sch,
+        block,
+        col_outer,
+        instruction.lanes,
+        broadcast=pixels == 1,
+        rows_in_parallel=one_pixel_on_one_core and not blocks_in_parallel,
+    )
     if blocks_in_parallel and broadcast * extent(sch, ob_outer) >= PARALLEL_MIN_BROADCAST:
         sch.parallel(sch.fuse(b, ob_outer, h))
     parallel(sch, instruction, cores, macs, b, ob_outer, h)
@@ -415,8 +486,9 @@ def schedule_channel_lanes(sch, instruction: Instruction, cores: int, intrinsic:
     tensorize_reduction(sch, block, rc, oi, intrinsic)
 
 
-def epilogue_at(sch, block, loop, lanes: int, *, row=None, broadcast: bool = False,
-                rows_in_parallel: bool = False) -> int:
+def epilogue_at(
+    sch, block, loop, lanes: int, *, row=None, broadcast: bool = False, rows_in_parallel: bool = False
+) -> int:
     """The unpack and every fused consumer computed under `loop`, reading the accumulators where they are,
     their rows of output columns (contiguous in NCHW) vectorised by vectorise_row. Returns the most outputs
     one consumer computes there.
@@ -457,7 +529,7 @@ def _loops_below(sch, block, loop) -> list:
     """The block's loops nested inside `loop`."""
     loops = sch.get_loops(block)
     depth = next(i for i, candidate in enumerate(loops) if sch.get(candidate).same_as(sch.get(loop)))
-    return loops[depth + 1:]
+    return loops[depth + 1 :]
 
 
 def _parallel_rows(sch, loops) -> None:
@@ -586,8 +658,10 @@ def register_intrinsics(instruction: Instruction, llvm_intrinsic: str) -> dict[s
     from tvm.script import tirx as T
 
     lanes, dtype, group, wtype = instruction.lanes, instruction.data_dtype, instruction.group, instruction.weight_dtype
-    names = {instruction.block: f"modelbuild_{instruction.name}_{lanes}x{group}",
-             instruction.column_block: f"modelbuild_{instruction.name}_columns_{lanes}x{group}"}
+    names = {
+        instruction.block: f"modelbuild_{instruction.name}_{lanes}x{group}",
+        instruction.column_block: f"modelbuild_{instruction.name}_columns_{lanes}x{group}",
+    }
     if instruction.name in _registered:
         return names
     op = T.llvm_lookup_intrinsic_id(llvm_intrinsic)
@@ -605,9 +679,11 @@ def register_intrinsics(instruction: Instruction, llvm_intrinsic: str) -> dict[s
         return c.vload([0], dtype=accumulators) + T.call_llvm_pure_intrin(op, data, weights, dtype=accumulators)
 
     @T.prim_func(s_tir=True)
-    def channels_description(a: T.Buffer((group,), dtype, offset_factor=1),
-                             b: T.Buffer((lanes, group), wtype, offset_factor=1),
-                             c: T.Buffer((lanes,), "int32", offset_factor=1)) -> None:
+    def channels_description(
+        a: T.Buffer((group,), dtype, offset_factor=1),
+        b: T.Buffer((lanes, group), wtype, offset_factor=1),
+        c: T.Buffer((lanes,), "int32", offset_factor=1),
+    ) -> None:
         with T.sblock("root"):
             T.reads(c[0:lanes], a[0:group], b[0:lanes, 0:group])
             T.writes(c[0:lanes])
@@ -618,19 +694,24 @@ def register_intrinsics(instruction: Instruction, llvm_intrinsic: str) -> dict[s
                         c[vi] = c[vi] + T.cast(a[vk], "int32") * T.cast(b[vi, vk], "int32")
 
     @T.prim_func(s_tir=True)
-    def channels_implementation(a: T.Buffer((group,), dtype, offset_factor=1),
-                                b: T.Buffer((lanes, group), wtype, offset_factor=1),
-                                c: T.Buffer((lanes,), "int32", offset_factor=1)) -> None:
+    def channels_implementation(
+        a: T.Buffer((group,), dtype, offset_factor=1),
+        b: T.Buffer((lanes, group), wtype, offset_factor=1),
+        c: T.Buffer((lanes,), "int32", offset_factor=1),
+    ) -> None:
         with T.sblock("root"):
             T.reads(c[0:lanes], a[0:group], b[0:lanes, 0:group])
             T.writes(c[0:lanes])
-            c[T.ramp(T.int32(0), 1, lanes)] = dot(c, broadcast_word(a.vload([0], data_word), lanes, data_vector),
-                                                  b.vload([0, 0], dtype=weight_vector))
+            c[T.ramp(T.int32(0), 1, lanes)] = dot(
+                c, broadcast_word(a.vload([0], data_word), lanes, data_vector), b.vload([0, 0], dtype=weight_vector)
+            )
 
     @T.prim_func(s_tir=True)
-    def columns_description(a: T.Buffer((lanes, group), dtype, offset_factor=1),
-                            b: T.Buffer((group,), wtype, offset_factor=1),
-                            c: T.Buffer((lanes,), "int32", offset_factor=1)) -> None:
+    def columns_description(
+        a: T.Buffer((lanes, group), dtype, offset_factor=1),
+        b: T.Buffer((group,), wtype, offset_factor=1),
+        c: T.Buffer((lanes,), "int32", offset_factor=1),
+    ) -> None:
         with T.sblock("root"):
             T.reads(c[0:lanes], a[0:lanes, 0:group], b[0:group])
             T.writes(c[0:lanes])
@@ -641,18 +722,20 @@ def register_intrinsics(instruction: Instruction, llvm_intrinsic: str) -> dict[s
                         c[vi] = c[vi] + T.cast(a[vi, vk], "int32") * T.cast(b[vk], "int32")
 
     @T.prim_func(s_tir=True)
-    def columns_implementation(a: T.Buffer((lanes, group), dtype, offset_factor=1),
-                               b: T.Buffer((group,), wtype, offset_factor=1),
-                               c: T.Buffer((lanes,), "int32", offset_factor=1)) -> None:
+    def columns_implementation(
+        a: T.Buffer((lanes, group), dtype, offset_factor=1),
+        b: T.Buffer((group,), wtype, offset_factor=1),
+        c: T.Buffer((lanes,), "int32", offset_factor=1),
+    ) -> None:
         with T.sblock("root"):
             T.reads(c[0:lanes], a[0:lanes, 0:group], b[0:group])
             T.writes(c[0:lanes])
-            c[T.ramp(T.int32(0), 1, lanes)] = dot(c, a.vload([0, 0], dtype=data_vector),
-                                                  broadcast_word(b.vload([0], weight_word), lanes, weight_vector))
+            c[T.ramp(T.int32(0), 1, lanes)] = dot(
+                c, a.vload([0, 0], dtype=data_vector), broadcast_word(b.vload([0], weight_word), lanes, weight_vector)
+            )
 
     TensorIntrin.register(names[instruction.block], channels_description, channels_implementation, override=True)
-    TensorIntrin.register(names[instruction.column_block], columns_description, columns_implementation,
-                          override=True)
+    TensorIntrin.register(names[instruction.column_block], columns_description, columns_implementation, override=True)
     _registered.add(instruction.name)
     return names
 
@@ -734,7 +817,8 @@ def pack_intrinsic(instruction: Instruction, stride: int) -> str:
             T.reads(src[0:group, 0:span])
             T.writes(out[0:lanes, 0:group])
             out[0, T.ramp(T.int64(0), 1, lanes * group)] = T.Shuffle(
-                [src.vload([row, 0], f"{dtype}x{loaded}") for row in range(group)], order)
+                [src.vload([row, 0], f"{dtype}x{loaded}") for row in range(group)], order
+            )
 
     TensorIntrin.register(name, description, implementation, override=True)
     _registered_packing.add(name)

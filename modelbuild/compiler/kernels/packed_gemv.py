@@ -27,8 +27,13 @@ def eligible(call) -> bool:
     from tvm.ir import Constant
 
     data, weight = call.args[0], call.args[1]
-    if not (isinstance(weight, Constant) and str(weight.ty.dtype) == "float32" and len(weight.ty.shape) == 2
-            and str(data.ty.dtype) == "float32" and str(call.attrs.out_dtype) in ("float32", "None", "void", "")):
+    if not (
+        isinstance(weight, Constant)
+        and str(weight.ty.dtype) == "float32"
+        and len(weight.ty.shape) == 2
+        and str(data.ty.dtype) == "float32"
+        and str(call.attrs.out_dtype) in ("float32", "None", "void", "")
+    ):
         return False
     dims = known_shape(data)
     if dims is None or len(dims) < 2:
@@ -51,8 +56,10 @@ def legalize(bb, call):
 
     def gemv(data, runs):
         k = te.reduce_axis((0, k_extent), "k")
-        return te.compute((*[int(d) for d in call.args[0].ty.shape.values[:-1]], weight.shape[1]),
-                          lambda *i: te.sum(data[(*i[:-1], k)] * runs[i[-1] // LANES, k, i[-1] % LANES], axis=k),
-                          name="matmul")
+        return te.compute(
+            (*[int(d) for d in call.args[0].ty.shape.values[:-1]], weight.shape[1]),
+            lambda *i: te.sum(data[(*i[:-1], k)] * runs[i[-1] // LANES, k, i[-1] % LANES], axis=k),
+            name="matmul",
+        )
 
     return bb.call_te(gemv, call.args[0], relax.const(packed(weight)), primfunc_name_hint="matmul")

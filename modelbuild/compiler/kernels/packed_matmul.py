@@ -25,9 +25,15 @@ def eligible(call) -> bool:
     from tvm.ir import Constant
 
     data, weight = call.args[0], call.args[1]
-    if not (str(call.attrs.out_dtype) == "int32" and str(data.ty.dtype) in ("int8", "uint8")
-            and packed_conv.static_shape(data.ty.shape) and len(data.ty.shape) >= 2
-            and isinstance(weight, Constant) and str(weight.ty.dtype) == "int8" and len(weight.ty.shape) == 2):
+    if not (
+        str(call.attrs.out_dtype) == "int32"
+        and str(data.ty.dtype) in ("int8", "uint8")
+        and packed_conv.static_shape(data.ty.shape)
+        and len(data.ty.shape) >= 2
+        and isinstance(weight, Constant)
+        and str(weight.ty.dtype) == "int8"
+        and len(weight.ty.shape) == 2
+    ):
         return False
     batch = [int(d) for d in data.ty.shape.values][:-2]
     return sum(d > 1 for d in batch) <= 1
@@ -39,11 +45,16 @@ def legalize(bb, call, instruction: packed_conv.Instruction):
 
     weight = constant_value(call.args[1])
     depth, channels = weight.shape
-    packed, correction = packed_conv.pack_weights(weight.T.reshape(channels, depth, 1, 1), instruction,
-                                                  shift=instruction.shift(str(call.args[0].ty.dtype)))
-    return bb.call_te(lambda x, w, c: compute(x, w, c, instruction, channels=channels), call.args[0],
-                      relax.const(packed, instruction.weight_dtype), relax.const(correction, "int32"),
-                      primfunc_name_hint=f"matmul_{instruction.name}")
+    packed, correction = packed_conv.pack_weights(
+        weight.T.reshape(channels, depth, 1, 1), instruction, shift=instruction.shift(str(call.args[0].ty.dtype))
+    )
+    return bb.call_te(
+        lambda x, w, c: compute(x, w, c, instruction, channels=channels),
+        call.args[0],
+        relax.const(packed, instruction.weight_dtype),
+        relax.const(correction, "int32"),
+        primfunc_name_hint=f"matmul_{instruction.name}",
+    )
 
 
 def compute(x, w, correction, instruction: packed_conv.Instruction, *, channels: int):
@@ -61,9 +72,25 @@ def compute(x, w, correction, instruction: packed_conv.Instruction, *, channels:
     def row_of(indices):
         return 0 if row_axis is None else indices[row_axis]
 
-    image = te.compute((1, depth, rows, columns), lambda b, c, row, col: x[(*batch_index(row), col, c)],
-                       name=f"{instruction.name}_matmul_image")
-    conv = packed_conv.compute(image, w, correction, instruction, strides=(1, 1), padding=(0, 0, 0, 0),
-                               dilation=(1, 1), kernel=(1, 1), channels=channels, by_column=False)
-    return te.compute((*batch, columns, channels), lambda *i: conv[0, i[-1], row_of(i[:-2]), i[-2]],
-                      name=f"{instruction.name}_matmul_rows")
+    image = te.compute(
+        (1, depth, rows, columns),
+        lambda b, c, row, col: x[(*batch_index(row), col, c)],
+        name=f"{instruction.name}_matmul_image",
+    )
+    conv = packed_conv.compute(
+        image,
+        w,
+        correction,
+        instruction,
+        strides=(1, 1),
+        padding=(0, 0, 0, 0),
+        dilation=(1, 1),
+        kernel=(1, 1),
+        channels=channels,
+        by_column=False,
+    )
+    return te.compute(
+        (*batch, columns, channels),
+        lambda *i: conv[0, i[-1], row_of(i[:-2]), i[-2]],
+        name=f"{instruction.name}_matmul_rows",
+    )

@@ -29,12 +29,20 @@ def eligible(call) -> bool:
     except (AttributeError, TypeError, ValueError):
         return False
     rows, row_stride = int(attrs.pool_size[0]), int(attrs.strides[0])
-    return (str(attrs.layout) == "NCHW" and str(attrs.out_layout) == "NCHW" and str(call.ty.dtype) == "float32"
-            and int(attrs.pool_size[1]) == 2 and int(attrs.strides[1]) == 2
-            and all(int(p) == 0 for p in attrs.padding) and all(int(d) == 1 for d in attrs.dilation)
-            and len(shape) == 4 and vector_width(shape[3]) is not None
-            # every window inside the input: ceil_mode's last window may hang over its edge
-            and 2 * shape[3] <= in_shape[3] and (shape[2] - 1) * row_stride + rows <= in_shape[2])
+    return (
+        str(attrs.layout) == "NCHW"
+        and str(attrs.out_layout) == "NCHW"
+        and str(call.ty.dtype) == "float32"
+        and int(attrs.pool_size[1]) == 2
+        and int(attrs.strides[1]) == 2
+        and all(int(p) == 0 for p in attrs.padding)
+        and all(int(d) == 1 for d in attrs.dilation)
+        and len(shape) == 4
+        and vector_width(shape[3]) is not None
+        # every window inside the input: ceil_mode's last window may hang over its edge
+        and 2 * shape[3] <= in_shape[3]
+        and (shape[2] - 1) * row_stride + rows <= in_shape[2]
+    )
 
 
 def vector_width(row: int) -> int | None:
@@ -55,8 +63,9 @@ def legalize_max_pool2d(bb, call):
     def pool(data):
         r = te.reduce_axis((0, rows), "r")
         k = te.reduce_axis((0, 2), "k")
-        return te.compute(out_shape, lambda b, c, y, x: te.max(data[b, c, y * row_stride + r, x * 2 + k], axis=[r, k]),
-                          name=BLOCK)
+        return te.compute(
+            out_shape, lambda b, c, y, x: te.max(data[b, c, y * row_stride + r, x * 2 + k], axis=[r, k]), name=BLOCK
+        )
 
     return bb.call_te(pool, call.args[0], primfunc_name_hint="max_pool2d")
 
@@ -96,10 +105,11 @@ def _intrinsic(lanes: int) -> str:
     odd = [tirx.IntImm("int32", 2 * i + 1) for i in range(lanes)]
 
     @T.prim_func(s_tir=True)
-    def description(a: T.Buffer((2 * lanes,), "float32", offset_factor=1),
-                    c: T.Buffer((lanes,), "float32", offset_factor=1)) -> None:
+    def description(
+        a: T.Buffer((2 * lanes,), "float32", offset_factor=1), c: T.Buffer((lanes,), "float32", offset_factor=1)
+    ) -> None:
         with T.sblock("root"):
-            T.reads(c[0:lanes], a[0:2 * lanes])
+            T.reads(c[0:lanes], a[0 : 2 * lanes])
             T.writes(c[0:lanes])
             for i, k in T.grid(lanes, 2):
                 with T.sblock("update"):
@@ -107,10 +117,11 @@ def _intrinsic(lanes: int) -> str:
                     c[vi] = T.max(c[vi], a[vi * 2 + vk])
 
     @T.prim_func(s_tir=True)
-    def implementation(a: T.Buffer((2 * lanes,), "float32", offset_factor=1),
-                       c: T.Buffer((lanes,), "float32", offset_factor=1)) -> None:
+    def implementation(
+        a: T.Buffer((2 * lanes,), "float32", offset_factor=1), c: T.Buffer((lanes,), "float32", offset_factor=1)
+    ) -> None:
         with T.sblock("root"):
-            T.reads(c[0:lanes], a[0:2 * lanes])
+            T.reads(c[0:lanes], a[0 : 2 * lanes])
             T.writes(c[0:lanes])
             pair = [a.vload([0], vector), a.vload([lanes], vector)]
             c[T.ramp(0, 1, lanes)] = T.max(c.vload([0], vector), T.max(T.Shuffle(pair, even), T.Shuffle(pair, odd)))

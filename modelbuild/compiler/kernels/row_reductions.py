@@ -43,13 +43,17 @@ def row_reduction(element, rows: tuple, length: int, combine, name: str):
     width = partial_width(length)
     whole = length // width * width
     b = te.reduce_axis((0, whole // width), "b")
-    partial = te.compute((*rows, width), lambda *i: combine(element(i[:-1], b * width + i[-1]), axis=b),
-                         name=name + "_partial")
+    partial = te.compute(
+        (*rows, width), lambda *i: combine(element(i[:-1], b * width + i[-1]), axis=b), name=name + "_partial"
+    )
     vectors = width // LANES + -(-(length - whole) // LANES)
     if vectors > 1:
         c = te.reduce_axis((0, vectors), "c")
-        partial = te.compute((*rows, LANES), lambda *i: combine(
-            _fold_term(partial, element, i[:-1], i[-1], c, whole, length, combine), axis=c), name=name + "_lanes")
+        partial = te.compute(
+            (*rows, LANES),
+            lambda *i: combine(_fold_term(partial, element, i[:-1], i[-1], c, whole, length, combine), axis=c),
+            name=name + "_lanes",
+        )
     for lanes in (LANES // 2, LANES // 4, LANES // 8):
         partial = _halved(partial, rows, lanes, combine, f"{name}_half{lanes}")
     j = te.reduce_axis((0, 2), "j")

@@ -44,9 +44,14 @@ def scatter_nd(data, indices, updates, reduction: str):
     from tvm import te, tirx
 
     out = tirx.decl_buffer(data.shape, data.dtype, "scattered")
-    return te.extern([data.shape], [data, indices, updates],
-                     lambda ins, outs: _body(*ins, outs[0], reduction), dtype=data.dtype, out_buffers=[out],
-                     name="scatter_nd")
+    return te.extern(
+        [data.shape],
+        [data, indices, updates],
+        lambda ins, outs: _body(*ins, outs[0], reduction),
+        dtype=data.dtype,
+        out_buffers=[out],
+        name="scatter_nd",
+    )
 
 
 def _body(data, indices, updates, out, reduction: str):
@@ -97,6 +102,11 @@ def _each_in_vectors(T, width: int, store, loop=None) -> None:
 def _store(target, at, update, reduction: str) -> None:
     from tvm import tirx
 
-    combined = {"update": lambda old: update, "add": lambda old: old + update, "mul": lambda old: old * update,
-                "min": lambda old: tirx.min(old, update), "max": lambda old: tirx.max(old, update)}[reduction]
+    combined = {
+        "update": lambda old: update,
+        "add": lambda old: old + update,
+        "mul": lambda old: old * update,
+        "min": lambda old: tirx.min(old, update),
+        "max": lambda old: tirx.max(old, update),
+    }[reduction]
     target[at] = combined(target[at])

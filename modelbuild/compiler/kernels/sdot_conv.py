@@ -18,7 +18,10 @@ from __future__ import annotations
 
 from modelbuild.compiler.kernels import packed_conv
 from modelbuild.compiler.kernels.packed_conv import (
-    PAD_VECTOR, block_names, register_intrinsics, schedule_channel_lanes, schedule_column_lanes,
+    block_names,
+    register_intrinsics,
+    schedule_channel_lanes,
+    schedule_column_lanes,
 )
 
 SDOT = packed_conv.Instruction("sdot", lanes=4, data_dtype="int8")
@@ -34,9 +37,12 @@ def supported(target) -> bool:
     has them)."""
     from tvm.target import codegen
 
-    return (target is not None and target.kind.name == "llvm"
-            and str(target.attrs.get("mtriple", "")).startswith("aarch64")
-            and bool(codegen.target_has_features("dotprod", target)))
+    return (
+        target is not None
+        and target.kind.name == "llvm"
+        and str(target.attrs.get("mtriple", "")).startswith("aarch64")
+        and bool(codegen.target_has_features("dotprod", target))
+    )
 
 
 def schedule(sch, cores: int) -> None:

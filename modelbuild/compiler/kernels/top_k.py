@@ -33,8 +33,15 @@ def rewrite(module):
         if getattr(call.op, "name", None) != "relax.topk" or not eligible(call):
             return call
         attrs = call.attrs
-        return mutator.builder_.call_te(top_k, call.args[0], int(attrs.k), int(attrs.axis), bool(attrs.largest),
-                                        str(attrs.dtype), primfunc_name_hint="top_k")
+        return mutator.builder_.call_te(
+            top_k,
+            call.args[0],
+            int(attrs.k),
+            int(attrs.axis),
+            bool(attrs.largest),
+            str(attrs.dtype),
+            primfunc_name_hint="top_k",
+        )
 
     return rewrite_calls(module, rule)
 
@@ -47,8 +54,12 @@ def eligible(call) -> bool:
         return False
     attrs = call.attrs
     k = int(attrs.k)
-    return (bool(shape) and 1 <= k <= shape[int(attrs.axis)] and str(attrs.ret_type) in RET_TYPES
-            and str(call.args[0].ty.dtype) in ("float32", "float16", "int32", "int64", "uint8", "int8"))
+    return (
+        bool(shape)
+        and 1 <= k <= shape[int(attrs.axis)]
+        and str(attrs.ret_type) in RET_TYPES
+        and str(call.args[0].ty.dtype) in ("float32", "float16", "int32", "int64", "uint8", "int8")
+    )
 
 
 def top_k(data, k: int, axis: int, largest: bool, index_dtype: str):
@@ -57,13 +68,17 @@ def top_k(data, k: int, axis: int, largest: bool, index_dtype: str):
 
     shape = [int(d) for d in data.shape]
     axis = axis % len(shape)
-    out_shape = shape[:axis] + [k] + shape[axis + 1:]
+    out_shape = shape[:axis] + [k] + shape[axis + 1 :]
     values = tirx.decl_buffer(out_shape, data.dtype, "values")
     indices = tirx.decl_buffer(out_shape, index_dtype, "indices")
-    layout = _Rows(outer=math.prod(shape[:axis]), length=shape[axis], inner=math.prod(shape[axis + 1:]), k=k)
-    return te.extern([out_shape, out_shape], [data],
-                     lambda ins, outs: _body(ins[0], outs[0], outs[1], layout, largest),
-                     out_buffers=[values, indices], name="top_k")
+    layout = _Rows(outer=math.prod(shape[:axis]), length=shape[axis], inner=math.prod(shape[axis + 1 :]), k=k)
+    return te.extern(
+        [out_shape, out_shape],
+        [data],
+        lambda ins, outs: _body(ins[0], outs[0], outs[1], layout, largest),
+        out_buffers=[values, indices],
+        name="top_k",
+    )
 
 
 class _Rows:
@@ -186,8 +201,11 @@ class _Heap:
         at[0], moving[0] = tirx.Cast("int64", start), True
         with T.While(tirx.And(moving[0], at[0] * 2 + 1 < size)):  # no break: TVM's LLVM codegen has none
             left = at[0] * 2 + 1
-            right_worse = tirx.if_then_else(left + 1 < size, self.worse(self.value(left + 1), self.index(left + 1),
-                                                                        self.value(left), self.index(left)), False)
+            right_worse = tirx.if_then_else(
+                left + 1 < size,
+                self.worse(self.value(left + 1), self.index(left + 1), self.value(left), self.index(left)),
+                False,
+            )
             child[0] = left + tirx.Cast("int64", right_worse)
             with T.If(self.worse(self.value(child[0]), self.index(child[0]), held_value[0], held_index[0])):
                 with T.Then():

@@ -25,8 +25,10 @@ def transposed_read(sch, block, lanes: int) -> tuple[int, int] | None:
         return None
     innermost = iters[-1]
     extents = [int(iv.dom.extent) if isinstance(iv.dom.extent, tirx.IntImm) else None for iv in stmt.iter_vars]
-    loops = [int(sch.get(loop).extent) if isinstance(sch.get(loop).extent, tirx.IntImm) else None
-             for loop in sch.get_loops(block)]
+    loops = [
+        int(sch.get(loop).extent) if isinstance(sch.get(loop).extent, tirx.IntImm) else None
+        for loop in sch.get_loops(block)
+    ]
     if loops != extents:  # `tile` takes the block's loops for its iterators, one for one
         return None
     reads = [region.source for region in stmt.reads]
@@ -55,4 +57,3 @@ def tile(sch, block, read: int, position: int, lanes: int) -> list:
     sch.vectorize(sch.get_loops(local)[-1])
     sch.vectorize(along)
     return outer
-

@@ -15,7 +15,10 @@ from __future__ import annotations
 
 from modelbuild.compiler.kernels import packed_conv
 from modelbuild.compiler.kernels.packed_conv import (
-    block_names, register_intrinsics, schedule_channel_lanes, schedule_column_lanes,
+    block_names,
+    register_intrinsics,
+    schedule_channel_lanes,
+    schedule_column_lanes,
 )
 
 VNNI = packed_conv.Instruction("vnni", lanes=16, data_dtype="uint8")
@@ -30,8 +33,7 @@ def supported(target) -> bool:
     """Whether the target has AVX-512 VNNI (Cascade Lake, Ice Lake, Sapphire Rapids, Zen 4 and later)."""
     from tvm.target import codegen
 
-    return target is not None and target.kind.name == "llvm" and bool(
-        codegen.target_has_features("avx512vnni", target))
+    return target is not None and target.kind.name == "llvm" and bool(codegen.target_has_features("avx512vnni", target))
 
 
 def schedule(sch, cores: int) -> None:

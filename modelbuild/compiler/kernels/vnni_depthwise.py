@@ -18,8 +18,8 @@ Eligible: NCHW depthwise convs (one input channel per output channel) of 8-bit d
 weights whose 16 lanes x 4 taps span at most 64 input columns (stride * 15 + dilation * 3 < 64). An output
 width that is not a whole number of vectors is computed rounded up and the extra columns dropped: a 7-wide
 row costs a 16-wide one, which still beats the float-accumulated kernel that took these convs before (a
-MobileNet's depthwise convs at 56, 28, 14 and 7 columns ran at 5 GFLOP/s there). vpermb is AVX-512 VBMI: Ice Lake, Sapphire Rapids, Zen 4 and later
-(not Cascade Lake, which has VNNI without it).
+MobileNet's depthwise convs at 56, 28, 14 and 7 columns ran at 5 GFLOP/s there). vpermb is AVX-512 VBMI:
+Ice Lake, Sapphire Rapids, Zen 4 and later (not Cascade Lake, which has VNNI without it).
 """
 
 from __future__ import annotations
@@ -28,7 +28,14 @@ import numpy as np
 
 from modelbuild.compiler.integer_ops import constant_value
 from modelbuild.compiler.kernels.packed_conv import (
-    ceil_div, epilogue_at, extent, largest_divisor, padded, static_shape, tensorize_reduction, vectorise_padded_rows,
+    ceil_div,
+    epilogue_at,
+    extent,
+    largest_divisor,
+    padded,
+    static_shape,
+    tensorize_reduction,
+    vectorise_padded_rows,
 )
 
 BLOCK = "vnni_depthwise"
@@ -51,8 +58,11 @@ def supported(target) -> bool:
     """Whether the target has AVX-512 VNNI (vpdpbusd) and VBMI (vpermb)."""
     from tvm.target import codegen
 
-    return target is not None and target.kind.name == "llvm" and all(
-        codegen.target_has_features(feature, target) for feature in ("avx512vnni", "avx512vbmi"))
+    return (
+        target is not None
+        and target.kind.name == "llvm"
+        and all(codegen.target_has_features(feature, target) for feature in ("avx512vnni", "avx512vbmi"))
+    )
 
 
 def eligible(call) -> bool:
@@ -60,15 +70,23 @@ def eligible(call) -> bool:
     from tvm.ir import Constant
 
     attrs, data, weight = call.attrs, call.args[0], call.args[1]
-    if not (str(attrs.out_dtype) == "int32" and str(data.ty.dtype) in ("int8", "uint8")
-            and (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout or attrs.data_layout))
-            == ("NCHW", "OIHW", "NCHW")
-            and isinstance(weight, Constant) and str(weight.ty.dtype) == "int8" and static_shape(data.ty.shape)):
+    if not (
+        str(attrs.out_dtype) == "int32"
+        and str(data.ty.dtype) in ("int8", "uint8")
+        and (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout or attrs.data_layout))
+        == ("NCHW", "OIHW", "NCHW")
+        and isinstance(weight, Constant)
+        and str(weight.ty.dtype) == "int8"
+        and static_shape(data.ty.shape)
+    ):
         return False
     channels = int(data.ty.shape.values[1])
     out_channels, per_group = (int(d) for d in weight.ty.shape.values[:2])
-    return (int(attrs.groups) == channels == out_channels and per_group == 1
-            and fits_window(int(attrs.strides[1]), int(attrs.dilation[1])))
+    return (
+        int(attrs.groups) == channels == out_channels
+        and per_group == 1
+        and fits_window(int(attrs.strides[1]), int(attrs.dilation[1]))
+    )
 
 
 def fits_window(stride: int, dilation: int) -> bool:
@@ -101,11 +119,19 @@ def legalize(bb, call):
     weight = constant_value(call.args[1])
     packed, correction = pack_weights(weight, shifted=str(call.args[0].ty.dtype) == "int8")
     attrs = call.attrs
-    geometry = {"strides": [int(s) for s in attrs.strides], "padding": [int(p) for p in attrs.padding],
-                "dilation": [int(d) for d in attrs.dilation], "kernel": weight.shape[2:]}
-    return bb.call_te(lambda x, w, c: _compute(x, w, c, **geometry), call.args[0],
-                      relax.const(packed, "int8"), relax.const(correction, "int32"),
-                      primfunc_name_hint="conv2d_vnni_depthwise")
+    geometry = {
+        "strides": [int(s) for s in attrs.strides],
+        "padding": [int(p) for p in attrs.padding],
+        "dilation": [int(d) for d in attrs.dilation],
+        "kernel": weight.shape[2:],
+    }
+    return bb.call_te(
+        lambda x, w, c: _compute(x, w, c, **geometry),
+        call.args[0],
+        relax.const(packed, "int8"),
+        relax.const(correction, "int32"),
+        primfunc_name_hint="conv2d_vnni_depthwise",
+    )
 
 
 def _compute(x, w, correction, *, strides, padding, dilation, kernel):
@@ -130,8 +156,9 @@ def _compute(x, w, correction, *, strides, padding, dilation, kernel):
     shift = 128 if str(x.dtype) == "int8" else 0
 
     def pad(b, c, row, column):
-        return padded(lambda r, q: x[b, c, r, q], row - top, column - left, height=height, width=width,
-                      shift=shift, dtype="uint8")
+        return padded(
+            lambda r, q: x[b, c, r, q], row - top, column - left, height=height, width=width, shift=shift, dtype="uint8"
+        )
 
     padded_rows = te.compute((n, channels, rows, pitch), pad, name=PAD_BLOCK, attrs={"columns": [left, width]})
     rh, rg, ri = (te.reduce_axis((0, e), name) for e, name in ((kh, "rh"), (groups, "rg"), (GROUP, "ri")))
@@ -139,10 +166,17 @@ def _compute(x, w, correction, *, strides, padding, dilation, kernel):
         (n, channels, out_h, lanes_w),
         lambda b, c, h, col: te.sum(
             padded_rows[b, c, h * sh + rh * dh, col * sw + (rg * GROUP + ri) * dw].astype("int32")
-            * w[c, rh, rg, ri].astype("int32"), axis=[rh, rg, ri]),
-        name=BLOCK, attrs={"stride": sw, "dilation": dw})  # the schedule picks the intrinsic by them
-    return te.compute((n, channels, out_h, out_w), lambda b, c, h, col: acc[b, c, h, col] - correction[c],
-                      name="vnni_depthwise_unpack")
+            * w[c, rh, rg, ri].astype("int32"),
+            axis=[rh, rg, ri],
+        ),
+        name=BLOCK,
+        attrs={"stride": sw, "dilation": dw},
+    )  # the schedule picks the intrinsic by them
+    return te.compute(
+        (n, channels, out_h, out_w),
+        lambda b, c, h, col: acc[b, c, h, col] - correction[c],
+        name="vnni_depthwise_unpack",
+    )
 
 
 def schedule(sch, cores: int) -> None:
@@ -199,13 +233,17 @@ def _intrinsic(stride: int, dilation: int) -> str:
     vpermb = T.llvm_lookup_intrinsic_id("llvm.x86.avx512.permvar.qi.512")
     # byte 4 * lane + k of vpermb's result is input column lane * stride + k * dilation of the window
     byte = tirx.Ramp(tirx.const(0, "int8"), tirx.const(1, "int8"), 64)
-    index = ((byte >> tirx.Broadcast(tirx.const(2, "int8"), 64)) * tirx.Broadcast(tirx.const(stride, "int8"), 64)
-             + (byte & tirx.Broadcast(tirx.const(3, "int8"), 64)) * tirx.Broadcast(tirx.const(dilation, "int8"), 64))
+    index = (byte >> tirx.Broadcast(tirx.const(2, "int8"), 64)) * tirx.Broadcast(tirx.const(stride, "int8"), 64) + (
+        byte & tirx.Broadcast(tirx.const(3, "int8"), 64)
+    ) * tirx.Broadcast(tirx.const(dilation, "int8"), 64)
 
     # c[lane] += sum_k a[lane * stride + k * dilation] * b[k]
     @T.prim_func(s_tir=True)
-    def description(a: T.Buffer((span,), "uint8", offset_factor=1), b: T.Buffer((4,), "int8", offset_factor=1),
-                    c: T.Buffer((16,), "int32", offset_factor=1)) -> None:
+    def description(
+        a: T.Buffer((span,), "uint8", offset_factor=1),
+        b: T.Buffer((4,), "int8", offset_factor=1),
+        c: T.Buffer((16,), "int32", offset_factor=1),
+    ) -> None:
         with T.sblock("root"):
             T.reads(c[0:16], a[0:span], b[0:4])
             T.writes(c[0:16])
@@ -216,8 +254,11 @@ def _intrinsic(stride: int, dilation: int) -> str:
                         c[vi] = c[vi] + T.cast(a[vi * stride + vk * dilation], "int32") * T.cast(b[vk], "int32")
 
     @T.prim_func(s_tir=True)
-    def implementation(a: T.Buffer((span,), "uint8", offset_factor=1), b: T.Buffer((4,), "int8", offset_factor=1),
-                       c: T.Buffer((16,), "int32", offset_factor=1)) -> None:
+    def implementation(
+        a: T.Buffer((span,), "uint8", offset_factor=1),
+        b: T.Buffer((4,), "int8", offset_factor=1),
+        c: T.Buffer((16,), "int32", offset_factor=1),
+    ) -> None:
         with T.sblock("root"):
             T.reads(c[0:16], a[0:span], b[0:4])
             T.writes(c[0:16])
@@ -225,11 +266,17 @@ def _intrinsic(stride: int, dilation: int) -> str:
             # became a buffer allocated at every iteration of a parallel loop (TVMBackendAllocWorkspace:
             # 5x slower on 2 cores than on one)
             c[T.ramp(T.int32(0), 1, 16)] = T.call_llvm_pure_intrin(
-                vpdpbusd, c.vload([0], dtype="int32x16"),
-                T.call_llvm_pure_intrin(vpermb, T.Shuffle([a.vload([0], f"uint8x{loaded}"), *upper], lanes),
-                                        T.reinterpret(index, dtype="uint8x64"), dtype="uint8x64"),
+                vpdpbusd,
+                c.vload([0], dtype="int32x16"),
+                T.call_llvm_pure_intrin(
+                    vpermb,
+                    T.Shuffle([a.vload([0], f"uint8x{loaded}"), *upper], lanes),
+                    T.reinterpret(index, dtype="uint8x64"),
+                    dtype="uint8x64",
+                ),
                 T.reinterpret(T.broadcast(T.reinterpret(b.vload([0], "int8x4"), dtype="int32"), 16), dtype="int8x64"),
-                dtype="int32x16")
+                dtype="int32x16",
+            )
 
     TensorIntrin.register(name, description, implementation, override=True)
     _registered.add(name)
