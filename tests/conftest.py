@@ -31,7 +31,13 @@ def timing_lock_of_the_tests(tmp_path_factory):
 # fast fakes that run the same way as the TVM stages, in worker processes
 FAKE_STAGES = {
     "import": Stage("import", "tests.fake_stages:import_", ("onnx",), "fake", outputs=("ir.json", "signature.json")),
-    "compile": Stage("compile", "tests.fake_stages:compile_", ("tvm",), "fake", outputs=("{library}", "analysis.json")),
+    "compile": Stage(
+        "compile",
+        "tests.fake_stages:compile_",
+        ("tvm",),
+        "fake",
+        outputs=("{library}", "analysis.json", "library.json"),
+    ),
 }
 
 

@@ -11,6 +11,7 @@ import os
 import time
 from pathlib import Path
 
+from modelbuild import manifest, signature
 from modelbuild.signature import Signature
 
 
@@ -62,3 +63,7 @@ def compile_(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
     ir = json.loads(inputs["ir"].read_text())
     (out / params["library"]).write_text(json.dumps({"ir": ir, "target": params["target"]}, sort_keys=True))
     (out / "analysis.json").write_text(json.dumps({"fusion": None, "memory": None}))
+    described = manifest.describe(
+        library=params["library"], target=params["target"], runtime={}, signature=signature.read(inputs["signature"])
+    )
+    (out / manifest.FILE).write_text(described.to_json())

@@ -13,9 +13,9 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "modelbuild"
 
-# used by every layer: errors, file and code digests, atomic writes, tool versions, a model's signature,
-# progress lines, and the package itself (its version)
-SHARED = {"errors", "fsutil", "hashing", "sources", "versions", "signature", "progress", ""}
+# used by every layer: errors, file and code digests, atomic writes, tool versions, a model's signature, a
+# library's manifest, progress lines, and the package itself (its version)
+SHARED = {"errors", "fsutil", "hashing", "sources", "versions", "signature", "manifest", "progress", ""}
 
 # layer -> the other layers (or single modules) it may import
 ALLOWED = {

@@ -62,6 +62,8 @@ def test_an_int8_build_compiles_the_quantized_ir_and_checks_two_references(plan)
         "validate:cls+int8@host",
     ]
     assert plan.nodes["compile:cls+int8@host"].deps["ir"] == ("quantize:cls+int8@host", "ir.json")
+    # the library's manifest carries the model's signature into the build folder
+    assert plan.nodes["compile:cls+int8@host"].deps["signature"] == ("import:cls", "signature.json")
     assert plan.nodes["quantize:cls+int8@host"].deps["onnx"] == ("import:cls", "model.onnx")
     assert plan.nodes["reference-qdq:cls+int8@host"].deps["model"] == ("quantize:cls+int8@host", "qdq.onnx")
     assert plan.nodes["validate:cls+int8@host"].deps["golden_qdq"] == ("reference-qdq:cls+int8@host", "golden.npz")
@@ -76,6 +78,7 @@ def test_image_samples_are_declared_file_by_file_up_to_the_count(plan):
 def test_a_cross_target_builds_objects_and_is_not_run_here(plan):
     assert plan.nodes["compile:cls+int8@pi"].publish == {
         "model.tar": "cls+int8/pi/model.tar",
+        "library.json": "cls+int8/pi/library.json",
         "analysis.json": "cls+int8/pi/analysis.json",
     }
     assert plan.nodes["validate:cls+int8@pi"].params["runs_here"] is False

@@ -364,8 +364,8 @@ class Scheduler:
         """An upstream node's cached output was damaged when this node came to read it: forget that result and
         run both again."""
         for dep, name in node.deps.values():
-            upstream = self.run_result.results[dep]
-            if upstream.outputs.get(name) == err.digest and upstream.key:
+            upstream = self.run_result.results.get(dep)  # gone already where two inputs come from one node
+            if upstream is not None and upstream.outputs.get(name) == err.digest and upstream.key:
                 self.store.forget(upstream.key)
                 del self.run_result.results[dep]
                 self._waiting.append(dep)

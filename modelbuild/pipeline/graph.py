@@ -20,6 +20,7 @@ from modelbuild.pipeline.registry import (
     FROZEN_ONNX,
     GOLDEN,
     IR,
+    LIBRARY_MANIFEST,
     METRICS,
     MODEL,
     QDQ_ONNX,
@@ -60,7 +61,8 @@ def build_plan(recipe: LoadedRecipe, resolve: TargetResolver, *, tuning_root: Pa
                 tuner = tune_node(recipe, name, ir, resolved[target], build, tuning_root)
                 nodes[tuner.id] = tuner
                 builds[name].append(tuner.id)
-            compiler = compile_node(name, ir, target, resolved[target], build, tuner)
+            signature = (importer.id, SIGNATURE)
+            compiler = compile_node(name, ir, signature, target, resolved[target], build, tuner)
             nodes[compiler.id] = compiler
             builds[name].append(compiler.id)
             validation = recipe.validation_for(build)
@@ -202,8 +204,16 @@ def tune_node(
 
 
 def compile_node(
-    build: str, ir: tuple[str, str], target_name: str, target: dict, spec, tuner: Node | None = None
+    build: str,
+    ir: tuple[str, str],
+    signature: tuple[str, str],
+    target_name: str,
+    target: dict,
+    spec,
+    tuner: Node | None = None,
 ) -> Node:
+    """Compile the build's IR for the target; publish the library with its manifest (the signature, the
+    target and the runtime it needs) and its analysis."""
     library = library_name(target)
     params = {
         "target": tvm_target(target),
@@ -213,16 +223,17 @@ def compile_node(
         "options": compile_options(spec),
     }
     variant = variant_of(build)
-    deps = {"ir": ir}
+    deps = {"ir": ir, "signature": signature}
     if tuner:
         deps["tuning"] = (tuner.id, TUNED_RECORDS)
+    folder = f"{variant}/{target_name}"
     return Node(
         id=f"compile:{build}",
         stage="compile",
         build=build,
         params=params,
         deps=deps,
-        publish={library: f"{variant}/{target_name}/{library}", ANALYSIS: f"{variant}/{target_name}/{ANALYSIS}"},
+        publish={name: f"{folder}/{name}" for name in (library, LIBRARY_MANIFEST, ANALYSIS)},
     )
 
 

@@ -33,6 +33,8 @@ DIGESTERS = {MODEL: model_digest}
 # the files each stage writes, by name: the plan wires them to downstream inputs, the report reads them
 IR, SIGNATURE, FROZEN_ONNX = "ir.json", "signature.json", "model.onnx"
 ANALYSIS, QDQ_ONNX, QUANTIZE_SUMMARY = "analysis.json", "qdq.onnx", "quantize.json"
+# beside the library in the build folder: what a program needs to load and call it (modelbuild.manifest)
+LIBRARY_MANIFEST = "library.json"
 TUNED_RECORDS, TUNE_SUMMARY, GOLDEN, METRICS = "records.json", "tune.json", "golden.npz", "metrics.json"
 # written by compile where it can lower the module (a cross target too), not required of every run
 IR_TEXTS = ("ir_before_fusion.py", "ir_after_fusion.py", "ir_planned.py")
@@ -52,7 +54,7 @@ register(
         "modelbuild.stages.compile:run",
         ("tvm",),
         "compile the Relax module for a target and export the library",
-        ("{library}", ANALYSIS),
+        ("{library}", ANALYSIS, LIBRARY_MANIFEST),
     )
 )
 register(

@@ -12,9 +12,11 @@ import os
 from contextlib import contextmanager
 from pathlib import Path
 
+from modelbuild import manifest, signature
 from modelbuild.compiler import analysis, lowering, tuning_db
 from modelbuild.errors import StageError, last_line
 from modelbuild.recipe.params import CompileOptions, CompileParams, parse
+from modelbuild.versions import tool_version
 
 ANALYSIS_FILE = "analysis.json"
 # The VM's instructions (allocations, kernel calls) compiled to native code rather than interpreted from
@@ -26,7 +28,7 @@ IR_FILES = {"ir_before_fusion.py": "legalized", "ir_after_fusion.py": "fused", "
 
 def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
     """Write params['library'] (model.so, or model.tar of objects when cross-compiling with no cross
-    compiler), analysis.json and the IR texts."""
+    compiler), its manifest (library.json), analysis.json and the IR texts."""
     import tvm
 
     p = parse(CompileParams, params)
@@ -40,6 +42,13 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
     except Exception as err:
         raise StageError(f"tvm.compile failed for {p.target}: {last_line(err)}") from err
     export(executable, out / p.library, p.cross_compiler)
+    described = manifest.describe(
+        library=p.library,
+        target=p.target,
+        runtime={"apache-tvm": tool_version("tvm")},
+        signature=signature.read(inputs["signature"]),
+    )
+    (out / manifest.FILE).write_text(described.to_json())
     (out / ANALYSIS_FILE).write_text(json.dumps(_figures(phases), indent=1, sort_keys=True))
     for name, phase in IR_FILES.items() if phases is not None else ():  # a GPU target's pipeline is TVM's own
         (out / name).write_text(getattr(phases, phase).script(show_meta=False))
