@@ -2,7 +2,8 @@
 
 Prints, as medians over repeated runs of the real CLI in fresh processes:
 - the wall time of a cold build of the bundled recipe (one run: it is what the README quotes);
-- the wall time of a no-op `modelbuild` on the bundled recipe (goal: under 0.2 s);
+- the wall time of a no-op `modelbuild` on the bundled recipe (goal: under 0.2 s), and of a no-op
+  `modelbuild.build()` from Python in a fresh process, timed in turns with it (goal: no slower);
 - the same on a generated recipe of 10 models x 3 targets (goal: under 1 s);
 - T_hit / T_miss of the compile stage: seconds to reuse a cached library over seconds to compile it
   (goal: under 1/100).
@@ -41,6 +42,18 @@ def modelbuild(*args: str, cwd: Path) -> tuple[float, subprocess.CompletedProces
 def median_noop(recipe: Path, cache: Path, build: Path, repeat: int) -> float:
     flags = ["-f", str(recipe), "--cache-dir", str(cache), "--build-dir", str(build)]
     return statistics.median(modelbuild(*flags, cwd=recipe.parent)[0] for _ in range(repeat))
+
+
+def median_noop_from_python(recipe: Path, cache: Path, build: Path, repeat: int) -> float:
+    """A no-op `modelbuild.build()` in a fresh process, as a notebook or training script would call it."""
+    code = f"import modelbuild; modelbuild.build({str(recipe)!r}, cache_dir={str(cache)!r}, build_dir={str(build)!r})"
+
+    def once() -> float:
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-c", code], check=True, cwd=recipe.parent)
+        return time.perf_counter() - started
+
+    return statistics.median(once() for _ in range(repeat))
 
 
 def median_interpreter_start(repeat: int) -> float:
@@ -90,12 +103,20 @@ def main() -> None:
         misses = compile_seconds(bundled, tmp / "c1", tmp / "b1")
         print(f"cold build, bundled recipe: {time.perf_counter() - started:.1f} s")
         hits = compile_seconds(bundled, tmp / "c1", tmp / "b1")
-        noop = median_noop(bundled, tmp / "c1", tmp / "b1", args.repeat)
+        cli, python = [], []
+        for _ in range(args.repeat):  # in turns, so a busy spell weighs on both
+            cli.append(median_noop(bundled, tmp / "c1", tmp / "b1", 1))
+            python.append(median_noop_from_python(bundled, tmp / "c1", tmp / "b1", 1))
+        noop, from_python = statistics.median(cli), statistics.median(python)
         startup = median_interpreter_start(args.repeat)
         print(
             f"no-op build, bundled recipe (1 model x 1 target): median {noop:.3f} s   (goal < 0.2 s); "
             f"the interpreter alone (python -c pass, same runs): {startup:.3f} s, so modelbuild's own "
             f"{noop - startup:.3f} s"
+        )
+        print(
+            f"no-op modelbuild.build() from Python, same recipe, in turns with the CLI: median {from_python:.3f} s, "
+            f"{from_python / noop:.2f}x the CLI's   (goal <= 1x)"
         )
 
         gen = generated_recipe(tmp / "gen")

@@ -95,6 +95,22 @@ def _rebuild_stage_error(cls: type, message: str, log: str | None) -> StageError
     return cls(message, log=log)
 
 
+class BuildFailed(StageError):
+    """Stages of a build failed (modelbuild.build from Python; the CLI prints each and exits instead).
+    `failures` holds each failed stage's result, with its error and log; `report` what did build. The exit
+    code is the CLI's: bad input first, then the environment, then a failed stage."""
+
+    def __init__(self, failures: list, report) -> None:
+        self.failures = failures
+        self.report = report
+        codes = {f.exit_code or StageError.exit_code for f in failures}
+        priority = (InputError.exit_code, EnvironmentFailure.exit_code, StageError.exit_code)
+        self.exit_code = next((code for code in priority if code in codes), StageError.exit_code)
+        first = failures[0]
+        more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
+        super().__init__(f"{first.node} failed: {first.error}{more}", log=first.log)
+
+
 # What to do about each errno that means the machine is at fault, not the recipe or the code.
 _ENVIRONMENT_FIXES = {
     errno.EACCES: "make it writable by this user, or pass --build-dir / --cache-dir elsewhere",

@@ -122,3 +122,20 @@ def test_throttled_share_is_the_time_a_cpu_quota_held_the_cgroup_back():
     assert metrics.throttled_share(before, metrics.CpuClock(101.0, 11.0, 52.0, 2, throttled=9.0)) == 1.0
     assert metrics.throttled_share(before, metrics.CpuClock(101.0, 11.0, 52.0, 2)) is None  # no cgroup said
     assert metrics.throttled_share(before, metrics.CpuClock(101.0, 11.0, 50.0, 2, throttled=3.5)) is None
+
+
+# the timing loop: its minimums, and the bound that keeps a slow library's validation short
+def test_timing_stops_at_max_seconds_before_min_runs_on_a_slow_library(monkeypatch):
+    now = [0.0]
+    monkeypatch.setattr(metrics.time, "perf_counter", lambda: now[0])
+
+    def slow_run():  # each inference takes 2 s on the fake clock
+        now[0] += 2.0
+
+    latencies = metrics.time_calls(slow_run, warmup=1, min_runs=100, min_seconds=0.0, max_seconds=10.0)
+    assert latencies == [2.0] * 5
+
+
+def test_timing_meets_both_minimums_when_there_is_time():
+    latencies = metrics.time_calls(lambda: None, warmup=0, min_runs=7, min_seconds=0.0, max_seconds=60.0)
+    assert len(latencies) == 7

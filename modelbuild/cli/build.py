@@ -9,41 +9,39 @@ import sys
 from pathlib import Path
 
 from modelbuild.cli.common import (
-    EXIT_ENVIRONMENT,
     EXIT_GATE_FAILED,
     EXIT_OK,
-    EXIT_STAGE_FAILED,
-    EXIT_USAGE,
     project_of,
     relative,
     say_error,
 )
 from modelbuild.engine.events import Status
 from modelbuild.engine.scheduler import Options
-from modelbuild.errors import ModelbuildError
+from modelbuild.errors import BuildFailed, ModelbuildError
 from modelbuild.pipeline.names import model_of, quantization_of, select, target_of
 
 
 def cmd_build(args, console) -> int:
+    """modelbuild.api.run_build with a live view; then the summary, the reports' verdict and the exit code."""
+    from modelbuild.api import run_build
     from modelbuild.console import LiveReporter
-    from modelbuild.reports.remeasure import timing_doubts
 
     if args.jobs < 1:
         raise ModelbuildError(f"-j must be at least 1, got {args.jobs}")
     project = project_of(args)
     plan = select(project.plan, args.selectors)
-    options = Options(jobs=args.jobs, keep_going=args.keep_going, dry_run=args.dry_run)
     with LiveReporter(console if not args.json else _null_console(), list(plan.nodes)) as reporter:
-        run = project.run(args.selectors, options, reporter, doubt=timing_doubts(project))
-    results = list(run.results.values())
-    if args.dry_run:
-        for r in results:
+        outcome = run_build(
+            project, args.selectors, jobs=args.jobs, keep_going=args.keep_going, dry_run=args.dry_run, reporter=reporter
+        )
+    run, report = outcome.run, outcome.report
+    if report is None:  # a dry run
+        for r in run.results.values():
             if r.status is Status.STALE:
                 console.print(f"would run {r.node}: {'; '.join(map(str, r.reasons))}", markup=False)
         if not run.stale:
             console.print("nothing to do: every stage is cached", markup=False)
         return EXIT_OK
-    report = write_reports(project, run)
     if args.json:
         print(json.dumps(_summary_json(project, run, report), indent=2))
     else:
@@ -55,20 +53,10 @@ def cmd_build(args, console) -> int:
     return _exit_code(run, report)
 
 
-def write_reports(project, run, cache: dict | None = None):
-    from modelbuild.reports import collect, write_reports
-
-    report = collect(project, run, cache=cache)
-    write_reports(report, project.build_dir)
-    return report
-
-
 def _exit_code(run, report) -> int:
-    """Bad input first (the user's to fix), then the environment, then a failed stage, then the gates."""
-    codes = {r.exit_code or EXIT_STAGE_FAILED for r in run.failed}
-    for code in (EXIT_USAGE, EXIT_ENVIRONMENT, EXIT_STAGE_FAILED):
-        if code in codes:
-            return code
+    """A failed stage's code (bad input first, then the environment, then the stage), else the gates'."""
+    if run.failed:
+        return BuildFailed(run.failed, report).exit_code
     return EXIT_OK if report.passed else EXIT_GATE_FAILED
 
 
@@ -168,6 +156,8 @@ def cmd_report(args, console) -> int:
     if run.stale:
         names = ", ".join(r.node for r in run.stale[:3])
         raise ModelbuildError(f"not built yet: {names}; run `modelbuild` first (report runs nothing)")
+    from modelbuild.api import write_reports
+
     report = write_reports(project, run, cache=project.store.stats().as_dict())
     print_outcome(console, project, report)
     return EXIT_OK if report.passed else EXIT_GATE_FAILED

@@ -78,7 +78,7 @@ def main(
             timer(arrays, **timing) if timer else _time_together(run, _load(baseline), arrays, **timing)
         )
     else:
-        latencies = timer(arrays, **timing) if timer else _time(run, arrays, **timing)
+        latencies = timer(arrays, **timing) if timer else metrics.time_calls(lambda: run(arrays), **timing)
     after = cpu_clock() if clock and not device else None  # a device's CPUs are not this machine's
     others = metrics.others_share(clock, after) if after else None
     throttled = metrics.throttled_share(clock, after) if after else None
@@ -254,22 +254,6 @@ def _accuracy(actual: np.ndarray, expected: np.ndarray, scores: bool = True) -> 
         if per_sample[-1] > 5:
             stats["top5_agreement"] = metrics.topk_agreement(actual, expected, k=5)
     return stats
-
-
-def _time(
-    run, arrays, *, warmup: int, min_runs: int, min_seconds: float, max_seconds: float = float("inf"), **_
-) -> list[float]:
-    """Warm up, then run until both min_runs and min_seconds are met, or max_seconds have passed."""
-    for _ in range(warmup):
-        run(arrays)
-    latencies: list[float] = []
-    total = 0.0
-    while (len(latencies) < min_runs or total < min_seconds) and total < max_seconds:
-        started = time.perf_counter()
-        run(arrays)
-        latencies.append(time.perf_counter() - started)
-        total += latencies[-1]
-    return latencies
 
 
 def _time_together(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,6 +22,29 @@ def nearest_rank(values, p: float) -> float:
         raise ValueError("no values")
     rank = max(1, math.ceil(p / 100 * len(ordered)))
     return float(ordered[rank - 1])
+
+
+def time_calls(
+    call: Callable[[], object],
+    *,
+    warmup: int,
+    min_runs: int,
+    min_seconds: float,
+    max_seconds: float = float("inf"),
+    **_,
+) -> list[float]:
+    """Seconds of each timed call: warm up, then call until both min_runs and min_seconds are met, or
+    max_seconds have passed."""
+    for _ in range(warmup):
+        call()
+    latencies: list[float] = []
+    total = 0.0
+    while (len(latencies) < min_runs or total < min_seconds) and total < max_seconds:
+        started = time.perf_counter()
+        call()
+        latencies.append(time.perf_counter() - started)
+        total += latencies[-1]
+    return latencies
 
 
 def timing_summary(seconds: list[float]) -> dict:
