@@ -2,6 +2,8 @@
 
 from types import SimpleNamespace
 
+import pytest
+
 from modelbuild.recipe.schema import TuningSpec
 from modelbuild.stages.tune import _best_records, _deficits, _heaviest
 
@@ -47,3 +49,16 @@ def test_only_the_tasks_with_the_most_default_time_are_searched_when_tasks_is_se
     assert _heaviest(tasks, hashes, baseline, None) == {0, 1, 2, 3}
     assert _heaviest(tasks, hashes, baseline, 2) == {2, 1}  # untimed first, then 4 x 1.0 s over 1 x 3.0 s
     assert _heaviest(tasks, hashes, baseline, 3) == {2, 1, 0}
+
+
+def test_the_xgb_cost_model_without_xgboost_names_the_package_to_install(monkeypatch):
+    import importlib.util
+
+    from modelbuild.errors import StageError
+    from modelbuild.stages.tune import require_cost_model
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None if name == "xgboost" else real(name))
+    with pytest.raises(StageError, match=r"needs xgboost: pip install xgboost-cpu \(as modelbuild's dependencies"):
+        require_cost_model("xgb")
+    require_cost_model("random")  # needs no xgboost

@@ -252,20 +252,25 @@ def export_shared(module, compiler: str) -> str:
 SEARCH_PHASES = {"builder": "SendToBuilder", "runner_waits": "JoinRunnerFutures"}
 
 
+def require_cost_model(cost_model: str) -> None:
+    """MetaSchedule's xgb cost model needs xgboost, a dependency of modelbuild a user may have removed."""
+    import importlib.util
+
+    if cost_model == "xgb" and importlib.util.find_spec("xgboost") is None:
+        raise StageError(
+            'cost_model = "xgb" needs xgboost: pip install xgboost-cpu (as modelbuild\'s dependencies name it), '
+            'or set cost_model = "random" in the tuning section'
+        )
+
+
 def _search(
     tasks, owed: dict[int, int], tuning: TuningSpec, database, ledger: Ledger, measurer: Measurer, runner
 ) -> dict[str, float]:
     """Search the tasks for what they are owed; returns the search's seconds, and of them the waits on the
     builder and on the runner (where more devices help: the rest is proposing candidates on this host)."""
-    import importlib.util
-
     from tvm.s_tir import meta_schedule as ms
 
-    if tuning.cost_model == "xgb" and importlib.util.find_spec("xgboost") is None:
-        raise StageError(
-            'cost_model = "xgb" needs xgboost: pip install "modelbuild[tuning]", '
-            'or set cost_model = "random" in the tuning section'
-        )
+    require_cost_model(tuning.cost_model)
 
     per_task = max(owed.values())
     target_kind = tasks[0].target.kind.name
