@@ -11,16 +11,16 @@ Usage: python bench/runtime_overhead.py [--seconds S]
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+import zoo  # noqa: E402  (its alternating timer)
 
 
 def add_model(path: Path) -> None:
@@ -56,21 +56,6 @@ targets = ["cpu"]
 """
 
 
-def alternate(calls: dict, seconds: float, block: float = 0.05) -> dict[str, float]:
-    """Median seconds of each call, timed in alternating blocks until each has had `seconds`."""
-    samples: dict[str, list[float]] = {name: [] for name in calls}
-    while min(sum(v) for v in samples.values()) < seconds:
-        for name, call in calls.items():
-            call()
-            spent = 0.0
-            while spent < block:
-                started = time.perf_counter()
-                call()
-                samples[name].append(time.perf_counter() - started)
-                spent += samples[name][-1]
-    return {name: statistics.median(v) for name, v in samples.items()}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=3.0, help="timed seconds of each call")
@@ -92,8 +77,8 @@ def main() -> None:
         main_fn = relax.VirtualMachine(tvm.runtime.load_module(str(folder / "model.so")), tvm.cpu())["main"]
         x = np.zeros((1, 16), np.float32)
         np.testing.assert_array_equal(lib(x=x), main_fn(tvm.runtime.tensor(x)).numpy())
-        medians = alternate(
-            {"raw": lambda: main_fn(tvm.runtime.tensor(x)).numpy(), "library": lambda: lib(x=x)}, args.seconds
+        medians = zoo.alternate(
+            {"raw": lambda: main_fn(tvm.runtime.tensor(x)).numpy(), "library": lambda: lib(x=x)}, args.seconds, 0.05
         )
     raw, wrapped = medians["raw"] * 1e6, medians["library"] * 1e6
     print(f"raw VM call: median {raw:.2f} us; Library call: median {wrapped:.2f} us")

@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from modelbuild.signature import Signature
+from modelbuild.signature import Signature, from_json
 
 FILE = "library.json"
 FORMAT = "modelbuild.library/1"
@@ -57,8 +57,5 @@ def read(path: Path) -> Manifest:
         raise ValueError(f"{file}: not JSON ({err.msg} at line {err.lineno}); build the model again") from None
     if data.get("format") != FORMAT:
         raise ValueError(f"{file}: format {data.get('format')!r}, where this modelbuild reads {FORMAT!r}")
-    sides = {
-        side: {t["name"]: {k: v for k, v in t.items() if k != "name"} for t in data["signature"].get(side, [])}
-        for side in ("inputs", "outputs", "bound")
-    }
-    return Manifest(data["library"], data["target"], int(data["threads"]), data["runtime"], Signature(**sides))
+    signature = from_json(data["signature"])
+    return Manifest(data["library"], data["target"], int(data["threads"]), data["runtime"], signature)

@@ -80,8 +80,8 @@ class Library:
         if not getattr(self._configured, "done", False):
             self._configure_this_thread()
         arrays = self._arrays(args, kwargs)
-        # tvm.runtime.tensor(a) is this, less the dtype and shape it reads from each array again: about half
-        # of a small library's call
+        # tvm.runtime.tensor(a) is this, less the dtype and shape it reads off each array again: much of a
+        # small library's call (bench/runtime_overhead.py)
         device, empty = self._device, self._empty
         tensors = [empty(shape, dtype, device).copyfrom(a) for a, (shape, dtype) in zip(arrays, self._tensor_specs)]
         result = self._main(*tensors)

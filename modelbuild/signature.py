@@ -36,7 +36,11 @@ def _listed(tensors: dict[str, dict]) -> list[dict]:
 
 
 def read(path: Path) -> Signature:
-    data = json.loads(Path(path).read_text())
+    return from_json(json.loads(Path(path).read_text()))
+
+
+def from_json(data: dict) -> Signature:
+    """The signature of its JSON form (what to_json writes, as parsed JSON)."""
     sides = {
         side: {t["name"]: {k: v for k, v in t.items() if k != "name"} for t in data.get(side, [])}
         for side in ("inputs", "outputs", "bound")

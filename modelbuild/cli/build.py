@@ -26,8 +26,6 @@ def cmd_build(args, console) -> int:
     from modelbuild.api import run_build
     from modelbuild.console import LiveReporter
 
-    if args.jobs < 1:
-        raise ModelbuildError(f"-j must be at least 1, got {args.jobs}")
     project = project_of(args)
     plan = select(project.plan, args.selectors)
     with LiveReporter(console if not args.json else _null_console(), list(plan.nodes)) as reporter:
