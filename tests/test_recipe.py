@@ -98,6 +98,14 @@ def test_missing_model_file(tmp_path):
     assert err.field == "models.cls.path" and err.line == 3 and "not found" in err.message
 
 
+def test_a_model_path_in_a_symlink_loop_is_a_recipe_error_not_a_traceback(tmp_path):
+    (tmp_path / "a.onnx").symlink_to("b.onnx")
+    (tmp_path / "b.onnx").symlink_to("a.onnx")
+    err = error_of(tmp_path, GOOD.replace("m.onnx", "a.onnx"))
+    assert err.field == "models.cls.path" and err.line == 3
+    assert "'a.onnx' is a symbolic link that leads back to itself" in err.message
+
+
 def test_includes_merge_and_the_including_file_wins(tmp_path):
     (tmp_path / "pieces").mkdir()
     (tmp_path / "pieces/t.toml").write_text('[targets.host]\nkind = "llvm"\nmcpu = "skylake"\nnum-cores = 8\n')

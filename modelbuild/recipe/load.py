@@ -585,7 +585,16 @@ def _check_tuning_records(loaded: LoadedRecipe) -> None:
 
 def _check_model_files(loaded: LoadedRecipe) -> None:
     for name, model in loaded.spec.models.items():
-        if not loaded.model_path(name).is_file():
+        try:
+            path = loaded.model_path(name)
+        except (RuntimeError, OSError):  # resolve() on a symlink loop: RuntimeError up to 3.12, OSError after
+            raise _fail(
+                loaded,
+                ("models", name, "path"),
+                f"model file {model.path!r} is a symbolic link that leads back to itself",
+                "point the link at the model file, or the path at the file itself",
+            ) from None
+        if not path.is_file():
             raise _fail(
                 loaded,
                 ("models", name, "path"),
