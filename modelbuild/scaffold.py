@@ -185,6 +185,27 @@ def _gate_lines(gates: dict) -> list[str]:
     return [f"{gate} = {_toml(limit)}" for gate, limit in gates.items()]
 
 
+def with_sizes(signature: Signature, sizes: dict[str, list[int]]) -> Signature:
+    """The signature with the sizes given on the command line (`--input x=1,3,224,224`) in place of its
+    inputs' shapes; ValueError names an input the model lacks, a rank that differs, or a size that
+    contradicts a dimension the model fixes."""
+    inputs = dict(signature.inputs)
+    for name, shape in sizes.items():
+        if name not in inputs:
+            raise ValueError(f"--input {name}: the model has no input {name!r} (its inputs: {', '.join(inputs)})")
+        model_shape = inputs[name]["shape"]
+        if len(shape) != len(model_shape):
+            raise ValueError(
+                f"--input {name}: {len(shape)} sizes for an input of rank {len(model_shape)} {model_shape}"
+            )
+        fixed = [i for i, d in enumerate(model_shape) if i not in dynamic_dims(model_shape) and d != shape[i]]
+        if fixed:
+            i = fixed[0]
+            raise ValueError(f"--input {name}: dimension {i} is {model_shape[i]} in the model, not {shape[i]}")
+        inputs[name] = {**inputs[name], "shape": list(shape)}
+    return Signature(inputs=inputs, outputs=signature.outputs, bound=signature.bound)
+
+
 def dynamic_dims(shape: list) -> list[int]:
     return [i for i, d in enumerate(shape) if not (isinstance(d, int) and d > 0)]
 

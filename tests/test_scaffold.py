@@ -40,6 +40,33 @@ def test_the_bundled_model_gets_placeholders_for_its_dynamic_dims_that_the_loade
     assert recipe.spec.validation.gates.min_top1_agreement == 1.0  # [1, 2] scores: the classifier preset
 
 
+def test_input_sizes_on_the_command_line_fill_the_dynamic_dims_and_the_recipe_loads_unedited(tmp_path, capsys):
+    code, out, _ = init(capsys, tmp_path, BUNDLED, "--input", "x=1,3,48,192")
+    assert code == 0 and "run `modelbuild` to build it" in out and "TODO" not in out
+    text = (tmp_path / "deploy.toml").read_text()
+    assert 'inputs.x = { shape = [1, 3, 48, 192], dtype = "float32" }' in text and "TODO" not in text
+    assert load_recipe(tmp_path / "deploy.toml").spec.models["text_direction_cls"].inputs["x"].shape == [1, 3, 48, 192]
+
+
+@pytest.mark.parametrize(
+    "given, message",
+    [
+        ("y=1,3,48,192", "--input y: the model has no input 'y' (its inputs: x)"),
+        ("x=1,48,192", "--input x: 3 sizes for an input of rank 4 ['?', 3, '?', '?']"),
+        ("x=1,4,48,192", "--input x: dimension 1 is 3 in the model, not 4"),
+    ],
+)
+def test_input_sizes_that_do_not_fit_the_model_are_one_line_exit_2(tmp_path, capsys, given, message):
+    code, _, err = init(capsys, tmp_path, BUNDLED, "--input", given)
+    assert code == 2 and err.strip() == f"error: {message}"
+    assert not (tmp_path / "deploy.toml").exists()
+
+
+def test_input_sizes_that_are_not_name_equals_sizes_are_a_usage_error(tmp_path, capsys):
+    code, _, err = init(capsys, tmp_path, BUNDLED, "--input", "x:1,3")
+    assert code == 2 and "'x:1,3': write NAME=SIZES" in err
+
+
 def test_a_dynamic_batch_dimension_alone_gets_one_placeholder(tmp_path, capsys):
     conv_relu(tmp_path / "net.onnx")
     text = tmp_path / "deploy.toml"

@@ -33,19 +33,23 @@ def cmd_init(args, console) -> int:
             f"and modelbuild quantizes float32 models (fix: leave out --int8"
             f"{'' if facts.quantized else ', or export the model in float32'})"
         )
+    try:
+        signature = scaffold.with_sizes(facts.signature, dict(args.inputs))
+    except ValueError as err:
+        raise ModelbuildError(str(err)) from None
     model_path = os.path.relpath(args.model.resolve(), args.file.resolve().parent)
-    preset = scaffold.Preset.of(facts.signature, float16=facts.float16, quantized=facts.quantized)
+    preset = scaffold.Preset.of(signature, float16=facts.float16, quantized=facts.quantized)
     args.file.write_text(
         scaffold.write_recipe(
             model_path=model_path,
-            signature=facts.signature,
+            signature=signature,
             preset=preset,
             target=args.target,
             name=args.name,
             int8=args.int8,
         )
     )
-    dynamic = [name for name, spec in facts.signature.inputs.items() if scaffold.dynamic_dims(spec["shape"])]
+    dynamic = [name for name, spec in signature.inputs.items() if scaffold.dynamic_dims(spec["shape"])]
     console.print(
         f"wrote {relative(args.file)} ({preset.title} preset{', and an int8 build' if args.int8 else ''}, "
         f"target {args.target})",

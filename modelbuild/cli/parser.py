@@ -29,6 +29,21 @@ COMMANDS = (
 )
 
 
+def input_sizes(text: str) -> tuple[str, list[int]]:
+    """`x=1,3,224,224` -> ('x', [1, 3, 224, 224]), as tvmc's --input-shapes took them; the name is what
+    comes before the last '=' (exporters put '=' in no names, but ':' and '.' in many)."""
+    name, equals, sizes = text.rpartition("=")
+    try:
+        shape = [int(size) for size in sizes.split(",")]
+    except ValueError:
+        shape = []
+    if not equals or not name or not shape or min(shape) < 1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: write NAME=SIZES, sizes positive and comma-separated: x=1,3,224,224"
+        )
+    return name, shape
+
+
 def argument_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="modelbuild", description="Build ONNX models into TVM libraries.")
     parser.add_argument("--version", action="version", version=f"modelbuild {__version__}")
@@ -72,6 +87,15 @@ def argument_parser() -> argparse.ArgumentParser:
     init.add_argument("--name", help="the model's name in the recipe (default: from the file name)")
     init.add_argument("-f", "--file", type=Path, default=Path("deploy.toml"), help="the recipe to write")
     init.add_argument("--force", action="store_true", help="overwrite an existing recipe")
+    init.add_argument(
+        "--input",
+        dest="inputs",
+        action="append",
+        default=[],
+        type=input_sizes,
+        metavar="NAME=1,3,224,224",
+        help="the sizes to build an input for, where the model leaves dimensions dynamic (repeat for each input)",
+    )
     init.add_argument(
         "--int8", action="store_true", help="an int8 build beside the float one, with its own calibration and gates"
     )
