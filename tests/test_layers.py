@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "modelbuild"
+import modelbuild
+
+PACKAGE = Path(modelbuild.__file__).parent  # the package as imported: the source tree, or an installed wheel
 
 # used by every layer: errors, file and code digests, atomic writes, tool versions, a model's signature, a
 # library's manifest, progress lines, and the package itself (its version)
