@@ -106,7 +106,7 @@ def timed_kernels(library: str, ir: Path):
     """(per kernel name its seconds per inference, its calls per inference, its argument shapes)."""
     import tvm
 
-    from modelbuild.stages.measure import time_kernel
+    from modelbuild.measurement.measure import time_kernel
 
     calls, args = kernels_of(ir)
     module = tvm.runtime.load_module(library).imports[0]

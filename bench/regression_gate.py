@@ -53,7 +53,7 @@ def timed(library: Path, golden: Path, signature: Path, threads: int, tmp: Path,
         [
             sys.executable,
             "-m",
-            "modelbuild.stages.measure",
+            "modelbuild.measurement.measure",
             str(library),
             str(golden),
             str(signature),

@@ -2043,7 +2043,7 @@ def slowest_kernels(library: Path, analysis: dict, top: int = 3) -> list[tuple[s
     instructions are compiled to native code, so there is no per-call hook to time every kernel in place."""
     import tvm
 
-    from modelbuild.stages.measure import time_kernel
+    from modelbuild.measurement.measure import time_kernel
 
     module = tvm.runtime.load_module(str(library)).imports[0]
     rows = []

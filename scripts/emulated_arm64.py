@@ -309,7 +309,7 @@ def device(key: str, tracker: str, port: int) -> None:
     }
 
     @tvm.register_global_func("modelbuild.device_info")
-    def _device_info() -> str:  # asked by modelbuild's validate (stages/device.py) for its report
+    def _device_info() -> str:  # asked by modelbuild's validate (measurement/device.py) for its report
         return json.dumps(info)
 
     host, _, tracker_port = tracker.rpartition(":")

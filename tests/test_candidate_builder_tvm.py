@@ -9,8 +9,8 @@ import shutil
 
 import pytest
 
-from modelbuild.stages import candidate_builder
 from modelbuild.stages.tune import import_tensor_intrinsics
+from modelbuild.tuning import candidate_builder
 
 # as the tune stage starts its workers: without TVM's GPU tensor intrinsics, most of what a worker imports
 START_WORKER = functools.partial(import_tensor_intrinsics, "llvm")

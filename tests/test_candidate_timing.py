@@ -1,8 +1,8 @@
-"""How many runs a tuning candidate's timed pass needs (the pure half of stages/candidate_timing.py)."""
+"""How many runs a tuning candidate's timed pass needs (the pure half of tuning/candidate_timing.py)."""
 
 from __future__ import annotations
 
-from modelbuild.stages.candidate_timing import MARGIN, runs_for
+from modelbuild.tuning.candidate_timing import MARGIN, runs_for
 
 
 def test_a_pass_is_sized_to_the_minimum_with_a_margin():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from modelbuild.stages import candidate_timing
+from modelbuild.tuning import candidate_timing
 
 pytestmark = pytest.mark.tvm
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from modelbuild.recipe.cgroup import cpu_quota, throttled_seconds
+from modelbuild.host.cgroup import cpu_quota, throttled_seconds
 
 V1_STAT = "nr_periods 11\nnr_throttled 11\nthrottled_time 833227229\nnr_bursts 0\nburst_time 0\n"
 V2_STAT = "usage_usec 5000\nuser_usec 4000\nsystem_usec 1000\nnr_periods 9\nnr_throttled 4\nthrottled_usec 250000\n"
@@ -55,7 +55,7 @@ def test_a_process_held_back_by_a_cpu_quota_shows_throttled_time(tmp_path):
         spin = (
             "import os, sys, time\n"
             f"open({str(group / 'cgroup.procs')!r}, 'w').write(str(os.getpid()))\n"
-            "from modelbuild.recipe.cgroup import throttled_seconds\n"
+            "from modelbuild.host.cgroup import throttled_seconds\n"
             "before = throttled_seconds()\n"
             "t = time.time()\n"
             "while time.time() - t < 0.6: pass\n"

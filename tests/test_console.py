@@ -6,7 +6,7 @@ import io
 
 from rich.console import Console
 
-from modelbuild.console import LiveReporter
+from modelbuild.cli.console import LiveReporter
 from modelbuild.engine.events import NodeProgress, NodeStarted
 from modelbuild.progress import clock, describe, eta
 
@@ -71,7 +71,7 @@ def test_eta_and_clock():
 
 
 def test_a_waiting_stage_says_what_it_waits_for():
-    from modelbuild.console import waiting_for
+    from modelbuild.cli.console import waiting_for
     from modelbuild.engine.events import NodeWaiting
 
     who = "pid 4242 on ci-7 since 10:42:05"

@@ -98,7 +98,7 @@ def test_the_shipped_x86_and_rpi4_recipe_validates_its_pi_build_on_the_emulated_
     assert builds["text_cls@x86"]["passed"] and builds["text_cls@x86"]["provenance"]["machine"].get("via") is None
 
     # the two libraries' outputs side by side, within the float-ci preset's tolerances
-    from modelbuild.stages import device
+    from modelbuild.measurement import device
 
     inputs = np.random.default_rng(0).uniform(-1, 1, (4, 1, 3, 48, 192)).astype("float32")  # as preprocessed
     run_pi, _, described = device.load(

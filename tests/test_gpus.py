@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from modelbuild.recipe.gpus import Gpu, capability_of, local_gpus, why_not_on_gpu
+from modelbuild.host.gpus import Gpu, capability_of, local_gpus, why_not_on_gpu
 from modelbuild.recipe.targets import validating_machine, why_not_run_here
 
 H200 = Gpu("NVIDIA H200", (9, 0), "13.0")

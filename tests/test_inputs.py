@@ -14,9 +14,10 @@ import pytest
 from modelbuild import signature
 from modelbuild.errors import RecipeError, StageError
 from modelbuild.frontend import loops
+from modelbuild.measurement import measure
 from modelbuild.recipe import load_recipe
 from modelbuild.recipe.schema import InputSpec
-from modelbuild.stages import measure, onnx_import, reference
+from modelbuild.stages import onnx_import, reference
 from modelbuild.validation import golden
 from tests.onnx_models import branch_on_rate, scaled_by_scalar, streaming
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from modelbuild.stages import measure
+from modelbuild.measurement import measure
 
 
 def test_other_processes_busy_on_every_cpu_show_in_the_share_and_this_process_does_not():

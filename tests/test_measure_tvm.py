@@ -38,7 +38,7 @@ def test_a_kernel_dividing_by_a_constant_is_timed_without_dividing_by_zero(tmp_p
     kernels = [{"kernel": name, "args": shapes} for name, shapes in args.items()]
     assert any(len(shapes) == 3 and shapes[1] == [[1], "int64"] for shapes in args.values())  # the 80, passed
     timing = (
-        "import json, sys\nimport tvm\nfrom modelbuild.stages.measure import time_kernel\n"
+        "import json, sys\nimport tvm\nfrom modelbuild.measurement.measure import time_kernel\n"
         "module = tvm.runtime.load_module(sys.argv[1]).imports[0]\n"
         "print(json.dumps([time_kernel(module, k) for k in json.loads(sys.argv[2])]))"
     )

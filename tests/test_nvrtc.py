@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from modelbuild.recipe.nvrtc import loader_here, toolkit_environment
+from modelbuild.host.nvrtc import loader_here, toolkit_environment
 
 
 def pip_layout(site, runtime="cuda_runtime", cccl="cuda_cccl/include"):

@@ -9,9 +9,9 @@ import sys
 import pytest
 
 from modelbuild.cli import main
+from modelbuild.cli.scaffold import Preset, model_kind, write_recipe
 from modelbuild.errors import RecipeError
 from modelbuild.recipe import load_recipe
-from modelbuild.scaffold import Preset, model_kind, write_recipe
 from modelbuild.signature import Signature
 from tests.conftest import REPO
 from tests.onnx_models import conv_relu, two_in_two_out

@@ -68,7 +68,7 @@ def test_the_sdot_libraries_run_bit_exact_on_the_emulated_arm_device(arm64_track
 def run_on_device(library, on: dict, x: np.ndarray):
     """(what the device says of itself, the library's output for x); the device's session ends on return,
     which frees the one emulated device for the next library."""
-    from modelbuild.stages import device
+    from modelbuild.measurement import device
 
     run, _, described = device.load(str(library), on)
     return described, run([x])[0]

@@ -53,7 +53,7 @@ def test_a_stages_code_is_every_module_its_entry_reaches(name):
 
 def test_validate_covers_the_measuring_script_it_runs_in_a_subprocess():
     modules = STAGES["validate"].modules
-    assert "modelbuild.stages.measure" in modules and "modelbuild.validation.metrics" in modules
+    assert "modelbuild.measurement.measure" in modules and "modelbuild.validation.metrics" in modules
 
 
 def test_the_compile_stage_reaches_its_schedules_and_kernels():

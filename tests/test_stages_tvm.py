@@ -186,7 +186,7 @@ def test_the_recipes_the_project_ships_build(tmp_path, recipe, classifier_store)
     assert report["passed"] and all(b["passed"] for b in report["builds"])  # its own gates, on this machine
     for b in report["builds"]:
         if b["target"].startswith("cuda"):  # TVM's own GPU pipeline: no fusion figures; run where a GPU is
-            from modelbuild.recipe.gpus import local_gpus
+            from modelbuild.host.gpus import local_gpus
 
             assert b["fusion"] is None and b["validation"]["ran"] == bool(local_gpus()[0]), b["validation"]
             continue
@@ -250,7 +250,7 @@ def test_fuse_false_builds_the_unfused_library(tiny):
 
 def test_a_cuda_target_builds_the_same_kind_of_library_with_or_without_a_gpu_and_runs_where_one_is(tiny):
     from modelbuild.cli import main
-    from modelbuild.recipe.gpus import local_gpus
+    from modelbuild.host.gpus import local_gpus
 
     text = (tiny / "deploy.toml").read_text().replace('targets = ["cpu"]', 'targets = ["gpu"]').replace(
         "enabled = false", "enabled = true"
@@ -281,7 +281,7 @@ def test_each_cuda_presets_kernels_compile_with_nvrtc_to_a_cubin_of_its_arch(tin
     import tvm
     from tvm.support import nvcc
 
-    from modelbuild.recipe.nvrtc import toolkit_environment
+    from modelbuild.host.nvrtc import toolkit_environment
     from modelbuild.recipe.params import CompileOptions
     from modelbuild.stages import compile as compile_stage
 

@@ -10,7 +10,7 @@ from modelbuild.errors import ModelbuildError
 
 
 def cmd_init(args, console) -> int:
-    from modelbuild import scaffold
+    from modelbuild.cli import scaffold
     from modelbuild.errors import StageError
     from modelbuild.stages.onnx_import import model_facts
 

@@ -24,7 +24,7 @@ from modelbuild.pipeline.names import model_of, quantization_of, select, target_
 def cmd_build(args, console) -> int:
     """modelbuild.api.run_build with a live view; then the summary, the reports' verdict and the exit code."""
     from modelbuild.api import run_build
-    from modelbuild.console import LiveReporter
+    from modelbuild.cli.console import LiveReporter
 
     project = project_of(args)
     plan = select(project.plan, args.selectors)
@@ -95,7 +95,7 @@ def _to_github(project, report, stream) -> None:
 
 
 def _print_summary(console, project, plan, run) -> None:
-    from modelbuild.console import is_live, summary_table
+    from modelbuild.cli.console import is_live, summary_table
 
     results = list(run.results.values())
     if is_live(console):
@@ -143,7 +143,7 @@ def _summary_json(project, run, report) -> dict:
 def _null_console():
     import io
 
-    from modelbuild.console import PlainConsole
+    from modelbuild.cli.console import PlainConsole
 
     return PlainConsole(io.StringIO())
 

@@ -31,6 +31,6 @@ def relative(path: Path) -> str:
 
 
 def say_error(message: str, prefix: str = "error: ") -> None:
-    from modelbuild.console import make_console
+    from modelbuild.cli.console import make_console
 
     make_console(sys.stderr).print(prefix + message, markup=False)

@@ -49,7 +49,7 @@ def _with_command(argv: list[str]) -> list[str]:
 
 def _run(args, debug: bool) -> int:
     """Call the command; every failure is one line on stderr and its exit code (`--debug` adds the traceback)."""
-    from modelbuild.console import make_console
+    from modelbuild.cli.console import make_console
 
     previous = signal.signal(signal.SIGINT, _interrupt_once) if _main_thread() else None
     try:

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from modelbuild.recipe import cgroup, gpus, nvrtc
+from modelbuild.host import cgroup, gpus, nvrtc
 from modelbuild.recipe.targets import device_of, runs_on_host, why_not_run_here
 
 # cross toolchains by target triple prefix: (compiler, the Debian package that brings it)
@@ -145,7 +145,7 @@ def _builds(kind, target: dict, caps: dict, which) -> tuple[bool, str]:
 
 
 def _nvrtc_missing(loader: dict) -> str:
-    """What of NVRTC's needs (recipe/nvrtc.py's loader_here) this machine lacks; '' where it has both."""
+    """What of NVRTC's needs (host/nvrtc.py's loader_here) this machine lacks; '' where it has both."""
     if not loader.get("bindings"):
         return "cuda-bindings (NVRTC's Python binding) is not installed"
     return "" if loader.get("headers") else "no CUDA headers were found for it"

@@ -91,6 +91,6 @@ register(
         ("tvm", "numpy"),
         "run the library on the golden inputs, compare with the reference, time it",
         (METRICS,),
-        also_runs=("modelbuild.stages.measure",),
+        also_runs=("modelbuild.measurement.measure",),
     )
 )

@@ -12,7 +12,7 @@ from pathlib import Path
 from modelbuild.errors import EnvironmentFailure, ModelbuildError, last_line
 from modelbuild.fsutil import write_atomic
 from modelbuild.hashing import digest_of
-from modelbuild.recipe import gpus
+from modelbuild.host import gpus
 from modelbuild.versions import tool_version
 
 _COMMON = ("kind", "keys", "tag", "device", "model", "libs", "host", "from_device", "target_device_type")

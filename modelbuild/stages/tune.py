@@ -5,7 +5,7 @@ searching, each task's trial count in that database is checked: a workload anoth
 already tuned to `trials_per_task` is not measured again, and raising `trials_per_task` measures only the
 difference. MetaSchedule commits each record as it is measured, so an interrupted run keeps what it measured.
 Candidates are measured on this machine, or, for a target with an rpc device, on every device of its key
-at the tracker, one candidate at a time on each (stages/device.py).
+at the tracker, one candidate at a time on each (measurement/device.py).
 
 Outputs: records.json (the best record of each of this build's tasks, which the compile stage applies) and
 tune.json (tasks, trials, best latency per task, and where the stage's seconds went).
@@ -32,12 +32,12 @@ from pathlib import Path
 from modelbuild import progress
 from modelbuild.compiler import default_schedule, lowering, tuning_db
 from modelbuild.errors import StageEnvironmentError, StageError, last_line
+from modelbuild.measurement import device as remote
 from modelbuild.recipe.params import TuneParams, parse
 from modelbuild.recipe.schema import TuningSpec
 from modelbuild.sources import imported_closure, source_digest
-from modelbuild.stages import candidate_timing
-from modelbuild.stages import device as remote
-from modelbuild.stages.candidate_builder import pooled_builder
+from modelbuild.tuning import candidate_timing
+from modelbuild.tuning.candidate_builder import pooled_builder
 
 RECORDS_FILE = "records.json"
 SUMMARY_FILE = "tune.json"

@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 from modelbuild.errors import StageEnvironmentError, StageError, last_line
+from modelbuild.measurement.device import DEVICE_UNAVAILABLE
 from modelbuild.recipe.params import ValidateParams, parse
-from modelbuild.stages.device import DEVICE_UNAVAILABLE
 from modelbuild.validation import metrics
 
 METRICS_FILE = "metrics.json"
@@ -85,7 +85,7 @@ def _measure(
         [
             sys.executable,
             "-m",
-            "modelbuild.stages.measure",
+            "modelbuild.measurement.measure",
             str(inputs["library"]),
             str(inputs["golden"]),
             str(inputs["signature"]),

@@ -136,7 +136,7 @@ def evaluate(spec: ValidationSpec, metrics: Measured | None, baseline: dict | No
 
 
 def emulated(metrics: Measured) -> str | None:
-    """The emulator where the device that ran the library is one (its own word, stages/device.py)."""
+    """The emulator where the device that ran the library is one (its own word, measurement/device.py)."""
     return (metrics.machine or {}).get("emulated")
 
 

@@ -1,6 +1,6 @@
 """Runs a TVM library on golden inputs and times it; called by the validate stage as a fresh process.
 
-usage: python -m modelbuild.stages.measure LIBRARY GOLDEN.npz SIGNATURE.json TIMING_JSON OUT.json
+usage: python -m modelbuild.measurement.measure LIBRARY GOLDEN.npz SIGNATURE.json TIMING_JSON OUT.json
                                          [--analysis ANALYSIS.json] [--qdq GOLDEN_QDQ.npz]
                                          [--device DEVICE_JSON | --gpu] [--baseline BASELINE_LIBRARY]
 """
@@ -19,13 +19,13 @@ from pathlib import Path
 import numpy as np
 
 from modelbuild import signature
-from modelbuild.compiler import analysis
+from modelbuild.compiler import analysis  # the roofline of the kernels it times
 from modelbuild.errors import last_line
-from modelbuild.recipe.cgroup import cpu_quota, throttled_seconds
-from modelbuild.recipe.gpus import NVRTC_PACKAGES
-from modelbuild.recipe.nvrtc import toolkit_environment
+from modelbuild.host.cgroup import cpu_quota, throttled_seconds
+from modelbuild.host.gpus import NVRTC_PACKAGES
+from modelbuild.host.nvrtc import toolkit_environment
+from modelbuild.measurement import device as remote
 from modelbuild.recipe.targets import host_machine, validating_machine
-from modelbuild.stages import device as remote
 from modelbuild.validation import metrics
 from modelbuild.validation.golden import feedback as fed_back_inputs
 
@@ -142,7 +142,7 @@ def _load(library: str):
 
 def _this_machine(gpu: bool) -> dict:
     """The CPU (and the GPU it ran on) as reports show them, with the cgroup's CPU quota where there is one:
-    a quota below the library's threads stalls it (recipe/cgroup.py)."""
+    a quota below the library's threads stalls it (host/cgroup.py)."""
     quota = cpu_quota()
     machine = validating_machine({"kind": "cuda"}) if gpu else host_machine()
     return {**machine, "cpu_quota": quota} if quota is not None else machine
