@@ -17,6 +17,23 @@ from modelbuild.pipeline import registry
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
+def pytest_collection_modifyitems(items) -> None:
+    """The one rule of the tiers: a test builds with the real TVM, and runs in the slow tier, where its file
+    is named *_tvm.py or it takes the `tvm` fixture (a TVM test in a file of fast ones)."""
+    for item in items:
+        if item.path.stem.endswith("_tvm") or "tvm" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.tvm)
+
+
+@pytest.fixture
+def tvm():
+    """TVM itself, imported when a test asks for it: the fast tier never loads it."""
+    import tvm as module
+
+    return module
+
+
 @pytest.fixture(autouse=True, scope="session")
 def timing_lock_of_the_tests(tmp_path_factory):
     """The machine's timing lock in the test session's own folder: builds run beside the tests neither wait

@@ -4,11 +4,8 @@ multiplication: fewer vector instructions in every int8 conv's epilogue."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from tests.relax_graphs import SHAPE, build_module, kernel_shapes, op_names, scheduled_kernel
-
-pytestmark = pytest.mark.tvm
 
 CHANNELS = np.arange(1, 9, dtype="float32").reshape(1, 8, 1, 1)  # a per-channel constant: a rescale, a bias
 

@@ -10,8 +10,6 @@ import pytest
 
 from tests.test_vnni_conv_tvm import build, conv_module, reference
 
-pytestmark = pytest.mark.tvm
-
 AMX_CPU = {"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 2}
 
 GEOMETRIES = [  # (data shape, weight shape, strides, padding, data dtype)

@@ -7,15 +7,11 @@ import functools
 import os
 import shutil
 
-import pytest
-
 from modelbuild.stages.tune import import_tensor_intrinsics
 from modelbuild.tuning import candidate_builder
 
 # as the tune stage starts its workers: without TVM's GPU tensor intrinsics, most of what a worker imports
 START_WORKER = functools.partial(import_tensor_intrinsics, "llvm")
-
-pytestmark = pytest.mark.tvm
 
 
 def doubling_inputs(count: int) -> list:

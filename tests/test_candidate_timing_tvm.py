@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import pytest
-
 from modelbuild.tuning import candidate_timing
-
-pytestmark = pytest.mark.tvm
 
 
 def test_a_candidate_timed_in_one_pass_gives_the_figures_tvms_evaluator_gives():

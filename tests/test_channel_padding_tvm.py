@@ -7,8 +7,6 @@ import pytest
 
 from tests.relax_graphs import build_module, kernel_shapes, scheduled_kernel
 
-pytestmark = pytest.mark.tvm
-
 
 def matmul_head(columns: int):
     from tvm import relax

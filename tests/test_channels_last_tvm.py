@@ -7,8 +7,6 @@ import pytest
 
 from tests.relax_graphs import build_module, kernel_shapes
 
-pytestmark = pytest.mark.tvm
-
 
 def run(module, x: np.ndarray) -> np.ndarray:
     """main(x) of the module, built by stock TVM."""

@@ -4,11 +4,8 @@ compiling it."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from tests.relax_graphs import build_module
-
-pytestmark = pytest.mark.tvm
 
 
 def moved_constants(bb, x):

@@ -61,8 +61,7 @@ def test_a_table_whose_size_is_an_input_is_left_as_it_is():
     assert constant_operators.folded(model) is model
 
 
-@pytest.mark.tvm
-def test_an_stft_by_a_hann_window_built_in_the_graph_imports_and_computes_what_onnxruntime_does():
+def test_an_stft_by_a_hann_window_built_in_the_graph_imports_and_computes_what_onnxruntime_does(tvm):
     """The window is computed before the STFT is written out, which needs it constant."""
     import tvm
     from tvm import relax

@@ -5,8 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.tvm
-
 
 def transposed_conv_module(shape, wshape, strides, *, dtype="float32", weight=None, **attrs):
     from tvm import relax

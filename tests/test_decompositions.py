@@ -75,9 +75,8 @@ def test_a_form_it_does_not_write_leaves_the_model_as_it_is(model):
     assert decompositions.decomposed(model) is model
 
 
-@pytest.mark.tvm
 @pytest.mark.parametrize("op, opset", [("LpNormalization", 13), ("LpNormalization", 18), ("Celu", 13), ("Swish", 24)])
-def test_tvm_imports_the_operator_and_computes_what_onnxruntime_does(op, opset):
+def test_tvm_imports_the_operator_and_computes_what_onnxruntime_does(tvm, op, opset):
     import tvm
     from tvm import relax
 
@@ -143,8 +142,7 @@ def test_an_attention_it_cannot_write_out_is_refused_with_the_fix():
         decompositions.decomposed(model)
 
 
-@pytest.mark.tvm
-def test_tvm_imports_opset_23_attention_as_scaled_dot_product_attention():
+def test_tvm_imports_opset_23_attention_as_scaled_dot_product_attention(tvm):
     """TVM's converter of that name is onnxruntime's contrib Attention's: it failed with 'num_heads'."""
     import tvm
     from tvm import relax
@@ -217,8 +215,7 @@ def test_an_stft_it_cannot_write_out_is_refused_with_the_fix(model, reason):
         decompositions.decomposed(model)
 
 
-@pytest.mark.tvm
-def test_tvm_imports_an_stft_and_computes_what_onnxruntime_does():
+def test_tvm_imports_an_stft_and_computes_what_onnxruntime_does(tvm):
     import tvm
     from tvm import relax
 
@@ -285,8 +282,7 @@ def test_a_dft_it_cannot_write_out_is_refused_with_the_fix():
         decompositions.decomposed(dft([2, 64, 1], length=128))
 
 
-@pytest.mark.tvm
-def test_tvm_imports_a_complex_dft_and_computes_what_onnxruntime_does():
+def test_tvm_imports_a_complex_dft_and_computes_what_onnxruntime_does(tvm):
     import tvm
     from tvm import relax
 
@@ -333,8 +329,7 @@ def test_reverse_sequence_is_a_gather_of_each_entrys_steps_reversed_up_to_its_le
     np.testing.assert_array_equal(run_feed(written, feed), run_feed(model, feed))
 
 
-@pytest.mark.tvm
-def test_tvm_imports_reverse_sequence_and_computes_what_onnxruntime_does():
+def test_tvm_imports_reverse_sequence_and_computes_what_onnxruntime_does(tvm):
     import tvm
     from tvm import relax
 
@@ -415,8 +410,7 @@ def test_a_rotary_embedding_it_cannot_write_out_is_refused_with_the_fix():
         decompositions.decomposed(model)
 
 
-@pytest.mark.tvm
-def test_tvm_imports_opset_23_rotary_embedding_and_computes_what_onnxruntime_does():
+def test_tvm_imports_opset_23_rotary_embedding_and_computes_what_onnxruntime_does(tvm):
     import tvm
     from tvm import relax
 
@@ -483,8 +477,7 @@ def test_a_tensor_scatter_over_caches_of_unknown_shape_is_refused_with_the_fix()
         decompositions.decomposed(model)
 
 
-@pytest.mark.tvm
-def test_tvm_imports_opset_24_tensor_scatter_and_computes_what_onnxruntime_does():
+def test_tvm_imports_opset_24_tensor_scatter_and_computes_what_onnxruntime_does(tvm):
     import tvm
     from tvm import relax
 
@@ -549,8 +542,7 @@ def test_col2im_of_columns_that_are_not_the_images_blocks_is_refused_with_the_fi
         decompositions.decomposed(model)
 
 
-@pytest.mark.tvm
-def test_tvm_imports_col2im_and_computes_what_onnxruntime_does(tmp_path):
+def test_tvm_imports_col2im_and_computes_what_onnxruntime_does(tvm, tmp_path):
     import tvm
 
     from tests.test_functions_tvm import built
@@ -593,8 +585,7 @@ def test_det_of_a_larger_matrix_is_refused_with_the_fix():
         decompositions.decomposed(det([4, 4]))
 
 
-@pytest.mark.tvm
-def test_tvm_imports_det_and_computes_what_onnxruntime_does(tmp_path):
+def test_tvm_imports_det_and_computes_what_onnxruntime_does(tvm, tmp_path):
     import tvm
 
     from tests.test_functions_tvm import built
@@ -640,8 +631,7 @@ def test_cumprod_is_a_product_over_a_triangular_mask(shape, axis, attributes):
     np.testing.assert_allclose(run_feed(written, {"x": x}), run_feed(model, {"x": x}), rtol=1e-6, atol=0)
 
 
-@pytest.mark.tvm
-def test_tvm_imports_cumprod_and_computes_what_onnxruntime_does(tmp_path):
+def test_tvm_imports_cumprod_and_computes_what_onnxruntime_does(tvm, tmp_path):
     import tvm
 
     from tests.test_functions_tvm import built
@@ -704,8 +694,7 @@ def test_deform_conv_is_its_taps_sampled_then_a_one_by_one_conv(x, kernel, maske
     np.testing.assert_allclose(run_feed(written, feed), run_feed(model, feed), rtol=1e-5, atol=2e-5)
 
 
-@pytest.mark.tvm
-def test_tvm_imports_deform_conv_and_computes_what_onnxruntime_does(tmp_path):
+def test_tvm_imports_deform_conv_and_computes_what_onnxruntime_does(tvm, tmp_path):
     import tvm
 
     from tests.test_functions_tvm import built

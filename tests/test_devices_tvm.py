@@ -15,8 +15,6 @@ from modelbuild.cli import main
 from tests.conftest import descendants, free_port, start_group, stop_group, wait_for_port
 from tests.onnx_models import two_convs
 
-pytestmark = pytest.mark.tvm
-
 KEY = "host-board"
 
 

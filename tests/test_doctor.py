@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import socket
 
-import pytest
-
 from modelbuild.cli import main
 from modelbuild.pipeline.doctor import assess, tracker_answers
 from tests.conftest import REPO
@@ -126,8 +124,7 @@ def test_a_tracker_answers_only_when_something_listens():
     assert not tracker_answers(address, timeout=1)
 
 
-@pytest.mark.tvm
-def test_doctor_on_the_shipped_two_target_recipe(capsys):
+def test_doctor_on_the_shipped_two_target_recipe(tvm, capsys):
     code = main(["doctor", "--json", "-f", str(REPO / "recipes/examples/x86-and-rpi4.toml")])
     report = json.loads(capsys.readouterr().out)
     assert report["tvm"]["tvm"].startswith("0.27") and report["tvm"]["llvm"]

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from tests.relax_graphs import SHAPE, build_module, kernel_shapes, scheduled_kernel
-
-pytestmark = pytest.mark.tvm
 
 SCALES = np.linspace(0.01, 0.05, 16, dtype="float32")  # per channel of the concatenation: 8 upsampled, 8 not
 

@@ -17,8 +17,6 @@ from modelbuild.cli import main
 from tests.conftest import EMULATED_ARM64_KEY as KEY
 from tests.conftest import REPO, descendants, free_port, left_in, serve_emulated_arm64
 
-pytestmark = pytest.mark.tvm
-
 ELF_MACHINE_AARCH64 = 183  # e_machine in the ELF header
 
 

@@ -9,8 +9,6 @@ import pytest
 
 from tests.relax_graphs import build_module, scheduled_kernel
 
-pytestmark = pytest.mark.tvm
-
 SHAPE = (4, 1000)
 
 

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from tests.relax_graphs import build_module
-
-pytestmark = pytest.mark.tvm
 
 SHAPE = (1, 8, 12, 12)
 

@@ -6,12 +6,9 @@ import json
 
 import numpy as np
 import onnx
-import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from tests.test_functions import outputs, saved
-
-pytestmark = pytest.mark.tvm
 
 
 def built(model, tmp_path, shapes: dict):

@@ -8,8 +8,6 @@ import pytest
 
 from tests.test_group_blocks import grouped_conv
 
-pytestmark = pytest.mark.tvm
-
 
 def grouped_module(shape, w, groups, dtype="float32"):
     from tvm import relax

@@ -14,8 +14,6 @@ from modelbuild.errors import ModelbuildError
 from modelbuild.stages import onnx_import
 from tests.onnx_models import conv_relu
 
-pytestmark = pytest.mark.tvm
-
 PARAMS = {"inputs": {"x": {"shape": [1, 3, 8, 8], "dtype": "float32"}}, "simplify": True}
 
 

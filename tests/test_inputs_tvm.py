@@ -10,8 +10,6 @@ import pytest
 from modelbuild.cli import main
 from tests.onnx_models import branch_on_rate, branch_on_score, scaled_by_scalar
 
-pytestmark = pytest.mark.tvm
-
 RECIPE = """
 [models.net]
 path = "net.onnx"

@@ -5,9 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-pytestmark = pytest.mark.tvm
-
-
 AVX512 = {"kind": "llvm", "mcpu": "skylake-avx512", "num-cores": 2}
 
 

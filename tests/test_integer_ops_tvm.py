@@ -16,8 +16,6 @@ from tests.onnx_models import (
 )
 from tests.relax_graphs import op_names
 
-pytestmark = pytest.mark.tvm
-
 SHAPE = [1, 3, 16, 16]
 
 

@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from modelbuild.compiler import layer_names
-
-pytestmark = pytest.mark.tvm
 
 
 def named_model():

@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from tests.test_functions_tvm import built
 from tests.test_loops import body, feed, model, run, scan_feed, scan_model
-
-pytestmark = pytest.mark.tvm
 
 
 def test_a_scripted_recurrent_loop_imports_and_matches_onnxruntime(tmp_path):

@@ -7,8 +7,6 @@ import pytest
 from modelbuild.compiler.analysis import fusion_summary, memory_summary
 from tests.relax_graphs import build_module, scheduled_kernel
 
-pytestmark = pytest.mark.tvm
-
 S = 1 * 8 * 16 * 16 * 4
 
 

@@ -7,9 +7,6 @@ import subprocess
 import sys
 
 import numpy as np
-import pytest
-
-pytestmark = pytest.mark.tvm
 
 
 def test_a_kernel_dividing_by_a_constant_is_timed_without_dividing_by_zero(tmp_path):

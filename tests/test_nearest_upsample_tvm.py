@@ -8,8 +8,6 @@ import pytest
 
 from tests.relax_graphs import build_module, scheduled_kernel
 
-pytestmark = pytest.mark.tvm
-
 
 def resize(bb, x, size, mode="asymmetric"):
     from tvm import relax

@@ -82,8 +82,7 @@ def test_a_sorted_graph_and_one_that_cannot_be_sorted_are_returned_as_they_are(n
     assert node_order.topologically_sorted(model) is model
 
 
-@pytest.mark.tvm
-def test_tvm_imports_an_unsorted_graph():
+def test_tvm_imports_an_unsorted_graph(tvm):
     from modelbuild.stages import onnx_import
 
     onnx_import.to_relax(graph_of(UNSORTED, [("k", 2.0)]), {"x": {"shape": [1, 4], "dtype": "float32"}})

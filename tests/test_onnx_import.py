@@ -186,8 +186,7 @@ def test_the_facts_init_reads_say_whether_a_model_arrives_quantized(tmp_path):
     assert list(facts[1].signature.inputs) == ["x"]
 
 
-@pytest.mark.tvm
-def test_a_model_tvm_fails_on_that_is_not_valid_onnx_is_told_so_by_onnxs_checker():
+def test_a_model_tvm_fails_on_that_is_not_valid_onnx_is_told_so_by_onnxs_checker(tvm):
     """A graph output no node computes failed as "TVM could not import the model: 'y'"."""
     graph = helper.make_graph(
         [helper.make_node("Relu", ["x"], ["c"])],
@@ -200,8 +199,7 @@ def test_a_model_tvm_fails_on_that_is_not_valid_onnx_is_told_so_by_onnxs_checker
         onnx_import.to_relax(model, {"x": {"shape": [1, 4], "dtype": "float32"}})
 
 
-@pytest.mark.tvm
-def test_an_output_declared_without_a_shape_does_not_hide_tvms_own_error():
+def test_an_output_declared_without_a_shape_does_not_hide_tvms_own_error(tvm):
     """onnx's checker calls a shapeless graph output invalid, which onnxruntime and TVM take; its complaint
     stood in for the error TVM failed with (here: a ScatterElements reducing by max, which it refuses)."""
     node = helper.make_node("ScatterElements", ["x", "i", "u"], ["y"], axis=1, reduction="max")
@@ -221,8 +219,7 @@ def test_an_output_declared_without_a_shape_does_not_hide_tvms_own_error():
         onnx_import.to_relax(model, declared)
 
 
-@pytest.mark.tvm
-def test_onnxs_checker_is_quoted_whole_on_one_line():
+def test_onnxs_checker_is_quoted_whole_on_one_line(tvm):
     """Its message spans lines; the last one alone read "the model is not valid ONNX:  is not output of any
     previous nodes"."""
     graph = helper.make_graph(

@@ -77,8 +77,7 @@ def test_a_model_onnx_cannot_convert_is_reported_with_the_fix():
     assert caught.value.message.endswith("(fix: re-export the model at opset 13 or later or set per_channel = false)")
 
 
-@pytest.mark.tvm
-def test_tvm_imports_the_converted_model_and_not_the_original():
+def test_tvm_imports_the_converted_model_and_not_the_original(tvm):
     from modelbuild.stages import onnx_import
 
     declared = {"x": {"shape": [4, 1, 6], "dtype": "float32"}}
@@ -131,9 +130,8 @@ def test_an_old_nearest_resize_that_upsamples_one_axis_and_downsamples_another_i
         opset.raised_to(resampled("Resize", 10, "nearest", [1, 1, 0.5, 2]), 13, needed_for="TVM's ONNX import")
 
 
-@pytest.mark.tvm
 @pytest.mark.parametrize("mode, scales", [("linear", [1, 1, 2, 2]), ("nearest", [1, 1, 0.5, 0.5])])
-def test_an_opset_10_resize_is_converted_and_computes_what_onnxruntime_does(mode, scales):
+def test_an_opset_10_resize_is_converted_and_computes_what_onnxruntime_does(tvm, mode, scales):
     """TVM's converter read opset 11's inputs and failed: "Type <class 'NoneType'> for size is currently
     unsupported"."""
     import tvm

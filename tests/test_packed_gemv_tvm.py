@@ -6,15 +6,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from modelbuild.compiler.kernels import packed_gemv
-
-
-def test_packing_puts_each_run_of_sixteen_columns_weights_row_after_row():
-    weight = np.arange(4 * 32, dtype=np.float32).reshape(4, 32)
-    runs = packed_gemv.packed(weight)
-    assert runs.shape == (2, 4, 16) and runs.flags["C_CONTIGUOUS"]
-    np.testing.assert_array_equal(runs[1, 3], weight[3, 16:32])
-
 
 def step(rows: int, k: int, n: int, seed: int = 0):
     """x [rows, k] @ W [k, n] + b, as an unrolled recurrent layer computes a step's gates: the fused kernel's
@@ -37,14 +28,12 @@ def step(rows: int, k: int, n: int, seed: int = 0):
     return script, main(tvm.runtime.tensor(data)).numpy(), data @ weight + bias
 
 
-@pytest.mark.tvm
 def test_a_gemv_reads_its_weights_packed_and_computes_the_matmul():
     script, got, want = step(1, 512, 2048)
     assert 'T.Buffer((T.int64(128), T.int64(512), T.int64(16)), "float32")' in script
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.tvm
 @pytest.mark.parametrize("rows, n", [(2, 64), (1, 40)], ids=["two-rows", "columns-not-whole-runs"])
 def test_other_matmuls_keep_their_weights_as_they_are(rows, n):
     script, got, want = step(rows, 32, n)
@@ -52,7 +41,6 @@ def test_other_matmuls_keep_their_weights_as_they_are(rows, n):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.tvm
 def test_a_gemv_by_a_gemms_transposed_weights_is_packed_too():
     """onnx's Gemm(transB = 1), how PyTorch's Linear exports, imports as matmul(x, permute_dims(w)); folded, the
     weights are a variable bound to a constant, which the packed kernel did not take (openWakeWord's detector)."""

@@ -10,8 +10,6 @@ from tests.conftest import EMULATED_ARM64_KEY
 from tests.test_sdot_conv_tvm import DOTPROD, assembly_of, kernels_of, run_on_device
 from tests.test_vnni_conv_tvm import PLAIN_CPU, VNNI_CPU, build, host_has_vnni
 
-pytestmark = pytest.mark.tvm
-
 SHAPES = [  # (data shape, output channels, data dtype)
     ((1, 40, 120), 50, "uint8"),  # a recogniser's head, narrower: outputs not a whole number of vectors
     ((7, 20), 32, "int8"),  # int8 data: shifted into vpdpbusd's unsigned operand

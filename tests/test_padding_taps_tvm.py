@@ -7,8 +7,6 @@ import pytest
 
 from tests.test_vnni_conv_tvm import build, conv_module, reference
 
-pytestmark = pytest.mark.tvm
-
 
 def conv_weights(module) -> list:
     """The shapes of the conv2d weights after the rewrite."""

@@ -8,8 +8,6 @@ import pytest
 
 from tests.relax_graphs import build_module, scheduled_kernel
 
-pytestmark = pytest.mark.tvm
-
 
 def max_pool(x, rows, row_stride):
     n, c, h, w = x.shape

@@ -11,8 +11,6 @@ import pytest
 from modelbuild.cli import main
 from tests.onnx_models import two_convs
 
-pytestmark = pytest.mark.tvm
-
 RECIPE = """
 [models.net]
 path = "net.onnx"

@@ -56,8 +56,7 @@ def test_a_model_whose_resize_inputs_are_all_given_is_returned_as_it_is():
     assert resize_inputs.absent_when_empty(model) is model
 
 
-@pytest.mark.tvm
-def test_tvm_imports_a_resize_with_empty_scales_and_computes_what_onnxruntime_does():
+def test_tvm_imports_a_resize_with_empty_scales_and_computes_what_onnxruntime_does(tvm):
     import tvm
     from tvm import relax
 
@@ -111,8 +110,7 @@ def test_an_upscale_with_antialias_and_a_plain_resize_are_imported():
     assert resize_inputs.unsupported(one_resize(sizes=[1, 2, 16, 12])) is None
 
 
-@pytest.mark.tvm
-def test_the_import_stage_refuses_a_downscale_with_antialias_rather_than_compute_without_it():
+def test_the_import_stage_refuses_a_downscale_with_antialias_rather_than_compute_without_it(tvm):
     from modelbuild.errors import StageError
     from modelbuild.stages import onnx_import
 

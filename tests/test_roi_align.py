@@ -62,9 +62,8 @@ def test_roi_aligns_tvm_computes_right_are_left_as_they_are(opset, attributes):
     assert roi_align.offsets_where_tvm_scales_them(model) is model
 
 
-@pytest.mark.tvm
 @pytest.mark.parametrize("scale", [0.25, 0.125, 1.0])
-def test_tvm_pools_what_onnxruntime_pools(scale):
+def test_tvm_pools_what_onnxruntime_pools(tvm, scale):
     """Before the shift the pooled values were up to 1.6 apart from onnxruntime's at a scale of 1/4."""
     import tvm
     from tvm import relax

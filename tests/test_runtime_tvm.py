@@ -18,8 +18,6 @@ from modelbuild.runtime import Library, SignatureError
 from tests.conftest import REPO
 from tests.onnx_models import branch_on_rate, two_in_two_out
 
-pytestmark = pytest.mark.tvm
-
 RECIPE = """
 [models.two]
 path = "two.onnx"

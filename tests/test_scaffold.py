@@ -150,8 +150,7 @@ def test_names_as_exporters_write_them_are_quoted_keys_the_loader_reads_back(tmp
     assert list(spec.models["two.v2"].inputs) == ["serving_default_zeta:0", "alpha.1"]
 
 
-@pytest.mark.tvm
-def test_a_static_model_builds_and_validates_from_its_written_recipe_with_no_edits(tmp_path):
+def test_a_static_model_builds_and_validates_from_its_written_recipe_with_no_edits(tvm, tmp_path):
     two_in_two_out(tmp_path / "two.onnx", names=EXPORTED)
 
     def run(*a):
@@ -231,8 +230,7 @@ def test_init_int8_refuses_a_model_that_arrives_quantized(tmp_path, capsys):
     assert err.count("\n") == 1 and "arrives quantized" in err and "(fix: leave out --int8)" in err
 
 
-@pytest.mark.tvm
-def test_an_int8_recipe_from_init_builds_and_passes_its_gates_with_no_edits(tmp_path):
+def test_an_int8_recipe_from_init_builds_and_passes_its_gates_with_no_edits(tvm, tmp_path):
     from tests.onnx_models import conv_then_dense
 
     conv_then_dense(tmp_path / "net.onnx")

@@ -7,8 +7,6 @@ import pytest
 
 from tests.relax_graphs import build_module, scheduled_kernel
 
-pytestmark = pytest.mark.tvm
-
 COMBINE = {"update": lambda old, new: new, "add": np.add, "mul": np.multiply, "min": np.minimum, "max": np.maximum}
 
 

@@ -10,8 +10,6 @@ import pytest
 from tests.conftest import EMULATED_ARM64_KEY
 from tests.test_vnni_conv_tvm import GEOMETRIES, GEOMETRY_IDS, build, case, output_width
 
-pytestmark = pytest.mark.tvm
-
 DOTPROD = {
     "kind": "llvm",
     "mtriple": "aarch64-linux-gnu",

@@ -9,12 +9,9 @@ import shutil
 import textwrap
 
 import onnx
-import pytest
 
 from modelbuild.cli import main
 from tests.onnx_models import spread_inside
-
-pytestmark = pytest.mark.tvm
 
 # smoothing and bias correction off: they would repair the pointwise conv's int8 input by themselves. Then
 # int8 everywhere gives a worst cosine near 0.9986 against fp32, int16 at the depthwise conv 0.9988, and

@@ -20,7 +20,6 @@ def compiled(shape, body):
     return scheduled_kernel(build_module(body, shape), "softmax", schedule=True)
 
 
-@pytest.mark.tvm
 @pytest.mark.parametrize(
     "shape",
     [(3, 1000), (2, 5, 256), (4, 100), (2, 40), (40, 18710), (2, 33)],
@@ -39,7 +38,6 @@ def test_every_row_length_matches_float64_within_fast_exps_error(shape):
     np.testing.assert_allclose(got.sum(axis=-1), 1.0, rtol=1e-5)
 
 
-@pytest.mark.tvm
 def test_a_fused_consumer_is_computed_row_by_row_with_it():
     import tvm
     from tvm import relax
@@ -53,7 +51,6 @@ def test_a_fused_consumer_is_computed_row_by_row_with_it():
     np.testing.assert_allclose(run(tvm.runtime.tensor(x)).numpy(), 2 * reference(x), rtol=TOLERANCE, atol=1e-9)
 
 
-@pytest.mark.tvm
 def test_a_long_rows_partials_and_tail_are_folded_to_one_vector_and_halved_to_two_lanes():
     """Rows of 1000: 15 steps of 64 partials, then 16 + the 40 left over had been scalar steps (56 a
     reduction; 104 before the partials were folded). Now the 4 vectors of partials, the tail's 2 whole vectors
@@ -72,7 +69,6 @@ def log_softmax_reference(x: np.ndarray, axis: int) -> np.ndarray:
     return shifted - np.log(np.exp(shifted).sum(axis=axis, keepdims=True))
 
 
-@pytest.mark.tvm
 @pytest.mark.parametrize(
     "shape, axis", [((3, 1000), -1), ((4, 20), -1), ((50, 6), 0)], ids=["long-rows", "short-rows", "first-axis"]
 )

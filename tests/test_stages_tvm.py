@@ -18,8 +18,6 @@ from modelbuild.pipeline.project import open_project
 from tests.conftest import REPO
 from tests.onnx_models import conv_relu, with_unsupported_op
 
-pytestmark = pytest.mark.tvm
-
 RECIPE = """
 [models.tiny]
 path = "tiny.onnx"

@@ -3,11 +3,7 @@
 import json
 from pathlib import Path
 
-import pytest
-
 import modelbuild
-
-pytestmark = pytest.mark.tvm
 
 TRIPLES = {
     "x86_64": "x86_64-linux-gnu",

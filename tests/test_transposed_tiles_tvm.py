@@ -7,8 +7,6 @@ import pytest
 
 from tests.relax_graphs import build_module, scheduled_kernel
 
-pytestmark = pytest.mark.tvm
-
 
 def transposed(shape, perm, plus=None):
     from tvm import relax

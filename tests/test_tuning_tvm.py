@@ -13,8 +13,6 @@ from modelbuild.compiler import tuning_db
 from tests.conftest import left_in
 from tests.onnx_models import conv_relu
 
-pytestmark = pytest.mark.tvm
-
 RECIPE = """
 [models.a]
 path = "a.onnx"

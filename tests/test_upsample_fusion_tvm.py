@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from tests.relax_graphs import build_module, scheduled_kernel
-
-pytestmark = pytest.mark.tvm
 
 SHAPE = (1, 16, 8, 32)
 WEIGHTS = np.random.default_rng(0).standard_normal((16, 16, 1, 1)).astype("float32") * 0.25

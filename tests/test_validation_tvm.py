@@ -13,8 +13,6 @@ import pytest
 from modelbuild.cli import main
 from tests.onnx_models import two_convs, two_in_two_out
 
-pytestmark = pytest.mark.tvm
-
 RECIPE = """
 [models.net]
 path = "net.onnx"

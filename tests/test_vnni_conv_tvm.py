@@ -7,8 +7,6 @@ import pytest
 
 from tests.host_cpu import host_has
 
-pytestmark = pytest.mark.tvm
-
 VNNI_CPU = {"kind": "llvm", "mcpu": "cascadelake", "num-cores": 2}
 PLAIN_CPU = {"kind": "llvm", "num-cores": 2}
 

@@ -9,8 +9,6 @@ import pytest
 from tests.host_cpu import host_has
 from tests.test_vnni_conv_tvm import build, conv_module, reference
 
-pytestmark = pytest.mark.tvm
-
 VBMI_CPU = {"kind": "llvm", "mcpu": "icelake-server", "num-cores": 2}  # VNNI and VBMI
 VNNI_ONLY_CPU = {"kind": "llvm", "mcpu": "cascadelake", "num-cores": 2}
 

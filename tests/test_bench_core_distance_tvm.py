@@ -7,10 +7,8 @@ import re
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.tvm
 
 
 def core_distance():
