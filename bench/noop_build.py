@@ -76,7 +76,7 @@ def compile_seconds(recipe: Path, cache: Path, build: Path) -> list[tuple[str, f
 
 
 def generated_recipe(root: Path, models: int = 10) -> Path:
-    from tests.onnx_models import conv_relu
+    from tests.helpers.onnx_models import conv_relu
 
     root.mkdir(parents=True, exist_ok=True)
 

@@ -33,8 +33,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.conftest import free_port, start_group, stop_group, wait_for_port  # noqa: E402  (after the path is set)
-from tests.onnx_models import two_convs  # noqa: E402
+from tests.helpers.onnx_models import two_convs  # noqa: E402
+from tests.helpers.processes import free_port, start_group, stop_group, wait_for_port  # noqa: E402  (after the path is set)
 
 KEYS = {"pi-one": 1, "pi-two": 2}
 

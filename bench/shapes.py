@@ -345,17 +345,72 @@ def recipe_text(ops: list[Op], threads: int, int8: bool) -> str:
     return "\n".join(lines)
 
 
-def build(root: Path, ops: list[Op], threads: int, jobs: int, int8: bool) -> dict[str, str]:
-    """Build every op; the error of each build that failed, by build name ('op007@cpu', 'op007+int8@cpu')."""
-    import modelbuild
-    from modelbuild.errors import BuildFailed
+def build(root: Path, ops: list[Op], threads: int, jobs: int, int8: bool, stage_timeout: float) -> dict[str, str]:
+    """Build every op; the error of each build that failed, by build name ('op007@cpu', 'op007+int8@cpu').
+    A stage that runs past `stage_timeout` stops the build: its op is a row that says so, and the rest build
+    again (what was built is cached)."""
+    failed: dict[str, str] = {}
+    left = list(ops)
+    while True:
+        (root / "deploy.toml").write_text(recipe_text(left, threads, int8))
+        watch = Watchdog(stage_timeout)
+        failures, stalled = watch.build(root / "deploy.toml", jobs)
+        failed |= failures
+        if not stalled:
+            return failed
+        for node in stalled:
+            build = node.partition(":")[2]
+            failed[build] = f"TIMEOUT: {node.partition(':')[0]} ran past {stage_timeout:.0f} s"
+        stuck = {node.partition(":")[2].partition("@")[0].partition("+")[0] for node in stalled}
+        left = [op for op in left if op.name not in stuck]
 
-    (root / "deploy.toml").write_text(recipe_text(ops, threads, int8))
-    try:
-        modelbuild.build(root / "deploy.toml", jobs=jobs, keep_going=True)
-        return {}
-    except BuildFailed as failed:
-        return {f.build: f.error.splitlines()[0][:160] for f in failed.failures if f.build}
+
+class Watchdog:
+    """A reporter that notes when each stage started, and interrupts the build (as Ctrl-C would, so its
+    stages are stopped and nothing half-built is kept) once one has run longer than `timeout`."""
+
+    def __init__(self, timeout: float):
+        self.timeout, self.running, self.stalled = timeout, {}, []
+
+    def __call__(self, event) -> None:
+        from modelbuild.engine.events import NodeFinished, NodeStarted
+
+        if isinstance(event, NodeStarted):
+            self.running[event.node] = time.monotonic()
+        elif isinstance(event, NodeFinished):
+            self.running.pop(event.result.node, None)
+
+    def build(self, recipe: Path, jobs: int) -> tuple[dict[str, str], list[str]]:
+        """(the error of each build that failed, the stages stopped for running too long)."""
+        import signal
+        import threading
+
+        import modelbuild
+        from modelbuild.errors import BuildFailed, Interrupted
+
+        done = threading.Event()
+
+        def watch() -> None:
+            while not done.wait(1.0):
+                now = time.monotonic()
+                late = [node for node, started in self.running.items() if now - started > self.timeout]
+                if late:
+                    self.stalled = late
+                    os.kill(os.getpid(), signal.SIGINT)
+                    return
+
+        threading.Thread(target=watch, daemon=True).start()
+        try:
+            modelbuild.build(recipe, jobs=jobs, keep_going=True, reporter=self)
+            return {}, []
+        except BuildFailed as failed:
+            return {f.build: f.error.splitlines()[0][:160] for f in failed.failures if f.build}, []
+        except (Interrupted, KeyboardInterrupt):
+            if not self.stalled:
+                raise
+            return {}, self.stalled
+        finally:
+            done.set()
 
 
 # ----------------------------------------------------------------------------------------------- the peak
@@ -523,6 +578,9 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2, help="stages built at once")
     parser.add_argument("--seconds", type=float, default=0.3, help="timing per op and runtime")
     parser.add_argument("--int8", action="store_true", help="also each conv and matmul in int8, against its fp32")
+    parser.add_argument(
+        "--stage-timeout", type=float, default=300.0, help="seconds a stage may run before its op is a TIMEOUT row"
+    )
     parser.add_argument("--keep", type=Path, help="build in this folder and keep it (default: a temporary one)")
     args = parser.parse_args()
     seed = args.seed if args.seed is not None else int(time.time()) % 100_000_000
@@ -541,7 +599,7 @@ def main() -> None:
         for op in ops:
             save(op, root / f"{op.name}.onnx")
         started = time.perf_counter()
-        failed = build(root, ops, args.threads, args.jobs, args.int8)
+        failed = build(root, ops, args.threads, args.jobs, args.int8, args.stage_timeout)
         print(f"built in {time.perf_counter() - started:.0f} s, {len(failed)} builds failed\n", flush=True)
         print("| op | geometry | GFLOP | ORT ms | modelbuild ms | ratio | GFLOP/s | of peak | cosine |")
         print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")

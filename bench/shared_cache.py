@@ -63,7 +63,7 @@ def build(recipe: Path, cache: Path, out: Path, *extra: str, env: dict | None = 
 
 
 def small_recipe(root: Path) -> Path:
-    from tests.onnx_models import conv_relu
+    from tests.helpers.onnx_models import conv_relu
 
     root.mkdir(parents=True)
     conv_relu(root / "net.onnx", channels=8)

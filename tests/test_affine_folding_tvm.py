@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tests.relax_graphs import SHAPE, build_module, kernel_shapes, op_names, scheduled_kernel
+from tests.helpers.relax_graphs import SHAPE, build_module, kernel_shapes, op_names, scheduled_kernel
 
 CHANNELS = np.arange(1, 9, dtype="float32").reshape(1, 8, 1, 1)  # a per-channel constant: a rescale, a bias
 

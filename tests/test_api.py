@@ -13,7 +13,7 @@ from modelbuild import manifest
 from modelbuild.api import run_build
 from modelbuild.cli import main
 from modelbuild.errors import BuildFailed, ModelbuildError, RecipeError, SelectionError
-from tests.conftest import write_fake_model
+from tests.helpers.fake_stages import write_fake_model
 
 
 def test_build_returns_the_report_and_a_second_build_runs_nothing(fake_project):

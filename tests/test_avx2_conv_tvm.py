@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from tests import test_packed_matmul_tvm as matmuls
-from tests.host_cpu import host_has
+from tests.helpers.host_cpu import host_has
 from tests.test_vnni_conv_tvm import GEOMETRIES, GEOMETRY_IDS, build, case, output_width
 
 AVX2_CPU = {"kind": "llvm", "mcpu": "znver3", "num-cores": 2}  # AMD Zen 3: AVX2, no AVX-512

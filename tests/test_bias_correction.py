@@ -9,7 +9,7 @@ from modelbuild.quantization import activations, bias_correction
 from modelbuild.quantization.bias_correction import _corrected
 from modelbuild.recipe.schema import QuantizationSpec
 from modelbuild.stages.quantize import quantized
-from tests.onnx_models import (
+from tests.helpers.onnx_models import (
     quantized_without_and_with,
     two_convs,
     uneven_channels,

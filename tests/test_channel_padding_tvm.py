@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.relax_graphs import build_module, kernel_shapes, scheduled_kernel
+from tests.helpers.relax_graphs import build_module, kernel_shapes, scheduled_kernel
 
 
 def matmul_head(columns: int):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.relax_graphs import build_module, kernel_shapes
+from tests.helpers.relax_graphs import build_module, kernel_shapes
 
 
 def run(module, x: np.ndarray) -> np.ndarray:

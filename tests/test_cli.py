@@ -138,7 +138,7 @@ def test_clean_tuning_alone_is_a_usage_error(fake_project, capsys):
 
 
 def test_a_stage_that_finds_bad_input_exits_2_with_one_line(fake_project, capsys):
-    from tests.conftest import write_fake_model
+    from tests.helpers.fake_stages import write_fake_model
 
     root, _ = fake_project
     write_fake_model(root / "a.json", ["conv"], bad_input="input 'x' is int64 in the model")
@@ -148,7 +148,7 @@ def test_a_stage_that_finds_bad_input_exits_2_with_one_line(fake_project, capsys
 
 
 def test_a_full_disk_in_a_stage_exits_4_with_one_line(fake_project, capsys):
-    from tests.conftest import write_fake_model
+    from tests.helpers.fake_stages import write_fake_model
 
     root, _ = fake_project
     write_fake_model(root / "a.json", ["conv"], disk_full=True)
@@ -252,7 +252,7 @@ def test_a_build_folder_that_is_a_file_is_one_line_exit_4(fake_project, capsys):
 def test_a_model_whose_external_data_file_is_missing_is_bad_input_in_one_line(fake_project, capsys):
     import onnx
 
-    from tests.onnx_models import conv_relu
+    from tests.helpers.onnx_models import conv_relu
 
     root, _ = fake_project
     model = onnx.load(str(conv_relu(root / "conv.onnx")))

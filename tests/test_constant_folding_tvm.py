@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tests.relax_graphs import build_module
+from tests.helpers.relax_graphs import build_module
 
 
 def moved_constants(bb, x):

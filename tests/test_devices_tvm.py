@@ -12,8 +12,8 @@ import time
 import pytest
 
 from modelbuild.cli import main
-from tests.conftest import descendants, free_port, start_group, stop_group, wait_for_port
-from tests.onnx_models import two_convs
+from tests.helpers.onnx_models import two_convs
+from tests.helpers.processes import descendants, free_port, start_group, stop_group, wait_for_port
 
 KEY = "host-board"
 

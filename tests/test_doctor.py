@@ -8,7 +8,7 @@ import socket
 
 from modelbuild.cli import main
 from modelbuild.pipeline.doctor import assess, tracker_answers
-from tests.conftest import REPO
+from tests.helpers.paths import REPO
 
 CAPS = {
     "tvm": "0.27.0",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tests.relax_graphs import SHAPE, build_module, kernel_shapes, scheduled_kernel
+from tests.helpers.relax_graphs import SHAPE, build_module, kernel_shapes, scheduled_kernel
 
 SCALES = np.linspace(0.01, 0.05, 16, dtype="float32")  # per channel of the concatenation: 8 upsampled, 8 not
 

@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 
 from modelbuild.cli import main
-from tests.conftest import EMULATED_ARM64_KEY as KEY
-from tests.conftest import REPO, descendants, free_port, left_in, serve_emulated_arm64
+from tests.helpers.paths import REPO
+from tests.helpers.processes import EMULATED_ARM64_KEY as KEY
+from tests.helpers.processes import descendants, free_port, left_in, serve_emulated_arm64
 
 ELF_MACHINE_AARCH64 = 183  # e_machine in the ELF header
 
@@ -146,7 +147,7 @@ def host_runner(library):
 def test_tuning_the_pi_target_measures_every_candidate_on_the_emulated_device(
     arm64_tracker, tmp_path, stage_tmpdir, capsys
 ):
-    from tests.onnx_models import two_convs
+    from tests.helpers.onnx_models import two_convs
 
     two_convs(tmp_path / "net.onnx")
     (tmp_path / "deploy.toml").write_text(
@@ -198,7 +199,7 @@ def test_timed_together_the_baseline_library_runs_in_turns_with_the_build_on_the
 ):
     import shutil
 
-    from tests.onnx_models import two_convs
+    from tests.helpers.onnx_models import two_convs
 
     two_convs(tmp_path / "net.onnx")
 

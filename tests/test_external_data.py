@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 from modelbuild.errors import InputError
 from modelbuild.frontend import external_data
 from modelbuild.hashing import FileDigests
-from tests.onnx_models import conv_relu
+from tests.helpers.onnx_models import conv_relu
 
 
 def with_external_data(path, location="weights.bin"):

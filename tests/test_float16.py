@@ -10,7 +10,7 @@ from onnxruntime.transformers.float16 import convert_float_to_float16
 from modelbuild.frontend import float16
 from modelbuild.recipe.schema import QuantizationSpec
 from modelbuild.stages.quantize import quantized
-from tests.onnx_models import uneven_channels, uneven_input
+from tests.helpers.onnx_models import uneven_channels, uneven_input
 
 
 def run(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:

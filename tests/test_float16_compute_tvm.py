@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tests.relax_graphs import build_module
+from tests.helpers.relax_graphs import build_module
 
 SHAPE = (1, 8, 12, 12)
 

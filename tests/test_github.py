@@ -9,7 +9,7 @@ from modelbuild.recipe import load_recipe
 from modelbuild.reports.github import annotations, append_summary
 from modelbuild.reports.model import BuildReport, Report, StageRun, Validation
 from modelbuild.validation.gates import GateResult
-from tests.onnx_models import conv_relu
+from tests.helpers.onnx_models import conv_relu
 
 
 def report() -> Report:

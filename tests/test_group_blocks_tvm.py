@@ -44,7 +44,7 @@ def conv_groups(module) -> list[tuple[int, list[int]]]:
 def test_a_narrow_grouped_conv_is_merged_and_computes_the_same_outputs(groups, per_group, merged_groups):
     import tvm
 
-    from tests.relax_graphs import scheduled_kernel
+    from tests.helpers.relax_graphs import scheduled_kernel
 
     rng = np.random.default_rng(groups)
     channels = groups * per_group
@@ -65,7 +65,7 @@ def test_a_narrow_grouped_conv_is_merged_and_computes_the_same_outputs(groups, p
 
 def test_a_grouped_conv_kept_in_the_models_layout_keeps_its_groups():
     """NCHW vectors run over output columns: no gather to save, and merged groups would only add zeros."""
-    from tests.relax_graphs import scheduled_kernel
+    from tests.helpers.relax_graphs import scheduled_kernel
 
     rng = np.random.default_rng(3)
     w = rng.standard_normal((128, 4, 3, 3)).astype("float32")

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from modelbuild.errors import ModelbuildError
 from modelbuild.stages import onnx_import
-from tests.onnx_models import conv_relu
+from tests.helpers.onnx_models import conv_relu
 
 PARAMS = {"inputs": {"x": {"shape": [1, 3, 8, 8], "dtype": "float32"}}, "simplify": True}
 

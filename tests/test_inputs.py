@@ -19,7 +19,7 @@ from modelbuild.recipe import load_recipe
 from modelbuild.recipe.schema import InputSpec
 from modelbuild.stages import onnx_import, reference
 from modelbuild.validation import golden
-from tests.onnx_models import branch_on_rate, scaled_by_scalar, streaming
+from tests.helpers.onnx_models import branch_on_rate, scaled_by_scalar, streaming
 
 RECIPE = """
 [models.vad]

@@ -8,7 +8,7 @@ import textwrap
 import pytest
 
 from modelbuild.cli import main
-from tests.onnx_models import branch_on_rate, branch_on_score, scaled_by_scalar
+from tests.helpers.onnx_models import branch_on_rate, branch_on_score, scaled_by_scalar
 
 RECIPE = """
 [models.net]
@@ -112,7 +112,7 @@ def test_a_recurrent_layer_builds_unrolled_and_matches_onnxruntime(tmp_path, cap
 def test_a_pre_quantized_model_builds_integer_kernels_and_matches_onnxruntime_running_it(
     tmp_path, capsys, quant_format
 ):
-    from tests.onnx_models import conv_then_dense, quantized_qdq
+    from tests.helpers.onnx_models import conv_then_dense, quantized_qdq
 
     quantized_qdq(
         conv_then_dense(tmp_path / "float.onnx"), tmp_path / "net.onnx", [1, 3, 8, 8], quant_format=quant_format
@@ -130,7 +130,7 @@ def test_a_pre_quantized_model_builds_integer_kernels_and_matches_onnxruntime_ru
 
 
 def test_a_qoperator_model_with_onnxruntimes_contrib_ops_builds_and_matches(tmp_path, capsys):
-    from tests.onnx_models import mixed_ops, quantized_qdq
+    from tests.helpers.onnx_models import mixed_ops, quantized_qdq
 
     quantized_qdq(
         mixed_ops(tmp_path / "float.onnx"),
@@ -146,7 +146,7 @@ def test_a_qoperator_model_with_onnxruntimes_contrib_ops_builds_and_matches(tmp_
 
 
 def test_a_streaming_model_is_validated_over_a_stream_of_chunks_with_its_state_fed_back(tmp_path, capsys):
-    from tests.onnx_models import streaming
+    from tests.helpers.onnx_models import streaming
 
     streaming(tmp_path / "net.onnx")
     code, built = build(tmp_path, 'inputs.state = { shape = [1, 4], feedback = "stateN" }', capsys)

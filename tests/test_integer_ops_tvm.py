@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from modelbuild.stages.reference import session_options
-from tests.onnx_models import (
+from tests.helpers.onnx_models import (
     conv_then_dense,
     conv_then_upsample,
     dynamically_quantized,
@@ -14,7 +14,7 @@ from tests.onnx_models import (
     two_conv1ds,
     two_convs,
 )
-from tests.relax_graphs import op_names
+from tests.helpers.relax_graphs import op_names
 
 SHAPE = [1, 3, 16, 16]
 

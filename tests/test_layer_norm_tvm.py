@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from modelbuild.compiler.kernels import layer_norm, row_reductions
-from tests.relax_graphs import build_module, scheduled_kernel
+from tests.helpers.relax_graphs import build_module, scheduled_kernel
 
 
 def reference(x, gamma, beta, epsilon):

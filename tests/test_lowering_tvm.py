@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from modelbuild.compiler.analysis import fusion_summary, memory_summary
-from tests.relax_graphs import build_module, scheduled_kernel
+from tests.helpers.relax_graphs import build_module, scheduled_kernel
 
 S = 1 * 8 * 16 * 16 * 4
 

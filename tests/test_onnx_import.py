@@ -177,7 +177,7 @@ def test_normalised_pooled_features_are_an_embedding_and_a_layer_after_them_or_n
 
 
 def test_the_facts_init_reads_say_whether_a_model_arrives_quantized(tmp_path):
-    from tests.onnx_models import conv_relu, quantized_qdq
+    from tests.helpers.onnx_models import conv_relu, quantized_qdq
 
     float_model = conv_relu(tmp_path / "f.onnx")
     quantized = quantized_qdq(float_model, tmp_path / "q.onnx", [1, 3, 8, 8])

@@ -13,7 +13,7 @@ def step(rows: int, k: int, n: int, seed: int = 0):
     import tvm
     from tvm import relax
 
-    from tests.relax_graphs import scheduled_kernel
+    from tests.helpers.relax_graphs import scheduled_kernel
 
     rng = np.random.default_rng(seed)
     weight, bias = rng.standard_normal((k, n)).astype("float32"), rng.standard_normal(n).astype("float32")
@@ -47,7 +47,7 @@ def test_a_gemv_by_a_gemms_transposed_weights_is_packed_too():
     import tvm
     from tvm import relax
 
-    from tests.relax_graphs import scheduled_kernel
+    from tests.helpers.relax_graphs import scheduled_kernel
 
     rng = np.random.default_rng(3)
     weight, data = rng.standard_normal((64, 512)).astype("float32"), rng.standard_normal((1, 512)).astype("float32")

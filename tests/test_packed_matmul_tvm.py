@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.conftest import EMULATED_ARM64_KEY
+from tests.helpers.processes import EMULATED_ARM64_KEY
 from tests.test_sdot_conv_tvm import DOTPROD, assembly_of, kernels_of, run_on_device
 from tests.test_vnni_conv_tvm import PLAIN_CPU, VNNI_CPU, build, host_has_vnni
 

@@ -8,7 +8,7 @@ import onnxruntime as ort
 import pytest
 
 from modelbuild.frontend import predication
-from tests.onnx_models import branch_on_rate, branch_on_score, conv_relu
+from tests.helpers.onnx_models import branch_on_rate, branch_on_score, conv_relu
 
 # the sum picks the branch, the max the nested one: every combination of the two
 INPUTS = {

@@ -8,7 +8,14 @@ import onnxruntime as ort
 import pytest
 
 from modelbuild.frontend import qoperator
-from tests.onnx_models import INTEGER_OPS, conv_then_dense, dynamically_quantized, integer_op, mixed_ops, quantized_qdq
+from tests.helpers.onnx_models import (
+    INTEGER_OPS,
+    conv_then_dense,
+    dynamically_quantized,
+    integer_op,
+    mixed_ops,
+    quantized_qdq,
+)
 
 
 def run(model, feed: dict) -> np.ndarray:

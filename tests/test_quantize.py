@@ -10,7 +10,7 @@ from onnx import numpy_helper
 from modelbuild.errors import StageError
 from modelbuild.recipe.schema import CalibrationSpec, QuantizationSpec
 from modelbuild.stages.quantize import quantized
-from tests.onnx_models import conv_then_upsample, spread_inside, uneven_channels, uneven_input
+from tests.helpers.onnx_models import conv_then_upsample, spread_inside, uneven_channels, uneven_input
 
 SAMPLES = [uneven_input(seed) for seed in range(4)]
 

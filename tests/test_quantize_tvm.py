@@ -9,7 +9,7 @@ import textwrap
 import pytest
 
 from modelbuild.cli import main
-from tests.onnx_models import two_convs
+from tests.helpers.onnx_models import two_convs
 
 RECIPE = """
 [models.net]

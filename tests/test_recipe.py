@@ -11,7 +11,7 @@ import pytest
 from modelbuild.errors import RecipeError
 from modelbuild.recipe import load_recipe
 from modelbuild.recipe.schema import json_schema
-from tests.conftest import REPO
+from tests.helpers.paths import REPO
 
 GOOD = """
 [models.cls]

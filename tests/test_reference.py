@@ -6,7 +6,7 @@ import onnx
 import onnxruntime as ort
 
 from modelbuild.stages.reference import session_options
-from tests.onnx_models import quantized_qdq, two_convs
+from tests.helpers.onnx_models import quantized_qdq, two_convs
 
 
 def test_a_qdq_model_runs_unoptimised_and_a_float_model_as_onnxruntime_optimises_it(tmp_path):
@@ -41,7 +41,7 @@ def test_a_pre_quantized_models_reference_is_its_exact_integer_result(tmp_path):
     import numpy as np
 
     from modelbuild.stages.reference import _run_onnxruntime
-    from tests.onnx_models import INTEGER_OPS, integer_op
+    from tests.helpers.onnx_models import INTEGER_OPS, integer_op
 
     model = onnx.load(str(integer_op(tmp_path / "m.onnx", "MatMulInteger")))
     constants = {t.name: onnx.numpy_helper.to_array(t).astype(np.int64) for t in model.graph.initializer}
@@ -56,7 +56,7 @@ def test_weights_stored_beside_the_model_are_read_where_they_are_int8_only(tmp_p
     import numpy as np
 
     from modelbuild.stages.reference import _exact_form, _run_onnxruntime
-    from tests.onnx_models import INTEGER_OPS, integer_op, two_convs
+    from tests.helpers.onnx_models import INTEGER_OPS, integer_op, two_convs
 
     quantized = onnx.load(str(integer_op(tmp_path / "q.onnx", "MatMulInteger")))
     constants = {t.name: onnx.numpy_helper.to_array(t).astype(np.int64) for t in quantized.graph.initializer}

@@ -12,7 +12,7 @@ import fsspec  # the [remote] extra; the test extra installs it, so a missing on
 import pytest
 
 from modelbuild.engine.remote import redact
-from tests.conftest import free_port, wait_for_port
+from tests.helpers.processes import free_port, wait_for_port
 from tests.test_cli import run_cli
 
 

@@ -15,8 +15,8 @@ import pytest
 
 import modelbuild
 from modelbuild.runtime import Library, SignatureError
-from tests.conftest import REPO
-from tests.onnx_models import branch_on_rate, two_in_two_out
+from tests.helpers.onnx_models import branch_on_rate, two_in_two_out
+from tests.helpers.paths import REPO
 
 RECIPE = """
 [models.two]

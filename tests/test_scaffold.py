@@ -13,8 +13,8 @@ from modelbuild.cli.scaffold import Preset, model_kind, write_recipe
 from modelbuild.errors import RecipeError
 from modelbuild.recipe import load_recipe
 from modelbuild.signature import Signature
-from tests.conftest import REPO
-from tests.onnx_models import conv_relu, two_in_two_out
+from tests.helpers.onnx_models import conv_relu, two_in_two_out
+from tests.helpers.paths import REPO
 
 BUNDLED = REPO / "models" / "text_direction_cls.onnx"
 
@@ -194,7 +194,7 @@ def test_a_byte_input_draws_its_data_from_every_value_a_byte_holds():
 
 
 def test_init_writes_the_int8_tolerances_for_a_model_that_arrives_quantized(tmp_path, capsys):
-    from tests.onnx_models import quantized_qdq
+    from tests.helpers.onnx_models import quantized_qdq
 
     quantized_qdq(conv_relu(tmp_path / "net.onnx"), tmp_path / "q.onnx", [1, 3, 8, 8])
     code, out, _ = init(capsys, tmp_path, tmp_path / "q.onnx")
@@ -203,7 +203,7 @@ def test_init_writes_the_int8_tolerances_for_a_model_that_arrives_quantized(tmp_
 
 
 def test_init_int8_writes_an_int8_build_beside_the_float_one_each_with_its_own_gates(tmp_path, capsys):
-    from tests.onnx_models import conv_then_dense
+    from tests.helpers.onnx_models import conv_then_dense
 
     code, out, _ = init(capsys, tmp_path, conv_then_dense(tmp_path / "net.onnx"), "--int8")
     assert code == 0 and "(classifier preset, and an int8 build, target host)" in out
@@ -222,7 +222,7 @@ def test_init_int8_writes_an_int8_build_beside_the_float_one_each_with_its_own_g
 
 
 def test_init_int8_refuses_a_model_that_arrives_quantized(tmp_path, capsys):
-    from tests.onnx_models import quantized_qdq
+    from tests.helpers.onnx_models import quantized_qdq
 
     quantized_qdq(conv_relu(tmp_path / "net.onnx"), tmp_path / "q.onnx", [1, 3, 8, 8])
     code, _, err = init(capsys, tmp_path, tmp_path / "q.onnx", "--int8")
@@ -231,7 +231,7 @@ def test_init_int8_refuses_a_model_that_arrives_quantized(tmp_path, capsys):
 
 
 def test_an_int8_recipe_from_init_builds_and_passes_its_gates_with_no_edits(tvm, tmp_path):
-    from tests.onnx_models import conv_then_dense
+    from tests.helpers.onnx_models import conv_then_dense
 
     conv_then_dense(tmp_path / "net.onnx")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.relax_graphs import build_module, scheduled_kernel
+from tests.helpers.relax_graphs import build_module, scheduled_kernel
 
 COMBINE = {"update": lambda old, new: new, "add": np.add, "mul": np.multiply, "min": np.minimum, "max": np.maximum}
 

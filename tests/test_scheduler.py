@@ -10,7 +10,7 @@ import time
 from modelbuild.engine.events import Status
 from modelbuild.engine.scheduler import Options
 from modelbuild.pipeline.project import open_project
-from tests.conftest import write_fake_model
+from tests.helpers.fake_stages import write_fake_model
 
 
 def build(root, **options):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.conftest import EMULATED_ARM64_KEY
+from tests.helpers.processes import EMULATED_ARM64_KEY
 from tests.test_vnni_conv_tvm import GEOMETRIES, GEOMETRY_IDS, build, case, output_width
 
 DOTPROD = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 import textwrap
 
 from modelbuild.cli import main
-from tests.conftest import REPO
+from tests.helpers.paths import REPO
 
 RECIPE = """
 include = ["{repo}/recipes/targets/rpi4.toml"]

@@ -11,7 +11,7 @@ import textwrap
 import onnx
 
 from modelbuild.cli import main
-from tests.onnx_models import spread_inside
+from tests.helpers.onnx_models import spread_inside
 
 # smoothing and bias correction off: they would repair the pointwise conv's int8 input by themselves. Then
 # int8 everywhere gives a worst cosine near 0.9986 against fp32, int16 at the depthwise conv 0.9988, and

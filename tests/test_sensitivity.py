@@ -8,7 +8,7 @@ import onnx
 from modelbuild.quantization import activations, sensitivity
 from modelbuild.recipe.schema import QuantizationSpec
 from modelbuild.stages.quantize import quantized
-from tests.onnx_models import spread_inside
+from tests.helpers.onnx_models import spread_inside
 
 CHANNELS = 8  # spread_inside's default
 

@@ -18,7 +18,9 @@ import pytest
 from modelbuild.engine.events import NodeProgress, NodeWaiting, Status
 from modelbuild.engine.scheduler import Options
 from modelbuild.pipeline.project import open_project
-from tests.conftest import REPO, run_on_read_only, write_fake_model
+from tests.helpers.fake_stages import write_fake_model
+from tests.helpers.paths import REPO
+from tests.helpers.processes import run_on_read_only
 from tests.test_cli import run_cli
 
 
@@ -192,7 +194,8 @@ def test_the_next_build_removes_what_killed_builds_left_and_stats_never_count_it
 
 KILLED_PARENT = """
 import sys
-from tests.conftest import FAKE_STAGES, registry
+from tests.helpers.fake_stages import FAKE_STAGES
+from modelbuild.pipeline import registry
 registry.STAGES.update(FAKE_STAGES)
 from modelbuild.engine.scheduler import Options
 from modelbuild.pipeline.project import open_project
@@ -226,7 +229,8 @@ def alive(pid: int) -> bool:
 
 INTERRUPTED_CLI = """
 import sys
-from tests.conftest import FAKE_STAGES, registry
+from tests.helpers.fake_stages import FAKE_STAGES
+from modelbuild.pipeline import registry
 registry.STAGES.update(FAKE_STAGES)
 from modelbuild.cli import main
 sys.exit(main(["build", "a@cpu", "-f", sys.argv[1]]))
@@ -266,7 +270,8 @@ def test_ctrl_c_during_a_stage_ends_the_build_within_2_s_and_records_nothing(fak
 
 READ_ONLY_CLI = """
 import sys
-from tests.conftest import FAKE_STAGES, registry
+from tests.helpers.fake_stages import FAKE_STAGES
+from modelbuild.pipeline import registry
 registry.STAGES.update(FAKE_STAGES)
 from modelbuild.cli import main
 for command in ("build", "status", "report", "cache"):
@@ -301,7 +306,8 @@ def test_six_concurrent_builds_of_one_recipe_all_finish_and_build_each_key_once(
 
 KILLED_BUILD = """
 import sys
-from tests.conftest import FAKE_STAGES, registry
+from tests.helpers.fake_stages import FAKE_STAGES
+from modelbuild.pipeline import registry
 registry.STAGES.update(FAKE_STAGES)
 from modelbuild.cli import main
 sys.exit(main(["build", "-f", sys.argv[1]]))

@@ -8,7 +8,7 @@ from onnx import helper
 
 from modelbuild.quantization import activations, smoothing
 from modelbuild.validation.metrics import sqnr_db
-from tests.onnx_models import quantized_without_and_with, uneven_channels, uneven_input
+from tests.helpers.onnx_models import quantized_without_and_with, uneven_channels, uneven_input
 
 SAMPLES = [uneven_input(seed) for seed in range(4)]
 HELD_OUT = uneven_input(99)

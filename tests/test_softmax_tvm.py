@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from modelbuild.compiler.kernels import row_reductions, softmax
-from tests.relax_graphs import build_module, scheduled_kernel
+from tests.helpers.relax_graphs import build_module, scheduled_kernel
 
 TOLERANCE = 5e-6  # fast_exp's relative error (fast_math.py), as the fast_math test allows softmax
 

@@ -15,8 +15,8 @@ import pytest
 from modelbuild.engine.events import Status
 from modelbuild.engine.scheduler import Options
 from modelbuild.pipeline.project import open_project
-from tests.conftest import REPO
-from tests.onnx_models import conv_relu, with_unsupported_op
+from tests.helpers.onnx_models import conv_relu, with_unsupported_op
+from tests.helpers.paths import REPO
 
 RECIPE = """
 [models.tiny]

@@ -5,7 +5,7 @@ import sys
 import pytest
 
 from modelbuild.engine.store import ActionResult, DamagedObject, Stats, Store
-from tests.conftest import run_on_read_only
+from tests.helpers.processes import run_on_read_only
 
 
 def stored(tmp_path, content: bytes = b"library"):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.relax_graphs import build_module, scheduled_kernel
+from tests.helpers.relax_graphs import build_module, scheduled_kernel
 
 
 def reference(x, k, axis, largest):

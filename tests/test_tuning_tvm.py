@@ -10,8 +10,8 @@ import pytest
 
 from modelbuild.cli import main
 from modelbuild.compiler import tuning_db
-from tests.conftest import left_in
-from tests.onnx_models import conv_relu
+from tests.helpers.onnx_models import conv_relu
+from tests.helpers.processes import left_in
 
 RECIPE = """
 [models.a]

@@ -10,7 +10,7 @@ from onnx import TensorProto
 
 from modelbuild.frontend import qoperator
 from modelbuild.validation.unsigned_weights import unsigned_weights
-from tests.onnx_models import INTEGER_OPS, conv_then_dense, integer_op, quantized_qdq
+from tests.helpers.onnx_models import INTEGER_OPS, conv_then_dense, integer_op, quantized_qdq
 
 
 def run(model: onnx.ModelProto, feed: dict, *, optimised: bool = True) -> np.ndarray:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tests.relax_graphs import build_module, scheduled_kernel
+from tests.helpers.relax_graphs import build_module, scheduled_kernel
 
 SHAPE = (1, 16, 8, 32)
 WEIGHTS = np.random.default_rng(0).standard_normal((16, 16, 1, 1)).astype("float32") * 0.25

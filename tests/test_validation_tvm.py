@@ -11,7 +11,7 @@ import jsonschema
 import pytest
 
 from modelbuild.cli import main
-from tests.onnx_models import two_convs, two_in_two_out
+from tests.helpers.onnx_models import two_convs, two_in_two_out
 
 RECIPE = """
 [models.net]

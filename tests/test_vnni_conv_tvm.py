@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.host_cpu import host_has
+from tests.helpers.host_cpu import host_has
 
 VNNI_CPU = {"kind": "llvm", "mcpu": "cascadelake", "num-cores": 2}
 PLAIN_CPU = {"kind": "llvm", "num-cores": 2}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.host_cpu import host_has
+from tests.helpers.host_cpu import host_has
 from tests.test_vnni_conv_tvm import build, conv_module, reference
 
 VBMI_CPU = {"kind": "llvm", "mcpu": "icelake-server", "num-cores": 2}  # VNNI and VBMI

@@ -10,7 +10,7 @@ from onnx import helper, numpy_helper
 from modelbuild.quantization import activations, weight_rounding
 from modelbuild.recipe.schema import QuantizationSpec
 from modelbuild.stages.quantize import quantized
-from tests.onnx_models import uneven_channels, uneven_input
+from tests.helpers.onnx_models import uneven_channels, uneven_input
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from modelbuild import manifest, signature
+from modelbuild.engine.stage import Stage
 from modelbuild.signature import Signature
 
 
@@ -67,3 +68,50 @@ def compile_(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
         library=params["library"], target=params["target"], runtime={}, signature=signature.read(inputs["signature"])
     )
     (out / manifest.FILE).write_text(described.to_json())
+
+
+# fast fakes that run the same way as the TVM stages, in worker processes
+FAKE_STAGES = {
+    "import": Stage(
+        "import", "tests.helpers.fake_stages:import_", ("onnx",), "fake", outputs=("ir.json", "signature.json")
+    ),
+    "compile": Stage(
+        "compile",
+        "tests.helpers.fake_stages:compile_",
+        ("tvm",),
+        "fake",
+        outputs=("{library}", "analysis.json", "library.json"),
+    ),
+}
+
+
+def write_fake_model(path: Path, graph: list[str], **extra) -> Path:
+    path.write_text(json.dumps({"graph": graph, **extra}))
+    return path
+
+
+FAKE_RECIPE = """
+[models.a]
+path = "a.json"
+inputs.x = {{ shape = {shape_a}, dtype = "float32" }}
+
+[models.b]
+path = "b.json"
+inputs.x = {{ shape = [1, 4], dtype = "float32" }}
+
+[targets.cpu]
+kind = "llvm"
+mcpu = "skylake"
+num-cores = {cores}
+
+[validation]
+enabled = false  # these recipes test the build core; validation has its own tests
+
+[[builds]]
+model = "a"
+targets = ["cpu"]
+
+[[builds]]
+model = "b"
+targets = ["cpu"]
+"""
