@@ -399,6 +399,9 @@ class Watchdog:
                     os.kill(os.getpid(), signal.SIGINT)
                     return
 
+        # Python's own handler, so the interrupt arrives even where SIGINT was ignored (a job started in the
+        # background by a shell that is not interactive)
+        previous = signal.signal(signal.SIGINT, signal.default_int_handler)
         threading.Thread(target=watch, daemon=True).start()
         try:
             modelbuild.build(recipe, jobs=jobs, keep_going=True, reporter=self)
@@ -411,6 +414,7 @@ class Watchdog:
             return {}, self.stalled
         finally:
             done.set()
+            signal.signal(signal.SIGINT, previous)
 
 
 # ----------------------------------------------------------------------------------------------- the peak
