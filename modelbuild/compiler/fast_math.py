@@ -49,23 +49,13 @@ def _horner(coefficients, x):
     return polynomial
 
 
-def bound_once(value, dtype: str, element):
-    """element(value) with value bound to a variable: the polynomials read their argument several times,
-    and a chain of them inlined into one kernel (sigmoid of sigmoid) would otherwise copy each inner
-    expression into every read of it, a tree that grows as the product of the reads."""
-    from tvm import tirx
-
-    var = tirx.Var("v", dtype)
-    return tirx.Let(var, value, element(var))
-
-
 def _per_element(element, name: str):
     """A TE compute applying `element`, a function of one float32 TIR value, to every element of its input."""
 
     def compute(x):
         from tvm import te
 
-        return te.compute(x.shape, lambda *i: bound_once(x(*i), x.dtype, element), name=name)
+        return te.compute(x.shape, lambda *i: element(x(*i)), name=name)
 
     return compute
 
