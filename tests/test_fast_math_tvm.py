@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from tests.relax_graphs import build_module, scheduled_kernel
+from tests.helpers.relax_graphs import build_module, scheduled_kernel
 
 SHAPE = (4, 1000)
 
