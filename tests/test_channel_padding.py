@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from modelbuild.compiler.channel_padding import padded_channels, padded_inputs
+from modelbuild.compiler.channel_padding import padded_channels, padded_inputs, per_group_padded
 
 
 @pytest.mark.parametrize(
@@ -53,3 +53,20 @@ def test_channels_no_vector_width_divides_are_rounded_up_to_whole_vectors(channe
 )
 def test_a_narrow_heads_input_channels_are_rounded_up_to_whole_half_vectors(inputs, outputs, read):
     assert padded_inputs(inputs, outputs) == read
+
+
+@pytest.mark.parametrize(
+    "groups, per_group, computed",
+    [
+        (4, 24, 32),  # 96 channels go in 16-lane vectors, which 24 does not hold whole
+        (3, 24, 24),  # 72 go in 8-lane vectors, three to a group
+        (13, 8, 8),  # RegNet's odd group counts: 104 in 8-lane vectors, one a group
+        (7, 5, 8),  # 35 channels no width divides; 7 groups of 8 go in 8-lane vectors
+        (4, 9, 16),
+        (4, 83, 96),
+        (2, 32, 32),
+        (5, 4, 4),
+    ],
+)
+def test_each_group_computes_whole_vectors_so_that_no_vector_spans_two_groups(groups, per_group, computed):
+    assert per_group_padded(groups, per_group) == computed

@@ -213,3 +213,34 @@ def test_a_matmul_by_an_operand_computed_far_back_is_lowered():
 
     shapes = kernel_shapes(build_module(body, (1, 3, 37, 64)), "auto")
     assert any([1, 3, 4, 37] in kernel for kernel in shapes.values())
+
+
+def grouped_conv(groups: int, per_group_in: int, per_group_out: int):
+    from tvm import relax
+
+    weight = np.random.default_rng(17).standard_normal((groups * per_group_out, per_group_in, 3, 3)).astype("float32")
+
+    def body(bb, x):
+        conv = bb.emit(relax.op.nn.conv2d(x, relax.const(weight), padding=1, groups=groups))
+        return bb.emit(relax.op.nn.relu(conv))
+
+    return build_module(body, (1, groups * per_group_in, 7, 9))
+
+
+def test_a_grouped_conv_of_24_channels_a_group_computes_32_a_group_and_matches_the_stock_nchw_conv():
+    """4 groups of 16 -> 24: a 16-lane vector would span two groups, a gather of their inputs."""
+    import tvm
+
+    module = grouped_conv(4, 16, 24)
+    assert any([3, 3, 16, 128] in shapes for shapes in kernel_shapes(module, "auto").values())
+    _, run = scheduled_kernel(module, "conv2d", schedule=True, layout="auto")
+    _, stock = scheduled_kernel(grouped_conv(4, 16, 24), "conv2d", schedule=False, layout="NCHW")
+    x = tvm.runtime.tensor(np.random.default_rng(18).standard_normal((1, 64, 7, 9)).astype("float32"))
+    out = run(x).numpy()
+    assert out.shape == (1, 96, 7, 9)
+    np.testing.assert_allclose(out, stock(x).numpy(), rtol=1e-5, atol=1e-4)
+
+
+def test_a_grouped_conv_whose_groups_are_whole_vectors_keeps_its_weights():
+    module = grouped_conv(2, 8, 32)
+    assert any([3, 3, 8, 64] in shapes for shapes in kernel_shapes(module, "auto").values())

@@ -13,7 +13,7 @@ slice drops the padding: one more pass over the output, fused with the operator'
 from __future__ import annotations
 
 from modelbuild.compiler.default_schedule import VECTOR_LANES
-from modelbuild.compiler.relax_rewrite import rewrite_calls
+from modelbuild.compiler.relax_rewrite import known_shape, rewrite_calls
 
 MAX_CHANNELS_IN_LANES = 3  # narrower heads are summed in lanes (padded_channels, _output_channels_first)
 VECTOR_WIDTHS = (VECTOR_LANES, VECTOR_LANES // 2, VECTOR_LANES // 4)  # what the schedule splits by
@@ -26,6 +26,8 @@ def rewrite(module):
 
 
 def _whole_vectors(mutator, call):
+    if _grouped_nhwc(call) and _constant(mutator, call.args[1]):
+        return _groups_in_whole_vectors(mutator.builder_, call)
     weight_axis = _weight_channel_axis(call)
     if weight_axis is None or not (_constant(mutator, call.args[1]) or _rows_repay_a_copy(call)):
         return call
@@ -171,3 +173,58 @@ def _padded(bb, call, weight_axis: int, channels: int, padded: int):
     wide = bb.emit(relax.Call(call.op, [call.args[0], wide_weight, *call.args[2:]], call.attrs, call.ty_args))
     last = len(wide.ty.shape.values) - 1  # the output's channel axis: last for a matmul and for NHWC
     return relax.op.strided_slice(wide, axes=[last], begin=[0], end=[channels])
+
+
+def _grouped_nhwc(call) -> bool:
+    """Whether `call` is a float NHWC / HWIO conv2d of several groups, not depthwise, with static shapes."""
+    if getattr(call.op, "name", None) != "relax.nn.conv2d" or int(call.attrs.groups) == 1:
+        return False
+    attrs = call.attrs
+    layouts = (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout or attrs.data_layout))
+    data, weight = known_shape(call.args[0]), known_shape(call.args[1])
+    return (
+        layouts == ("NHWC", "HWIO", "NHWC")
+        and data is not None
+        and weight is not None
+        and str(call.args[0].ty.dtype).startswith("float")
+        and weight[2] > 1
+    )
+
+
+def per_group_padded(groups: int, per_group: int) -> int:
+    """The output channels each of `groups` groups computes: the fewest, from `per_group` up, whose vectors
+    (the widest width dividing all groups' channels, as the default schedule splits them) never span two
+    groups. A vector across groups reads each group's own input channels, a gather built lane by lane: a 3x3
+    conv of 4 groups of 16 -> 24 channels ran at 6.6 GFLOP/s, with groups of 16 -> 32 at 57. 13 groups of 8
+    are left as they are (8-lane vectors), 4 of 24 compute 32, 7 of 5 compute 8."""
+    whole = -(-per_group // VECTOR_LANES) * VECTOR_LANES
+    for padded in range(per_group, whole):
+        width = next((w for w in VECTOR_WIDTHS if groups * padded % w == 0), None)
+        if width is not None and padded % width == 0:
+            return padded
+    return whole
+
+
+def _groups_in_whole_vectors(bb, call):
+    """A grouped conv computing `per_group_padded` output channels a group, from weights padded with zeros
+    (folded once, the weights being constant), and a slice that drops each group's padding."""
+    from tvm import relax
+
+    groups = int(call.attrs.groups)
+    kh, kw, per_group_in, out_channels = known_shape(call.args[1])
+    per_group = out_channels // groups
+    padded = per_group_padded(groups, per_group)
+    if padded == per_group:
+        return call
+    by_group = bb.emit(relax.op.reshape(call.args[1], [kh, kw, per_group_in, groups, per_group]))
+    wide_weight = bb.emit(
+        relax.op.reshape(
+            relax.op.nn.pad(by_group, [0, 0, 0, 0, 0, 0, 0, 0, 0, padded - per_group]),
+            [kh, kw, per_group_in, groups * padded],
+        )
+    )
+    wide = bb.emit(relax.Call(call.op, [call.args[0], wide_weight, *call.args[2:]], call.attrs, call.ty_args))
+    n, height, width, _ = known_shape(wide)
+    grouped = bb.emit(relax.op.reshape(wide, [n, height, width, groups, padded]))
+    kept = bb.emit(relax.op.strided_slice(grouped, axes=[4], begin=[0], end=[per_group]))
+    return relax.op.reshape(kept, [n, height, width, out_channels])
