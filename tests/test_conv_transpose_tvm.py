@@ -1,4 +1,5 @@
-"""Transposed convs with stride = kernel, as a 1x1 conv and a depth-to-space: the same outputs, no zeros."""
+"""Transposed convs as stride-1 convs and a depth-to-space: a 1x1 conv where the stride is the kernel, a conv of
+every output phase otherwise; the same outputs, no inserted zeros."""
 
 from __future__ import annotations
 
@@ -45,14 +46,50 @@ def test_a_non_overlapping_transposed_conv_becomes_a_1x1_conv_with_the_same_outp
 
 
 @pytest.mark.parametrize(
-    "attrs",
-    [{"strides": 1}, {"strides": 2, "padding": 1}, {"strides": 2, "output_padding": 1}],
-    ids=["overlapping", "padded", "output-padded"],
+    "shape, wshape, attrs",
+    [
+        ((1, 4, 5, 5), (4, 2, 2, 2), {"strides": 1}),
+        ((1, 6, 7, 5), (6, 3, 3, 3), {"strides": 2, "padding": 1}),
+        ((1, 6, 7, 5), (6, 3, 3, 3), {"strides": 2, "padding": 1, "output_padding": 1}),
+        ((2, 5, 6, 6), (5, 4, 4, 4), {"strides": 2, "padding": 1}),
+        ((1, 3, 4, 6), (3, 2, 5, 3), {"strides": (3, 2), "padding": (2, 0, 1, 1)}),
+        ((1, 8, 9, 9), (8, 4, 3, 3), {"strides": 1, "padding": 1}),
+        ((1, 4, 3, 3), (4, 2, 7, 7), {"strides": 2, "padding": 3, "output_padding": 1}),
+    ],
+    ids=["2x2s1", "3x3s2p1", "3x3s2p1-op1", "4x4s2p1-batch2", "5x3s32-asymmetric", "3x3s1p1", "7x7s2p3-op1"],
 )
-def test_overlapping_or_padded_transposed_convs_are_left_alone(attrs):
+def test_an_overlapping_transposed_conv_becomes_a_conv_of_its_phases_with_the_same_outputs(shape, wshape, attrs):
     from modelbuild.compiler import conv_transpose
 
-    module = transposed_conv_module((1, 4, 5, 5), (4, 2, 2, 2), **attrs)
+    module = transposed_conv_module(shape, wshape, **attrs)
+    rewritten = conv_transpose.rewrite(module)
+    assert "conv2d_transpose" not in rewritten.script() and "R.nn.conv2d(" in rewritten.script()
+    x = np.random.default_rng(3).standard_normal(shape).astype("float32")
+    expected = run(module, x)
+    out = run(rewritten, x)
+    assert out.shape == expected.shape
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_a_3x3_stride_2_kernel_splits_into_phases_of_4_2_2_and_1_taps():
+    from modelbuild.compiler.conv_transpose import phase_weights
+
+    weight = np.arange(1, 10, dtype="float32").reshape(1, 1, 3, 3)
+    phases = phase_weights(weight, (2, 2))
+    assert phases.shape == (4, 1, 2, 2)
+    assert [int(np.count_nonzero(phase)) for phase in phases] == [4, 2, 2, 1]
+    assert sorted(phases.ravel()[phases.ravel() != 0].tolist()) == list(range(1, 10))  # each tap once
+
+
+@pytest.mark.parametrize(
+    "attrs",
+    [{"strides": 2, "dilation": 2}, {"strides": 2, "groups": 2}],
+    ids=["dilated", "grouped"],
+)
+def test_dilated_or_grouped_transposed_convs_are_left_alone(attrs):
+    from modelbuild.compiler import conv_transpose
+
+    module = transposed_conv_module((1, 4, 5, 5), (4, 2, 3, 3), **attrs)
     assert "conv2d_transpose" in conv_transpose.rewrite(module).script()
 
 
