@@ -306,6 +306,32 @@ ZOO = [
         int8=("random", {}),
     ),
     ZooModel(
+        "regnet_ish",
+        "generated: RegNetX blocks, grouped 3x3 convs of 24 channels a group; ShuffleNet grouped 1x1s (opset 17)",
+        "generated:regnet_ish",
+        {"x": [1, 3, 112, 112]},
+        int8=("random", {}),
+    ),
+    ZooModel(
+        "regnet_ish_op9",
+        "generated: the same RegNetX and ShuffleNet blocks exported at opset 9",
+        "generated:regnet_ish_op9",
+        {"x": [1, 3, 112, 112]},
+        int8=("random", {}),
+    ),
+    ZooModel(
+        "dcgan_ish",
+        "generated: a DCGAN-style generator, 4x4 and 3x3 stride-2 ConvTransposes, BatchNorm unfolded (opset 17)",
+        "generated:dcgan_ish",
+        {"z": [1, 128, 1, 1]},
+    ),
+    ZooModel(
+        "dcgan_ish_op9",
+        "generated: the same generator exported at opset 9",
+        "generated:dcgan_ish_op9",
+        {"z": [1, 128, 1, 1]},
+    ),
+    ZooModel(
         "tdnn_ish",
         "generated: an x-vector speaker embedding, dilated conv1d over 200 fbank frames, statistics pooling",
         "generated:tdnn_ish",
@@ -665,6 +691,66 @@ def resnext_ish(path: Path) -> None:
         skip = x if cin == cout and stride == 1 else net.conv(x, cin, cout, 1, stride, f"b{i}.proj")
         x = net.residual(y, skip, f"b{i}")
     net.save_pooled(x, "resnext_ish", [1, 3, 114, 114], path)
+
+
+def regnet_ish(path: Path, opset: int = 17) -> None:
+    """Grouped convs whose groups no vector width divides evenly, as the speed fuzzer (bench/shapes.py) found
+    them slow: RegNetX blocks (1x1, grouped 3x3 with 24 channels a group, 1x1, residual) at 48, 96 and 240
+    channels (2, 4 and 10 groups), then ShuffleNet-v1 units: grouped 1x1 convs of 4 groups of 34 and 68
+    channels around a channel shuffle (Reshape, Transpose, Reshape) and a depthwise 3x3."""
+    import numpy as np
+
+    net = _ConvNet()
+    x = net.relu(net.conv("x", 3, 32, 3, 2, "stem"))  # 112 -> 56
+    cin = 32
+    for i, width in enumerate((48, 96, 240)):
+        y = net.relu(net.conv(x, cin, width, 1, 1, f"r{i}.reduce"))
+        y = net.relu(net.conv(y, width, width, 3, 2, f"r{i}.grouped", width // 24))
+        y = net.conv(y, width, width, 1, 1, f"r{i}.expand")
+        x, cin = net.residual(y, net.conv(x, cin, width, 1, 2, f"r{i}.proj"), f"r{i}"), width
+    for i, width in enumerate((136, 272)):  # ShuffleNet-v1's widths for 4 groups
+        y = net.relu(net.conv(x, cin, width, 1, 1, f"s{i}.gconv1", 4 if cin % 4 == 0 else 1))
+        shape = net.const(f"s{i}.groups", [1, 4, width // 4, 7, 7], np.int64)
+        flat = net.const(f"s{i}.channels", [1, width, 7, 7], np.int64)
+        y = net.node("Reshape", [y, shape], f"s{i}.split")
+        y = net.node("Transpose", [y], f"s{i}.swap", perm=[0, 2, 1, 3, 4])
+        y = net.node("Reshape", [y, flat], f"s{i}.shuffled")
+        y = net.conv(y, width, width, 3, 1, f"s{i}.dw", width)
+        y = net.conv(y, width, width, 1, 1, f"s{i}.gconv2", 4)
+        skip = x if cin == width else net.conv(x, cin, width, 1, 1, f"s{i}.proj")
+        x, cin = net.residual(y, skip, f"s{i}"), width
+    net.save_pooled(x, path.stem, [1, 3, 112, 112], path, opset)
+
+
+def dcgan_ish(path: Path, opset: int = 17) -> None:
+    """A DCGAN-style image generator (Radford et al. 2016): a latent vector up to a 64x64 image by transposed
+    convs, 4x4 stride 1 then 4x4 stride 2 padded by 1 (overlapping windows), one 3x3 stride 2 with output
+    padding as FCN decoders have, BatchNormalization left unfolded and ReLU between, tanh at the end."""
+    import numpy as np
+    from onnx import TensorProto, helper
+
+    net = _ConvNet()
+    x, cin = "z", 128
+    # (out channels, kernel, stride, pad, output padding): 1 -> 4 -> 8 -> 16 -> 32 -> 64
+    layers = [(256, 4, 1, 0, 0), (128, 4, 2, 1, 0), (64, 4, 2, 1, 0), (32, 3, 2, 1, 1), (3, 4, 2, 1, 0)]
+    for i, (cout, k, stride, pad, extra) in enumerate(layers):
+        w = net.const(f"up{i}.w", net.rng.standard_normal((cin, cout, k, k)) / (cin * k * k / stride**2) ** 0.5)
+        attrs = dict(kernel_shape=[k, k], strides=[stride] * 2, pads=[pad] * 4)
+        x = net.node("ConvTranspose", [x, w], f"up{i}", **attrs, **({"output_padding": [extra] * 2} if extra else {}))
+        if i < len(layers) - 1:
+            mean = net.rng.standard_normal(cout) * 0.1
+            stats = [net.const(f"up{i}.{p}", v) for p, v in (("g", np.ones(cout)), ("b", np.zeros(cout)))]
+            stats += [net.const(f"up{i}.mean", mean), net.const(f"up{i}.var", np.ones(cout))]
+            x = net.relu(net.node("BatchNormalization", [x, *stats], f"up{i}.bn"))
+        cin = cout
+    net.node("Tanh", [x], "image")
+    net.save(
+        path.stem,
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 128, 1, 1])],
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, 3, 64, 64])],
+        opset,
+        path,
+    )
 
 
 BERT = {"vocab": 8000, "hidden": 256, "heads": 4, "layers": 4, "seq": 128, "ffn": 1024}
@@ -1775,6 +1861,10 @@ def llama_ish(path: Path) -> None:
 GENERATORS = {
     "resnet_ish": resnet_ish,
     "resnext_ish": resnext_ish,
+    "regnet_ish": regnet_ish,
+    "regnet_ish_op9": lambda path: regnet_ish(path, opset=9),
+    "dcgan_ish": dcgan_ish,
+    "dcgan_ish_op9": lambda path: dcgan_ish(path, opset=9),
     "orientation_qop": orientation_qop,
     "text_cls_fp16": text_cls_fp16,
     "bert_ish": bert_ish,

@@ -118,6 +118,18 @@ def test_roofline_classifies_by_arithmetic_intensity_against_the_ridge():
     assert add["roof_fraction"] == (100 / 1e-6) / (100 / 1200 * 1e9)
 
 
+def test_a_kernel_under_30_percent_of_its_roof_is_marked_slow_with_its_shapes():
+    kernels = [
+        {"kernel": "fast", "ops": ["conv2d"], "calls": 1, "flops": 8000, "bytes": 100, "args": [[[1, 8], "float32"]]},
+        {"kernel": "slow", "ops": ["conv2d"], "calls": 1, "flops": 2900, "bytes": 100, "args": [[[1, 4], "float32"]]},
+        {"kernel": "edge", "ops": ["conv2d"], "calls": 1, "flops": 3000, "bytes": 100, "args": []},
+    ]
+    result = roofline(kernels, {"fast": 1e-6, "slow": 1e-6, "edge": 1e-6}, peak_flops=1e10, peak_bytes=1e9)
+    assert result["slow_below"] == 0.3
+    assert [k["slow"] for k in result["kernels"]] == [False, True, False]  # 80%, 29%, 30% of the compute roof
+    assert result["kernels"][1]["shapes"] == [[1, 4]]
+
+
 def test_an_alias_cycle_ends_the_walk_instead_of_hanging():
     """Names repeat in an imported model (a binding renamed after its ONNX node, as its input was); the
     lowering names variables uniquely, and the walk itself stops on a cycle rather than loop forever."""

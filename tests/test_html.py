@@ -57,6 +57,16 @@ def int8_build() -> BuildReport:
                     "layers": ["stem_conv_Conv", "stem_add_Add"],
                 },
                 {
+                    "kernel": "fused_conv2d1",
+                    "intensity": 30.0,
+                    "flops_per_s": 7e9,
+                    "calls": 1,
+                    "roof_fraction": 0.035,
+                    "layers": ["grouped_Conv"],
+                    "slow": True,
+                    "shapes": [[1, 35, 35, 64], [3, 3, 16, 96]],
+                },
+                {
                     "kernel": "fused_add_relu",
                     "intensity": 0.2,
                     "flops_per_s": 1e9,
@@ -109,10 +119,17 @@ def test_the_page_has_every_chart_the_figures_call_for_and_failures_first():
     assert jump == "#d64545" and others == {"#2f6fde"}  # the layer where the error first jumps, in red
 
 
+def test_a_kernel_slow_for_its_shape_is_marked_with_its_shapes_and_the_others_are_not():
+    page = html.render(report())
+    assert page.count("slow for its shape") == 1
+    assert '<td class="fail">slow for its shape: [1, 35, 35, 64] x [3, 3, 16, 96]</td>' in page
+
+
 def test_the_page_names_the_onnx_layers_behind_each_kernel():
     kernels = re.findall(r"<tr><td><code>(\w+)</code></td><td>([^<]*)</td>", html.render(report()))
     assert kernels == [
         ("fused_conv2d_add", "stem_conv_Conv, stem_add_Add"),
+        ("fused_conv2d1", "grouped_Conv"),
         ("fused_add_relu", "b1_Add, b1_Relu, b2_Add +1"),
     ]
     fused_only = BuildReport(

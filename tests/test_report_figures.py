@@ -68,6 +68,34 @@ def test_a_kernel_above_the_roof_is_said_to_run_from_cache_not_at_150_percent():
     }
     text = "\n".join(_roofline(roofline))
     assert "| above (data in cache) |" in text and "| 50% |" in text and "150%" not in text
+    assert "Slow for its shape" not in text
+
+
+def test_a_kernel_marked_slow_is_listed_with_its_layers_and_shapes_under_the_roofline():
+    kernel = {
+        "kernel": "fused_conv2d3",
+        "layers": ["Conv_7"],
+        "calls": 1,
+        "flops_per_s": 6.6e9,
+        "bytes_per_s": 1e9,
+        "intensity": 50,
+        "bound": "compute",
+        "roof_fraction": 0.033,
+        "slow": True,
+        "shapes": [[1, 35, 35, 64], [3, 3, 16, 96]],
+    }
+    roofline = {
+        "peak_flops_per_s": 2e11,
+        "peak_bytes_per_s": 1e10,
+        "ridge_flops_per_byte": 20.0,
+        "slow_below": 0.3,
+        "blas_flops_per_s": 1.4e11,
+        "kernels": [kernel],
+    }
+    text = "\n".join(_roofline(roofline))
+    assert "Slow for its shape (under 30% of its roof):" in text
+    assert "- fused_conv2d3 (Conv_7): [1, 35, 35, 64] x [3, 3, 16, 96], 6.6 GFLOP/s, 3% of its compute roof" in text
+    assert "200.0 GFLOP/s, an FMA loop" in text and "BLAS sgemm 140.0 GFLOP/s" in text
 
 
 def test_each_quantized_build_is_labelled_by_what_its_kernels_compute_in():

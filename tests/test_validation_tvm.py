@@ -78,6 +78,8 @@ def test_passing_build_reports_accuracy_timing_and_provenance(project, capsys):
     assert roof["peak_flops_per_s"] > 1e9 and roof["peak_bytes_per_s"] > 1e8
     assert [k["ops"][0] for k in roof["kernels"]][:2] == ["conv2d", "conv2d"]  # the two convs are the heaviest
     assert all(k["bound"] in ("compute", "memory") and k["seconds"] > 0 for k in roof["kernels"])
+    assert roof["blas_flops_per_s"] > 1e9 and roof["slow_below"] == 0.3  # the compute roof: the FMA loop's
+    assert all(k["slow"] == (k["roof_fraction"] < 0.3) and k["shapes"] for k in roof["kernels"])
 
 
 def test_a_gate_that_must_fail_exits_1_and_shows_in_all_three_reports_and_on_github(project, capsys, monkeypatch):

@@ -136,11 +136,15 @@ def heaviest_kernels(calls: list[KernelCall], flops: dict[str, int], args: dict[
     return [k for k in ranked if k["flops"] > 0 and k["args"]][:top]
 
 
+SLOW_FOR_ITS_SHAPE = 0.3  # a kernel under this fraction of its roof is named in the reports, with its geometry
+
+
 def roofline(kernels: list[dict], seconds: dict[str, float], peak_flops: float, peak_bytes: float) -> dict:
     """Each kernel's achieved FLOP/s and bytes/s against the machine's peaks, and which roof bounds it.
 
     A kernel whose arithmetic intensity (FLOPs per byte moved) is below the ridge peak_flops / peak_bytes is
-    memory-bound; its roof is intensity x peak_bytes, otherwise peak_flops."""
+    memory-bound; its roof is intensity x peak_bytes, otherwise peak_flops. One under SLOW_FOR_ITS_SHAPE of its
+    roof is `slow`: the layer a user should blame first."""
     ridge = peak_flops / peak_bytes
     rows = []
     for k in kernels:
@@ -164,11 +168,14 @@ def roofline(kernels: list[dict], seconds: dict[str, float], peak_flops: float, 
                 "intensity": intensity,
                 "bound": "memory" if intensity < ridge else "compute",
                 "roof_fraction": achieved / roof,
+                "slow": achieved / roof < SLOW_FOR_ITS_SHAPE,
+                "shapes": [shape for shape, _ in k.get("args", [])],
             }
         )
     return {
         "peak_flops_per_s": peak_flops,
         "peak_bytes_per_s": peak_bytes,
         "ridge_flops_per_byte": ridge,
+        "slow_below": SLOW_FOR_ITS_SHAPE,
         "kernels": rows,
     }

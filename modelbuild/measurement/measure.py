@@ -25,6 +25,7 @@ from modelbuild.host.cgroup import cpu_quota, throttled_seconds
 from modelbuild.host.gpus import NVRTC_PACKAGES
 from modelbuild.host.nvrtc import toolkit_environment
 from modelbuild.measurement import device as remote
+from modelbuild.measurement import peak
 from modelbuild.recipe.targets import host_machine, validating_machine
 from modelbuild.validation import metrics
 from modelbuild.validation.golden import feedback as fed_back_inputs
@@ -197,12 +198,17 @@ def cpu_clock(stat: Path = Path("/proc/stat")) -> metrics.CpuClock | None:
 
 
 def _roofline(library: str, kernels: list[dict]) -> dict:
-    """Time the heaviest kernels one by one, and the machine's peaks, for a roofline."""
+    """Time the heaviest kernels one by one, and the machine's peaks on the library's threads, for a
+    roofline: its compute roof the FMA loop's, its memory roof a large copy's, and BLAS's sgemm beside them."""
     import tvm
 
     module = tvm.runtime.load_module(library).imports[0]  # the kernels live in the library's host module
     seconds = {k["kernel"]: time_kernel(module, k) for k in kernels}
-    return analysis.roofline(kernels, {k: s for k, s in seconds.items() if s}, *machine_peaks())
+    threads = int(os.environ.get("TVM_NUM_THREADS") or os.cpu_count() or 1)
+    roof = analysis.roofline(
+        kernels, {k: s for k, s in seconds.items() if s}, peak.fma_flops(threads), peak.copy_bytes()
+    )
+    return {**roof, "blas_flops_per_s": peak.sgemm_flops()}
 
 
 def time_kernel(module, kernel: dict) -> float | None:
@@ -226,17 +232,6 @@ def _argument(shape: list[int], dtype: str, rng) -> np.ndarray:
     if dtype.startswith("float"):
         return rng.standard_normal(shape).astype(dtype)
     return np.ones(shape, dtype) if math.prod(shape) == 1 else np.zeros(shape, dtype)
-
-
-def machine_peaks() -> tuple[float, float]:
-    """This machine's attainable FLOP/s (BLAS float32 matmul) and bytes/s (a large copy): best of 5."""
-    n = 1024
-    a, b = np.ones((n, n), np.float32), np.ones((n, n), np.float32)
-    flops = max(2 * n**3 / _seconds(lambda: a @ b) for _ in range(5))
-    src = np.ones(64 * 2**20 // 4, np.float32)
-    dst = np.empty_like(src)
-    bandwidth = max(2 * src.nbytes / _seconds(lambda: np.copyto(dst, src)) for _ in range(5))
-    return flops, bandwidth
 
 
 def _seconds(fn) -> float:

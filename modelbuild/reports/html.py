@@ -131,6 +131,13 @@ def _vs_baseline(b: BuildReport) -> str:
     )
 
 
+def _slow(kernel: dict) -> str:
+    """'slow for its shape' and its arguments' shapes, for a kernel the roofline marked slow."""
+    if not kernel.get("slow"):
+        return ""
+    return "slow for its shape: " + escape(" x ".join(map(str, kernel.get("shapes") or [])))
+
+
 def _kernels(b: BuildReport) -> str:
     """The model's layers behind its kernels: the measured heaviest ones where the roofline ran, else the
     heaviest by FLOPs, else the largest fused groups."""
@@ -139,12 +146,13 @@ def _kernels(b: BuildReport) -> str:
         rows = "".join(
             f"<tr><td><code>{escape(k['kernel'])}</code></td><td>{escape(layers_in_brief(k.get('layers')))}"
             f"</td><td>{k['calls']}</td><td>{k['flops_per_s'] / 1e9:.2f}</td>"
-            f"<td>{escape(of_roof(k['roof_fraction']))}</td></tr>"
+            f"<td>{escape(of_roof(k['roof_fraction']))}</td>"
+            f'<td class="{"fail" if k.get("slow") else "muted"}">{_slow(k)}</td></tr>'
             for k in measured
         )
         return (
             '<table class="kernels"><tr><th>heaviest kernels</th><th>ONNX layers</th><th>calls</th>'
-            f"<th>GFLOP/s</th><th>of roof</th></tr>{rows}</table>"
+            f"<th>GFLOP/s</th><th>of roof</th><th></th></tr>{rows}</table>"
         )
     if b.kernels:
         total = sum(k["flops"] * k["calls"] for k in b.kernels)

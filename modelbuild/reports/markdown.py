@@ -319,10 +319,11 @@ def _preparation(q: dict) -> str:
 def _roofline(r: dict | None) -> list[str]:
     if not r or not r["kernels"]:
         return []
+    blas = f"; BLAS sgemm {r['blas_flops_per_s'] / 1e9:.1f} GFLOP/s" if r.get("blas_flops_per_s") else ""
     out = [
         "",
-        f"Roofline (machine peaks: {r['peak_flops_per_s'] / 1e9:.1f} GFLOP/s, "
-        f"{r['peak_bytes_per_s'] / 1e9:.1f} GB/s; ridge {r['ridge_flops_per_byte']:.1f} FLOP/byte):",
+        f"Roofline (machine peaks: {r['peak_flops_per_s'] / 1e9:.1f} GFLOP/s, an FMA loop on its cores, "
+        f"{r['peak_bytes_per_s'] / 1e9:.1f} GB/s; ridge {r['ridge_flops_per_byte']:.1f} FLOP/byte{blas}):",
         "",
         "| kernel | layers | calls | GFLOP/s | GB/s | FLOP/byte | bound | of roof |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
@@ -333,8 +334,23 @@ def _roofline(r: dict | None) -> list[str]:
         f"{k['intensity']:.1f} | {k['bound']} | {of_roof(k['roof_fraction'])} |"
         for k in r["kernels"]
     ]
+    slow = slow_kernels(r)
+    if slow:
+        out += ["", f"Slow for its shape (under {r['slow_below']:.0%} of its roof):", ""]
+        out += [f"- {line}" for line in slow]
     out += ["", "The bandwidth peak is a 64 MB copy, i.e. main memory: a kernel whose data stays in cache can pass it."]
     return out
+
+
+def slow_kernels(r: dict | None) -> list[str]:
+    """A line for each kernel the roofline marked slow (under `slow_below` of its roof): its layers, its
+    arguments' shapes and how far under the roof it ran."""
+    return [
+        f"{k['kernel']} ({layers_in_brief(k.get('layers'))}): {' x '.join(map(str, k.get('shapes') or []))}, "
+        f"{k['flops_per_s'] / 1e9:.1f} GFLOP/s, {of_roof(k['roof_fraction'])} of its {k['bound']} roof"
+        for k in (r or {}).get("kernels", [])
+        if k.get("slow")
+    ]
 
 
 def layers_in_brief(layers: list[str] | None, shown: int = 3) -> str:
