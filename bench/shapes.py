@@ -418,92 +418,25 @@ class Watchdog:
 
 
 # ----------------------------------------------------------------------------------------------- the peak
-FMA_LOOP = r"""
-#include <omp.h>
-#include <stdio.h>
-#include <time.h>
-typedef float v __attribute__((vector_size(VBYTES)));
-int main(void) {
-    const long iterations = 20000000L;
-    double best = 0;
-    for (int repeat = 0; repeat < 5; repeat++) {
-        struct timespec start, end;
-        clock_gettime(CLOCK_MONOTONIC, &start);
-        double sink = 0;
-        #pragma omp parallel reduction(+:sink)
-        {
-            /* twelve chains of distinct values, each kept in a register by the empty asm: the compiler may
-               neither merge equal chains nor drop one */
-            v c = {0}, b = c + 0.999f;
-            c += 0.001f * (omp_get_thread_num() + 1);
-            v a0 = c * 1, a1 = c * 2, a2 = c * 3, a3 = c * 4, a4 = c * 5, a5 = c * 6, a6 = c * 7, a7 = c * 8;
-            v a8 = c * 9, a9 = c * 10, a10 = c * 11, a11 = c * 12;
-            for (long i = 0; i < iterations; i++) {
-                a0 = a0 * b + c; a1 = a1 * b + c; a2 = a2 * b + c; a3 = a3 * b + c; a4 = a4 * b + c;
-                a5 = a5 * b + c; a6 = a6 * b + c; a7 = a7 * b + c; a8 = a8 * b + c; a9 = a9 * b + c;
-                a10 = a10 * b + c; a11 = a11 * b + c;
-                __asm__ volatile("" : "+x"(a0), "+x"(a1), "+x"(a2), "+x"(a3), "+x"(a4), "+x"(a5));
-                __asm__ volatile("" : "+x"(a6), "+x"(a7), "+x"(a8), "+x"(a9), "+x"(a10), "+x"(a11));
-            }
-            v s = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7 + a8 + a9 + a10 + a11;
-            sink += s[0];
-        }
-        clock_gettime(CLOCK_MONOTONIC, &end);
-        double seconds = (end.tv_sec - start.tv_sec) + (end.tv_nsec - start.tv_nsec) * 1e-9;
-        double flops = 2.0 * 12 * (VBYTES / 4) * iterations * omp_get_max_threads();
-        if (flops / seconds > best) best = flops / seconds;
-        if (sink == 12345.0) printf("#");
-    }
-    printf("%.1f\n", best / 1e9);
-    return 0;
-}
-"""
-
-
-def vector_bytes() -> int:
-    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    return 64 if " avx512f" in flags else 32 if " avx2" in flags else 16
-
-
 def fma_peak(threads: int) -> float:
-    """GFLOP/s of independent FMA chains on `threads` cores, in this CPU's widest float vectors."""
-    with tempfile.TemporaryDirectory() as folder:
-        source, binary = Path(folder) / "fma.c", Path(folder) / "fma"
-        source.write_text(FMA_LOOP)
-        width = vector_bytes()
-        subprocess.run(
-            [
-                "cc",
-                "-O2",
-                "-march=native",
-                "-ffp-contract=fast",
-                "-fopenmp",
-                f"-DVBYTES={width}",
-                str(source),
-                "-o",
-                str(binary),
-            ],
-            check=True,
-        )
-        out = subprocess.run(
-            [str(binary)],
-            env={**os.environ, "OMP_NUM_THREADS": str(threads)},
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-    return float(out.stdout.strip().lstrip("#"))
+    """GFLOP/s of independent FMA chains on `threads` cores, in this CPU's widest float vectors: the loop the
+    validate stage's roofline takes as its compute roof (modelbuild.measurement.peak)."""
+    from modelbuild.measurement import peak
+
+    return peak.fma_flops(threads, seconds=0.2) / 1e9
 
 
 def sgemm_rate() -> float:
     """GFLOP/s of numpy's BLAS on a 2048 float32 matmul, best of 5: the check on the FMA figure."""
-    a = np.ones((2048, 2048), np.float32)
-    best = 0.0
-    for _ in range(5):
-        started = time.perf_counter()
-        a @ a
-        best = max(best, 2 * 2048**3 / (time.perf_counter() - started))
-    return best / 1e9
+    from modelbuild.measurement import peak
+
+    return peak.sgemm_flops(2048) / 1e9
+
+
+def vector_bits() -> int:
+    from modelbuild.measurement import peak
+
+    return 32 * peak.vector_lanes(peak.host_target(1))
 
 
 # ------------------------------------------------------------------------------------------------- timing
@@ -594,7 +527,7 @@ def main() -> None:
     peak, blas = fma_peak(args.threads), sgemm_rate()
     print(
         f"seed {seed}: {len(ops)} ops; {args.threads} threads; FP32 peak {peak:.1f} GFLOP/s (FMA loop, "
-        f"{vector_bytes() * 8}-bit vectors), numpy BLAS sgemm {blas:.1f} GFLOP/s ({blas / peak:.0%} of it)",
+        f"{vector_bits()}-bit vectors), numpy BLAS sgemm {blas:.1f} GFLOP/s ({blas / peak:.0%} of it)",
         flush=True,
     )
     with tempfile.TemporaryDirectory() as scratch:

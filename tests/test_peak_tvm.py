@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 
 from modelbuild.measurement import peak
-from tests.helpers.host_cpu import host_target
 
 
 def test_the_fma_loop_runs_at_least_as_fast_as_a_blas_sgemm_and_within_the_vector_units_bound():
@@ -15,7 +14,7 @@ def test_the_fma_loop_runs_at_least_as_fast_as_a_blas_sgemm_and_within_the_vecto
     fma = peak.fma_flops(threads, seconds=0.05, repeats=3)
     sgemm = peak.sgemm_flops(repeats=3)
     assert fma > 0.6 * sgemm
-    lanes = peak.vector_lanes(host_target())
+    lanes = peak.vector_lanes(peak.host_target(threads))
     # two FMA units a core, at no more than 6 GHz: what any core of today can do at most
     assert fma < threads * 2 * 2 * lanes * 6e9
 

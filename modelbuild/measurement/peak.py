@@ -26,17 +26,24 @@ def vector_lanes(target) -> int:
     return 4  # SSE, NEON
 
 
-def fma_flops(threads: int, seconds: float = 0.05, repeats: int = 5) -> float:
-    """The best FLOP/s of `repeats` runs of the FMA loop on `threads` cores, each run about `seconds` long."""
+def host_target(threads: int):
+    """This CPU as LLVM names it, less what its flags say it cannot run here (recipe.targets.host_extensions)."""
     import tvm
 
     from modelbuild.recipe.targets import host_extensions, host_features
 
     cpu = tvm.target.codegen.llvm_get_system_cpu()
     extensions = host_extensions(cpu, host_features())
-    target = tvm.target.Target(
+    return tvm.target.Target(
         {"kind": "llvm", "mcpu": cpu, "num-cores": threads, **({"mattr": extensions} if extensions else {})}
     )
+
+
+def fma_flops(threads: int, seconds: float = 0.05, repeats: int = 5) -> float:
+    """The best FLOP/s of `repeats` runs of the FMA loop on `threads` cores, each run about `seconds` long."""
+    import tvm
+
+    target = host_target(threads)
     lanes = vector_lanes(target)
     run = tvm.compile(tvm.IRModule({"main": _fma_loop(threads, lanes)}), target=target)["main"]
     out = tvm.runtime.tensor(np.zeros((threads, lanes), "float32"))
