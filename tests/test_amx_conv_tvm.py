@@ -8,9 +8,7 @@ import re
 import numpy as np
 import pytest
 
-from tests.test_vnni_conv_tvm import build, conv_module, reference
-
-AMX_CPU = {"kind": "llvm", "mcpu": "sapphirerapids", "num-cores": 2}
+from tests.helpers.int8_convs import AMX_CPU, build, conv_module, reference
 
 GEOMETRIES = [  # (data shape, weight shape, strides, padding, data dtype)
     ((1, 128, 6, 32), (32, 128, 1, 1), (1, 1), (0, 0, 0, 0), "uint8"),  # two blocks of 64 input channels
@@ -174,7 +172,8 @@ def test_the_amx_library_runs_bit_exact_on_an_amx_host(geometry):
 THREADED_RUN = """
 import numpy as np, tvm
 from tvm import relax
-from tests.test_amx_conv_tvm import AMX_CPU, THREADED, VNNI_CPU, build, case
+from tests.helpers.int8_convs import AMX_CPU, VNNI_CPU, build
+from tests.test_amx_conv_tvm import THREADED, case
 x, module, want = case(THREADED)
 run = lambda executable: relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
 run(build(module, VNNI_CPU)[0])

@@ -7,14 +7,7 @@ import numpy as np
 import pytest
 
 from tests import test_packed_matmul_tvm as matmuls
-from tests.helpers.host_cpu import host_has
-from tests.test_vnni_conv_tvm import GEOMETRIES, GEOMETRY_IDS, build, case, output_width
-
-AVX2_CPU = {"kind": "llvm", "mcpu": "znver3", "num-cores": 2}  # AMD Zen 3: AVX2, no AVX-512
-
-
-def host_has_avx2() -> bool:
-    return host_has("avx2")
+from tests.helpers.int8_convs import AVX2_CPU, GEOMETRIES, GEOMETRY_IDS, build, case, host_has_avx2, output_width
 
 
 def avx2_kernels(phases) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.helpers.onnx_models import onnx_between_convs, onnx_hard_swish_between_convs
 from tests.helpers.relax_graphs import build_module, kernel_shapes
 
 
@@ -29,28 +30,6 @@ def lowered_run(module, layout: str, x: np.ndarray) -> np.ndarray:
         phases = lowering.lower(module, target, fuse=True, layout=layout, schedule=True)
         executable = tvm.compile(phases.planned, target=target, relax_pipeline=lowering.finish_passes(target))
     return relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
-
-
-def onnx_between_convs(name: str, nodes: list, constants: dict):
-    """Conv(x, w1) -> `nodes` (from "a" to "e") -> Conv(e, w2) as an ONNX graph of opset 13, x [1, 8, 10, 12]."""
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
-    rng = np.random.default_rng(25)
-    constants = {"w1": rng.standard_normal((16, 8, 3, 3)), "w2": rng.standard_normal((16, 16, 1, 1)), **constants}
-    nodes = [
-        helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1]),
-        *nodes,
-        helper.make_node("Conv", ["e", "w2"], ["y"]),
-    ]
-    graph = helper.make_graph(
-        nodes,
-        name,
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 10, 12])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 10, 12])],
-        [numpy_helper.from_array(v.astype(np.float32), k) for k, v in constants.items()],
-    )
-    return onnx.helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
 
 
 def assert_channels_last_throughout(model, seed: int) -> None:
@@ -157,24 +136,6 @@ def test_a_leaky_relu_between_convs_keeps_them_and_the_pool_channels_last_and_co
     x = np.random.default_rng(36).uniform(-8, 8, (1, 8, 10, 12)).astype("float32")
     outputs = [run(mod, x) for mod in (module, converted)]
     np.testing.assert_allclose(outputs[1], outputs[0], rtol=1e-5, atol=1e-4)
-
-
-def onnx_hard_swish_between_convs():
-    """conv -> x * Clip(x + 3, 0, 6) / 6 -> conv: Clip's bounds are inputs and 3 and 6 tensors of shape [1], as
-    the layout detector of the zoo has it."""
-    from onnx import helper
-
-    nodes = [
-        helper.make_node("Add", ["a", "three"], ["b"]),
-        helper.make_node("Clip", ["b", "zero", "top"], ["c"]),
-        helper.make_node("Mul", ["a", "c"], ["d"]),
-        helper.make_node("Div", ["d", "six"], ["e"]),
-    ]
-    return onnx_between_convs(
-        "hard_swish",
-        nodes,
-        {"three": np.array([3.0]), "six": np.array([6.0]), "zero": np.array(0.0), "top": np.array(6.0)},
-    )
 
 
 def test_an_onnx_clip_with_input_bounds_and_one_value_constants_keep_the_convs_channels_last():

@@ -10,12 +10,7 @@ import sys
 import pytest
 
 from modelbuild.cli import main
-
-
-def run_cli(capsys, root, *args) -> tuple[int, str, str]:
-    code = main([*args, "-f", str(root / "deploy.toml")])
-    out, err = capsys.readouterr()
-    return code, out, err
+from tests.helpers.cli import run_cli
 
 
 def test_build_then_status_is_up_to_date(fake_project, capsys):

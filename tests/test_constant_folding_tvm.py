@@ -92,7 +92,7 @@ def test_lowering_folds_the_models_constants_without_compiling_them(monkeypatch)
     import tvm
 
     from modelbuild.compiler import constant_folding, layer_names, lowering
-    from tests.test_channels_last_tvm import onnx_hard_swish_between_convs
+    from tests.helpers.onnx_models import onnx_hard_swish_between_convs
 
     module = layer_names.from_onnx(onnx_hard_swish_between_convs(), {"x": [1, 8, 10, 12]}, {"x": "float32"})
     build = tvm.get_global_func("tirx.build")

@@ -100,7 +100,7 @@ def test_an_int8_transposed_conv_is_a_vnni_conv_and_one_gather_bit_exact():
     import tvm
     from tvm import tirx
 
-    from tests.test_vnni_conv_tvm import VNNI_CPU, build, host_has_vnni
+    from tests.helpers.int8_convs import VNNI_CPU, build, host_has_vnni
 
     rng = np.random.default_rng(3)
     shape, weight = (1, 24, 8, 16), rng.integers(-128, 128, (24, 4, 2, 2)).astype(np.int8)

@@ -545,7 +545,7 @@ def test_col2im_of_columns_that_are_not_the_images_blocks_is_refused_with_the_fi
 def test_tvm_imports_col2im_and_computes_what_onnxruntime_does(tvm, tmp_path):
     import tvm
 
-    from tests.test_functions_tvm import built
+    from tests.helpers.onnx_builds import built
 
     model, columns = col2im([12, 10], [3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
     main, _ = built(model, tmp_path, {"x": columns})
@@ -588,7 +588,7 @@ def test_det_of_a_larger_matrix_is_refused_with_the_fix():
 def test_tvm_imports_det_and_computes_what_onnxruntime_does(tvm, tmp_path):
     import tvm
 
-    from tests.test_functions_tvm import built
+    from tests.helpers.onnx_builds import built
 
     model = det([6, 3, 3])
     main, _ = built(model, tmp_path, {"x": [6, 3, 3]})
@@ -634,7 +634,7 @@ def test_cumprod_is_a_product_over_a_triangular_mask(shape, axis, attributes):
 def test_tvm_imports_cumprod_and_computes_what_onnxruntime_does(tvm, tmp_path):
     import tvm
 
-    from tests.test_functions_tvm import built
+    from tests.helpers.onnx_builds import built
 
     model = cumulative_product([4, 9], 1, reverse=1)
     main, _ = built(model, tmp_path, {"x": [4, 9]})
@@ -697,7 +697,7 @@ def test_deform_conv_is_its_taps_sampled_then_a_one_by_one_conv(x, kernel, maske
 def test_tvm_imports_deform_conv_and_computes_what_onnxruntime_does(tvm, tmp_path):
     import tvm
 
-    from tests.test_functions_tvm import built
+    from tests.helpers.onnx_builds import built
 
     model, feed = deform_conv([1, 8, 12, 12], 16, [3, 3], True, pads=[1, 1, 1, 1], offset_group=2)
     main, _ = built(model, tmp_path, {name: list(value.shape) for name, value in feed.items()})

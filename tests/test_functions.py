@@ -5,22 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 from modelbuild.frontend import functions
-
-
-def saved(nodes, inputs, outputs, opset=18, initializers=(), local=()):
-    graph = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(initializers))
-    imports = [helper.make_opsetid("", opset)] + [helper.make_opsetid(f.domain, 1) for f in local]
-    model = helper.make_model(graph, opset_imports=imports, functions=list(local))
-    model.ir_version = 10
-    return model
-
-
-def outputs(model, feed):
-    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feed)
+from tests.helpers.onnx_models import outputs, saved
 
 
 def ops(model) -> list[str]:

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from modelbuild.compiler.group_blocks import block_diagonal, merged
+from tests.helpers.relax_graphs import grouped_conv
 
 
 @pytest.mark.parametrize(
@@ -23,19 +24,6 @@ from modelbuild.compiler.group_blocks import block_diagonal, merged
 )
 def test_the_fewest_groups_that_make_whole_vectors_are_merged(groups, per_group_out, k):
     assert merged(groups, per_group_out) == k
-
-
-def grouped_conv(x: np.ndarray, w: np.ndarray, groups: int) -> np.ndarray:
-    """A stride-1, unpadded grouped conv in float64: NCHW data, OIHW weights."""
-    _, channels, height, width = x.shape
-    out_channels, per_group_in, kh, kw = w.shape
-    windows = np.lib.stride_tricks.sliding_window_view(x, (kh, kw), axis=(2, 3))  # n c y x i j
-    out = []
-    for g in range(groups):
-        data = windows[:, g * per_group_in : (g + 1) * per_group_in]
-        weights = w[g * (out_channels // groups) : (g + 1) * (out_channels // groups)]
-        out.append(np.einsum("ncyxij,ocij->noyx", data, weights))
-    return np.concatenate(out, axis=1)
 
 
 @pytest.mark.parametrize("groups, per_group, k", [(8, 4, 4), (6, 8, 2), (4, 3, 2)])

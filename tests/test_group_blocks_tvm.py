@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.test_group_blocks import grouped_conv
+from tests.helpers.relax_graphs import grouped_conv
 
 
 def grouped_module(shape, w, groups, dtype="float32"):

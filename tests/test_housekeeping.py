@@ -11,8 +11,7 @@ import pytest
 from modelbuild.engine.housekeeping import collect_garbage, parse_size, verify
 from modelbuild.engine.store import ActionResult, Store
 from modelbuild.errors import ModelbuildError
-from tests.test_cli import run_cli
-from tests.test_scheduler import damage_keeping_mtime
+from tests.helpers.cli import damage_keeping_mtime, run_cli
 
 
 def store_with(tmp_path, entries: dict[str, dict[str, bytes]], *, ages_days: dict[str, float] | None = None) -> Store:

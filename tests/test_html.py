@@ -14,7 +14,7 @@ from modelbuild.reports import html
 from modelbuild.reports.model import BuildReport, Report, StageRun, Validation, VsFloat
 from modelbuild.validation import metrics
 from modelbuild.validation.gates import GateResult
-from tests.test_regression import latencies
+from tests.helpers.timings import latencies
 
 
 def int8_build() -> BuildReport:

@@ -288,7 +288,7 @@ def test_an_if_on_constants_left_by_simplify_false_says_to_simplify(tmp_path):
 
 
 def test_a_scan_too_long_to_write_out_says_how_long_it_is_and_to_export_it_unrolled():
-    from tests.test_loops import scan_model
+    from tests.helpers.onnx_loops import scan_model
 
     model = scan_model(length=300)
     with pytest.raises(StageError) as caught:

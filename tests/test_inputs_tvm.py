@@ -98,7 +98,7 @@ def test_an_if_of_differently_shaped_branches_on_an_unbound_input_fails_import_w
 def test_a_recurrent_layer_builds_unrolled_and_matches_onnxruntime(tmp_path, capsys, op):
     import onnx
 
-    from tests.test_recurrent import recurrent_model
+    from tests.helpers.onnx_models import recurrent_model
 
     model, _ = recurrent_model(op, "bidirectional", "lengths")
     onnx.save(model, str(tmp_path / "net.onnx"))

@@ -83,7 +83,7 @@ def test_a_strided_grouped_int8_conv_is_summed_channels_last_and_exact(shape, ws
     import tvm
     from tvm import relax
 
-    from tests.test_vnni_conv_tvm import build, conv_module, reference
+    from tests.helpers.int8_convs import build, conv_module, reference
 
     rng = np.random.default_rng(0)
     low, high = (0, 256) if dtype == "uint8" else (-128, 128)
@@ -113,7 +113,7 @@ def test_a_strided_grouped_int8_conv_is_summed_channels_last_and_exact(shape, ws
 
 
 def test_a_grouped_int8_conv_at_stride_one_keeps_its_rows_in_vectors():
-    from tests.test_vnni_conv_tvm import build, conv_module
+    from tests.helpers.int8_convs import build, conv_module
 
     weight = np.ones((64, 8, 3, 3), np.int8)
     module = conv_module(

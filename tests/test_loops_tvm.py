@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from tests.test_functions_tvm import built
-from tests.test_loops import body, feed, model, run, scan_feed, scan_model
+from tests.helpers.onnx_builds import built
+from tests.helpers.onnx_loops import body, feed, model, run, scan_feed, scan_model
 
 
 def test_a_scripted_recurrent_loop_imports_and_matches_onnxruntime(tmp_path):

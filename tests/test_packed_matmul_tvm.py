@@ -6,9 +6,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.helpers.int8_convs import (
+    DOTPROD,
+    PLAIN_CPU,
+    VNNI_CPU,
+    assembly_of,
+    build,
+    host_has_vnni,
+    kernels_of,
+    run_on_device,
+)
 from tests.helpers.processes import EMULATED_ARM64_KEY
-from tests.test_sdot_conv_tvm import DOTPROD, assembly_of, kernels_of, run_on_device
-from tests.test_vnni_conv_tvm import PLAIN_CPU, VNNI_CPU, build, host_has_vnni
 
 SHAPES = [  # (data shape, output channels, data dtype)
     ((1, 40, 120), 50, "uint8"),  # a recogniser's head, narrower: outputs not a whole number of vectors

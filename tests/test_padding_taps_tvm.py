@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.test_vnni_conv_tvm import build, conv_module, reference
+from tests.helpers.int8_convs import build, conv_module, reference
 
 
 def conv_weights(module) -> list:

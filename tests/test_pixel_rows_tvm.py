@@ -6,8 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.test_avx2_conv_tvm import AVX2_CPU, host_has_avx2
-from tests.test_vnni_conv_tvm import PLAIN_CPU, VNNI_CPU, build, host_has_vnni
+from tests.helpers.int8_convs import AVX2_CPU, PLAIN_CPU, VNNI_CPU, build, host_has_avx2, host_has_vnni
 
 SHAPE = (1, 32, 10, 19)  # 190 pixels: rows of 19 round to 32 (VNNI) or 24 (AVX2) columns; 2 rows of 95 to 96
 

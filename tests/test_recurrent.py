@@ -6,77 +6,11 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 from modelbuild.errors import StageError
 from modelbuild.frontend import recurrent
-
-STEPS, BATCH, FEATURES, HIDDEN = 5, 3, 4, 6
-LENGTHS = np.array([5, 2, 4], np.int32)  # the second and third samples stop early
-
-
-def recurrent_model(op: str, direction: str, variant: str) -> tuple[onnx.ModelProto, dict]:
-    """One LSTM / GRU node with random weights; `variant` picks the attributes and optional inputs."""
-    # layout1 is clip's model batch-first: the same weights, so one checks the other (onnxruntime has no layout 1)
-    rng = np.random.default_rng(
-        ["plain", "initial", "lengths", "full_lengths", "clip", "peephole", "relu"].index(
-            "clip" if variant == "layout1" else variant
-        )
-    )
-    dirs, gates = (2 if direction == "bidirectional" else 1), {"LSTM": 4, "GRU": 3, "RNN": 1}[op]
-    layout = 1 if variant == "layout1" else 0
-    x_shape = [STEPS, BATCH, FEATURES] if layout == 0 else [BATCH, STEPS, FEATURES]
-    state_shape = [dirs, BATCH, HIDDEN] if layout == 0 else [BATCH, dirs, HIDDEN]
-    weights = {
-        "W": (dirs, gates * HIDDEN, FEATURES),
-        "R": (dirs, gates * HIDDEN, HIDDEN),
-        "B": (dirs, 2 * gates * HIDDEN),
-    }
-    if op == "LSTM" and variant == "peephole":
-        weights["P"] = (dirs, 3 * HIDDEN)
-    initializers = [
-        numpy_helper.from_array((rng.standard_normal(s) * 0.5).astype(np.float32), n) for n, s in weights.items()
-    ]
-    graph_inputs = [helper.make_tensor_value_info("X", TensorProto.FLOAT, x_shape)]
-    feed = {"X": rng.standard_normal(x_shape).astype(np.float32)}
-    inputs = ["X", "W", "R", "B", "", "", "", ""]
-    if variant in ("initial", "lengths", "clip", "layout1"):  # initial states as graph inputs
-        for position, name in ((5, "h0"), (6, "c0"))[: 2 if op == "LSTM" else 1]:
-            graph_inputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, state_shape))
-            feed[name] = rng.standard_normal(state_shape).astype(np.float32)
-            inputs[position] = name
-    if variant == "lengths":
-        graph_inputs.append(helper.make_tensor_value_info("lens", TensorProto.INT32, [BATCH]))
-        feed["lens"], inputs[4] = LENGTHS, "lens"
-    if variant == "full_lengths":  # constants equal to the sequence length: nothing to mask
-        initializers.append(numpy_helper.from_array(np.full(BATCH, STEPS, np.int32), "lens"))
-        inputs[4] = "lens"
-    if "P" in weights:
-        inputs[7] = "P"
-    attributes = {"hidden_size": HIDDEN, "direction": direction}
-    if variant in ("clip", "layout1"):
-        attributes |= {"layout": 1 if variant == "layout1" else 0, "clip": 0.7}
-    if variant == "peephole" and op == "LSTM":
-        attributes["input_forget"] = 1
-    if variant == "peephole" and op == "GRU":
-        attributes["linear_before_reset"] = 1
-    if variant == "relu":
-        attributes["activations"] = {"LSTM": ["Sigmoid", "Relu", "Tanh"], "GRU": ["Sigmoid", "Relu"], "RNN": ["Relu"]}[
-            op
-        ] * dirs
-    used = inputs[: max(i for i, name in enumerate(inputs) if name) + 1]
-    outputs = ["Y", "Y_h", "Y_c"][: 3 if op == "LSTM" else 2]
-    node = helper.make_node(op, used, outputs, name="rnn", **attributes)
-    graph = helper.make_graph(
-        [node],
-        "rnn",
-        graph_inputs,
-        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs],
-        initializer=initializers,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
-    model.ir_version = 8
-    return model, feed
+from tests.helpers.onnx_models import STEPS, recurrent_model
 
 
 def run(model: onnx.ModelProto, feed: dict) -> list[np.ndarray]:

@@ -11,17 +11,9 @@ from modelbuild.validation import metrics
 from modelbuild.validation.gates import evaluate
 from modelbuild.validation.measured import Measured
 from modelbuild.validation.regression import change
+from tests.helpers.timings import latencies
 
 SEEDS = range(50)
-
-
-def latencies(seed: int, scale: float = 1.0, runs: int = 200) -> list[float]:
-    """Seconds as a shared machine gives them: lognormal around 2 ms, and 3% of runs hit by a 2-4x stall."""
-    rng = np.random.default_rng(seed)
-    ms = 2.0 * scale * rng.lognormal(0.0, 0.1, runs)
-    stalls = rng.random(runs) < 0.03
-    ms[stalls] *= rng.uniform(2, 4, stalls.sum())
-    return list(ms / 1000)
 
 
 def flagged(gate: dict, now: list[float], base: list[float]) -> bool:

@@ -12,8 +12,8 @@ import fsspec  # the [remote] extra; the test extra installs it, so a missing on
 import pytest
 
 from modelbuild.engine.remote import redact
+from tests.helpers.cli import run_cli
 from tests.helpers.processes import free_port, wait_for_port
-from tests.test_cli import run_cli
 
 
 @pytest.fixture(scope="module")

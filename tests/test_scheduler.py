@@ -10,6 +10,7 @@ import time
 from modelbuild.engine.events import Status
 from modelbuild.engine.scheduler import Options
 from modelbuild.pipeline.project import open_project
+from tests.helpers.cli import damage_keeping_mtime
 from tests.helpers.fake_stages import write_fake_model
 
 
@@ -213,15 +214,6 @@ def test_dry_run_runs_nothing_and_says_why(fake_project):
     assert [str(r) for r in run.results["compile:a@cpu"].reasons] == ["upstream import:a will rerun"]
     _, after = build(root, dry_run=True)
     assert after["import:a"] is Status.STALE  # the dry run recorded nothing
-
-
-def damage_keeping_mtime(path):
-    """Flip one byte and put the old timestamps back, as bit rot leaves a file."""
-    st = path.stat()
-    data = bytearray(path.read_bytes())
-    data[len(data) // 2] ^= 0x01
-    path.write_bytes(bytes(data))
-    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
 
 
 def test_a_damaged_cache_object_is_caught_when_it_is_next_published_and_rebuilt(fake_project):

@@ -7,25 +7,20 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.helpers.int8_convs import (
+    DOTPROD,
+    GEOMETRIES,
+    GEOMETRY_IDS,
+    assembly_of,
+    build,
+    case,
+    kernels_of,
+    output_width,
+    run_on_device,
+)
 from tests.helpers.processes import EMULATED_ARM64_KEY
-from tests.test_vnni_conv_tvm import GEOMETRIES, GEOMETRY_IDS, build, case, output_width
 
-DOTPROD = {
-    "kind": "llvm",
-    "mtriple": "aarch64-linux-gnu",
-    "mcpu": "neoverse-n1",
-    "mattr": ["+neon", "+dotprod"],
-    "num-cores": 4,
-}
 NO_DOTPROD = {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "cortex-a72", "mattr": ["+neon"], "num-cores": 4}
-
-
-def kernels_of(phases) -> list[str]:
-    return [f.script() for f in phases.fused.functions.values() if hasattr(f, "params") and "sblock" in f.script()]
-
-
-def assembly_of(executable) -> str:
-    return "".join(m.inspect_source("asm") for m in executable.mod.imports)
 
 
 @pytest.mark.parametrize("geometry", GEOMETRIES, ids=GEOMETRY_IDS)
@@ -61,12 +56,3 @@ def test_the_sdot_libraries_run_bit_exact_on_the_emulated_arm_device(arm64_track
         described, got = run_on_device(library, on, x)
         assert described["machine"] == "aarch64"
         assert got.dtype == np.int32 and np.array_equal(got, want), GEOMETRY_IDS(geometry)
-
-
-def run_on_device(library, on: dict, x: np.ndarray):
-    """(what the device says of itself, the library's output for x); the device's session ends on return,
-    which frees the one emulated device for the next library."""
-    from modelbuild.measurement import device
-
-    run, _, described = device.load(str(library), on)
-    return described, run([x])[0]

@@ -18,10 +18,10 @@ import pytest
 from modelbuild.engine.events import NodeProgress, NodeWaiting, Status
 from modelbuild.engine.scheduler import Options
 from modelbuild.pipeline.project import open_project
+from tests.helpers.cli import run_cli
 from tests.helpers.fake_stages import write_fake_model
 from tests.helpers.paths import REPO
 from tests.helpers.processes import run_on_read_only
-from tests.test_cli import run_cli
 
 
 def in_thread(target) -> threading.Thread:

@@ -342,7 +342,7 @@ def test_every_shipped_target_preset_builds_here_the_arm_ones_as_aarch64_objects
 
 def test_a_linker_that_fails_is_quoted_in_one_line_and_its_version_is_part_of_the_compile_key(tiny, capsys):
     from modelbuild.cli import main
-    from tests.test_targets import fake_compiler
+    from tests.helpers.fake_stages import fake_compiler
 
     cc = fake_compiler(tiny / "cross-gcc", "cross-gcc 1.0", fails="cross-gcc: error: cannot find crt1.o")
     text = (

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from modelbuild.recipe.targets import needed_features, why_not_run_here
+from tests.helpers.fake_stages import fake_compiler
 
 AVX2_HOST = {"sse4_2", "avx", "avx2", "fma"}
 AVX512_HOST = AVX2_HOST | {"avx512f", "avx512bw", "avx512vnni"}
@@ -105,16 +106,6 @@ def test_a_host_target_leaves_out_what_the_cpu_name_implies_and_a_vm_hides(tmp_p
 
 def test_arm_targets_need_no_x86_extension():
     assert needed_features({"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mcpu": "neoverse-n1"}) == []
-
-
-def fake_compiler(path, version: str, *, fails: str = ""):
-    """An executable that answers --version and logs each call; with `fails`, it fails every link with that."""
-    path.write_text(
-        f'#!/bin/sh\necho "$@" >> {path}.calls\n'
-        + (f"echo '{fails}' >&2; exit 1\n" if fails else f"echo '{version}'\necho 'Copyright'\n")
-    )
-    path.chmod(0o755)
-    return path
 
 
 def test_the_linker_and_its_version_enter_the_resolved_target_and_are_asked_once(tmp_path):

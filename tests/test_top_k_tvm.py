@@ -113,8 +113,8 @@ def test_an_unsorted_topk_imports_and_matches_its_reference(tmp_path):
     import tvm
 
     from modelbuild.stages.reference import _run_onnxruntime
-    from tests.test_functions_tvm import built
-    from tests.test_topk_order import unsorted_topk
+    from tests.helpers.onnx_builds import built
+    from tests.helpers.onnx_models import unsorted_topk
 
     path = unsorted_topk(tmp_path / "source.onnx")
     main, _ = built(onnx.load(str(path)), tmp_path, {"x": [1, 1000]})

@@ -4,26 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
 
 from modelbuild.frontend import topk_order
-
-
-def unsorted_topk(path, k=10):
-    graph = helper.make_graph(
-        [helper.make_node("TopK", ["x", "k"], ["values", "indices"], axis=-1, sorted=0)],
-        "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1000])],
-        [
-            helper.make_tensor_value_info("values", TensorProto.FLOAT, [1, k]),
-            helper.make_tensor_value_info("indices", TensorProto.INT64, [1, k]),
-        ],
-        initializer=[numpy_helper.from_array(np.array([k], np.int64), "k")],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
-    model.ir_version = 10
-    onnx.save(model, str(path))
-    return path
+from tests.helpers.onnx_models import unsorted_topk
 
 
 def test_the_reference_of_an_unsorted_topk_is_its_sorted_answer(tmp_path):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from tests.helpers.host_cpu import host_has
-from tests.test_vnni_conv_tvm import build, conv_module, reference
+from tests.helpers.int8_convs import build, conv_module, reference
 
 VBMI_CPU = {"kind": "llvm", "mcpu": "icelake-server", "num-cores": 2}  # VNNI and VBMI
 VNNI_ONLY_CPU = {"kind": "llvm", "mcpu": "cascadelake", "num-cores": 2}

@@ -115,3 +115,13 @@ targets = ["cpu"]
 model = "b"
 targets = ["cpu"]
 """
+
+
+def fake_compiler(path, version: str, *, fails: str = ""):
+    """An executable that answers --version and logs each call; with `fails`, it fails every link with that."""
+    path.write_text(
+        f'#!/bin/sh\necho "$@" >> {path}.calls\n'
+        + (f"echo '{fails}' >&2; exit 1\n" if fails else f"echo '{version}'\necho 'Copyright'\n")
+    )
+    path.chmod(0o755)
+    return path

@@ -6,7 +6,11 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
+
+STEPS, BATCH, FEATURES, HIDDEN = 5, 3, 4, 6  # the recurrent models' sizes
+LENGTHS = np.array([5, 2, 4], np.int32)  # the second and third samples stop early
 
 
 def conv_relu(path: Path, *, channels: int = 4, seed: int = 0, doc: str = "", opset: int = 13) -> Path:
@@ -544,3 +548,136 @@ def integer_op(path: Path, op: str, *, seed: int = 0) -> Path:
     model.ir_version = 8
     onnx.save(model, str(path))
     return path
+
+
+def saved(nodes, inputs, outputs, opset=18, initializers=(), local=()):
+    graph = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(initializers))
+    imports = [helper.make_opsetid("", opset)] + [helper.make_opsetid(f.domain, 1) for f in local]
+    model = helper.make_model(graph, opset_imports=imports, functions=list(local))
+    model.ir_version = 10
+    return model
+
+
+def outputs(model, feed):
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feed)
+
+
+def recurrent_model(op: str, direction: str, variant: str) -> tuple[onnx.ModelProto, dict]:
+    """One LSTM / GRU node with random weights; `variant` picks the attributes and optional inputs."""
+    # layout1 is clip's model batch-first: the same weights, so one checks the other (onnxruntime has no layout 1)
+    rng = np.random.default_rng(
+        ["plain", "initial", "lengths", "full_lengths", "clip", "peephole", "relu"].index(
+            "clip" if variant == "layout1" else variant
+        )
+    )
+    dirs, gates = (2 if direction == "bidirectional" else 1), {"LSTM": 4, "GRU": 3, "RNN": 1}[op]
+    layout = 1 if variant == "layout1" else 0
+    x_shape = [STEPS, BATCH, FEATURES] if layout == 0 else [BATCH, STEPS, FEATURES]
+    state_shape = [dirs, BATCH, HIDDEN] if layout == 0 else [BATCH, dirs, HIDDEN]
+    weights = {
+        "W": (dirs, gates * HIDDEN, FEATURES),
+        "R": (dirs, gates * HIDDEN, HIDDEN),
+        "B": (dirs, 2 * gates * HIDDEN),
+    }
+    if op == "LSTM" and variant == "peephole":
+        weights["P"] = (dirs, 3 * HIDDEN)
+    initializers = [
+        numpy_helper.from_array((rng.standard_normal(s) * 0.5).astype(np.float32), n) for n, s in weights.items()
+    ]
+    graph_inputs = [helper.make_tensor_value_info("X", TensorProto.FLOAT, x_shape)]
+    feed = {"X": rng.standard_normal(x_shape).astype(np.float32)}
+    inputs = ["X", "W", "R", "B", "", "", "", ""]
+    if variant in ("initial", "lengths", "clip", "layout1"):  # initial states as graph inputs
+        for position, name in ((5, "h0"), (6, "c0"))[: 2 if op == "LSTM" else 1]:
+            graph_inputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, state_shape))
+            feed[name] = rng.standard_normal(state_shape).astype(np.float32)
+            inputs[position] = name
+    if variant == "lengths":
+        graph_inputs.append(helper.make_tensor_value_info("lens", TensorProto.INT32, [BATCH]))
+        feed["lens"], inputs[4] = LENGTHS, "lens"
+    if variant == "full_lengths":  # constants equal to the sequence length: nothing to mask
+        initializers.append(numpy_helper.from_array(np.full(BATCH, STEPS, np.int32), "lens"))
+        inputs[4] = "lens"
+    if "P" in weights:
+        inputs[7] = "P"
+    attributes = {"hidden_size": HIDDEN, "direction": direction}
+    if variant in ("clip", "layout1"):
+        attributes |= {"layout": 1 if variant == "layout1" else 0, "clip": 0.7}
+    if variant == "peephole" and op == "LSTM":
+        attributes["input_forget"] = 1
+    if variant == "peephole" and op == "GRU":
+        attributes["linear_before_reset"] = 1
+    if variant == "relu":
+        attributes["activations"] = {"LSTM": ["Sigmoid", "Relu", "Tanh"], "GRU": ["Sigmoid", "Relu"], "RNN": ["Relu"]}[
+            op
+        ] * dirs
+    used = inputs[: max(i for i, name in enumerate(inputs) if name) + 1]
+    outputs = ["Y", "Y_h", "Y_c"][: 3 if op == "LSTM" else 2]
+    node = helper.make_node(op, used, outputs, name="rnn", **attributes)
+    graph = helper.make_graph(
+        [node],
+        "rnn",
+        graph_inputs,
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in outputs],
+        initializer=initializers,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    model.ir_version = 8
+    return model, feed
+
+
+def unsorted_topk(path, k=10):
+    graph = helper.make_graph(
+        [helper.make_node("TopK", ["x", "k"], ["values", "indices"], axis=-1, sorted=0)],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1000])],
+        [
+            helper.make_tensor_value_info("values", TensorProto.FLOAT, [1, k]),
+            helper.make_tensor_value_info("indices", TensorProto.INT64, [1, k]),
+        ],
+        initializer=[numpy_helper.from_array(np.array([k], np.int64), "k")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 10
+    onnx.save(model, str(path))
+    return path
+
+
+def onnx_hard_swish_between_convs():
+    """conv -> x * Clip(x + 3, 0, 6) / 6 -> conv: Clip's bounds are inputs and 3 and 6 tensors of shape [1], as
+    the layout detector of the zoo has it."""
+    from onnx import helper
+
+    nodes = [
+        helper.make_node("Add", ["a", "three"], ["b"]),
+        helper.make_node("Clip", ["b", "zero", "top"], ["c"]),
+        helper.make_node("Mul", ["a", "c"], ["d"]),
+        helper.make_node("Div", ["d", "six"], ["e"]),
+    ]
+    return onnx_between_convs(
+        "hard_swish",
+        nodes,
+        {"three": np.array([3.0]), "six": np.array([6.0]), "zero": np.array(0.0), "top": np.array(6.0)},
+    )
+
+
+def onnx_between_convs(name: str, nodes: list, constants: dict):
+    """Conv(x, w1) -> `nodes` (from "a" to "e") -> Conv(e, w2) as an ONNX graph of opset 13, x [1, 8, 10, 12]."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(25)
+    constants = {"w1": rng.standard_normal((16, 8, 3, 3)), "w2": rng.standard_normal((16, 16, 1, 1)), **constants}
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1]),
+        *nodes,
+        helper.make_node("Conv", ["e", "w2"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        name,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 10, 12])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 10, 12])],
+        [numpy_helper.from_array(v.astype(np.float32), k) for k, v in constants.items()],
+    )
+    return onnx.helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])

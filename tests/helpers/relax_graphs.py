@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 SHAPE = (1, 8, 16, 16)
 
 
@@ -58,3 +60,16 @@ def kernel_shapes(module, layout: str) -> dict[str, list]:
     return {
         name: [shape for shape, _ in args] for name, args in lowering.kernel_flops_and_args(phases.fused)[1].items()
     }
+
+
+def grouped_conv(x: np.ndarray, w: np.ndarray, groups: int) -> np.ndarray:
+    """A stride-1, unpadded grouped conv in float64: NCHW data, OIHW weights."""
+    _, channels, height, width = x.shape
+    out_channels, per_group_in, kh, kw = w.shape
+    windows = np.lib.stride_tricks.sliding_window_view(x, (kh, kw), axis=(2, 3))  # n c y x i j
+    out = []
+    for g in range(groups):
+        data = windows[:, g * per_group_in : (g + 1) * per_group_in]
+        weights = w[g * (out_channels // groups) : (g + 1) * (out_channels // groups)]
+        out.append(np.einsum("ncyxij,ocij->noyx", data, weights))
+    return np.concatenate(out, axis=1)
