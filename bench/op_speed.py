@@ -2,8 +2,8 @@
 onnxruntime: where a model nobody tuned for will fall off a cliff before any model shows it.
 
 The zoo (zoo.py) measures whole models; a cliff in an operator only one user's model has (TVM legalising a
-function to a libm call per element, a copy vectorised as gathers) shows here first. Session 46 found
-LogSoftmax 20x onnxruntime's time, opset-20 Gelu 12x, an NCHW -> NHWC Transpose 3.9x, Sin 1.8x this way.
+function to a libm call per element, a copy vectorised as gathers) shows here first: it found
+LogSoftmax at 20x onnxruntime's time, opset-20 Gelu 12x, an NCHW -> NHWC Transpose 3.9x, Sin 1.8x.
 Each case is a one-node model (float32 inputs drawn from a normal distribution, positive where the
 operator needs it) compiled for this host with the default schedule; both runtimes get 2 threads and are
 timed in alternating blocks (zoo.alternate). A single operator in NCHW carries the layout conversions a

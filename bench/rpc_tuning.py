@@ -12,7 +12,7 @@ the evolutionary search and no minimum (`--strategy evolutionary --min-repeat-ms
 spends its time proposing and compiling candidates, which more devices do not shorten. The emulators and
 the compiler share these 2 cores too, where real boards bring their own; each emulated board runs its
 kernels on one thread (the script's default), as a board of one core would: with TVM's pool taking every
-core in each emulator, two devices read 1.40x where one thread each reads 1.85x (session 55). Each run
+core in each emulator, two devices read 1.40x where one thread each reads 1.85x. Each run
 prints where the stage's seconds went (the report's `tuning.seconds_now`): timing the default schedules,
 and of the search the waits on the builder and on the devices; the rest is proposing candidates here.
 

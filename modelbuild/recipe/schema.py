@@ -280,10 +280,9 @@ class CalibrationSpec(Strict):
     seed: int = 0
 
 
-# ConvTranspose since it gained: unet_ish's int8 library 0.72x with its three 2x2 upsamplings quantized (float,
-# their 1x1 convs ran channels-last and the reorderings, fused with the skips' concatenations, read them back
-# in NCHW), the bundled detector's 0.98x (Intel Xeon with AMX); on a Zen 5 (session 39) the detector's had been
-# 1.03-1.04x slower, which had kept it out
+# ConvTranspose is quantized too: unet_ish's int8 library ran at 0.72x of its float one with its three 2x2
+# upsamplings in int8 (in float their 1x1 convs ran channels-last and the reorderings, fused with the skips'
+# concatenations, read them back in NCHW), the bundled detector's at 0.98x (bench/results, Intel Xeon with AMX)
 INTEGER_OPS = ("Conv", "ConvTranspose", "MatMul", "Gemm")
 
 
