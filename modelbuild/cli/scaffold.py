@@ -138,7 +138,7 @@ def write_recipe(
     lines = [
         f"# Written by `modelbuild init {model_path}{' --int8' if int8 else ''}`. `modelbuild` builds it; "
         "`modelbuild schema`",
-        "# lists every field, and the README explains them.",
+        "# lists every field, and docs/guide/recipe.md explains them.",
         "",
         f"[models.{toml_key(name)}]",
         f"path = {_toml(model_path)}",
@@ -170,7 +170,7 @@ def write_recipe(
         "",
         "# int8 keeps the model's accuracy, not float's last bits: the int8 preset's gates. For the fastest",
         '# configuration that passes them, add search = "fastest" and a [search.fastest] section, and run',
-        f"# `modelbuild search {name}+int8@{target}` (README, search). Its latency against the float build",
+        f"# `modelbuild search {name}+int8@{target}` (docs/guide/int8.md, search). Its latency against the float build",
         "# (vs_float) is timed with the float library in turns, in the same process (timing.beside_float).",
         *build,
         'quantization = "int8"',

@@ -2,9 +2,9 @@
 
 A CPU quota (a container's --cpus, a CI runner's limit) stalls a TVM library with more threads than the quota
 allows CPUs: its spinning workers spend the quota early in each period and every thread waits out the rest
-(README: timing on a busy machine). cgroup v1 and v2 both, as Linux mounts them at /sys/fs/cgroup; where the
-path /proc/self/cgroup names is not under the mount (a container without its own cgroup namespace), the
-mount's own root is the container's.
+(docs/guide/validation.md: timing on a busy machine). cgroup v1 and v2 both, as Linux mounts them at
+/sys/fs/cgroup; where the path /proc/self/cgroup names is not under the mount (a container without its own
+cgroup namespace), the mount's own root is the container's.
 """
 
 from __future__ import annotations

@@ -94,7 +94,7 @@ def assess(
 
 def _quota_note(target: dict, quota: float | None) -> str:
     """Where this machine's cgroup may use fewer CPUs than the target runs threads: its timings will stall
-    (README: timing on a busy machine)."""
+    (docs/guide/validation.md: timing on a busy machine)."""
     threads = target.get("num-cores")
     if quota is None or not threads or threads <= quota:
         return ""

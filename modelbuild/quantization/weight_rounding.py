@@ -6,7 +6,7 @@ rounds one input column at a time and spreads its error over the columns not yet
 inverse of H = X^T X (OBS updates, through H^-1's Cholesky factor), so later columns correct earlier ones.
 onnxruntime's scales are kept; only the int8 values change.
 
-Measured on the bundled models (README, int8): with int8 activations no consistent gain, since their own
+Measured on the bundled models (docs/guide/int8.md): with int8 activations no consistent gain, since their own
 rounding error dominates; with int16 activations everywhere it takes the classifier's worst held-out line
 from cosine 0.978 to 0.998 against fp32 and the detector's worst page from 0.995 to 0.999.
 """

@@ -90,7 +90,7 @@ def nested_shape(value: Any) -> list[int] | None:
 class ModelSpec(Strict):
     """An ONNX model and the shapes it is built for."""
 
-    path: str
+    path: str = Field(description="The .onnx file, relative to the recipe.")
     inputs: dict[TensorName, InputSpec] = Field(
         default_factory=dict,
         description="Shapes to build for; an input left out keeps the model's own shape, which must then be static.",
@@ -262,7 +262,7 @@ class CalibrationSpec(Strict):
     method: Literal["minmax", "percentile", "entropy"] = Field(
         default="minmax",
         description="minmax had the best worst case on both bundled models (what a min_cosine "
-        "gate checks); percentile the best median on the detector (README, int8)",
+        "gate checks); percentile the best median on the detector (docs/guide/int8.md)",
     )
     percentile: float = Field(
         default=99.99,
@@ -275,9 +275,9 @@ class CalibrationSpec(Strict):
     source: Literal["random", "npz", "npy_dir", "images"] = Field(
         default="random", description="random data is a last resort: the report warns about it"
     )
-    path: str | None = None
+    path: str | None = Field(default=None, description="The .npz file, .npy folder or image folder of source.")
     preprocess: ImagePreprocess = ImagePreprocess()
-    seed: int = 0
+    seed: int = Field(default=0, description="The seed of random samples.")
 
 
 # ConvTranspose is quantized too: unet_ish's int8 library ran at 0.72x of its float one with its three 2x2
@@ -341,7 +341,7 @@ class QuantizationSpec(Strict):
         default="nearest",
         description="gptq rounds each conv's weights so that the rounding errors compensate "
         "on the calibration inputs (GPTQ); it pays where activations are precise "
-        "(int16), not with int8 activations (README, int8)",
+        "(int16), not with int8 activations (docs/guide/int8.md)",
     )
 
 
@@ -423,16 +423,20 @@ class Recipe(Strict):
     """A whole deploy.toml after its includes are merged."""
 
     include: list[str] = Field(default_factory=list, description="Recipe pieces merged under this file.")
-    models: dict[Name, ModelSpec] = Field(min_length=1)
+    models: dict[Name, ModelSpec] = Field(min_length=1, description="The ONNX models, by the name builds use.")
     targets: dict[Name, dict[str, Any]] = Field(
         min_length=1, description='TVM target JSON per name, e.g. kind = "llvm", mcpu = "host".'
     )
-    builds: list[BuildSpec] = Field(min_length=1)
-    validation: ValidationSpec = ValidationSpec()
-    tuning: dict[Name, TuningSpec] = Field(default_factory=dict)
-    quantization: dict[Name, QuantizationSpec] = Field(default_factory=dict)
-    search: dict[Name, SearchSpec] = Field(default_factory=dict)
-    cache: CacheSpec = CacheSpec()
+    builds: list[BuildSpec] = Field(min_length=1, description="Which model goes to which targets, and how.")
+    validation: ValidationSpec = Field(
+        default_factory=ValidationSpec, description="Accuracy, timing and gates for every build."
+    )
+    tuning: dict[Name, TuningSpec] = Field(default_factory=dict, description="Tuning settings a build names.")
+    quantization: dict[Name, QuantizationSpec] = Field(default_factory=dict, description="int8 settings a build names.")
+    search: dict[Name, SearchSpec] = Field(
+        default_factory=dict, description="Searches for the fastest build that passes the gates."
+    )
+    cache: CacheSpec = Field(default_factory=CacheSpec, description="The local store's limits and a remote cache.")
 
 
 def json_schema() -> dict:

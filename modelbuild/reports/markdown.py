@@ -127,7 +127,7 @@ def _details(b: BuildReport) -> list[str]:
             out.append(
                 f"\n> Warning: other processes used {b.others_cpu:.0%} of this machine's CPUs while the "
                 "library was timed: a parallel kernel waits for every thread it started, so this latency "
-                "is the machine's as much as the library's (README: timing on a busy machine)."
+                "is the machine's as much as the library's (docs/guide/validation.md: timing on a busy machine)."
             )
         if (b.throttled or 0) > THROTTLED_SHARE:
             quota = _machine(b).get("cpu_quota")
@@ -135,7 +135,7 @@ def _details(b: BuildReport) -> list[str]:
                 f"\n> Warning: a CPU quota (its cgroup's: a container's --cpus, a CI runner's limit) "
                 f"withheld {b.throttled:.0%} of its CPUs' time while the library was timed: each throttled "
                 "period stalls every thread until the next, so this latency is the quota's as much as the "
-                "library's (README: timing on a busy machine)."
+                "library's (docs/guide/validation.md: timing on a busy machine)."
                 + (
                     f" The quota is {_cpus(quota)}: time and deploy the library with at most "
                     f"{_threads(max(1, int(quota)))} (`timing.threads`, `num-cores`), or with "

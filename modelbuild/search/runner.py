@@ -22,7 +22,7 @@ from modelbuild.search.strategy import Candidate, Outcome, chosen, walk
 from modelbuild.validation.gates import ACCURACY_GATES
 
 Say = Callable[[str], None]
-# latencies of one library timed in separate processes differ by 10-27% on a shared machine (README,
+# latencies of one library timed in separate processes differ by 10-27% on a shared machine (docs/guide/validation.md,
 # regression gates): candidates within 10% of the fastest are taken as equally fast
 TIMING_NOISE = 0.10
 

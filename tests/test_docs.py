@@ -1,0 +1,41 @@
+"""The README and the docs: short, every relative link resolving, and the reference pages what the code says."""
+
+from __future__ import annotations
+
+import re
+import sys
+
+import pytest
+
+from tests.helpers.paths import REPO
+
+LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+
+
+def pages() -> list:
+    return [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md")), REPO / "bench" / "results" / "README.md"]
+
+
+def test_the_readme_is_a_guide_of_at_most_200_lines():
+    assert len((REPO / "README.md").read_text().splitlines()) <= 200
+
+
+@pytest.mark.parametrize("page", pages(), ids=lambda p: str(p.relative_to(REPO)))
+def test_every_relative_link_leads_to_a_file(page):
+    targets = [t for t in LINK.findall(page.read_text()) if not re.match(r"[a-z]+:", t)]
+    missing = [t for t in targets if not (page.parent / t).exists()]
+    assert not missing, f"{page.relative_to(REPO)} links to missing files: {missing}"
+
+
+def test_the_reference_pages_are_what_the_schema_and_the_parser_generate():
+    sys.path.insert(0, str(REPO / "docs"))
+    try:
+        import reference
+    finally:
+        sys.path.remove(str(REPO / "docs"))
+    for name, text in (("recipe.md", reference.recipe_page()), ("cli.md", reference.cli_page())):
+        assert (REPO / "docs" / "reference" / name).read_text() == text, f"run python docs/reference.py: {name}"
+    recipe = reference.recipe_page()
+    assert "## [models.NAME.inputs.NAME]" in recipe and "## [[builds]]" in recipe
+    assert "| `trials_per_task` | int | `64` |" in recipe
+    assert "## modelbuild build" in reference.cli_page() and "`-j, --jobs`" in reference.cli_page()
