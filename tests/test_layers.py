@@ -29,7 +29,8 @@ ALLOWED = {
     "frontend": set(),  # ONNX graph rewrites before import
     "quantization": {"validation"},
     # tuning databases are named by target; a model file is digested with the external data it names
-    "pipeline": {"engine", "recipe", "host", "compiler.tuning_db", "frontend.external_data"},
+    # and the stages' output files are named where the stages write them (stages.files)
+    "pipeline": {"engine", "recipe", "host", "compiler.tuning_db", "frontend.external_data", "stages.files"},
     "tuning": set(),  # MetaSchedule's builder and candidate timing, driven by the tune stage
     # the validate stage's measuring script and the RPC device client: they run libraries, and time them
     "measurement": {"compiler", "host", "recipe.targets", "validation"},
@@ -46,7 +47,7 @@ ALLOWED = {
         "tuning",
         "measurement",
     },
-    "reports": {"engine", "pipeline", "recipe", "validation"},
+    "reports": {"engine", "pipeline", "recipe", "validation", "stages.files"},
     # a search builds candidates as a build does and reads their reports
     "search": {"engine", "pipeline", "recipe", "reports", "validation"},
 }

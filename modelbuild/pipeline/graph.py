@@ -15,21 +15,21 @@ from modelbuild.compiler.tuning_db import folder_for
 from modelbuild.engine.plan import Node, Plan
 from modelbuild.pipeline import registry
 from modelbuild.pipeline.names import build_name, target_of, variant_of
-from modelbuild.pipeline.registry import (
+from modelbuild.pipeline.registry import MODEL
+from modelbuild.pipeline.sample_files import sample_files
+from modelbuild.recipe import LoadedRecipe
+from modelbuild.recipe.targets import LINKER, device_of, runs_on_host, tvm_target, validating_machine, why_not_run_here
+from modelbuild.stages.files import (
     ANALYSIS,
     FROZEN_ONNX,
     GOLDEN,
     IR,
     LIBRARY_MANIFEST,
     METRICS,
-    MODEL,
     QDQ_ONNX,
     SIGNATURE,
     TUNED_RECORDS,
 )
-from modelbuild.pipeline.sample_files import sample_files
-from modelbuild.recipe import LoadedRecipe
-from modelbuild.recipe.targets import LINKER, device_of, runs_on_host, tvm_target, validating_machine, why_not_run_here
 
 TargetResolver = Callable[[dict], dict]
 

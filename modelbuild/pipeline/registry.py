@@ -9,6 +9,19 @@ from __future__ import annotations
 from modelbuild.engine.stage import Stage
 from modelbuild.errors import ModelbuildError
 from modelbuild.frontend.external_data import model_digest
+from modelbuild.stages.files import (
+    ANALYSIS,
+    FROZEN_ONNX,
+    GOLDEN,
+    IR,
+    LIBRARY_MANIFEST,
+    METRICS,
+    QDQ_ONNX,
+    QUANTIZE_SUMMARY,
+    SIGNATURE,
+    TUNE_SUMMARY,
+    TUNED_RECORDS,
+)
 
 STAGES: dict[str, Stage] = {}
 
@@ -29,15 +42,6 @@ def get_stage(name: str) -> Stage:
 # the role of a declared ONNX model file, digested with the files it keeps its tensors in
 MODEL = "model"
 DIGESTERS = {MODEL: model_digest}
-
-# the files each stage writes, by name: the plan wires them to downstream inputs, the report reads them
-IR, SIGNATURE, FROZEN_ONNX = "ir.json", "signature.json", "model.onnx"
-ANALYSIS, QDQ_ONNX, QUANTIZE_SUMMARY = "analysis.json", "qdq.onnx", "quantize.json"
-# beside the library in the build folder: what a program needs to load and call it (modelbuild.manifest)
-LIBRARY_MANIFEST = "library.json"
-TUNED_RECORDS, TUNE_SUMMARY, GOLDEN, METRICS = "records.json", "tune.json", "golden.npz", "metrics.json"
-# written by compile where it can lower the module (a cross target too), not required of every run
-IR_TEXTS = ("ir_before_fusion.py", "ir_after_fusion.py", "ir_planned.py")
 
 register(
     Stage(

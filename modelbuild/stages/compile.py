@@ -16,9 +16,9 @@ from modelbuild import manifest, signature
 from modelbuild.compiler import analysis, lowering, tuning_db
 from modelbuild.errors import StageError, last_line
 from modelbuild.recipe.params import CompileOptions, CompileParams, parse
+from modelbuild.stages import files
 from modelbuild.versions import tool_version
 
-ANALYSIS_FILE = "analysis.json"
 # The VM's instructions (allocations, kernel calls) compiled to native code rather than interpreted from
 # bytecode: the int8 classifier 0.369 -> 0.347 ms, the fp32 one 0.831 -> 0.819 ms (30 alternating rounds),
 # outputs bit-identical. tvm.compile has no such option; relax.build is what it calls.
@@ -49,7 +49,7 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
         signature=signature.read(inputs["signature"]),
     )
     (out / manifest.FILE).write_text(described.to_json())
-    (out / ANALYSIS_FILE).write_text(json.dumps(_figures(phases), indent=1, sort_keys=True))
+    (out / files.ANALYSIS).write_text(json.dumps(_figures(phases), indent=1, sort_keys=True))
     for name, phase in IR_FILES.items() if phases is not None else ():  # a GPU target's pipeline is TVM's own
         (out / name).write_text(getattr(phases, phase).script(show_meta=False))
 

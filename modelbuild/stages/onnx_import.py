@@ -41,9 +41,7 @@ from modelbuild.frontend import (
 )
 from modelbuild.recipe.params import ImportParams, parse
 from modelbuild.recipe.schema import InputSpec, toml_key
-
-IR_FILE = "ir.json"
-ONNX_FILE = "model.onnx"  # the frozen, simplified model: what the quantize stage calibrates
+from modelbuild.stages import files
 
 
 def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
@@ -65,8 +63,8 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
         module = integer_ops.rewrite(module)
     import tvm
 
-    (out / IR_FILE).write_text(tvm.ir.save_json(module))
-    onnx.save(model, str(out / ONNX_FILE))
+    (out / files.IR).write_text(tvm.ir.save_json(module))
+    onnx.save(model, str(out / files.FROZEN_ONNX))
     (out / signature.FILE).write_text(_signature(model, p.inputs).to_json())
 
 

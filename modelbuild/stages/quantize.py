@@ -28,12 +28,10 @@ from modelbuild.frontend.node_names import unique_node_names
 from modelbuild.quantization import activations, bias_correction, sensitivity, smoothing, weight_rounding
 from modelbuild.recipe.params import QuantizeParams, parse
 from modelbuild.recipe.schema import CalibrationSpec, QuantizationSpec
+from modelbuild.stages import files
 from modelbuild.validation import golden
 from modelbuild.validation.metrics import sqnr_db
 
-IR_FILE = "ir.json"
-QDQ_FILE = "qdq.onnx"
-SUMMARY_FILE = "quantize.json"
 PER_CHANNEL_OPSET = 13  # onnxruntime's per-channel QDQ needs the axis attribute of opset 13
 
 
@@ -47,9 +45,9 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
     model = float16.computed_in_float32(_with_opset(onnx.load(str(inputs["onnx"])), spec))
     samples = _calibration_samples(inputs, declared, spec.calibration)
     result = quantized(model, samples, spec)
-    onnx.save(result.qdq, str(out / QDQ_FILE))
+    onnx.save(result.qdq, str(out / files.QDQ_ONNX))
     module = integer_ops.rewrite(to_relax(result.qdq, declared))
-    (out / IR_FILE).write_text(tvm.ir.save_json(module))
+    (out / files.IR).write_text(tvm.ir.save_json(module))
     model = result.model
     summary = _summary(model, result.qdq, spec)
     summary["smoothed_convs"], summary["bias_corrected_convs"] = result.smoothed, result.corrected
@@ -60,7 +58,7 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
             result.qdq, result.prepared, samples, corrected=spec.bias_correction
         )
         summary["float_candidates"] = [row["node"] for row in sensitivity.largest(summary["sensitivity"]["layers"])]
-    (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=1, sort_keys=True))
+    (out / files.QUANTIZE_SUMMARY).write_text(json.dumps(summary, indent=1, sort_keys=True))
 
 
 @dataclass

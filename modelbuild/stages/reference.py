@@ -12,10 +12,9 @@ from modelbuild.errors import StageError, last_line
 from modelbuild.frontend import topk_order
 from modelbuild.recipe.params import ReferenceParams, parse
 from modelbuild.recipe.schema import toml_key
+from modelbuild.stages import files
 from modelbuild.validation import golden
 from modelbuild.validation.unsigned_weights import unsigned_weights
-
-GOLDEN_FILE = "golden.npz"
 
 
 def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
@@ -32,7 +31,7 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
         samples = golden.load({k: v for k, v in inputs.items() if k.startswith("golden")}, tensors, spec.count)
     outputs = _run_onnxruntime(inputs["model"], samples, bound, golden.feedback(tensors), _range_hint(spec, tensors))
     arrays = {f"in.{k}": v for k, v in samples.items()} | {f"out.{k}": v for k, v in outputs.items()}
-    with open(out / GOLDEN_FILE, "wb") as f:
+    with open(out / files.GOLDEN, "wb") as f:
         np.savez(f, **arrays)
 
 

@@ -36,11 +36,9 @@ from modelbuild.measurement import device as remote
 from modelbuild.recipe.params import TuneParams, parse
 from modelbuild.recipe.schema import TuningSpec
 from modelbuild.sources import imported_closure, source_digest
+from modelbuild.stages import files
 from modelbuild.tuning import candidate_timing
 from modelbuild.tuning.candidate_builder import pooled_builder
-
-RECORDS_FILE = "records.json"
-SUMMARY_FILE = "tune.json"
 
 
 def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
@@ -72,8 +70,10 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
             ledger.finished(list(todo.values()), before)
         data = tuning_db.read(folder)
     best = _best_records(data, hashes, baseline)
-    (out / RECORDS_FILE).write_text(json.dumps(best, sort_keys=True))
-    (out / SUMMARY_FILE).write_text(json.dumps(_summary(tasks, hashes, data, todo, best, baseline, seconds), indent=1))
+    (out / files.TUNED_RECORDS).write_text(json.dumps(best, sort_keys=True))
+    (out / files.TUNE_SUMMARY).write_text(
+        json.dumps(_summary(tasks, hashes, data, todo, best, baseline, seconds), indent=1)
+    )
 
 
 def _seed_database(folder: Path, target: dict, records: Path | None) -> None:

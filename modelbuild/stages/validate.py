@@ -15,9 +15,8 @@ from pathlib import Path
 from modelbuild.errors import StageEnvironmentError, StageError, last_line
 from modelbuild.measurement.device import DEVICE_UNAVAILABLE
 from modelbuild.recipe.params import ValidateParams, parse
+from modelbuild.stages import files
 from modelbuild.validation import metrics
-
-METRICS_FILE = "metrics.json"
 
 
 def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
@@ -121,4 +120,4 @@ def _measure(
 
 def _write(out: Path, metrics: dict) -> None:
     # keys unsorted: accuracy lists the outputs in the model's graph order, as the report shows them
-    (out / METRICS_FILE).write_text(json.dumps(metrics, indent=1))
+    (out / files.METRICS).write_text(json.dumps(metrics, indent=1))
