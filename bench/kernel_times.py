@@ -153,7 +153,7 @@ def conv_geometry(name: str, args: list) -> tuple | None:
 
 def pointwise_by_pixels(geometry: tuple) -> tuple:
     """A 1x1 conv of stride 1 by its pixel count rather than its rows: an int8 one may compute the same
-    pixels as other rows (compiler/pixel_rows.py), 50 x 38 as 2 x 950."""
+    pixels as other rows (compiler/passes/pixel_rows.py), 50 x 38 as 2 x 950."""
     channels, height, width, out_channels, out_h, out_w, kh, kw = geometry
     if (kh, kw) == (1, 1) and (height, width) == (out_h, out_w):
         return (channels, height * width, out_channels, "1x1 pixels")

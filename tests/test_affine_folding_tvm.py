@@ -30,7 +30,7 @@ def rescaled_and_shifted(bb, x):
 def test_a_chain_of_four_constant_steps_is_one_addition_and_one_multiplication():
     import tvm
 
-    from modelbuild.compiler import affine_folding
+    from modelbuild.compiler.passes import affine_folding
 
     module = build_module(rescaled_and_shifted)
     assert op_names(affine_folding.fold(module)) == ["relax.add", "relax.multiply"]
@@ -46,7 +46,7 @@ def test_a_value_read_twice_ends_a_chain_and_the_steps_after_it_fold_apart():
     affine block) folds again, and the hardswish between them is left as it was."""
     from tvm import relax
 
-    from modelbuild.compiler import affine_folding
+    from modelbuild.compiler.passes import affine_folding
 
     def hardswish_between(bb, x):
         y = rescaled_and_shifted(bb, x)
@@ -69,7 +69,7 @@ def test_a_chain_that_ends_in_a_quantize_gives_it_its_multiplication():
     """(x + b) * m, m > 0, then quantize(., s) is quantize(x + b, s / m): the epilogue keeps one addition."""
     from tvm import relax
 
-    from modelbuild.compiler import affine_folding
+    from modelbuild.compiler.passes import affine_folding
 
     def quantized(bb, x):
         y = bb.emit(relax.op.multiply(rescaled_and_shifted(bb, x), constant(0.5)))
@@ -90,7 +90,7 @@ def test_a_division_by_zero_ends_the_chain():
     """x / 0 is inf, NaN or -inf by x's sign: no product by a reciprocal. The steps before it still fold."""
     from tvm import relax
 
-    from modelbuild.compiler import affine_folding
+    from modelbuild.compiler.passes import affine_folding
 
     def by_zero(bb, x):
         return bb.emit(relax.op.divide(rescaled_and_shifted(bb, x), constant(np.zeros((1, 8, 1, 1)))))
@@ -102,7 +102,7 @@ def test_a_rescale_and_a_bias_that_a_quantize_reads_keep_only_the_bias():
     """x * m + b then quantize (an int8 stem conv's epilogue): (x + b / m) * m, whose m the quantize takes."""
     from tvm import relax
 
-    from modelbuild.compiler import affine_folding
+    from modelbuild.compiler.passes import affine_folding
 
     def stem(bb, x):
         y = bb.emit(relax.op.add(bb.emit(relax.op.multiply(x, constant(CHANNELS / 16))), constant(CHANNELS)))
@@ -116,7 +116,7 @@ def test_a_constant_minus_the_value_folds_with_its_sign():
     import tvm
     from tvm import relax
 
-    from modelbuild.compiler import affine_folding
+    from modelbuild.compiler.passes import affine_folding
 
     def reversed_chain(bb, x):
         y = bb.emit(relax.op.subtract(constant(3.0), x))
@@ -133,7 +133,7 @@ def test_constants_that_compose_beyond_float32_are_left_as_steps():
     """x * 1e30 * 1e30 + 1 would need a multiplier of 1e60, which float32 cannot hold."""
     from tvm import relax
 
-    from modelbuild.compiler import affine_folding
+    from modelbuild.compiler.passes import affine_folding
 
     def overflowing(bb, x):
         y = bb.emit(relax.op.multiply(bb.emit(relax.op.multiply(x, constant(1e30))), constant(1e30)))

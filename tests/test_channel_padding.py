@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from modelbuild.compiler.channel_padding import padded_channels, padded_inputs, per_group_padded
+from modelbuild.compiler.passes.channel_padding import padded_channels, padded_inputs, per_group_padded
 
 
 @pytest.mark.parametrize(

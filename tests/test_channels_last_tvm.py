@@ -35,7 +35,8 @@ def lowered_run(module, layout: str, x: np.ndarray) -> np.ndarray:
 def assert_channels_last_throughout(model, seed: int) -> None:
     """The imported model converts, its activations leave channels-last once (at the output), and it computes
     what the unconverted module does."""
-    from modelbuild.compiler import channels_last, layer_names
+    from modelbuild.compiler import layer_names
+    from modelbuild.compiler.passes import channels_last
 
     module = layer_names.from_onnx(model, {"x": [1, 8, 10, 12]}, {"x": "float32"})
     converted, used = channels_last.convert(module, "auto")
@@ -90,7 +91,7 @@ def hard_swish_between_convs(bb, x):
 
 
 def test_a_clip_between_convs_keeps_them_channels_last_and_computes_the_same():
-    from modelbuild.compiler import channels_last
+    from modelbuild.compiler.passes import channels_last
 
     module = build_module(hard_swish_between_convs, (1, 8, 10, 12))
     converted, used = channels_last.convert(module, "auto")
@@ -121,7 +122,7 @@ def leaky_relu_and_pool_between_convs(alpha: float):
 def test_a_leaky_relu_between_convs_keeps_them_and_the_pool_channels_last_and_computes_the_same(alpha):
     """TVM 0.27 infers no layout for leakyrelu: the conv's output went back to NCHW, and the pool after it.
     A negative alpha (no maximum or minimum is leaky's value) is left as it is."""
-    from modelbuild.compiler import channels_last
+    from modelbuild.compiler.passes import channels_last
 
     module = leaky_relu_and_pool_between_convs(alpha)
     converted, used = channels_last.convert(module, "auto")
@@ -193,7 +194,7 @@ def test_a_reduction_over_a_stack_becomes_element_wise_so_the_model_converts_and
     import tvm
     from tvm import relax
 
-    from modelbuild.compiler import channels_last
+    from modelbuild.compiler.passes import channels_last
 
     module = reduced_stack(keepdims=False)
     converted, used = channels_last.convert(module, "auto")
@@ -209,7 +210,7 @@ def test_a_reduction_over_a_stack_becomes_element_wise_so_the_model_converts_and
 def test_a_model_tvm_cannot_convert_keeps_its_layout_and_says_why():
     """TVM 0.27's layout inference fails on a reduction over a stacked axis; kept as a dimension, it is not
     rewritten, so the conversion fails and the build falls back."""
-    from modelbuild.compiler import channels_last
+    from modelbuild.compiler.passes import channels_last
 
     module = reduced_stack(keepdims=True)
     converted, used = channels_last.convert(module, "auto")
@@ -256,7 +257,7 @@ def test_a_squeeze_of_a_negative_axis_converts_and_computes_the_same():
     whole model kept its layout."""
     from tvm import relax
 
-    from modelbuild.compiler import channels_last
+    from modelbuild.compiler.passes import channels_last
 
     def body(bb, x):
         weights = np.random.default_rng(65).standard_normal((128, 64, 3)).astype("float32")

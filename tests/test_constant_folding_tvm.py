@@ -54,7 +54,7 @@ def run(module, x):
 
 
 def test_folded_data_movement_gives_the_bits_tvms_fold_computes():
-    from modelbuild.compiler import constant_folding
+    from modelbuild.compiler.passes import constant_folding
 
     module = build_module(moved_constants, (1, 8, 4, 4))
     folded = constant_folding.fold(module)
@@ -70,7 +70,7 @@ def test_a_constant_reshaped_to_a_symbolic_shape_is_left_to_tvm():
     import tvm
     from tvm import relax, tirx
 
-    from modelbuild.compiler import constant_folding
+    from modelbuild.compiler.passes import constant_folding
 
     bb = relax.BlockBuilder()
     n = tirx.Var("n", "int64")
@@ -91,7 +91,8 @@ def test_lowering_folds_the_models_constants_without_compiling_them(monkeypatch)
     before legalisation, so FoldConstant compiles fewer kernels (each an LLVM build) than with them left."""
     import tvm
 
-    from modelbuild.compiler import constant_folding, layer_names, lowering
+    from modelbuild.compiler import layer_names, lowering
+    from modelbuild.compiler.passes import constant_folding
     from tests.helpers.onnx_models import onnx_hard_swish_between_convs
 
     module = layer_names.from_onnx(onnx_hard_swish_between_convs(), {"x": [1, 8, 10, 12]}, {"x": "float32"})

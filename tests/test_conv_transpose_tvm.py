@@ -35,7 +35,7 @@ def run(module, x):
     ids=["2x2s2", "3x2s32-batch2"],
 )
 def test_a_non_overlapping_transposed_conv_becomes_a_1x1_conv_with_the_same_outputs(shape, wshape, strides):
-    from modelbuild.compiler import conv_transpose
+    from modelbuild.compiler.passes import conv_transpose
 
     module = transposed_conv_module(shape, wshape, strides)
     rewritten = conv_transpose.rewrite(module)
@@ -59,7 +59,7 @@ def test_a_non_overlapping_transposed_conv_becomes_a_1x1_conv_with_the_same_outp
     ids=["2x2s1", "3x3s2p1", "3x3s2p1-op1", "4x4s2p1-batch2", "5x3s32-asymmetric", "3x3s1p1", "7x7s2p3-op1"],
 )
 def test_an_overlapping_transposed_conv_becomes_a_conv_of_its_phases_with_the_same_outputs(shape, wshape, attrs):
-    from modelbuild.compiler import conv_transpose
+    from modelbuild.compiler.passes import conv_transpose
 
     module = transposed_conv_module(shape, wshape, **attrs)
     rewritten = conv_transpose.rewrite(module)
@@ -72,7 +72,7 @@ def test_an_overlapping_transposed_conv_becomes_a_conv_of_its_phases_with_the_sa
 
 
 def test_a_3x3_stride_2_kernel_splits_into_phases_of_4_2_2_and_1_taps():
-    from modelbuild.compiler.conv_transpose import phase_weights
+    from modelbuild.compiler.passes.conv_transpose import phase_weights
 
     weight = np.arange(1, 10, dtype="float32").reshape(1, 1, 3, 3)
     phases = phase_weights(weight, (2, 2))
@@ -87,7 +87,7 @@ def test_a_3x3_stride_2_kernel_splits_into_phases_of_4_2_2_and_1_taps():
     ids=["dilated", "grouped"],
 )
 def test_dilated_or_grouped_transposed_convs_are_left_alone(attrs):
-    from modelbuild.compiler import conv_transpose
+    from modelbuild.compiler.passes import conv_transpose
 
     module = transposed_conv_module((1, 4, 5, 5), (4, 2, 3, 3), **attrs)
     assert "conv2d_transpose" in conv_transpose.rewrite(module).script()

@@ -50,7 +50,7 @@ def quantized(bb, concatenated):
 def test_a_quantize_of_an_upsampled_concatenation_quantizes_each_piece_first_with_the_same_values():
     import tvm
 
-    from modelbuild.compiler import early_quantize
+    from modelbuild.compiler.passes import early_quantize
 
     module = build_module(lambda bb, x: quantized(bb, upsampled_beside(bb, x)))
     moved = early_quantize.rewrite(module)
@@ -80,7 +80,7 @@ def test_a_quantize_of_an_upsampled_concatenation_quantizes_each_piece_first_wit
 def test_a_concatenation_that_something_else_reads_stays_float():
     from tvm import relax
 
-    from modelbuild.compiler import early_quantize
+    from modelbuild.compiler.passes import early_quantize
 
     def read_twice(bb, x):
         concatenated = upsampled_beside(bb, x)
@@ -101,7 +101,7 @@ def test_a_concatenation_of_a_map_something_else_reads_stays_float():
     (YOLOv8n's neck, whose C2f blocks read the maps it concatenates: 1.045x)."""
     from tvm import relax
 
-    from modelbuild.compiler import early_quantize
+    from modelbuild.compiler.passes import early_quantize
 
     def piece_read_twice(bb, x):
         negated = bb.emit(relax.op.negative(x))
@@ -120,7 +120,7 @@ def test_a_concatenation_of_a_map_something_else_reads_stays_float():
 def test_a_linear_resize_is_not_passed():
     """A linear upsampling computes new values between its inputs: quantized first, they would be rounded
     twice. The concatenation is still split, the resize's piece quantized after it."""
-    from modelbuild.compiler import early_quantize
+    from modelbuild.compiler.passes import early_quantize
 
     module = build_module(lambda bb, x: quantized(bb, upsampled_beside(bb, x, method="linear")))
     assert operators(early_quantize.rewrite(module)) == [

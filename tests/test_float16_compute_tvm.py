@@ -90,7 +90,7 @@ def test_each_float16_output_of_a_tuple_is_returned_as_float16():
 
 
 def test_a_float32_model_is_left_as_it_is():
-    from modelbuild.compiler import float16_compute
+    from modelbuild.compiler.passes import float16_compute
 
     module, _, _ = conv_model("float32")
     assert float16_compute.widen(module) is module

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from modelbuild.compiler.group_blocks import block_diagonal, merged
+from modelbuild.compiler.passes.group_blocks import block_diagonal, merged
 from tests.helpers.relax_graphs import grouped_conv
 
 

@@ -27,7 +27,7 @@ def grouped_module(shape, w, groups, dtype="float32"):
 def conv_groups(module) -> list[tuple[int, list[int]]]:
     from tvm import relax
 
-    from modelbuild.compiler import group_blocks
+    from modelbuild.compiler.passes import group_blocks
 
     calls = []
     relax.analysis.post_order_visit(

@@ -557,7 +557,8 @@ def test_a_wide_tile_unrolls_six_rows_by_four_vectors():
     import tvm
     from tvm import relax
 
-    from modelbuild.compiler import channels_last, default_schedule
+    from modelbuild.compiler import default_schedule
+    from modelbuild.compiler.passes import channels_last
 
     shape = (1, 8, 12, 12)
     w = np.random.default_rng(21).standard_normal((64, 8, 1, 1)).astype("float32")
@@ -578,7 +579,8 @@ def test_rows_a_smaller_tile_divides_take_it_rather_than_a_tail():
     import tvm
     from tvm import relax
 
-    from modelbuild.compiler import channels_last, default_schedule
+    from modelbuild.compiler import default_schedule
+    from modelbuild.compiler.passes import channels_last
 
     shape = (1, 8, 10, 10)
     w = np.random.default_rng(22).standard_normal((64, 8, 3, 3)).astype("float32")

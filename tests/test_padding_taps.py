@@ -1,10 +1,10 @@
-"""Which kernel taps some output reads a real input through (compiler/padding_taps.py), by hand."""
+"""Which kernel taps some output reads a real input through (compiler/passes/padding_taps.py), by hand."""
 
 from __future__ import annotations
 
 import pytest
 
-from modelbuild.compiler.padding_taps import used_taps
+from modelbuild.compiler.passes.padding_taps import used_taps
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ from tests.helpers.int8_convs import build, conv_module, reference
 
 def conv_weights(module) -> list:
     """The shapes of the conv2d weights after the rewrite."""
-    from modelbuild.compiler import padding_taps
+    from modelbuild.compiler.passes import padding_taps
 
     rewritten = padding_taps.rewrite(module)
     return [
@@ -59,7 +59,7 @@ def test_a_float_conv_computes_the_same_outputs_with_the_padding_taps_dropped(mo
     import tvm
     from tvm import relax
 
-    from modelbuild.compiler import padding_taps
+    from modelbuild.compiler.passes import padding_taps
 
     rng = np.random.default_rng(1)
     shape, w = (1, 16, 2, 40), rng.standard_normal((16, 1, 5, 5)).astype("float32")

@@ -1,8 +1,8 @@
-"""Which rows a 1x1 int8 conv's pixels are computed as (compiler/pixel_rows.py); no TVM needed."""
+"""Which rows a 1x1 int8 conv's pixels are computed as (compiler/passes/pixel_rows.py); no TVM needed."""
 
 from __future__ import annotations
 
-from modelbuild.compiler.pixel_rows import new_rows
+from modelbuild.compiler.passes.pixel_rows import new_rows
 
 
 def test_a_row_whose_rounding_wastes_too_much_is_cut_into_the_widest_rows_that_round_least():

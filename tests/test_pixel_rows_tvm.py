@@ -1,4 +1,4 @@
-"""A 1x1 int8 conv on a map of 19 columns, computed on rows of 95 (compiler/pixel_rows.py): column lanes,
+"""A 1x1 int8 conv on a map of 19 columns, computed on rows of 95 (compiler/passes/pixel_rows.py): column lanes,
 its epilogue fused, nothing copied, and the same numbers as the conv on the map as it is."""
 
 from __future__ import annotations

@@ -62,7 +62,7 @@ def test_the_compile_stage_reaches_its_schedules_and_kernels():
         "modelbuild.compiler.default_schedule",
         "modelbuild.compiler.kernels.vnni_conv",
         "modelbuild.compiler.kernels.vnni_depthwise",
-        "modelbuild.compiler.conv_transpose",
+        "modelbuild.compiler.passes.conv_transpose",
     } <= set(modules)
     assert not any(m.startswith(("modelbuild.engine", "modelbuild.pipeline")) for m in modules)
 

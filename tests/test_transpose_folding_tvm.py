@@ -36,7 +36,7 @@ def transposes(mod) -> int:
 
 
 def folded_and_checked(mod, shapes):
-    from modelbuild.compiler import transpose_folding
+    from modelbuild.compiler.passes import transpose_folding
 
     rng = np.random.default_rng(0)
     arrays = [rng.standard_normal(shape).astype(np.float32) for shape in shapes]
@@ -109,7 +109,7 @@ def test_a_tensor_of_symbolic_shape_is_left_as_it_is():
     """A batch of any size: no index array to check the chain on."""
     from tvm import relax, tirx
 
-    from modelbuild.compiler import transpose_folding
+    from modelbuild.compiler.passes import transpose_folding
 
     batch = tirx.Var("batch", "int64")
     bb = relax.BlockBuilder()

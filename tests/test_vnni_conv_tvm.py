@@ -104,7 +104,7 @@ def test_rows_are_the_outer_loop_unless_too_few_or_the_conv_is_bound_by_its_stor
 
     rng = np.random.default_rng(1)
     orders = []
-    # 29 x 29 pixels: no cut into other rows computes fewer than rows of 32 (compiler/pixel_rows.py)
+    # 29 x 29 pixels: no cut into other rows computes fewer than rows of 32 (compiler/passes/pixel_rows.py)
     for shape, wshape, padding in (
         ((1, 64, 16, 64), (64, 64, 1, 1), 0),
         ((1, 64, 29, 29), (64, 64, 1, 1), 0),

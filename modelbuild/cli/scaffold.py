@@ -47,7 +47,7 @@ VALIDATION_PRESETS = {
 }
 
 
-# a float16 model, compiled for a CPU in float32 (compiler/float16_compute.py), differs from onnxruntime, which
+# a float16 model, compiled for a CPU in float32 (compiler/passes/float16_compute.py), differs from onnxruntime, which
 # rounds every intermediate tensor to float16, by float16's precision: one unit in the last place of a
 # probability near 1 is 1e-3, so no absolute bound, and an SQNR float16 can reach
 HALF_PRECISION_GATES = {

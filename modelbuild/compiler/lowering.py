@@ -35,23 +35,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from modelbuild.compiler import (
-    affine_folding,
-    channel_padding,
-    channels_last,
-    constant_folding,
-    conv_transpose,
-    default_schedule,
-    early_quantize,
-    fast_math,
-    float16_compute,
-    group_blocks,
-    layer_names,
-    padding_taps,
-    pixel_rows,
-    transpose_folding,
-    upsample_fusion,
-)
+from modelbuild.compiler import default_schedule, fast_math, layer_names
 from modelbuild.compiler.analysis import KernelCall, Step
 from modelbuild.compiler.kernels import (
     layer_norm,
@@ -67,6 +51,20 @@ from modelbuild.compiler.kernels.integer_kernels import (
     legalize_conv2d,
     legalize_matmul,
     legalize_quantize,
+)
+from modelbuild.compiler.passes import (
+    affine_folding,
+    channel_padding,
+    channels_last,
+    constant_folding,
+    conv_transpose,
+    early_quantize,
+    float16_compute,
+    group_blocks,
+    padding_taps,
+    pixel_rows,
+    transpose_folding,
+    upsample_fusion,
 )
 
 _ALIAS_OPS = {"relax.reshape", "relax.memory.view"}

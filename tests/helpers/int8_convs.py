@@ -72,7 +72,7 @@ GEOMETRIES = [  # (data shape, weight shape, strides, padding, dilation, data dt
     # output widths that are not a multiple of 16: output channels in the vector lanes
     ((1, 16, 12, 12), (32, 16, 3, 3), (1, 1), (1, 1, 1, 1), (1, 1), "int8"),
     ((1, 3, 17, 20), (8, 3, 3, 3), (2, 2), (1, 1, 1, 1), (1, 1), "int8"),  # 3 channels, stride 2, odd sizes
-    # 13 x 11 pixels: no cut into rows of another width takes column lanes either (compiler/pixel_rows.py)
+    # 13 x 11 pixels: no cut into rows of another width takes column lanes either (compiler/passes/pixel_rows.py)
     ((1, 24, 13, 11), (20, 24, 1, 1), (1, 1), (0, 0, 0, 0), (1, 1), "uint8"),
     ((1, 8, 11, 11), (16, 8, 3, 3), (1, 1), (2, 1, 0, 2), (2, 2), "int8"),  # uneven padding, dilation 2
     # output widths of 16 and 32: output columns in the vector lanes

@@ -202,7 +202,7 @@ def _channels_last_grouped_conv2d(bb, call):
     import numpy as np
     from tvm import relax, te, topi
 
-    from modelbuild.compiler import group_blocks
+    from modelbuild.compiler.passes import group_blocks
 
     attrs, weight = call.attrs, constant_value(call.args[1])
     groups = int(attrs.groups)

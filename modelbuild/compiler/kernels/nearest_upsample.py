@@ -82,7 +82,7 @@ def vector_width(row: int, factor: int, dtype: str = "float32") -> int | None:
 
 def shuffles(sch, block) -> bool:
     """Whether the block's rows take the shuffle (see `vector_width`): float32, or 8-bit data (a DB
-    detector's FPN maps, quantized before they are upsampled: compiler/early_quantize.py)."""
+    detector's FPN maps, quantized before they are upsampled: compiler/passes/early_quantize.py)."""
     return _dtype(sch, block) in SHUFFLED and _width(sch, block) is not None
 
 

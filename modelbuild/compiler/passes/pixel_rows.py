@@ -14,8 +14,8 @@ reshape of a contiguous tensor is a view: nothing is copied on either side. The 
 
 from __future__ import annotations
 
-from modelbuild.compiler import channels_last
 from modelbuild.compiler.kernels import packed_conv
+from modelbuild.compiler.passes import channels_last
 from modelbuild.compiler.relax_rewrite import rewrite_calls
 
 # operators computed element by element, whose tensor arguments may be cut into other rows together

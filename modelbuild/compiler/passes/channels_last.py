@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import re
 
-from modelbuild.compiler.channel_padding import padded_channels
+from modelbuild.compiler.passes.channel_padding import padded_channels
 from modelbuild.compiler.relax_rewrite import known_shape, rewrite_calls
 from modelbuild.errors import last_line
 
