@@ -87,6 +87,25 @@ def test_a_static_model_with_two_inputs_loads_as_written(tmp_path, capsys):
     assert list(spec.models["two"].inputs) == ["zeta", "alpha"]
 
 
+def test_init_writes_a_schema_line_editors_read_and_the_schema_beside_the_recipe(tmp_path, capsys):
+    import tomllib
+
+    import jsonschema
+
+    from modelbuild.recipe.schema import json_schema
+
+    two_in_two_out(tmp_path / "two.onnx")
+    code, out, _ = init(capsys, tmp_path, tmp_path / "two.onnx", "--int8")
+    recipe = (tmp_path / "deploy.toml").read_text()
+    assert code == 0 and recipe.splitlines()[0] == "#:schema ./modelbuild.schema.json"
+    assert "modelbuild.schema.json" in out
+    schema = json.loads((tmp_path / "modelbuild.schema.json").read_text())
+    assert schema == json_schema()
+    jsonschema.validate(tomllib.loads(recipe), schema)  # the recipe init wrote is one the schema accepts
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**tomllib.loads(recipe), "modles": {}}, schema)  # and a misspelt table is not
+
+
 def test_init_refuses_to_overwrite_and_names_unknown_presets(tmp_path, capsys):
     two_in_two_out(tmp_path / "two.onnx")
     (tmp_path / "deploy.toml").write_text("# mine")

@@ -12,6 +12,7 @@ from modelbuild.errors import ModelbuildError
 def cmd_init(args, console) -> int:
     from modelbuild.cli import scaffold
     from modelbuild.errors import StageError
+    from modelbuild.recipe.schema import json_schema
     from modelbuild.stages.onnx_import import model_facts
 
     if args.target not in scaffold.TARGET_PRESETS:
@@ -39,6 +40,8 @@ def cmd_init(args, console) -> int:
         raise ModelbuildError(str(err)) from None
     model_path = os.path.relpath(args.model.resolve(), args.file.resolve().parent)
     preset = scaffold.Preset.of(signature, float16=facts.float16, quantized=facts.quantized)
+    schema = args.file.resolve().parent / scaffold.SCHEMA_FILE
+    schema.write_text(json.dumps(json_schema(), indent=2) + "\n")
     args.file.write_text(
         scaffold.write_recipe(
             model_path=model_path,
@@ -47,12 +50,13 @@ def cmd_init(args, console) -> int:
             target=args.target,
             name=args.name,
             int8=args.int8,
+            schema=f"./{scaffold.SCHEMA_FILE}",
         )
     )
     dynamic = [name for name, spec in signature.inputs.items() if scaffold.dynamic_dims(spec["shape"])]
     console.print(
-        f"wrote {relative(args.file)} ({preset.title} preset{', and an int8 build' if args.int8 else ''}, "
-        f"target {args.target})",
+        f"wrote {relative(args.file)} and {scaffold.SCHEMA_FILE} ({preset.title} preset"
+        f"{', and an int8 build' if args.int8 else ''}, target {args.target})",
         markup=False,
     )
     if dynamic:

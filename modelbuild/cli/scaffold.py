@@ -17,6 +17,7 @@ from modelbuild.signature import Signature
 # Written where the model leaves a dimension dynamic; the recipe loader names it as a placeholder to set.
 PLACEHOLDER = 0
 
+SCHEMA_FILE = "modelbuild.schema.json"  # written beside the recipe: the JSON Schema its #:schema line names
 TARGET_PRESETS: dict[str, tuple[str, dict]] = {
     "host": ("this machine's CPU, all its cores", {"kind": "llvm", "mcpu": "host", "num-cores": os.cpu_count() or 1}),
     "x86-server": (
@@ -128,14 +129,17 @@ def write_recipe(
     target: str = "host",
     name: str | None = None,
     int8: bool = False,
+    schema: str | None = None,
 ) -> str:
     """The text of a deploy.toml that builds this model for one target preset, validated as `preset` says
     (by default, as a float32 model of the kind its outputs suggest). With `int8`, an int8 build beside the
     float one, each with its own gates: a build's gates override the recipe's one by one, so an int8 build
-    under float's recipe-wide gates would keep float's SQNR or absolute bound, which int8 never meets."""
+    under float's recipe-wide gates would keep float's SQNR or absolute bound, which int8 never meets. With
+    `schema`, a first line `#:schema PATH` that editors (taplo, Even Better TOML) complete and check it by."""
     name = name or recipe_name(model_path)
     preset = preset or Preset.of(signature)
-    lines = [
+    lines = [f"#:schema {schema}"] if schema else []
+    lines += [
         f"# Written by `modelbuild init {model_path}{' --int8' if int8 else ''}`. `modelbuild` builds it; "
         "`modelbuild schema`",
         "# lists every field, and docs/guide/recipe.md explains them.",
