@@ -1,12 +1,15 @@
-"""The reference pages, generated: every recipe field from the schema's pydantic models, every command and
-option from the command line's argparse parser. `python docs/reference.py` rewrites docs/reference/; a test
-fails where the committed pages differ from what this writes, so they cannot drift from the code.
+"""The generated pages: every recipe field from the schema's pydantic models, every command and option from
+the command line's argparse parser, and the benchmark page from the results the bench scripts wrote
+(bench/results/*.json). `python docs/reference.py` rewrites them; a test fails where the committed pages
+differ from what this writes, so they cannot drift from the code or the measurements.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import statistics
 import sys
 import types
 import typing
@@ -19,6 +22,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 PAGES = REPO / "docs" / "reference"
+RESULTS = REPO / "bench" / "results"
+HEAVY_GFLOP = 0.5  # convs and matmuls from this size are judged against the peak (bench/shapes.py)
+WEIGHTED = ("conv", "grouped-conv", "depthwise-conv", "matmul", "gemm")
 
 
 def recipe_page() -> str:
@@ -174,13 +180,86 @@ def _options(parser: argparse.ArgumentParser) -> list[str]:
     return ["| argument | meaning |", "| --- | --- |", *rows] if rows else []
 
 
+def benchmarks_page() -> str:
+    """Each speed-fuzzer draw in bench/results (shapes-SEED.json): its machine, commit and summary figures,
+    newest first, then the families of operators and the worst ops of the newest."""
+    draws = sorted(
+        (json.loads(path.read_text()) for path in RESULTS.glob("shapes-*.json")),
+        key=lambda d: (d["date"], d["seed"]),
+        reverse=True,
+    )
+    out = [
+        "# Benchmarks",
+        "",
+        "Generated from the results the benchmark scripts write (`bench/results/*.json`). The speed fuzzer,",
+        "`python bench/shapes.py [--seed N]`, builds 200 operators of shapes drawn at random, untuned, and times",
+        "each against onnxruntime in alternating blocks on the same threads; ratios are modelbuild's time over",
+        "onnxruntime's (under 1 is faster), the peak an FMA loop measured in the same run. The goals",
+        "(issue 72): median <= 0.9x, p90 <= 1.3x, max <= 2.0x; convs and matmuls of 0.5 GFLOP or more at 60%",
+        "of the peak. Older measurements, in prose: `bench/results/README.md`.",
+        "",
+        "| date | seed | commit | CPU, threads | peak GFLOP/s | ops | median | p90 | max | heavy ops: of peak |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for d in draws:
+        ratios = [r["ratio"] for r in d["rows"] if r.get("ratio")]
+        heavy = [
+            r["peak_fraction"]
+            for r in d["rows"]
+            if r.get("ratio") and r["gflop"] >= HEAVY_GFLOP and r["family"] in WEIGHTED
+        ]
+        m = d["machine"]
+        out.append(
+            f"| {d['date']} | {d['seed']} | {d['commit']} | {m['cpu']}, {m['threads']} | "
+            f"{m['fp32_peak_gflops']:.0f} | {len(ratios)} of {len(d['rows'])} | {statistics.median(ratios):.2f}x | "
+            f"{_nearest_rank(ratios, 90):.2f}x | {max(ratios):.2f}x | "
+            f"{f'{statistics.median(heavy):.0%} (of {len(heavy)})' if heavy else '-'} |"
+        )
+    if draws:
+        newest = draws[0]
+        out += ["", f"## By family (seed {newest['seed']})", ""]
+        out += ["| family | ops | median | max | above 1.3x |", "| --- | --- | --- | --- | --- |"]
+        families: dict[str, list[float]] = {}
+        for r in newest["rows"]:
+            if r.get("ratio"):
+                families.setdefault(r["family"], []).append(r["ratio"])
+        for family, values in sorted(families.items(), key=lambda kv: -statistics.median(kv[1])):
+            above = sum(v > 1.3 for v in values)
+            out.append(
+                f"| {family} | {len(values)} | {statistics.median(values):.2f}x | {max(values):.2f}x | {above} |"
+            )
+        out += ["", f"## The worst ten (seed {newest['seed']})", ""]
+        out += ["| op | geometry | ratio | GFLOP/s | of peak |", "| --- | --- | --- | --- | --- |"]
+        worst = sorted((r for r in newest["rows"] if r.get("ratio")), key=lambda r: -r["ratio"])[:10]
+        out += [
+            f"| {r['op']} | {r['geometry']} | {r['ratio']:.2f}x | {r['gflops']:.1f} | {r['peak_fraction']:.0%} |"
+            for r in worst
+        ]
+        failed = [r for r in newest["rows"] if r.get("status", "ok") != "ok"]
+        if failed:
+            out += ["", "Not built: " + "; ".join(f"{r['op']} ({r['geometry']}): {r['status']}" for r in failed)]
+    return "\n".join(out) + "\n"
+
+
+def _nearest_rank(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[max(1, math.ceil(p / 100 * len(ordered))) - 1]
+
+
+def generated() -> dict[Path, str]:
+    """Each generated page's path and text."""
+    return {
+        PAGES / "recipe.md": recipe_page(),
+        PAGES / "cli.md": cli_page(),
+        REPO / "docs" / "benchmarks.md": benchmarks_page(),
+    }
+
+
 def write() -> list[Path]:
     PAGES.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, text in (("recipe.md", recipe_page()), ("cli.md", cli_page())):
-        (PAGES / name).write_text(text)
-        written.append(PAGES / name)
-    return written
+    for path, text in generated().items():
+        path.write_text(text)
+    return list(generated())
 
 
 if __name__ == "__main__":
