@@ -51,10 +51,10 @@ from modelbuild.compiler.kernels import (
     linear_upsample,
     nearest_upsample,
     packed_conv,
-    pairwise_pool,
     row_reductions,
     sdot_conv,
     softmax,
+    strided_pool,
     transposed_tiles,
     vnni_conv,
     vnni_depthwise,
@@ -100,7 +100,7 @@ HAND_WRITTEN = (
     (vnni_depthwise, (vnni_depthwise.BLOCK,)),
     (softmax, softmax.BLOCKS),
     (layer_norm, layer_norm.BLOCKS),
-    (pairwise_pool, pairwise_pool.BLOCKS),
+    (strided_pool, strided_pool.BLOCKS),
 )
 
 
@@ -273,6 +273,7 @@ def _inline_elementwise(sch, root, refused: list[str]):
         *sdot_conv.STAGING_BLOCKS,
         *avx2_conv.STAGING_BLOCKS,
         vnni_depthwise.PAD_BLOCK,
+        strided_pool.PAD_BLOCK,
         linear_upsample.COLUMNS_BLOCK,
     }
     while True:

@@ -42,8 +42,8 @@ from modelbuild.compiler.kernels import (
     linear_upsample,
     nearest_upsample,
     packed_gemv,
-    pairwise_pool,
     scatter_nd,
+    strided_pool,
     top_k,
 )
 from modelbuild.compiler.kernels.integer_kernels import (
@@ -111,7 +111,8 @@ def lower(module, target, *, fuse: bool, layout: str | None, database=None, sche
             "relax.nn.conv2d": legalize_conv2d,
             "relax.matmul": _legalize_matmul,
             "relax.image.resize2d": _legalize_resize2d,
-            "relax.nn.max_pool2d": pairwise_pool.legalize_max_pool2d,
+            "relax.nn.max_pool2d": strided_pool.legalize,
+            "relax.nn.avg_pool2d": strided_pool.legalize,
             "relax.nn.layer_norm": layer_norm.legalize,
             "relax.scatter_nd": scatter_nd.legalize,
             **fast_math.legalizations(),
