@@ -40,6 +40,7 @@ from modelbuild.compiler.analysis import KernelCall, Step
 from modelbuild.compiler.kernels import (
     layer_norm,
     linear_upsample,
+    narrow_matmul,
     nearest_upsample,
     packed_gemv,
     scatter_nd,
@@ -143,10 +144,15 @@ def _legalize_resize2d(bb, call):
 
 
 def _legalize_matmul(bb, call):
-    """A float GEMV by constant weights on packed weights (packed_gemv.py); any other matmul as the integer
+    """A float GEMV by constant weights on packed weights (packed_gemv.py), a float matmul by one to three
+    constant columns on its weights column by column (narrow_matmul.py); any other matmul as the integer
     kernels legalise it (int8 by constant int8 weights), or TVM."""
     call = _with_constant_weights(bb, call)
-    return packed_gemv.legalize(bb, call) if packed_gemv.eligible(call) else legalize_matmul(bb, call)
+    if packed_gemv.eligible(call):
+        return packed_gemv.legalize(bb, call)
+    if narrow_matmul.eligible(call):
+        return narrow_matmul.legalize(bb, call)
+    return legalize_matmul(bb, call)
 
 
 def _with_constant_weights(bb, call):
