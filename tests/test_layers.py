@@ -7,11 +7,13 @@ modules every layer uses. Imports under `if TYPE_CHECKING:` are annotations only
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
 
 import modelbuild
+from tests.helpers.paths import REPO
 
 PACKAGE = Path(modelbuild.__file__).parent  # the package as imported: the source tree, or an installed wheel
 
@@ -157,3 +159,21 @@ def test_only_the_command_line_prints():
             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "print":
                 printers.append(str(path.relative_to(PACKAGE)))
     assert printers and all(p.startswith("cli/") for p in printers), sorted(set(printers))
+
+
+def design_table_imports() -> dict[str, set[str]]:
+    """Each folder's row of docs/design.md's layer table -> the layers and modules its last column says it
+    may import ("shared only" is none; the CLI's "everything" is left out)."""
+    rows = {}
+    for line in (REPO / "docs" / "design.md").read_text().splitlines():
+        cells = [cell.strip() for cell in line.split("|")]
+        if len(cells) < 5 or not re.fullmatch(r"`\w+/`", cells[1]):
+            continue
+        allowed = re.split(r"[;:]", cells[3])[0].strip()
+        if allowed != "everything":
+            rows[cells[1].strip("`/")] = set() if allowed == "shared only" else set(allowed.split(", "))
+    return rows
+
+
+def test_the_design_documents_layer_table_says_what_the_import_rules_allow():
+    assert design_table_imports() == ALLOWED
