@@ -15,7 +15,6 @@ from modelbuild.compiler.tuning_db import folder_for
 from modelbuild.engine.plan import Node, Plan
 from modelbuild.pipeline import registry
 from modelbuild.pipeline.names import build_name, target_of, variant_of
-from modelbuild.pipeline.registry import MODEL
 from modelbuild.pipeline.sample_files import sample_files
 from modelbuild.recipe import LoadedRecipe
 from modelbuild.recipe.targets import LINKER, device_of, runs_on_host, tvm_target, validating_machine, why_not_run_here
@@ -29,6 +28,7 @@ from modelbuild.stages.files import (
     QDQ_ONNX,
     SIGNATURE,
     TUNED_RECORDS,
+    Role,
 )
 
 TargetResolver = Callable[[dict], dict]
@@ -117,7 +117,7 @@ def timed_beside_float(recipe: LoadedRecipe, build, nodes: dict[str, Node], vali
             f'["{target}"] and no quantization, or set beside_float = false',
         )
     library = float_compile.params["library"]
-    return replace(validator, deps={**validator.deps, "float_library": (float_compile.id, library)})
+    return replace(validator, deps={**validator.deps, Role.FLOAT_LIBRARY: (float_compile.id, library)})
 
 
 def shared_reference(recipe: LoadedRecipe, importer: Node, validation, nodes: dict[str, Node]) -> Node:
@@ -140,7 +140,7 @@ def import_node(recipe: LoadedRecipe, model: str) -> Node:
     spec = recipe.spec.models[model]
     params = {"inputs": {name: _declared(i) for name, i in spec.inputs.items()}, "simplify": spec.simplify}
     return Node(
-        id=f"import:{model}", stage="import", build=None, params=params, files={MODEL: recipe.model_path(model)}
+        id=f"import:{model}", stage="import", build=None, params=params, files={Role.MODEL: recipe.model_path(model)}
     )
 
 
@@ -174,7 +174,7 @@ def quantize_node(recipe: LoadedRecipe, build: str, importer: Node, spec) -> Nod
         build=build,
         params=params,
         files=files,
-        deps={"onnx": (importer.id, FROZEN_ONNX), "signature": (importer.id, SIGNATURE)},
+        deps={Role.ONNX: (importer.id, FROZEN_ONNX), Role.SIGNATURE: (importer.id, SIGNATURE)},
     )
 
 
@@ -183,7 +183,7 @@ def tune_node(
 ) -> Node:
     """Tune the build's kernels into the target's shared database; output the best record of each."""
     tuning = recipe.spec.tuning[spec.tuning]
-    files = {"records": recipe.root / tuning.records} if tuning.records else {}
+    files = {Role.RECORDS: recipe.root / tuning.records} if tuning.records else {}
     # tasks come from the fused IR before any scheduling, so the schedule option does not enter this key
     options = {k: v for k, v in compile_options(spec).items() if k != "schedule"}
     params = {"target": tvm_target(target), "options": options, "tuning": tuning.model_dump(exclude={"records"})}
@@ -197,8 +197,8 @@ def tune_node(
         build=build,
         params=params,
         files=files,
-        deps={"ir": ir},
-        memos={"database": folder_for(root, tvm_target(target))},
+        deps={Role.IR: ir},
+        memos={Role.DATABASE: folder_for(root, tvm_target(target))},
         exclusive=not device,
     )
 
@@ -223,9 +223,9 @@ def compile_node(
         "options": compile_options(spec),
     }
     variant = variant_of(build)
-    deps = {"ir": ir, "signature": signature}
+    deps = {Role.IR: ir, Role.SIGNATURE: signature}
     if tuner:
-        deps["tuning"] = (tuner.id, TUNED_RECORDS)
+        deps[Role.TUNING] = (tuner.id, TUNED_RECORDS)
     folder = f"{variant}/{target_name}"
     return Node(
         id=f"compile:{build}",
@@ -243,12 +243,12 @@ def reference_node(recipe: LoadedRecipe, node_id: str, importer: Node, validatio
     With `qdq`, the model run is onnxruntime's own quantized model: the second reference of an int8 build."""
     golden = validation.golden
     model = importer.id.split(":", 1)[1]
-    files = {} if qdq else {MODEL: recipe.model_path(model)}
+    files = {} if qdq else {Role.MODEL: recipe.model_path(model)}
     files |= sample_files("golden", golden, recipe.root, golden.count)
     params = {"golden": golden.model_dump(exclude={"path"})}
-    deps = {"signature": (importer.id, SIGNATURE)}
+    deps = {Role.SIGNATURE: (importer.id, SIGNATURE)}
     if qdq:
-        deps["model"] = (qdq.id, QDQ_ONNX)
+        deps[Role.MODEL] = (qdq.id, QDQ_ONNX)
     return Node(id=node_id, stage="reference", build=qdq.build if qdq else None, params=params, files=files, deps=deps)
 
 
@@ -287,14 +287,14 @@ def validate_node(
     variant = variant_of(build)
     library = compiler.params["library"]
     deps = {
-        "library": (compiler.id, library),
-        "golden": (reference, GOLDEN),
-        "signature": (importer.id, SIGNATURE),
-        "analysis": (compiler.id, ANALYSIS),
+        Role.LIBRARY: (compiler.id, library),
+        Role.GOLDEN: (reference, GOLDEN),
+        Role.SIGNATURE: (importer.id, SIGNATURE),
+        Role.ANALYSIS: (compiler.id, ANALYSIS),
     }
     if qdq:
-        deps["golden_qdq"] = (qdq, GOLDEN)
-    files = {"baseline_library": baseline_library} if baseline_library else {}
+        deps[Role.GOLDEN_QDQ] = (qdq, GOLDEN)
+    files = {Role.BASELINE_LIBRARY: baseline_library} if baseline_library else {}
     return Node(
         id=f"validate:{build}",
         stage="validate",

@@ -21,6 +21,7 @@ from modelbuild.stages.files import (
     SIGNATURE,
     TUNE_SUMMARY,
     TUNED_RECORDS,
+    Role,
 )
 
 STAGES: dict[str, Stage] = {}
@@ -40,7 +41,7 @@ def get_stage(name: str) -> Stage:
 
 
 # the role of a declared ONNX model file, digested with the files it keeps its tensors in
-MODEL = "model"
+MODEL = Role.MODEL
 DIGESTERS = {MODEL: model_digest}
 
 register(

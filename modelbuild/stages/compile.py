@@ -17,6 +17,7 @@ from modelbuild.compiler import analysis, lowering, tuning_db
 from modelbuild.errors import StageError, last_line
 from modelbuild.recipe.params import CompileOptions, CompileParams, parse
 from modelbuild.stages import files
+from modelbuild.stages.files import Role
 from modelbuild.versions import tool_version
 
 # The VM's instructions (allocations, kernel calls) compiled to native code rather than interpreted from
@@ -32,11 +33,11 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
     import tvm
 
     p = parse(CompileParams, params)
-    module = tvm.ir.load_json(inputs["ir"].read_text())
+    module = tvm.ir.load_json(inputs[Role.IR].read_text())
     target = _target(p.target)
     try:
         with target, tvm.transform.PassContext(opt_level=p.options.opt_level):
-            executable, phases = _build(module, target, p.options, inputs.get("tuning"))
+            executable, phases = _build(module, target, p.options, inputs.get(Role.TUNING))
     except StageError:
         raise
     except Exception as err:
@@ -46,7 +47,7 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
         library=p.library,
         target=p.target,
         runtime={"apache-tvm": tool_version("tvm")},
-        signature=signature.read(inputs["signature"]),
+        signature=signature.read(inputs[Role.SIGNATURE]),
     )
     (out / manifest.FILE).write_text(described.to_json())
     (out / files.ANALYSIS).write_text(json.dumps(_figures(phases), indent=1, sort_keys=True))

@@ -42,13 +42,14 @@ from modelbuild.frontend import (
 from modelbuild.recipe.params import ImportParams, parse
 from modelbuild.recipe.schema import InputSpec, toml_key
 from modelbuild.stages import files
+from modelbuild.stages.files import Role
 
 
 def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
     """Write ir.json (the Relax module, constants included), signature.json (inputs and outputs in graph
     order) and model.onnx (the frozen, simplified model)."""
     p = parse(ImportParams, params)
-    model = _load(inputs["model"])
+    model = _load(inputs[Role.MODEL])
     bound = {name: spec for name, spec in p.inputs.items() if spec.value is not None}
     bind_inputs(model, bound)
     frozen = freeze_inputs(model, {name: spec for name, spec in p.inputs.items() if name not in bound})

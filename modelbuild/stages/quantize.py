@@ -29,6 +29,7 @@ from modelbuild.quantization import activations, bias_correction, sensitivity, s
 from modelbuild.recipe.params import QuantizeParams, parse
 from modelbuild.recipe.schema import CalibrationSpec, QuantizationSpec
 from modelbuild.stages import files
+from modelbuild.stages.files import Role
 from modelbuild.validation import golden
 from modelbuild.validation.metrics import sqnr_db
 
@@ -41,8 +42,8 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
 
     from modelbuild.stages.onnx_import import to_relax
 
-    spec, declared = parse(QuantizeParams, params).quantization, signature.read(inputs["signature"]).inputs
-    model = float16.computed_in_float32(_with_opset(onnx.load(str(inputs["onnx"])), spec))
+    spec, declared = parse(QuantizeParams, params).quantization, signature.read(inputs[Role.SIGNATURE]).inputs
+    model = float16.computed_in_float32(_with_opset(onnx.load(str(inputs[Role.ONNX])), spec))
     samples = _calibration_samples(inputs, declared, spec.calibration)
     result = quantized(model, samples, spec)
     onnx.save(result.qdq, str(out / files.QDQ_ONNX))

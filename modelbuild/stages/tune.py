@@ -37,6 +37,7 @@ from modelbuild.recipe.params import TuneParams, parse
 from modelbuild.recipe.schema import TuningSpec
 from modelbuild.sources import imported_closure, source_digest
 from modelbuild.stages import files
+from modelbuild.stages.files import Role
 from modelbuild.tuning import candidate_timing
 from modelbuild.tuning.candidate_builder import pooled_builder
 
@@ -47,14 +48,14 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
 
     p = parse(TuneParams, params)
     target, options, tuning = tvm.target.Target(p.target), p.options, p.tuning
-    module = tvm.ir.load_json(inputs["ir"].read_text())
+    module = tvm.ir.load_json(inputs[Role.IR].read_text())
     with target, tvm.transform.PassContext(opt_level=options.opt_level):
         fused = lowering.lower(module, target, fuse=options.fuse, layout=options.layout).fused
     tasks = ms.relax_integration.extract_tasks(fused, target)
     measurer = Measurer.of(p)
-    folder = Path(inputs["database"])
+    folder = Path(inputs[Role.DATABASE])
     with tuning_db.locked(folder):
-        _seed_database(folder, p.target, inputs.get("records"))
+        _seed_database(folder, p.target, inputs.get(Role.RECORDS))
         database = ms.database.JSONDatabase(work_dir=str(folder))
         hashes = [database.commit_workload(t.dispatched[0]).as_json()[0] for t in tasks]
         runner = functools.cache(lambda: measurer.runner(tuning))  # its workers start when first needed

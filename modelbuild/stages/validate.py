@@ -16,6 +16,7 @@ from modelbuild.errors import StageEnvironmentError, StageError, last_line
 from modelbuild.measurement.device import DEVICE_UNAVAILABLE
 from modelbuild.recipe.params import ValidateParams, parse
 from modelbuild.stages import files
+from modelbuild.stages.files import Role
 from modelbuild.validation import metrics
 
 
@@ -43,7 +44,7 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
         for busy in ("others_cpu", "throttled"):  # the worst process's: its runs are in the merged samples
             shares = [m[busy] for m in (measured, *again) if m.get(busy) is not None]
             measured[busy] = max(shares, default=None)
-    measured.update(ran=True, artifact_bytes=inputs["library"].stat().st_size, threads=p.threads)
+    measured.update(ran=True, artifact_bytes=inputs[Role.LIBRARY].stat().st_size, threads=p.threads)
     if p.timing.scaling and p.threads > 1 and on_cpu:
         measured["scaling"] = _scaling(inputs, p.timing.max_seconds, p.threads, out)
     _write(out, measured)
@@ -78,22 +79,22 @@ def _measure(
     """Run measure.py in a fresh process with `threads` runtime threads (on `device` over RPC where given, on
     this machine's first GPU with `gpu`); its JSON result."""
     result = out / "measured.json"
-    beside = inputs.get("baseline_library") or inputs.get("float_library")  # the plan gives one at most
+    beside = inputs.get(Role.BASELINE_LIBRARY) or inputs.get(Role.FLOAT_LIBRARY)  # the plan gives one at most
     env = {**os.environ, "TVM_NUM_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
     proc = subprocess.run(
         [
             sys.executable,
             "-m",
             "modelbuild.measurement.measure",
-            str(inputs["library"]),
-            str(inputs["golden"]),
-            str(inputs["signature"]),
+            str(inputs[Role.LIBRARY]),
+            str(inputs[Role.GOLDEN]),
+            str(inputs[Role.SIGNATURE]),
             json.dumps(timing),
             str(result),
-            *(["--analysis", str(inputs["analysis"])] if roofline and "analysis" in inputs else []),
+            *(["--analysis", str(inputs[Role.ANALYSIS])] if roofline and Role.ANALYSIS in inputs else []),
             *(
-                ["--qdq", str(inputs["golden_qdq"])]
-                if "golden_qdq" in inputs and not timing.get("latency_only")
+                ["--qdq", str(inputs[Role.GOLDEN_QDQ])]
+                if Role.GOLDEN_QDQ in inputs and not timing.get("latency_only")
                 else []
             ),
             *(["--device", json.dumps(device)] if device else []),
@@ -113,7 +114,7 @@ def _measure(
         )
     measured = json.loads(result.read_text())
     result.unlink()
-    if "float_library" in inputs and "baseline_latency_ms" in measured:
+    if Role.FLOAT_LIBRARY in inputs and "baseline_latency_ms" in measured:
         measured["float_latency_ms"] = measured.pop("baseline_latency_ms")
     return measured
 
