@@ -368,8 +368,8 @@ def _static(shape) -> bool:
 
 
 def refused_steps(module) -> dict:
-    """The default schedule's steps TVM refused, per kernel (only kernels with any) and in all: a step refused
-    where it used to be taken shows here before it shows as speed."""
+    """The default schedule's steps TVM refused, per kernel (only kernels with any) and in all: a step
+    that TVM starts to refuse (after an upgrade) shows here before it shows as speed."""
     per_kernel = {}
     for gv, func in module.functions.items():
         count = (

@@ -4,10 +4,9 @@ each output's sum reads its row and its weights' column as two contiguous runs.
 A matmul to so few columns has no vector of output columns to compute: the default schedule sums each
 output's K products in vector lanes instead (`_sum_in_lanes`), reading K contiguous floats of the row but the
 weights' column N floats apart, and it does so only where K is whole vectors: otherwise it vectorised the N
-outputs of a row and summed K one product at a time. A batch of [39, 510] x [510, 2] ran at 3.3 GFLOP/s,
-5.8x onnxruntime's time. Here the weights are transposed to [..., N, K] once at compile time (they are
-constants) and K is padded to whole vectors, with zero weights and a copy of the data padded with zeros: the
-sum reads both runs in order, in lanes. That batch: 0.92x; [41, 372] x [372, 2]: 1.5x -> 0.48x.
+outputs of a row and summed K one product at a time. Here the weights are transposed to [..., N, K] once
+at compile time (they are constants) and K is padded to whole vectors, with zero weights and a copy of the
+data padded with zeros: the sum reads both runs in order, in lanes (measured in bench/results/README.md).
 """
 
 from __future__ import annotations

@@ -3,11 +3,9 @@ ResNet stem's 3x3 max pool in an int8 build, which keeps NCHW; a MobileNet class
 pools alone): each output vector from contiguous vector loads and shuffles.
 
 TVM's pool reads input column 2x + k for output column x: vectorised along the output row, each lane's load
-is two floats from the next, which LLVM compiles to one scalar load and insert per lane. The int8 text
-classifier's 2x2 pool over 200 x 2 x 96 floats took 17-20 us (its float build's channels-last pool 4 us); a
-3x3 average pool at stride 2 over 32 x 74 x 74 floats took 292 us, 4.2x onnxruntime's time. Here each window
-row is, per vector of outputs, one or two pairs of contiguous vector loads whose even or odd lanes are the
-columns a tap reads.
+is two floats from the next, which LLVM compiles to one scalar load and insert per lane (measured in
+bench/results/README.md). Here each window row is, per vector of outputs, one or two pairs of contiguous
+vector loads whose even or odd lanes are the columns a tap reads.
 
 Three blocks: the input copied into a buffer padded with the pool's identity (the lowest float for a max, 0
 for an average) out to whole vectors of outputs; the pool over it, output rows rounded up to whole vectors;

@@ -194,9 +194,9 @@ def _grouped_nhwc(call) -> bool:
 def per_group_padded(groups: int, per_group: int) -> int:
     """The output channels each of `groups` groups computes: the fewest, from `per_group` up, whose vectors
     (the widest width dividing all groups' channels, as the default schedule splits them) never span two
-    groups. A vector across groups reads each group's own input channels, a gather built lane by lane: a 3x3
-    conv of 4 groups of 16 -> 24 channels ran at 6.6 GFLOP/s, with groups of 16 -> 32 at 57. 13 groups of 8
-    are left as they are (8-lane vectors), 4 of 24 compute 32, 7 of 5 compute 8."""
+    groups. A vector across groups reads each group's own input channels, a gather built lane by lane, where
+    a vector inside one group reads one input channel, broadcast. 13 groups of 8 are left as they are (8-lane
+    vectors), 4 of 24 compute 32, 7 of 5 compute 8."""
     whole = -(-per_group // VECTOR_LANES) * VECTOR_LANES
     for padded in range(per_group, whole):
         width = next((w for w in VECTOR_WIDTHS if groups * padded % w == 0), None)

@@ -131,8 +131,8 @@ def _as_phase_conv(bb, call, weight: np.ndarray):
     interleaved (a depth-to-space) and the padding cropped.
 
     TVM legalises a transposed conv as a conv over its input dilated with zeros, in NCHW: a 3x3 stride-2 one
-    multiplies 3 zeros for every value and ran at 0.9 GFLOP/s (32 -> 48 channels at 50x50, 36x onnxruntime's
-    time). Split by phase, it multiplies no inserted zeros (a 3x3 stride-2 kernel's phases have 4, 2, 2 and 1
+    multiplies 3 zeros for every value, in a layout the default schedule cannot vectorise by channels. Split
+    by phase, it multiplies no inserted zeros (a 3x3 stride-2 kernel's phases have 4, 2, 2 and 1
     taps, computed as 2x2: 9 of 16 products are real), and the conv goes channels-last as any other."""
     from tvm import relax
 
