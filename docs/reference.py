@@ -1,6 +1,7 @@
 """The generated pages: every recipe field from the schema's pydantic models, every command and option from
 the command line's argparse parser, and the benchmark page from the results the bench scripts wrote
-(bench/results/*.json). `python docs/reference.py` rewrites them; a test fails where the committed pages
+(bench/results/*.json), and the layer table of the design page from the import rules. `python docs/reference.py`
+rewrites them; a test fails where the committed pages
 differ from what this writes, so they cannot drift from the code or the measurements.
 """
 
@@ -22,6 +23,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 PAGES = REPO / "docs" / "reference"
+DESIGN = REPO / "docs" / "design.md"
+LAYER_TABLE = "<!-- the table below is written by docs/reference.py from tests/helpers/layer_rules.py -->"
 RESULTS = REPO / "bench" / "results"
 HEAVY_GFLOP = 0.5  # convs and matmuls from this size are judged against the peak (bench/shapes.py)
 WEIGHTED = ("conv", "grouped-conv", "depthwise-conv", "matmul", "gemm")
@@ -246,12 +249,26 @@ def _nearest_rank(values: list[float], p: float) -> float:
     return ordered[max(1, math.ceil(p / 100 * len(ordered))) - 1]
 
 
+def design_page() -> str:
+    """docs/design.md with its layer table (the rows after the marker line) written from the import rules
+    tests/test_layers.py enforces."""
+    from tests.helpers import layer_rules
+
+    lines = DESIGN.read_text().splitlines(keepends=True)
+    start = next(i for i, line in enumerate(lines) if line.strip() == LAYER_TABLE) + 2  # and a blank line
+    end = start
+    while end < len(lines) and lines[end].startswith("|"):
+        end += 1
+    return "".join(lines[: start - 1]) + "\n" + layer_rules.table() + "".join(lines[end:])
+
+
 def generated() -> dict[Path, str]:
     """Each generated page's path and text."""
     return {
         PAGES / "recipe.md": recipe_page(),
         PAGES / "cli.md": cli_page(),
         REPO / "docs" / "benchmarks.md": benchmarks_page(),
+        DESIGN: design_page(),
     }
 
 

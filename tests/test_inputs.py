@@ -17,7 +17,7 @@ from modelbuild.frontend import loops
 from modelbuild.measurement import measure
 from modelbuild.recipe import load_recipe
 from modelbuild.recipe.schema import InputSpec
-from modelbuild.stages import files, onnx_import, reference
+from modelbuild.stages import contracts, onnx_import, reference
 from modelbuild.validation import golden
 from tests.helpers.onnx_models import branch_on_rate, scaled_by_scalar, streaming
 
@@ -134,7 +134,7 @@ def test_the_reference_feeds_the_original_model_its_bound_inputs(tmp_path, rate,
     reference.run(
         inputs={"model": model, "signature": tmp_path / "signature.json"}, params={"golden": {"count": 2}}, out=out
     )
-    with np.load(out / files.GOLDEN) as data:
+    with np.load(out / contracts.GOLDEN) as data:
         assert sorted(data.files) == ["in.x", "out.y"]
         np.testing.assert_allclose(data["out.y"], data["in.x"] * factor, rtol=1e-6)
 
@@ -175,7 +175,7 @@ def stream_golden(tmp_path, count: int = 8) -> dict:
         params={"golden": {"count": count}},
         out=out,
     )
-    with np.load(out / files.GOLDEN) as data:
+    with np.load(out / contracts.GOLDEN) as data:
         return {name: data[name] for name in data.files}
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from modelbuild.engine.stage import Stage
 from modelbuild.pipeline.registry import STAGES
 from modelbuild.sources import NOT_OUTPUT_SHAPING, imported_closure
+from modelbuild.stages.contracts import Contract
 
 
 def parsed_imports(module: str) -> set[str]:
@@ -68,14 +68,14 @@ def test_the_compile_stage_reaches_its_schedules_and_kernels():
 
 
 def test_declared_outputs_take_their_variable_names_from_params():
-    stage = Stage("compile", "m:f", (), "", outputs=("{library}", "analysis.json"))
+    stage = Contract("compile", "m:f", (), "", outputs=("{library}", "analysis.json"))
     assert stage.output_names({"library": "model.tar"}) == ("model.tar", "analysis.json")
     assert imported_closure("modelbuild.stages.reference")[0] == "modelbuild.stages.reference"
 
 
 def test_finding_a_stages_code_imports_none_of_it():
     """Walking the imports of every stage must not run them: a no-op build computes these digests. The
-    names of the files the stages write (stages/files.py, plain strings) are all the plan imports of them."""
+    names of the files the stages write (stages/contracts.py, plain strings) are all the plan imports of them."""
     import subprocess
     import sys
 
@@ -84,7 +84,7 @@ def test_finding_a_stages_code_imports_none_of_it():
         "source_digest; [source_digest(s.modules) for s in STAGES.values()]; "
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'numpy', 'tvm', 'onnx', 'onnxruntime'}), "
         "sorted(m for m in sys.modules if m.startswith(('modelbuild.stages.', 'modelbuild.quantization.'))"
-        " and m != 'modelbuild.stages.files'))"
+        " and m != 'modelbuild.stages.contracts'))"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert proc.stdout.strip() == "[] []"

@@ -9,7 +9,7 @@ import textwrap
 import pytest
 
 from modelbuild.cli import main
-from modelbuild.compiler import tuning_db
+from modelbuild.tuning import database as tuning_db
 from tests.helpers.onnx_models import conv_relu
 from tests.helpers.processes import left_in
 

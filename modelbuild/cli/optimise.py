@@ -11,7 +11,7 @@ from modelbuild.pipeline.names import quantization_of
 
 
 def cmd_tune(args, console) -> int:
-    from modelbuild.compiler import tuning_db
+    from modelbuild.tuning import database as tuning_db
 
     project = project_of(args)
     if args.action == "export":

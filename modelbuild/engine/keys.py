@@ -17,7 +17,7 @@ from modelbuild.versions import tool_versions
 def key_inputs(node: Node, stage: Stage, *, files: dict[str, str], upstream: dict[str, str]) -> dict:
     """Everything a node's output depends on: the stage and its code, recipe slice, input digests, tool versions."""
     return {
-        "stage": {"name": stage.name, "source": source_digest(stage.modules)},
+        "stage": {"name": stage.name, "source": source_digest(stage.modules), "key_version": stage.key_version},
         "params": node.params,
         "files": files,
         "upstream": upstream,

@@ -6,7 +6,7 @@ from modelbuild.engine.rebuilder import changes, flatten
 from modelbuild.engine.scheduler import Options
 from modelbuild.errors import SelectionError
 from modelbuild.hashing import canonical_json
-from modelbuild.stages.files import IR_TEXTS
+from modelbuild.stages.contracts import IR_TEXTS
 
 
 def explain(project, build: str) -> list[str]:

@@ -1,9 +1,11 @@
 """The stage graph a recipe asks for: for each build, import, [quantize], [tune], compile, reference and
-validate nodes, each with the recipe slice it reads, its declared files and the upstream outputs it takes.
+validate nodes, each with the recipe slice it reads, its declared files and the upstream outputs it takes,
+wired by the roles of the stages' contracts (stages/contracts.py) and checked against them.
 
 Params are plain data here: they enter the node's key, and a no-op build reads the recipe from a snapshot
-without pydantic. Each stage parses them into its model in recipe/params.py (tests/test_params.py checks the
-two agree)."""
+without pydantic. Each stage parses them into the model its contract names (tests/test_params.py checks the
+two agree). Every field is always written, None where it does not apply, so a key's form is the stage's
+own and changes only with its contract's key_version."""
 
 from __future__ import annotations
 
@@ -11,25 +13,32 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from modelbuild.compiler.tuning_db import folder_for
 from modelbuild.engine.plan import Node, Plan
+from modelbuild.errors import ModelbuildError
 from modelbuild.pipeline import registry
-from modelbuild.pipeline.names import build_name, target_of, variant_of
+from modelbuild.pipeline.names import BuildId
 from modelbuild.pipeline.sample_files import sample_files
 from modelbuild.recipe import LoadedRecipe
 from modelbuild.recipe.targets import LINKER, device_of, runs_on_host, tvm_target, validating_machine, why_not_run_here
-from modelbuild.stages.files import (
+from modelbuild.stages.contracts import (
     ANALYSIS,
+    COMPILE,
     FROZEN_ONNX,
     GOLDEN,
+    IMPORT,
     IR,
     LIBRARY_MANIFEST,
     METRICS,
     QDQ_ONNX,
+    QUANTIZE,
+    REFERENCE,
     SIGNATURE,
+    TUNE,
     TUNED_RECORDS,
+    VALIDATE,
     Role,
 )
+from modelbuild.tuning.database import folder_for
 
 TargetResolver = Callable[[dict], dict]
 
@@ -40,7 +49,7 @@ def build_plan(recipe: LoadedRecipe, resolve: TargetResolver, *, tuning_root: Pa
     spec = recipe.spec
     nodes: dict[str, Node] = {}
     builds: dict[str, list[str]] = {}
-    beside_float = []  # (build entry, its validate node, its timed-together baseline library)
+    beside_float = []  # (build entry, its id, its validate node, its timed-together baseline library)
     resolved = {
         name: resolve(table) for name, table in spec.targets.items() if any(name in b.targets for b in spec.builds)
     }
@@ -48,7 +57,8 @@ def build_plan(recipe: LoadedRecipe, resolve: TargetResolver, *, tuning_root: Pa
         importer = import_node(recipe, build.model)
         nodes.setdefault(importer.id, importer)
         for target in build.targets:
-            name = build_name(build.model, target, build.quantization)
+            build_id = BuildId(build.model, target, build.quantization)
+            name = str(build_id)
             builds[name] = [importer.id]
             ir = (importer.id, IR)
             quantizer = None
@@ -62,22 +72,23 @@ def build_plan(recipe: LoadedRecipe, resolve: TargetResolver, *, tuning_root: Pa
                 nodes[tuner.id] = tuner
                 builds[name].append(tuner.id)
             signature = (importer.id, SIGNATURE)
-            compiler = compile_node(name, ir, signature, target, resolved[target], build, tuner)
+            compiler = compile_node(build_id, ir, signature, resolved[target], build, tuner)
             nodes[compiler.id] = compiler
             builds[name].append(compiler.id)
             validation = recipe.validation_for(build)
             if validation.enabled:
-                reference = shared_reference(recipe, importer, validation, nodes)
+                reference = shared_reference(recipe, build.model, importer, validation, nodes)
                 references = [reference]
                 if quantizer:
                     references.append(
-                        reference_node(recipe, f"reference-qdq:{name}", importer, validation, qdq=quantizer)
+                        reference_node(
+                            recipe, f"reference-qdq:{name}", build.model, importer, validation, qdq=quantizer
+                        )
                     )
                     nodes[references[1].id] = references[1]
-                together = baseline_library(recipe, build, name, target, resolved[target])
+                together = baseline_library(recipe, build, build_id, resolved[target])
                 validator = validate_node(
-                    name,
-                    target,
+                    build_id,
                     resolved[target],
                     validation,
                     importer,
@@ -89,18 +100,31 @@ def build_plan(recipe: LoadedRecipe, resolve: TargetResolver, *, tuning_root: Pa
                 nodes[validator.id] = validator
                 builds[name] += [*(r.id for r in references), validator.id]
                 if quantizer and validation.timing.beside_float:
-                    beside_float.append((build, validator.id, together))
-    for entry, validator_id, together in beside_float:  # the float build may come later in the recipe
-        nodes[validator_id] = timed_beside_float(recipe, entry, nodes, nodes[validator_id], together)
+                    beside_float.append((build, build_id, validator.id, together))
+    for entry, build_id, validator_id, together in beside_float:  # the float build may come later in the recipe
+        nodes[validator_id] = timed_beside_float(recipe, entry, build_id, nodes, nodes[validator_id], together)
+    breaches = contract_breaches(nodes)
+    if breaches:
+        raise ModelbuildError(f"the plan breaks its stages' contracts ({breaches[0]}); this is a modelbuild bug")
     return Plan(nodes=nodes, builds=builds, stages=dict(registry.STAGES), digesters=dict(registry.DIGESTERS))
 
 
-def timed_beside_float(recipe: LoadedRecipe, build, nodes: dict[str, Node], validator: Node, together) -> Node:
+def contract_breaches(nodes: dict[str, Node]) -> list[str]:
+    """Every node whose inputs are not what its stage's contract declares, as 'node: what'."""
+    return [
+        f"{node.id}: {breach}"
+        for node in nodes.values()
+        for breach in registry.get_stage(node.stage).breaches([*node.files, *node.deps, *node.memos])
+    ]
+
+
+def timed_beside_float(
+    recipe: LoadedRecipe, build, build_id: BuildId, nodes: dict[str, Node], validator: Node, together
+) -> Node:
     """A quantized build's validate node with the float build's library as an input, timed in turns with its
     own (timing.beside_float)."""
-    assert validator.build is not None, "a validate node belongs to a build"
-    target = target_of(validator.build)
-    float_compile = nodes.get(f"compile:{build_name(build.model, target, None)}")
+    target = build_id.target
+    float_compile = nodes.get(f"compile:{build_id.float_build}")
     if together is not None:
         raise recipe.validation_error(
             build,
@@ -120,13 +144,12 @@ def timed_beside_float(recipe: LoadedRecipe, build, nodes: dict[str, Node], vali
     return replace(validator, deps={**validator.deps, Role.FLOAT_LIBRARY: (float_compile.id, library)})
 
 
-def shared_reference(recipe: LoadedRecipe, importer: Node, validation, nodes: dict[str, Node]) -> Node:
+def shared_reference(recipe: LoadedRecipe, model: str, importer: Node, validation, nodes: dict[str, Node]) -> Node:
     """The reference node of a model and golden spec, made once and shared by every build that asks for the
     same: builds of one model differ in target or quantization, never in onnxruntime's fp32 outputs."""
-    model = importer.id.split(":", 1)[1]
     for index in range(len(nodes) + 1):
         node_id = f"reference:{model}" + (f"~{index + 1}" if index else "")
-        candidate = reference_node(recipe, node_id, importer, validation)
+        candidate = reference_node(recipe, node_id, model, importer, validation)
         existing = nodes.get(node_id)
         if existing is None:
             nodes[node_id] = candidate
@@ -140,15 +163,17 @@ def import_node(recipe: LoadedRecipe, model: str) -> Node:
     spec = recipe.spec.models[model]
     params = {"inputs": {name: _declared(i) for name, i in spec.inputs.items()}, "simplify": spec.simplify}
     return Node(
-        id=f"import:{model}", stage="import", build=None, params=params, files={Role.MODEL: recipe.model_path(model)}
+        id=f"import:{model}", stage=IMPORT.name, build=None, params=params, files={Role.MODEL: recipe.model_path(model)}
     )
 
 
 def _declared(spec) -> dict:
-    """An input's declaration as it enters the import key: range and value only where set, so a recipe that
-    uses neither keeps the keys it had."""
-    out = {"shape": list(spec.shape), "dtype": spec.dtype} if spec.shape is not None else {"dtype": spec.dtype}
-    return out | {k: getattr(spec, k) for k in ("range", "value", "feedback") if getattr(spec, k) is not None}
+    """An input's declaration as it enters the import key."""
+    return {
+        "shape": None if spec.shape is None else list(spec.shape),
+        "dtype": spec.dtype,
+        **{k: getattr(spec, k) for k in ("range", "value", "feedback")},
+    }
 
 
 def library_name(target: dict) -> str:
@@ -170,7 +195,7 @@ def quantize_node(recipe: LoadedRecipe, build: str, importer: Node, spec) -> Nod
     params = {"quantization": quantization.model_dump(exclude={"calibration": {"path"}})}
     return Node(
         id=f"quantize:{build}",
-        stage="quantize",
+        stage=QUANTIZE.name,
         build=build,
         params=params,
         files=files,
@@ -186,14 +211,19 @@ def tune_node(
     files = {Role.RECORDS: recipe.root / tuning.records} if tuning.records else {}
     # tasks come from the fused IR before any scheduling, so the schedule option does not enter this key
     options = {k: v for k, v in compile_options(spec).items() if k != "schedule"}
-    params = {"target": tvm_target(target), "options": options, "tuning": tuning.model_dump(exclude={"records"})}
     device = device_of(target)
-    if device:  # only then: the tune keys of recipes without devices stay as they were
-        params |= {"device": device, "cross_compiler": target.get("cross-compiler")}
+    params = {
+        "target": tvm_target(target),
+        "options": options,
+        "tuning": tuning.model_dump(exclude={"records"}),
+        "device": device,
+        # a device's candidates are linked here into what it loads; a local one's are not linked at all
+        "cross_compiler": target.get("cross-compiler") if device else None,
+    }
     root = tuning_root or recipe.root / ".cache" / "tuning"
     return Node(
         id=f"tune:{build}",
-        stage="tune",
+        stage=TUNE.name,
         build=build,
         params=params,
         files=files,
@@ -204,10 +234,9 @@ def tune_node(
 
 
 def compile_node(
-    build: str,
+    build: BuildId,
     ir: tuple[str, str],
     signature: tuple[str, str],
-    target_name: str,
     target: dict,
     spec,
     tuner: Node | None = None,
@@ -222,39 +251,40 @@ def compile_node(
         "linker": target.get(LINKER),
         "options": compile_options(spec),
     }
-    variant = variant_of(build)
     deps = {Role.IR: ir, Role.SIGNATURE: signature}
     if tuner:
         deps[Role.TUNING] = (tuner.id, TUNED_RECORDS)
-    folder = f"{variant}/{target_name}"
+    folder = f"{build.variant}/{build.target}"
     return Node(
         id=f"compile:{build}",
-        stage="compile",
-        build=build,
+        stage=COMPILE.name,
+        build=str(build),
         params=params,
         deps=deps,
         publish={name: f"{folder}/{name}" for name in (library, LIBRARY_MANIFEST, ANALYSIS)},
     )
 
 
-def reference_node(recipe: LoadedRecipe, node_id: str, importer: Node, validation, *, qdq: Node | None = None) -> Node:
+def reference_node(
+    recipe: LoadedRecipe, node_id: str, model: str, importer: Node, validation, *, qdq: Node | None = None
+) -> Node:
     """Golden inputs and onnxruntime's outputs for the inputs import froze; its key has nothing of the target.
 
     With `qdq`, the model run is onnxruntime's own quantized model: the second reference of an int8 build."""
     golden = validation.golden
-    model = importer.id.split(":", 1)[1]
     files = {} if qdq else {Role.MODEL: recipe.model_path(model)}
     files |= sample_files("golden", golden, recipe.root, golden.count)
     params = {"golden": golden.model_dump(exclude={"path"})}
     deps = {Role.SIGNATURE: (importer.id, SIGNATURE)}
     if qdq:
         deps[Role.MODEL] = (qdq.id, QDQ_ONNX)
-    return Node(id=node_id, stage="reference", build=qdq.build if qdq else None, params=params, files=files, deps=deps)
+    return Node(
+        id=node_id, stage=REFERENCE.name, build=qdq.build if qdq else None, params=params, files=files, deps=deps
+    )
 
 
 def validate_node(
-    build: str,
-    target_name: str,
+    build: BuildId,
     target: dict,
     validation,
     importer: Node,
@@ -280,11 +310,7 @@ def validate_node(
             else validating_machine(target)
         ),
     }
-    if device:  # only then: the validate keys of recipes without devices stay as they were
-        params["device"] = device
-    elif target.get("kind") == "cuda":
-        params["gpu"] = True
-    variant = variant_of(build)
+    params |= {"device": device, "gpu": not device and target.get("kind") == "cuda"}
     library = compiler.params["library"]
     deps = {
         Role.LIBRARY: (compiler.id, library),
@@ -297,17 +323,17 @@ def validate_node(
     files = {Role.BASELINE_LIBRARY: baseline_library} if baseline_library else {}
     return Node(
         id=f"validate:{build}",
-        stage="validate",
-        build=build,
+        stage=VALIDATE.name,
+        build=str(build),
         params=params,
         deps=deps,
         files=files,
-        publish={METRICS: f"{variant}/{target_name}/validation.json"},
+        publish={METRICS: f"{build.variant}/{build.target}/validation.json"},
         exclusive=runs_here and not device,
     )
 
 
-def baseline_library(recipe: LoadedRecipe, build, name: str, target_name: str, target: dict) -> Path | None:
+def baseline_library(recipe: LoadedRecipe, build, build_id: BuildId, target: dict) -> Path | None:
     """The baseline's own library of this build, to be timed in turns with it (baseline.timed_together): in
     the baseline's build folder, beside its report.json, where this build publishes its own; a build validated
     on a device has both uploaded there."""
@@ -316,7 +342,7 @@ def baseline_library(recipe: LoadedRecipe, build, name: str, target_name: str, t
     together = validation.baseline is not None and validation.baseline.timed_together
     if report is None or not together or (why_not_run_here(target) and not device_of(target)):
         return None
-    library = report.parent / variant_of(name) / target_name / library_name(target)
+    library = report.parent / build_id.variant / build_id.target / library_name(target)
     if not library.is_file():
         raise recipe.validation_error(
             build,

@@ -4,9 +4,39 @@ selecting builds by them ('cls@host', 'cls', '*@rpi4')."""
 from __future__ import annotations
 
 import fnmatch
+from dataclasses import dataclass
 
 from modelbuild.engine.plan import Plan
 from modelbuild.errors import SelectionError
+
+
+@dataclass(frozen=True)
+class BuildId:
+    """One build of a recipe: a model for a target, quantized or not. Its name (str) is what users select
+    by and what the plan's nodes carry."""
+
+    model: str
+    target: str
+    quantization: str | None = None
+
+    def __str__(self) -> str:
+        return build_name(self.model, self.target, self.quantization)
+
+    @property
+    def variant(self) -> str:
+        """The folder it publishes under: 'model' or 'model+quantization'."""
+        return f"{self.model}+{self.quantization}" if self.quantization else self.model
+
+    @property
+    def float_build(self) -> BuildId:
+        """The float build a quantized build is compared with (itself for a float build)."""
+        return BuildId(self.model, self.target)
+
+    @classmethod
+    def parse(cls, name: str) -> BuildId:
+        variant, _, target = name.partition("@")
+        model, _, quantization = variant.partition("+")
+        return cls(model, target, quantization or None)
 
 
 def select(plan: Plan, selectors: list[str]) -> Plan:
@@ -31,22 +61,22 @@ def build_name(model: str, target: str, quantization: str | None = None) -> str:
 
 def variant_of(build: str) -> str:
     """The folder a build publishes under: 'model' or 'model+quantization'."""
-    return build.split("@", 1)[0]
+    return BuildId.parse(build).variant
 
 
 def model_of(build: str) -> str:
-    return variant_of(build).split("+", 1)[0]
+    return BuildId.parse(build).model
 
 
 def target_of(build: str) -> str:
-    return build.split("@", 1)[1]
+    return BuildId.parse(build).target
 
 
 def quantization_of(build: str) -> str | None:
-    variant = variant_of(build)
-    return variant.split("+", 1)[1] if "+" in variant else None
+    return BuildId.parse(build).quantization
 
 
 def float_build_of(build: str) -> str | None:
     """The float build a quantized build is compared with (it may not be in the plan)."""
-    return build_name(model_of(build), target_of(build)) if "+" in variant_of(build) else None
+    parsed = BuildId.parse(build)
+    return str(parsed.float_build) if parsed.quantization else None

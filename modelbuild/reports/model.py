@@ -15,7 +15,7 @@ from modelbuild.engine.events import NodeResult, Status
 from modelbuild.engine.scheduler import RunResult
 from modelbuild.engine.store import DamagedObject
 from modelbuild.pipeline.names import float_build_of, model_of, quantization_of, target_of
-from modelbuild.stages.files import ANALYSIS, METRICS, QUANTIZE_SUMMARY, TUNE_SUMMARY
+from modelbuild.stages.contracts import ANALYSIS, METRICS, QUANTIZE_SUMMARY, TUNE_SUMMARY
 from modelbuild.validation import gates
 from modelbuild.validation.gates import GateResult
 from modelbuild.validation.measured import Measured

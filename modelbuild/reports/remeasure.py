@@ -18,7 +18,7 @@ from modelbuild.engine.plan import Node
 from modelbuild.engine.store import ActionResult, DamagedObject
 from modelbuild.pipeline.names import model_of, quantization_of, target_of
 from modelbuild.reports.model import baseline_of
-from modelbuild.stages.files import METRICS
+from modelbuild.stages.contracts import METRICS
 from modelbuild.validation import gates
 from modelbuild.validation.gates import TIMING_GATES
 from modelbuild.validation.measured import Measured

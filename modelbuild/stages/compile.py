@@ -13,11 +13,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from modelbuild import manifest, signature
-from modelbuild.compiler import analysis, lowering, tuning_db
+from modelbuild.compiler import analysis, lowering
 from modelbuild.errors import StageError, last_line
-from modelbuild.recipe.params import CompileOptions, CompileParams, parse
-from modelbuild.stages import files
-from modelbuild.stages.files import Role
+from modelbuild.recipe.params import CompileOptions, CompileParams
+from modelbuild.stages import contracts
+from modelbuild.stages.contracts import Role
+from modelbuild.tuning import database as tuning_db
 from modelbuild.versions import tool_version
 
 # The VM's instructions (allocations, kernel calls) compiled to native code rather than interpreted from
@@ -32,7 +33,7 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
     compiler), its manifest (library.json), analysis.json and the IR texts."""
     import tvm
 
-    p = parse(CompileParams, params)
+    p: CompileParams = contracts.read_params(contracts.COMPILE, params)
     module = tvm.ir.load_json(inputs[Role.IR].read_text())
     target = _target(p.target)
     try:
@@ -50,7 +51,7 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
         signature=signature.read(inputs[Role.SIGNATURE]),
     )
     (out / manifest.FILE).write_text(described.to_json())
-    (out / files.ANALYSIS).write_text(json.dumps(_figures(phases), indent=1, sort_keys=True))
+    (out / contracts.ANALYSIS).write_text(json.dumps(_figures(phases), indent=1, sort_keys=True))
     for name, phase in IR_FILES.items() if phases is not None else ():  # a GPU target's pipeline is TVM's own
         (out / name).write_text(getattr(phases, phase).script(show_meta=False))
 

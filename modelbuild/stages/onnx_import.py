@@ -39,16 +39,16 @@ from modelbuild.frontend import (
     roi_align,
     topk_order,
 )
-from modelbuild.recipe.params import ImportParams, parse
+from modelbuild.recipe.params import ImportParams
 from modelbuild.recipe.schema import InputSpec, toml_key
-from modelbuild.stages import files
-from modelbuild.stages.files import Role
+from modelbuild.stages import contracts
+from modelbuild.stages.contracts import Role
 
 
 def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
     """Write ir.json (the Relax module, constants included), signature.json (inputs and outputs in graph
     order) and model.onnx (the frozen, simplified model)."""
-    p = parse(ImportParams, params)
+    p: ImportParams = contracts.read_params(contracts.IMPORT, params)
     model = _load(inputs[Role.MODEL])
     bound = {name: spec for name, spec in p.inputs.items() if spec.value is not None}
     bind_inputs(model, bound)
@@ -64,8 +64,8 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
         module = integer_ops.rewrite(module)
     import tvm
 
-    (out / files.IR).write_text(tvm.ir.save_json(module))
-    onnx.save(model, str(out / files.FROZEN_ONNX))
+    (out / contracts.IR).write_text(tvm.ir.save_json(module))
+    onnx.save(model, str(out / contracts.FROZEN_ONNX))
     (out / signature.FILE).write_text(_signature(model, p.inputs).to_json())
 
 

@@ -26,10 +26,10 @@ from modelbuild.errors import StageError, last_line
 from modelbuild.frontend import float16, opset
 from modelbuild.frontend.node_names import unique_node_names
 from modelbuild.quantization import activations, bias_correction, sensitivity, smoothing, weight_rounding
-from modelbuild.recipe.params import QuantizeParams, parse
+from modelbuild.recipe.params import QuantizeParams
 from modelbuild.recipe.schema import CalibrationSpec, QuantizationSpec
-from modelbuild.stages import files
-from modelbuild.stages.files import Role
+from modelbuild.stages import contracts
+from modelbuild.stages.contracts import Role
 from modelbuild.validation import golden
 from modelbuild.validation.metrics import sqnr_db
 
@@ -42,13 +42,14 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
 
     from modelbuild.stages.onnx_import import to_relax
 
-    spec, declared = parse(QuantizeParams, params).quantization, signature.read(inputs[Role.SIGNATURE]).inputs
+    p: QuantizeParams = contracts.read_params(contracts.QUANTIZE, params)
+    spec, declared = p.quantization, signature.read(inputs[Role.SIGNATURE]).inputs
     model = float16.computed_in_float32(_with_opset(onnx.load(str(inputs[Role.ONNX])), spec))
     samples = _calibration_samples(inputs, declared, spec.calibration)
     result = quantized(model, samples, spec)
-    onnx.save(result.qdq, str(out / files.QDQ_ONNX))
+    onnx.save(result.qdq, str(out / contracts.QDQ_ONNX))
     module = integer_ops.rewrite(to_relax(result.qdq, declared))
-    (out / files.IR).write_text(tvm.ir.save_json(module))
+    (out / contracts.IR).write_text(tvm.ir.save_json(module))
     model = result.model
     summary = _summary(model, result.qdq, spec)
     summary["smoothed_convs"], summary["bias_corrected_convs"] = result.smoothed, result.corrected
@@ -59,7 +60,7 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
             result.qdq, result.prepared, samples, corrected=spec.bias_correction
         )
         summary["float_candidates"] = [row["node"] for row in sensitivity.largest(summary["sensitivity"]["layers"])]
-    (out / files.QUANTIZE_SUMMARY).write_text(json.dumps(summary, indent=1, sort_keys=True))
+    (out / contracts.QUANTIZE_SUMMARY).write_text(json.dumps(summary, indent=1, sort_keys=True))
 
 
 @dataclass

@@ -10,10 +10,10 @@ import numpy as np
 from modelbuild import signature
 from modelbuild.errors import StageError, last_line
 from modelbuild.frontend import topk_order
-from modelbuild.recipe.params import ReferenceParams, parse
+from modelbuild.recipe.params import ReferenceParams
 from modelbuild.recipe.schema import toml_key
-from modelbuild.stages import files
-from modelbuild.stages.files import Role
+from modelbuild.stages import contracts
+from modelbuild.stages.contracts import Role
 from modelbuild.validation import golden
 from modelbuild.validation.unsigned_weights import unsigned_weights
 
@@ -21,7 +21,8 @@ from modelbuild.validation.unsigned_weights import unsigned_weights
 def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
     """Write golden.npz: 'in.NAME' and 'out.NAME' arrays, each [count, *shape], for the model's inputs as the
     import stage froze them (signature.json)."""
-    spec, read = parse(ReferenceParams, params).golden, signature.read(inputs[Role.SIGNATURE])
+    p: ReferenceParams = contracts.read_params(contracts.REFERENCE, params)
+    spec, read = p.golden, signature.read(inputs[Role.SIGNATURE])
     tensors, bound = read.inputs, read.bound
     if spec.source == "generate":
         samples = golden.generate(tensors, fill=spec.fill, seed=spec.seed, count=spec.count, stream=golden.GOLDEN)
@@ -32,7 +33,7 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
         samples = golden.load({k: v for k, v in inputs.items() if k.startswith("golden")}, tensors, spec.count)
     outputs = _run_onnxruntime(inputs[Role.MODEL], samples, bound, golden.feedback(tensors), _range_hint(spec, tensors))
     arrays = {f"in.{k}": v for k, v in samples.items()} | {f"out.{k}": v for k, v in outputs.items()}
-    with open(out / files.GOLDEN, "wb") as f:
+    with open(out / contracts.GOLDEN, "wb") as f:
         np.savez(f, **arrays)
 
 

@@ -1,6 +1,6 @@
 """The tune stage: MetaSchedule search for the build's kernels, paid once per workload and target.
 
-Measurements go into the target's shared database (a memo under .cache/tuning/, see tuning_db.py). Before
+Measurements go into the target's shared database (a memo under .cache/tuning/, see tuning/database.py). Before
 searching, each task's trial count in that database is checked: a workload another model or an earlier run
 already tuned to `trials_per_task` is not measured again, and raising `trials_per_task` measures only the
 difference. MetaSchedule commits each record as it is measured, so an interrupted run keeps what it measured.
@@ -30,15 +30,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from modelbuild import progress
-from modelbuild.compiler import default_schedule, lowering, tuning_db
+from modelbuild.compiler import default_schedule, lowering
 from modelbuild.errors import StageEnvironmentError, StageError, last_line
 from modelbuild.measurement import device as remote
-from modelbuild.recipe.params import TuneParams, parse
+from modelbuild.recipe.params import TuneParams
 from modelbuild.recipe.schema import TuningSpec
 from modelbuild.sources import imported_closure, source_digest
-from modelbuild.stages import files
-from modelbuild.stages.files import Role
+from modelbuild.stages import contracts
+from modelbuild.stages.contracts import Role
 from modelbuild.tuning import candidate_timing
+from modelbuild.tuning import database as tuning_db
 from modelbuild.tuning.candidate_builder import pooled_builder
 
 
@@ -46,7 +47,7 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
-    p = parse(TuneParams, params)
+    p: TuneParams = contracts.read_params(contracts.TUNE, params)
     target, options, tuning = tvm.target.Target(p.target), p.options, p.tuning
     module = tvm.ir.load_json(inputs[Role.IR].read_text())
     with target, tvm.transform.PassContext(opt_level=options.opt_level):
@@ -71,8 +72,8 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
             ledger.finished(list(todo.values()), before)
         data = tuning_db.read(folder)
     best = _best_records(data, hashes, baseline)
-    (out / files.TUNED_RECORDS).write_text(json.dumps(best, sort_keys=True))
-    (out / files.TUNE_SUMMARY).write_text(
+    (out / contracts.TUNED_RECORDS).write_text(json.dumps(best, sort_keys=True))
+    (out / contracts.TUNE_SUMMARY).write_text(
         json.dumps(_summary(tasks, hashes, data, todo, best, baseline, seconds), indent=1)
     )
 

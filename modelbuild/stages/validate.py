@@ -14,15 +14,15 @@ from pathlib import Path
 
 from modelbuild.errors import StageEnvironmentError, StageError, last_line
 from modelbuild.measurement.device import DEVICE_UNAVAILABLE
-from modelbuild.recipe.params import ValidateParams, parse
-from modelbuild.stages import files
-from modelbuild.stages.files import Role
+from modelbuild.recipe.params import ValidateParams
+from modelbuild.stages import contracts
+from modelbuild.stages.contracts import Role
 from modelbuild.validation import metrics
 
 
 def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
     """Write metrics.json: accuracy per output, timing, artifact size, peak memory, machine; or why not run."""
-    p = parse(ValidateParams, params)
+    p: ValidateParams = contracts.read_params(contracts.VALIDATE, params)
     if not p.runs_here:
         _write(out, {"ran": False, "reason": p.reason})
         return
@@ -121,4 +121,4 @@ def _measure(
 
 def _write(out: Path, metrics: dict) -> None:
     # keys unsorted: accuracy lists the outputs in the model's graph order, as the report shows them
-    (out / files.METRICS).write_text(json.dumps(metrics, indent=1))
+    (out / contracts.METRICS).write_text(json.dumps(metrics, indent=1))

@@ -9,11 +9,12 @@ from __future__ import annotations
 import json
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from modelbuild import manifest, signature
-from modelbuild.engine.stage import Stage
 from modelbuild.signature import Signature
+from modelbuild.stages.contracts import COMPILE, IMPORT
 
 
 def import_(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
@@ -44,9 +45,10 @@ def import_(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
         folder, other = Path(model["meet"]["folder"]), model["meet"]["other"]
         (folder / model["meet"]["me"]).touch()
         _wait_for(folder / other, f"stage {other} to start while this one runs")
-    ir = {"graph": model["graph"], "inputs": params["inputs"]}
+    declared = {name: {"shape": i["shape"], "dtype": i["dtype"]} for name, i in params["inputs"].items()}
+    ir = {"graph": model["graph"], "inputs": declared}
     (out / "ir.json").write_text(json.dumps(ir, sort_keys=True))
-    (out / "signature.json").write_text(Signature(inputs=params["inputs"], outputs={}).to_json())
+    (out / "signature.json").write_text(Signature(inputs=declared, outputs={}).to_json())
 
 
 def _wait_for(path: Path, what: str, timeout: float = 60.0) -> None:
@@ -71,17 +73,12 @@ def compile_(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
 
 
 # fast fakes that run the same way as the TVM stages, in worker processes
+# under the real stages' contracts: the same input roles, fewer outputs
 FAKE_STAGES = {
-    "import": Stage(
-        "import", "tests.helpers.fake_stages:import_", ("onnx",), "fake", outputs=("ir.json", "signature.json")
+    "import": replace(
+        IMPORT, entry="tests.helpers.fake_stages:import_", tools=("onnx",), outputs=("ir.json", "signature.json")
     ),
-    "compile": Stage(
-        "compile",
-        "tests.helpers.fake_stages:compile_",
-        ("tvm",),
-        "fake",
-        outputs=("{library}", "analysis.json", "library.json"),
-    ),
+    "compile": replace(COMPILE, entry="tests.helpers.fake_stages:compile_"),
 }
 
 

@@ -14,7 +14,7 @@ def built(model, tmp_path, shapes: dict):
     from tvm import relax
 
     from modelbuild.compiler import lowering
-    from modelbuild.stages import files, onnx_import
+    from modelbuild.stages import contracts, onnx_import
 
     path = tmp_path / "model.onnx"
     onnx.save(model, str(path))
@@ -23,7 +23,7 @@ def built(model, tmp_path, shapes: dict):
         "simplify": True,
     }
     onnx_import.run(inputs={"model": path}, params=params, out=tmp_path)
-    module = tvm.ir.load_json((tmp_path / files.IR).read_text())
+    module = tvm.ir.load_json((tmp_path / contracts.IR).read_text())
     target = tvm.target.Target({"kind": "llvm", "num-cores": 2})
     with target, tvm.transform.PassContext(opt_level=3):
         phases = lowering.lower(module, target, fuse=True, layout="auto", schedule=True)

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from modelbuild.compiler import tuning_db
 from modelbuild.errors import ModelbuildError
+from modelbuild.tuning import database as tuning_db
 
 TARGET = {"kind": "llvm", "mcpu": "skylake", "num-cores": 2}
 
