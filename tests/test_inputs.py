@@ -13,7 +13,8 @@ import pytest
 
 from modelbuild import signature
 from modelbuild.errors import RecipeError, StageError
-from modelbuild.frontend import loops
+from modelbuild.frontend import facts, loops
+from modelbuild.frontend import inputs as model_inputs
 from modelbuild.measurement import measure
 from modelbuild.recipe import load_recipe
 from modelbuild.recipe.schema import InputSpec
@@ -89,10 +90,10 @@ def test_generated_data_keeps_to_the_declared_range():
 def test_binding_an_input_folds_the_if_it_selects_and_removes_it_from_the_signature(tmp_path):
     model = onnx.load(str(branch_on_rate(tmp_path / "m.onnx")))
     declared = {"sr": InputSpec(value=16000, dtype="int64")}
-    onnx_import.bind_inputs(model, declared)
+    model_inputs.bind_inputs(model, declared)
     simplified = onnx_import._simplify(model)
     assert [n.op_type for n in simplified.graph.node] == ["Mul"]
-    signed = onnx_import._signature(simplified, declared)
+    signed = facts.signature_of(simplified, declared)
     assert list(signed.inputs) == ["x"] and signed.bound == {"sr": {"dtype": "int64", "value": 16000}}
     again = signature.Signature(**json.loads(json.dumps(signed.__dict__)))
     (tmp_path / "signature.json").write_text(again.to_json())
@@ -102,11 +103,11 @@ def test_binding_an_input_folds_the_if_it_selects_and_removes_it_from_the_signat
 def test_a_bound_value_the_model_contradicts_is_bad_input(tmp_path):
     model = onnx.load(str(branch_on_rate(tmp_path / "m.onnx")))
     with pytest.raises(StageError, match=r"input 'sr' is int64 in the model, the recipe binds a float32 value"):
-        onnx_import.bind_inputs(model, {"sr": InputSpec(value=16000.0)})
+        model_inputs.bind_inputs(model, {"sr": InputSpec(value=16000.0)})
     with pytest.raises(StageError, match=r"input 'sr' is \[\] in the model, the recipe binds a value of shape \[2\]"):
-        onnx_import.bind_inputs(model, {"sr": InputSpec(value=[8000, 16000], dtype="int64")})
+        model_inputs.bind_inputs(model, {"sr": InputSpec(value=[8000, 16000], dtype="int64")})
     with pytest.raises(StageError, match="the model has no input 'rate' to bind; the model's inputs: x float32"):
-        onnx_import.bind_inputs(model, {"rate": InputSpec(value=1, dtype="int64")})
+        model_inputs.bind_inputs(model, {"rate": InputSpec(value=1, dtype="int64")})
 
 
 def test_an_if_left_unbound_names_the_input_that_would_fold_it(tmp_path):
@@ -208,9 +209,9 @@ def test_feedback_names_an_output_that_fits_the_input(tmp_path):
         match=r"inputs.state.feedback: the model has no output 'state_n'; its outputs: "
         r"y float32 \[1, 4\], stateN float32 \[2, 4\]",
     ):
-        onnx_import._fed_back("state", state, "state_n", outputs)
+        facts.fed_back("state", state, "state_n", outputs)
     with pytest.raises(StageError, match=r"output 'stateN' is float32 \[2, 4\], the input is float32 \[1, 4\]"):
-        onnx_import._fed_back("state", state, "stateN", outputs)
+        facts.fed_back("state", state, "stateN", outputs)
 
 
 def test_an_onnxruntime_operator_tvm_lacks_says_how_to_export_without_it(tmp_path):
@@ -277,7 +278,7 @@ def test_a_loop_of_a_constant_count_over_an_input_says_why_it_stays_and_to_expor
 
 def test_an_if_on_constants_left_by_simplify_false_says_to_simplify(tmp_path):
     model = onnx.load(str(branch_on_rate(tmp_path / "m.onnx")))
-    onnx_import.bind_inputs(model, {"sr": InputSpec(value=16000, dtype="int64")})
+    model_inputs.bind_inputs(model, {"sr": InputSpec(value=16000, dtype="int64")})
     with pytest.raises(
         StageError,
         match=r"operator If \(node 'by_rate'\) is not supported by TVM's ONNX frontend; its "

@@ -9,6 +9,8 @@ import pytest
 from onnx import TensorProto, helper
 
 from modelbuild.errors import InputError, StageError
+from modelbuild.frontend import facts
+from modelbuild.frontend import inputs as model_inputs
 from modelbuild.stages import onnx_import
 
 
@@ -93,7 +95,7 @@ def logistic_regression(path, *, zipmap: bool):
 
 def test_an_output_that_is_no_tensor_is_named_with_the_fix_not_a_traceback(tmp_path):
     with pytest.raises(InputError) as caught:
-        onnx_import.model_facts(logistic_regression(tmp_path / "m.onnx", zipmap=True))
+        facts.model_facts(logistic_regression(tmp_path / "m.onnx", zipmap=True))
     assert caught.value.message == (
         "output 'probabilities' is a sequence of maps, not a tensor, and a library takes and returns tensors only "
         "(fix: export the model with tensor outputs, e.g. skl2onnx's options={'zipmap': False} for a classifier's "
@@ -124,7 +126,7 @@ def test_the_fix_for_an_undeclared_dynamic_input_quotes_a_name_toml_cannot_take_
         match=r'\(fix: inputs\."serving_default_x:0" = \{ shape = \[\.\.\.\], dtype = '
         r'"float32" \} under the model\)',
     ):
-        onnx_import.freeze_inputs(helper.make_model(graph), {})
+        model_inputs.freeze_inputs(helper.make_model(graph), {})
 
 
 def pooled_then(*tail: str) -> onnx.ModelProto:
@@ -172,8 +174,8 @@ def pooled_then(*tail: str) -> onnx.ModelProto:
 def test_normalised_pooled_features_are_an_embedding_and_a_layer_after_them_or_no_normalisation_is_not(tail, features):
     """A bare pooling can be a classifier's logits (SqueezeNet pools its last conv's 1000 channels)."""
     model = pooled_then(*tail)
-    assert onnx_import.feature_outputs(model) == (("y",) if features else ())
-    assert onnx_import._signature(model, {}).outputs["y"].get("features", False) is features
+    assert facts.feature_outputs(model) == (("y",) if features else ())
+    assert facts.signature_of(model, {}).outputs["y"].get("features", False) is features
 
 
 def test_the_facts_init_reads_say_whether_a_model_arrives_quantized(tmp_path):
@@ -181,9 +183,9 @@ def test_the_facts_init_reads_say_whether_a_model_arrives_quantized(tmp_path):
 
     float_model = conv_relu(tmp_path / "f.onnx")
     quantized = quantized_qdq(float_model, tmp_path / "q.onnx", [1, 3, 8, 8])
-    facts = [onnx_import.model_facts(path) for path in (float_model, quantized)]
-    assert [f.quantized for f in facts] == [False, True] and [f.float16 for f in facts] == [False, False]
-    assert list(facts[1].signature.inputs) == ["x"]
+    read = [facts.model_facts(path) for path in (float_model, quantized)]
+    assert [f.quantized for f in read] == [False, True] and [f.float16 for f in read] == [False, False]
+    assert list(read[1].signature.inputs) == ["x"]
 
 
 def test_a_model_tvm_fails_on_that_is_not_valid_onnx_is_told_so_by_onnxs_checker(tvm):

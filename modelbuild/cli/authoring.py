@@ -12,8 +12,8 @@ from modelbuild.errors import ModelbuildError
 def cmd_init(args, console) -> int:
     from modelbuild.cli import scaffold
     from modelbuild.errors import StageError
+    from modelbuild.frontend.facts import model_facts
     from modelbuild.recipe.schema import json_schema
-    from modelbuild.stages.onnx_import import model_facts
 
     if args.target not in scaffold.TARGET_PRESETS:
         raise ModelbuildError(

@@ -5,28 +5,24 @@ QOperator nodes in QDQ form, BatchNorms that simplification could not fold as on
 padding as each conv's own, and a Resize's empty scales as none. A model that arrives quantized (QDQ or
 QOperator) gets the integer kernels the quantize stage gives its own QDQ models (compiler/integer_ops.py), with
 no recalibration.
-
-TVM and onnxslim are imported where they are used: `modelbuild init` reads a model's signature here and
-should not wait seconds for them."""
+The inputs are bound and frozen, and the signature read, by frontend/inputs.py and frontend/facts.py, which
+`modelbuild init` uses too; TVM and onnxslim are imported where they are used."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import onnx
-from onnx import numpy_helper
 
 from modelbuild import signature
 from modelbuild.compiler import integer_ops, layer_names
-from modelbuild.errors import InputError, StageError, last_line
+from modelbuild.errors import StageError, last_line
 from modelbuild.frontend import (
     auto_pad,
     batchnorm,
     constant_operators,
     decompositions,
-    float16,
+    facts,
     functions,
     inferred,
     loops,
@@ -39,8 +35,9 @@ from modelbuild.frontend import (
     roi_align,
     topk_order,
 )
+from modelbuild.frontend import inputs as model_inputs
 from modelbuild.recipe.params import ImportParams
-from modelbuild.recipe.schema import InputSpec, toml_key
+from modelbuild.recipe.schema import toml_key
 from modelbuild.stages import contracts
 from modelbuild.stages.contracts import Role
 
@@ -49,10 +46,10 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
     """Write ir.json (the Relax module, constants included), signature.json (inputs and outputs in graph
     order) and model.onnx (the frozen, simplified model)."""
     p: ImportParams = contracts.read_params(contracts.IMPORT, params)
-    model = _load(inputs[Role.MODEL])
+    model = model_inputs.load(inputs[Role.MODEL])
     bound = {name: spec for name, spec in p.inputs.items() if spec.value is not None}
-    bind_inputs(model, bound)
-    frozen = freeze_inputs(model, {name: spec for name, spec in p.inputs.items() if name not in bound})
+    model_inputs.bind_inputs(model, bound)
+    frozen = model_inputs.freeze_inputs(model, {name: spec for name, spec in p.inputs.items() if name not in bound})
     # before the domains are checked (a model's functions have their own) and before onnxslim, which folds
     # what an expanded body computes from shapes (CenterCropPad's pads)
     model = functions.expanded(functions.inlined(model), converted_operators())
@@ -60,136 +57,13 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
     if p.simplify:
         model = _simplify(model)
     module = to_relax(model, frozen)
-    if is_quantized(model):
+    if facts.is_quantized(model):
         module = integer_ops.rewrite(module)
     import tvm
 
     (out / contracts.IR).write_text(tvm.ir.save_json(module))
     onnx.save(model, str(out / contracts.FROZEN_ONNX))
-    (out / signature.FILE).write_text(_signature(model, p.inputs).to_json())
-
-
-def _load(path: Path):
-    try:
-        model = onnx.load(str(path))
-    except Exception as err:
-        raise InputError(f"{path.name} is not a readable ONNX model: {last_line(err)}") from err
-    _only_tensors(model)
-    return model
-
-
-# what a graph input or output holds where it is no tensor, in the words of the ONNX type it is
-NOT_TENSORS = {
-    "sequence_type": "a sequence",
-    "map_type": "a map",
-    "optional_type": "an optional value",
-    "sparse_tensor_type": "a sparse tensor",
-    None: "of no type",
-}
-
-
-def _only_tensors(model) -> None:
-    """A library takes and returns dense tensors: a classifier exported by skl2onnx returns its probabilities
-    as a sequence of maps (ZipMap), which has no dtype and stopped `init` with a traceback."""
-    for role, values in (("input", _real_inputs(model).values()), ("output", model.graph.output)):
-        for value in values:
-            kind = value.type.WhichOneof("value")
-            if kind == "tensor_type" and value.type.tensor_type.elem_type != onnx.TensorProto.UNDEFINED:
-                continue
-            what = NOT_TENSORS.get(kind, f"a {kind}") if kind != "tensor_type" else "a tensor of no element type"
-            if kind == "sequence_type" and value.type.sequence_type.elem_type.WhichOneof("value") == "map_type":
-                what = "a sequence of maps"
-            raise InputError(
-                f"{role} {value.name!r} is {what}, not a tensor, and a library takes and returns "
-                f"tensors only (fix: export the model with tensor {role}s, e.g. skl2onnx's "
-                "options={'zipmap': False} for a classifier's probabilities)"
-            )
-
-
-def bind_inputs(model, bound: dict[str, InputSpec]) -> None:
-    """Replace each bound graph input by a constant of its value, so that simplification folds what depends
-    on it (an `If` on a sample rate, shape arithmetic) and the library no longer takes it."""
-    graph_inputs = _real_inputs(model)
-    actual = "; the model's inputs: " + ", ".join(_describe(i) for i in graph_inputs.values())
-    for name, spec in bound.items():
-        if name not in graph_inputs:
-            raise InputError(f"the model has no input {name!r} to bind{actual}")
-        dims, dtype = graph_inputs[name].type.tensor_type.shape.dim, _dtype(graph_inputs[name])
-        if spec.dtype != dtype:
-            raise InputError(
-                f"input {name!r} is {dtype} in the model, the recipe binds a {spec.dtype} value"
-                f' (fix: dtype = "{dtype}"){actual}'
-            )
-        value = np.array(spec.value, dtype=dtype)
-        fixed = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None for d in dims]
-        if len(fixed) != value.ndim or any(f is not None and f != n for f, n in zip(fixed, value.shape)):
-            raise InputError(
-                f"input {name!r} is {_dims(dims)} in the model, the recipe binds a value of shape "
-                f"{list(value.shape)}{actual}"
-            )
-        model.graph.input.remove(graph_inputs[name])
-        model.graph.initializer.append(numpy_helper.from_array(value, name))
-
-
-def freeze_inputs(model, declared: dict[str, InputSpec]) -> dict[str, dict]:
-    """Fix every graph input to its declared shape, or to the model's own where it is fully static; the
-    shapes and dtypes used, in graph order. A declaration the model contradicts is bad input, reported with
-    the model's actual inputs, so it is fixed once here and not rediscovered by every later stage."""
-    graph_inputs = _real_inputs(model)
-    actual = "; the model's inputs: " + ", ".join(_describe(i) for i in graph_inputs.values())
-    for name in declared:
-        if name not in graph_inputs:
-            raise InputError(f"the model has no input {name!r}{actual}")
-    frozen = {}
-    for name, value in graph_inputs.items():
-        dims, dtype = value.type.tensor_type.shape.dim, _dtype(value)
-        spec = declared.get(name) or _static_spec(name, dims, dtype, actual)
-        if spec.dtype != dtype:
-            raise InputError(
-                f"input {name!r} is {dtype} in the model, the recipe declares {spec.dtype}"
-                f' (fix: dtype = "{dtype}"){actual}'
-            )
-        if len(dims) != len(spec.shape):
-            raise InputError(
-                f"input {name!r} has rank {len(dims)} in the model, the recipe declares shape {spec.shape}{actual}"
-            )
-        for dim, size in zip(dims, spec.shape):
-            if dim.HasField("dim_value") and dim.dim_value > 0 and dim.dim_value != size:
-                raise InputError(
-                    f"input {name!r} is fixed to {_dims(dims)} in the model, the recipe declares {spec.shape}{actual}"
-                )
-            dim.ClearField("dim_param")
-            dim.dim_value = size
-        frozen[name] = {"shape": list(spec.shape), "dtype": spec.dtype}
-    return frozen
-
-
-def _real_inputs(model) -> dict:
-    initializers = {i.name for i in model.graph.initializer}
-    return {i.name: i for i in model.graph.input if i.name not in initializers}
-
-
-def _static_spec(name: str, dims, dtype: str, actual: str) -> InputSpec:
-    """An undeclared input's own shape, when the model fixes every dimension of it."""
-    shape = _dims(dims)  # [] is a scalar: static
-    if not all(isinstance(d, int) and d > 0 for d in shape):
-        raise InputError(
-            f"input {name!r} has dynamic dimensions {shape}: declare the shape to build for (fix: "
-            f'inputs.{toml_key(name)} = {{ shape = [...], dtype = "{dtype}" }} under the model){actual}'
-        )
-    return InputSpec(shape=shape, dtype=dtype)
-
-
-def _dtype(value) -> str:
-    return onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type).name
-
-
-def _describe(value) -> str:
-    return f"{value.name} {_dtype(value)} {_dims(value.type.tensor_type.shape.dim)}"
-
-
-def _dims(dims) -> list:
-    return [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else (d.dim_param or "?") for d in dims]
+    (out / signature.FILE).write_text(facts.signature_of(model, p.inputs).to_json())
 
 
 def _simplify(model):
@@ -272,14 +146,6 @@ def _invalid(model) -> str | None:
 SHAPELESS_OUTPUT = "Field 'shape' of 'type' is required but missing"
 
 
-QUANTIZED_OPS = {"DequantizeLinear", *qoperator.QOPERATORS}
-
-
-def is_quantized(model) -> bool:
-    """Whether the model arrived quantized: onnxruntime's QDQ or QOperator format."""
-    return any(node.op_type in QUANTIZED_OPS for node in model.graph.node)
-
-
 def _check_domains(model, known: tuple[str, ...] = ("", "ai.onnx", qoperator.CONTRIB)) -> None:
     """Name the first operator of a domain TVM has no converter for at all, before onnxslim (which failed on
     scikit-learn's ai.onnx.ml operators with "'NoneType' object has no attribute 'opset_import'"). Before the
@@ -344,7 +210,8 @@ def _foldable_hint(model, node) -> str:
             f"folds it away"
         )
     fixes = " and ".join(
-        f'inputs.{toml_key(name)} = {{ value = ..., dtype = "{_dtype(value)}" }}' for name, value in inputs.items()
+        f'inputs.{toml_key(name)} = {{ value = ..., dtype = "{model_inputs.dtype_of(value)}" }}'
+        for name, value in inputs.items()
     )
     return (
         f"; {CONTROL_FLOW[node.op_type]} depends on input {', '.join(map(repr, inputs))}: bind it to a constant "
@@ -355,7 +222,7 @@ def _foldable_hint(model, node) -> str:
 def _upstream_inputs(model, tensors) -> dict:
     """The graph inputs the tensors are computed from, in graph order."""
     producers = {out: n for n in model.graph.node for out in n.output}
-    graph_inputs = _real_inputs(model)
+    graph_inputs = model_inputs.real_inputs(model)
     seen, todo, found = set(), list(tensors), set()
     while todo:
         tensor = todo.pop()
@@ -367,91 +234,3 @@ def _upstream_inputs(model, tensors) -> dict:
         elif tensor in producers:
             todo += list(producers[tensor].input)
     return {name: value for name, value in graph_inputs.items() if name in found}
-
-
-@dataclass(frozen=True)
-class ModelFacts:
-    """What `modelbuild init` reads of a model to write its recipe, from one load of it."""
-
-    signature: signature.Signature  # the inputs and outputs it declares, dynamic dimensions named (or '?')
-    float16: bool  # it keeps float16 values: weights, inputs or outputs
-    quantized: bool  # it arrives quantized (QDQ or QOperator)
-
-
-def model_facts(path: Path) -> ModelFacts:
-    model = _load(path)
-    return ModelFacts(
-        signature=_signature(model, {}), float16=float16.holds_float16(model), quantized=is_quantized(model)
-    )
-
-
-POOLING = {"GlobalAveragePool", "GlobalMaxPool", "AveragePool", "MaxPool", "ReduceMean", "ReduceMax"}
-NORMALISING = {"Div", "LpNormalization", "BatchNormalization"}  # x / |x|, and a BatchNorm1d on the features
-# what else a feature vector passes through after its pooling: shape ops, a normalisation's folded scale and
-# shift, an exporter's (de)quantizing
-AFTER_POOLING = NORMALISING | {
-    "Flatten",
-    "Reshape",
-    "Squeeze",
-    "Unsqueeze",
-    "Identity",
-    "Transpose",
-    "Cast",
-    "Mul",
-    "Add",
-    "Sub",
-    "QuantizeLinear",
-    "DequantizeLinear",
-}
-
-
-def feature_outputs(model) -> tuple[str, ...]:
-    """The outputs that are normalised pooled features (an embedding model's [1, 2048], L2-normalised), whose
-    top-1 means nothing. A pooling with no normalisation after it can be a classifier's logits (SqueezeNet
-    pools its last conv's 1000 channels), and a classifier's scores come from a Gemm, MatMul or Softmax."""
-    producers = {out: node for node in model.graph.node for out in node.output}
-
-    def normalised_pooling(tensor: str) -> bool:
-        node, normalised = producers.get(tensor), False
-        while node is not None and node.op_type in AFTER_POOLING:
-            normalised |= node.op_type in NORMALISING
-            node = producers.get(node.input[0])
-        return normalised and node is not None and node.op_type in POOLING
-
-    return tuple(value.name for value in model.graph.output if normalised_pooling(value.name))
-
-
-def _signature(model, declared: dict[str, InputSpec]) -> signature.Signature:
-    """What the library takes and returns; an input's declared value range travels with it, and the bound
-    inputs are listed with their values (the reference runs the original model, which still takes them)."""
-
-    def tensors(values) -> dict[str, dict]:
-        return {v.name: {"shape": _dims(v.type.tensor_type.shape.dim), "dtype": _dtype(v)} for v in values}
-
-    inputs, outputs = tensors(_real_inputs(model).values()), tensors(model.graph.output)
-    for name in feature_outputs(model):
-        outputs[name]["features"] = True
-    for name, spec in inputs.items():
-        if name in declared and declared[name].range is not None:
-            spec["range"] = list(declared[name].range)
-        if name in declared and declared[name].feedback is not None:
-            spec["feedback"] = _fed_back(name, spec, declared[name].feedback, outputs)
-    bound = {
-        name: {"dtype": spec.dtype, "value": spec.value} for name, spec in declared.items() if spec.value is not None
-    }
-    return signature.Signature(inputs=inputs, outputs=outputs, bound=bound)
-
-
-def _fed_back(name: str, spec: dict, output: str, outputs: dict[str, dict]) -> str:
-    """The output a streaming input is fed from, checked to exist and to fit the input."""
-    if output not in outputs:
-        raise InputError(
-            f"inputs.{name}.feedback: the model has no output {output!r}; its outputs: "
-            + ", ".join(f"{o} {t['dtype']} {t['shape']}" for o, t in outputs.items())
-        )
-    if (outputs[output]["shape"], outputs[output]["dtype"]) != (spec["shape"], spec["dtype"]):
-        raise InputError(
-            f"inputs.{name}.feedback: output {output!r} is {outputs[output]['dtype']} "
-            f"{outputs[output]['shape']}, the input is {spec['dtype']} {spec['shape']}"
-        )
-    return output

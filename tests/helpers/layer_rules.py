@@ -34,7 +34,7 @@ ALLOWED: dict[str, set[str]] = {
     "tuning": set(),
     # the validate stage's measuring script and the RPC device client: they run libraries, and time them
     "measurement": {"compiler", "host", "recipe.targets", "validation"},
-    "frontend": set(),
+    "frontend": {"recipe.schema"},  # an input as the recipe declares it, and its key as a fix writes it
     "compiler": set(),
     "quantization": {"validation"},
     "validation": set(),
@@ -81,7 +81,8 @@ HOLDS: dict[str, str] = {
     "host": "probes of this machine: `cgroup` (CPU quota), `gpus`, `nvrtc` (where NVRTC and the CUDA headers are)",
     "frontend": "ONNX graph rewrites before import: `recurrent` (LSTM, GRU, RNN unrolled into operators TVM "
     "imports), `qoperator` (pre-quantized QOperator models in QDQ form), `batchnorm` (BatchNorms simplification "
-    "left, as a multiply-add), `shapes` (freezing declared input shapes)",
+    "left, as a multiply-add), `inputs` (the declared inputs bound or frozen), `facts` (a model's signature, "
+    "whether it arrives quantized)",
     "compiler": "the phased TVM pipeline (`lowering`), IR figures (`analysis`, `layer_names`), the integer "
     "legalisation (`integer_ops`), `fast_math`, `default_schedule`; `passes/`, the graph rewrites before "
     "legalisation, each a `tvm.transform` module pass; and `kernels/` (packed dot-product convs and matmuls for "
