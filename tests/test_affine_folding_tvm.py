@@ -140,3 +140,34 @@ def test_constants_that_compose_beyond_float32_are_left_as_steps():
         return bb.emit(relax.op.add(y, constant(1.0)))
 
     assert op_names(affine_folding.fold(build_module(overflowing))) == ["relax.multiply", "relax.multiply", "relax.add"]
+
+
+def test_a_chain_of_scalings_and_shifts_folds_into_one_step():
+    """Before -> Expected: (2x + 3) * 0.5 is x + 1.5."""
+    import tvm
+    from tvm.script import ir as I
+    from tvm.script import relax as R
+
+    from modelbuild.compiler.passes import affine_folding
+
+    @I.ir_module
+    class Before:
+        @R.function
+        def main(x: R.Tensor((1, 8), "float32")) -> R.Tensor((1, 8), "float32"):
+            with R.dataflow():
+                a = R.multiply(x, R.const(2.0, "float32"))
+                b = R.add(a, R.const(3.0, "float32"))
+                c = R.multiply(b, R.const(0.5, "float32"))
+                R.output(c)
+            return c
+
+    @I.ir_module
+    class Expected:
+        @R.function
+        def main(x: R.Tensor((1, 8), "float32")) -> R.Tensor((1, 8), "float32"):
+            with R.dataflow():
+                c = R.add(x, R.const(1.5, "float32"))
+                R.output(c)
+            return c
+
+    tvm.ir.assert_structural_equal(affine_folding.transform()(Before), Expected)

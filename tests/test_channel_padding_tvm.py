@@ -246,3 +246,30 @@ def test_a_grouped_conv_of_24_channels_a_group_computes_32_a_group_and_matches_t
 def test_a_grouped_conv_whose_groups_are_whole_vectors_keeps_its_weights():
     module = grouped_conv(2, 8, 32)
     assert any([3, 3, 8, 64] in shapes for shapes in kernel_shapes(module, "auto").values())
+
+
+def test_a_matmul_by_13_constant_columns_computes_16_and_slices_off_the_padding():
+    """Before -> Expected: the weights padded with zero columns (a pad of a constant, which constant folding
+    then folds), the matmul on 16 columns, a slice back to 13."""
+    import tvm
+    from tvm import relax
+
+    from modelbuild.compiler.passes import channel_padding
+
+    weights = relax.const(np.arange(8 * 13, dtype="float32").reshape(8, 13))
+
+    def module(body):
+        bb = relax.BlockBuilder()
+        x = relax.Var("x", relax.TensorType(shape=(4, 8), dtype="float32"))
+        with bb.function("main", [x]):
+            with bb.dataflow():
+                y = bb.emit_output(body(bb, x))
+            bb.emit_func_output(y)
+        return bb.get()
+
+    def padded(bb, x):
+        wide = bb.emit(relax.op.matmul(x, bb.emit(relax.op.nn.pad(weights, [0, 0, 0, 3]))))
+        return relax.op.strided_slice(wide, axes=[1], begin=[0], end=[13])
+
+    before = module(lambda bb, x: relax.op.matmul(x, weights))
+    tvm.ir.assert_structural_equal(channel_padding.transform()(before), module(padded))

@@ -117,3 +117,42 @@ def test_an_int8_transposed_conv_is_a_vnni_conv_and_one_gather_bit_exact():
     # y[o, 2i + a, 2j + b] = sum_c x[c, i, j] w[c, o, a, b]
     want = np.einsum("nchw,coab->nohawb", x.astype(np.int64), weight.astype(np.int64)).reshape(1, 4, 16, 32)
     np.testing.assert_array_equal(got, want)
+
+
+def test_a_non_overlapping_transposed_conv_becomes_a_1x1_conv_and_a_depth_to_space():
+    """Before -> Expected, as TVM's passes are tested: weights w[c, o, a, b] reordered in the graph into the
+    1x1 conv's (o, a, b) output channels, whose taps a reshape, transpose and reshape interleave."""
+    import tvm
+    from tvm.script import ir as I
+    from tvm.script import relax as R
+
+    from modelbuild.compiler.passes import conv_transpose
+
+    @I.ir_module
+    class Before:
+        @R.function
+        def main(x: R.Tensor((1, 4, 5, 6), "float32"), w: R.Tensor((4, 3, 2, 2), "float32")) -> R.Tensor(
+            (1, 3, 10, 12), "float32"
+        ):
+            with R.dataflow():
+                y = R.nn.conv2d_transpose(x, w, strides=[2, 2])
+                R.output(y)
+            return y
+
+    @I.ir_module
+    class Expected:
+        @R.function
+        def main(x: R.Tensor((1, 4, 5, 6), "float32"), w: R.Tensor((4, 3, 2, 2), "float32")) -> R.Tensor(
+            (1, 3, 10, 12), "float32"
+        ):
+            with R.dataflow():
+                taps = R.permute_dims(w, axes=[1, 2, 3, 0])
+                taps_1x1 = R.reshape(taps, R.shape([12, 4, 1, 1]))
+                per_tap = R.nn.conv2d(x, taps_1x1)
+                blocks = R.reshape(per_tap, R.shape([1, 3, 2, 2, 5, 6]))
+                interleaved = R.permute_dims(blocks, axes=[0, 1, 4, 2, 5, 3])
+                y = R.reshape(interleaved, R.shape([1, 3, 10, 12]))
+                R.output(y)
+            return y
+
+    tvm.ir.assert_structural_equal(conv_transpose.transform()(Before), Expected)

@@ -131,3 +131,43 @@ def test_a_linear_resize_is_not_passed():
         "relax.quantize",
         "relax.concat",
     ]
+
+
+def test_a_quantize_after_a_concatenation_quantizes_each_piece_before_it():
+    """Before -> Expected: the concatenation moves int8 pieces, each quantized with the same constants."""
+    import tvm
+    from tvm.script import ir as I
+    from tvm.script import relax as R
+
+    from modelbuild.compiler.passes import early_quantize
+
+    @I.ir_module
+    class Before:
+        @R.function
+        def main(x: R.Tensor((1, 4, 4, 4), "float32"), y: R.Tensor((1, 4, 4, 4), "float32")) -> R.Tensor(
+            (1, 8, 4, 4), "int8"
+        ):
+            with R.dataflow():
+                a = R.nn.relu(x)
+                b = R.nn.relu(y)
+                c = R.concat([a, b], axis=1)
+                q = R.quantize(c, R.const(0.5, "float32"), R.const(0, "int8"), axis=1, out_dtype="int8")
+                R.output(q)
+            return q
+
+    @I.ir_module
+    class Expected:
+        @R.function
+        def main(x: R.Tensor((1, 4, 4, 4), "float32"), y: R.Tensor((1, 4, 4, 4), "float32")) -> R.Tensor(
+            (1, 8, 4, 4), "int8"
+        ):
+            with R.dataflow():
+                a = R.nn.relu(x)
+                b = R.nn.relu(y)
+                qa = R.quantize(a, R.const(0.5, "float32"), R.const(0, "int8"), axis=1, out_dtype="int8")
+                qb = R.quantize(b, R.const(0.5, "float32"), R.const(0, "int8"), axis=1, out_dtype="int8")
+                q = R.concat([qa, qb], axis=1)
+                R.output(q)
+            return q
+
+    tvm.ir.assert_structural_equal(early_quantize.transform()(Before), Expected)

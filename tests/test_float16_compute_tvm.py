@@ -94,3 +94,37 @@ def test_a_float32_model_is_left_as_it_is():
 
     module, _, _ = conv_model("float32")
     assert float16_compute.widen(module) is module
+
+
+def test_a_float16_function_computes_in_float32_and_returns_float16():
+    """Before -> Expected: inputs widened once, every operator in float32, the result narrowed back."""
+    import tvm
+    from tvm.script import ir as I
+    from tvm.script import relax as R
+
+    from modelbuild.compiler.passes import float16_compute
+
+    @I.ir_module
+    class Before:
+        @R.function
+        def main(x: R.Tensor((1, 8), "float16"), y: R.Tensor((1, 8), "float16")) -> R.Tensor((1, 8), "float16"):
+            with R.dataflow():
+                a = R.add(x, y)
+                b = R.nn.relu(a)
+                R.output(b)
+            return b
+
+    @I.ir_module
+    class Expected:
+        @R.function
+        def main(x: R.Tensor((1, 8), "float16"), y: R.Tensor((1, 8), "float16")) -> R.Tensor((1, 8), "float16"):
+            with R.dataflow():
+                x32 = R.astype(x, "float32")
+                y32 = R.astype(y, "float32")
+                a = R.add(x32, y32)
+                b = R.nn.relu(a)
+                R.output(b)
+            narrowed = R.astype(b, "float16")
+            return narrowed
+
+    tvm.ir.assert_structural_equal(float16_compute.transform()(Before), Expected)

@@ -81,3 +81,26 @@ def test_depthwise_int8_and_vector_wide_groups_are_left_as_they_are():
     assert conv_groups(wide) == [(4, [64, 16, 3, 3])]
     int8 = grouped_module((1, 64, 8, 8), rng.integers(-128, 128, (64, 8, 3, 3)).astype("int8"), 8, dtype="int8")
     assert conv_groups(int8) == [(8, [64, 8, 3, 3])]
+
+
+def test_four_groups_of_8_channels_become_two_block_diagonal_groups_of_16():
+    """Before -> Expected: groups merged two at a time, each merged group's weights zero between the two."""
+    import tvm
+    from tvm import relax
+
+    from modelbuild.compiler.passes import group_blocks
+
+    weight = np.arange(32 * 4 * 3 * 3, dtype="float32").reshape(32, 4, 3, 3) / 100
+
+    def module(weights, groups: int):
+        bb = relax.BlockBuilder()
+        x = relax.Var("x", relax.TensorType(shape=(1, 16, 6, 6), dtype="float32"))
+        with bb.function("main", [x]):
+            with bb.dataflow():
+                conv = relax.op.nn.conv2d(x, relax.const(weights), padding=[1, 1, 1, 1], groups=groups)
+                y = bb.emit_output(conv)
+            bb.emit_func_output(y)
+        return bb.get()
+
+    expected = module(group_blocks.block_diagonal(weight, 4, 2), 2)
+    tvm.ir.assert_structural_equal(group_blocks.transform()(module(weight, 4)), expected)

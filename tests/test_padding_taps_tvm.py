@@ -78,3 +78,26 @@ def test_a_float_conv_computes_the_same_outputs_with_the_padding_taps_dropped(mo
         executable, _ = build(module, {"kind": "llvm", "num-cores": 2})
         outputs.append(relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy())
     np.testing.assert_allclose(outputs[0], outputs[1], rtol=1e-5, atol=1e-5)
+
+
+def test_a_3x3_conv_over_one_pixel_keeps_its_centre_tap_alone():
+    """Before -> Expected: over a 1 x 1 map every tap but the centre reads padding, so the conv is a 1x1 conv
+    of the centre weights with no padding."""
+    import tvm
+    from tvm import relax
+
+    from modelbuild.compiler.passes import padding_taps
+
+    weights = np.arange(2 * 3 * 3 * 3, dtype="float32").reshape(2, 3, 3, 3)
+
+    def module(weight, padding):
+        bb = relax.BlockBuilder()
+        x = relax.Var("x", relax.TensorType(shape=(1, 3, 1, 1), dtype="float32"))
+        with bb.function("main", [x]):
+            with bb.dataflow():
+                y = bb.emit_output(relax.op.nn.conv2d(x, relax.const(weight), padding=padding))
+            bb.emit_func_output(y)
+        return bb.get()
+
+    before, expected = module(weights, [1, 1, 1, 1]), module(weights[:, :, 1:2, 1:2].copy(), [0, 0, 0, 0])
+    tvm.ir.assert_structural_equal(padding_taps.transform()(before), expected)

@@ -121,3 +121,36 @@ def test_a_tensor_of_symbolic_shape_is_left_as_it_is():
         bb.emit_func_output(out)
     mod = bb.get()
     assert transposes(transpose_folding.fold(mod)) == 2
+
+
+def test_a_transpose_and_its_inverse_around_an_elementwise_op_fold_away():
+    """Before -> Expected: the elementwise op runs on the untransposed tensor (the reshape left is to the
+    same shape, which legalisation drops)."""
+    import tvm
+    from tvm.script import ir as I
+    from tvm.script import relax as R
+
+    from modelbuild.compiler.passes import transpose_folding
+
+    @I.ir_module
+    class Before:
+        @R.function
+        def main(x: R.Tensor((1, 4, 5, 6), "float32")) -> R.Tensor((1, 4, 5, 6), "float32"):
+            with R.dataflow():
+                a = R.permute_dims(x, [0, 2, 3, 1])
+                b = R.nn.relu(a)
+                c = R.permute_dims(b, [0, 3, 1, 2])
+                R.output(c)
+            return c
+
+    @I.ir_module
+    class Expected:
+        @R.function
+        def main(x: R.Tensor((1, 4, 5, 6), "float32")) -> R.Tensor((1, 4, 5, 6), "float32"):
+            with R.dataflow():
+                same = R.reshape(x, R.shape([1, 4, 5, 6]))
+                c = R.nn.relu(same)
+                R.output(c)
+            return c
+
+    tvm.ir.assert_structural_equal(transpose_folding.transform()(Before), Expected)

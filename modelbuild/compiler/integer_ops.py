@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from modelbuild.compiler.relax_rewrite import operator_name
+
 _EIGHT_BIT = ("int8", "uint8")
 _SPLIT = "int16"  # activations computed as two bytes, when their zero point is 0
 BYTE = 256
@@ -94,7 +96,7 @@ def rewrite(module):
             """As _dequantized, for a transpose of a dequantized 8-bit constant, with the constant transposed:
             onnx's Gemm with transB = 1 (how PyTorch's Linear exports) imports as matmul(x, permute_dims(w))."""
             value = self._bound(expr)
-            if getattr(getattr(value, "op", None), "name", None) != "relax.permute_dims":
+            if operator_name(value) != "relax.permute_dims":
                 return None
             weight = self._dequantized(value.args[0], _EIGHT_BIT)
             if weight is None or not isinstance(weight[0], Constant):
@@ -111,7 +113,7 @@ def rewrite(module):
         def _dequantized(self, expr, dtypes):
             """(quantized tensor, scale array, zero point array, axis) if `expr` is dequantize of `dtypes`."""
             value = self._bound(expr)
-            if value is None or getattr(getattr(value, "op", None), "name", None) != "relax.dequantize":
+            if value is None or operator_name(value) != "relax.dequantize":
                 return None
             quantized, scale, zero = value.args[0], value.args[1], value.args[2]
             if str(quantized.ty.dtype) not in dtypes:
@@ -127,7 +129,7 @@ def rewrite(module):
             scalar computed by the model (onnxruntime's dynamic quantization, DynamicQuantizeLinear, whose scale
             the model applies after the MatMulInteger), returned as the expression."""
             value = self._bound(expr)
-            if value is None or getattr(getattr(value, "op", None), "name", None) != "relax.dequantize":
+            if value is None or operator_name(value) != "relax.dequantize":
                 return None
             quantized, scale, zero = value.args
             if (
@@ -195,7 +197,7 @@ def _deferrable_divisions(func) -> list:
     for b in bindings:
         value = b.value
         if (
-            getattr(getattr(value, "op", None), "name", None) == "relax.divide"
+            operator_name(value) == "relax.divide"
             and isinstance(b.var, relax.DataflowVar)
             and isinstance(value.args[1], Constant)
             and str(value.args[1].ty.dtype) == "float32"
@@ -213,7 +215,7 @@ def _deferrable_divisions(func) -> list:
 
 
 def _takes_once(use, var) -> bool:
-    name = getattr(getattr(use, "op", None), "name", None)
+    name = operator_name(use)
     taken = [a for a in getattr(use, "args", []) if a.same_as(var)]
     if name == "relax.mean":
         return use.args[0].same_as(var) and len(taken) == 1
@@ -259,7 +261,7 @@ def fold_into_quantize(module):
             """(x, factor) when `expr` is x * m or x / d as above: the quantize scale gets multiplied by factor
             (1 / m, or d), a scalar or one value per index of `axis`."""
             value = self.lookup_binding(expr) if isinstance(expr, relax.Var) else None
-            name = getattr(getattr(value, "op", None), "name", None)
+            name = operator_name(value)
             if name not in ("relax.multiply", "relax.divide") or not isinstance(value.args[1], Constant):
                 return None
             constant = constant_value(value.args[1]).astype(np.float64)

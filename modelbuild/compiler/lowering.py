@@ -67,6 +67,7 @@ from modelbuild.compiler.passes import (
     transpose_folding,
     upsample_fusion,
 )
+from modelbuild.compiler.relax_rewrite import operator_name
 
 _ALIAS_OPS = {"relax.reshape", "relax.memory.view"}
 
@@ -92,19 +93,24 @@ def lower(module, target, *, fuse: bool, layout: str | None, database=None, sche
     from tvm import relax
     from tvm.relax.backend.cpu_generic import pipeline as cpu
 
-    module = float16_compute.widen(module)
-    module, used_layout = _channels_last(padding_taps.rewrite(conv_transpose.rewrite(module)), layout)
-    module = transpose_folding.fold(module)
-    module = constant_folding.fold(channel_padding.rewrite(module))
-    module = early_quantize.rewrite(affine_folding.fold(module))
-    # computed once, used twice: smoothing gives each conv reading a tensor the same divisor, so the QDQ
-    # graph quantizes that tensor once per conv with equal constants (6 of the DB detector's 10 quantize
-    # kernels), and the one left fuses into the kernel that makes the tensor
-    module = relax.transform.EliminateCommonSubexpr()(module)
-    instruction = conv_instruction(target)
-    if instruction is not None:
-        module = pixel_rows.rewrite(module, instruction.lanes)
     seq = tvm.transform.Sequential
+    module = seq([float16_compute.transform(), conv_transpose.transform(), padding_taps.transform()])(module)
+    module, used_layout = _channels_last(module, layout)  # a choice as well as a rewrite: it says which layout
+    instruction = conv_instruction(target)
+    module = seq(
+        [
+            transpose_folding.transform(),
+            channel_padding.transform(),
+            constant_folding.transform(),
+            affine_folding.transform(),
+            early_quantize.transform(),
+            # computed once, used twice: smoothing gives each conv reading a tensor the same divisor, so the
+            # QDQ graph quantizes that tensor once per conv with equal constants (6 of the DB detector's 10
+            # quantize kernels), and the one left fuses into the kernel that makes the tensor
+            relax.transform.EliminateCommonSubexpr(),
+            *([pixel_rows.transform(instruction.lanes)] if instruction is not None else []),
+        ]
+    )(module)
 
     legalize = relax.transform.LegalizeOps(
         customize_legalize_map={
@@ -119,12 +125,12 @@ def lower(module, target, *, fuse: bool, layout: str | None, database=None, sche
             **fast_math.legalizations(),
         }
     )
-    module = top_k.rewrite(module)  # before the library dispatch, which would send topk to TVM's full sort
     legalized = seq(
-        cpu.library_dispatch_passes(target)
+        # top_k before the library dispatch, which would send topk to TVM's full sort
+        [top_k.transform(), *cpu.library_dispatch_passes(target)]
         + [legalize, relax.transform.AnnotateTIROpPattern(), relax.transform.FoldConstant()]
     )(module)
-    grouped = upsample_fusion.fuse(legalized) if fuse else legalized
+    grouped = upsample_fusion.transform()(legalized) if fuse else legalized
     fused = relax.transform.FuseTIR()(grouped) if fuse else legalized
     if database is not None:
         with database:
@@ -175,7 +181,7 @@ def _channels_last(module, layout: str | None):
     groups would only multiply more zeros."""
     if layout not in channels_last.LAYOUTS:  # nothing goes channels-last: no merge to try
         return module, channels_last.KEPT
-    converted, used_layout = channels_last.convert(group_blocks.rewrite(module), layout)
+    converted, used_layout = channels_last.convert(group_blocks.transform()(module), layout)
     return (converted, used_layout) if used_layout == channels_last.CONVERTED else channels_last.convert(module, layout)
 
 
@@ -244,7 +250,7 @@ def launched_kernel_calls(module, grouped=None, legalized=None) -> list[KernelCa
 
 
 def _is_call_tir(value) -> bool:
-    return getattr(getattr(value, "op", None), "name", None) == "relax.call_tir"
+    return operator_name(value) == "relax.call_tir"
 
 
 def _out_types(ty) -> list:
@@ -314,7 +320,7 @@ def steps(module) -> tuple[list[Step], set[str]]:
     for binding in _bindings(module["main"]):
         name, value = _unique_name(binding.var), binding.value
         uses = tuple(_unique_name(v) for v in relax.analysis.free_vars(value))
-        op = getattr(getattr(value, "op", None), "name", None)
+        op = operator_name(value)
         if op == "relax.builtin.alloc_tensor":
             out.append(Step(allocates={name: tensor_bytes(binding.var.ty)}, uses=uses))
         elif isinstance(value, relax.Var) or op in _ALIAS_OPS:
@@ -334,7 +340,7 @@ def planned_storage_bytes(module) -> int:
     total = 0
     for binding in _bindings(module["main"]):
         value = binding.value
-        if getattr(getattr(value, "op", None), "name", None) == "relax.memory.alloc_storage":
+        if operator_name(value) == "relax.memory.alloc_storage":
             total += int(value.args[0].values[0])
     return total
 

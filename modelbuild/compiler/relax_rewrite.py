@@ -1,8 +1,31 @@
-"""One way to rewrite the calls of a Relax module, shared by the graph rewrites before legalisation
-(conv_transpose.py, channel_padding.py, channels_last.py), and what those rewrites ask of an expression and
-of its readers."""
+"""What the graph rewrites before legalisation (compiler/passes/) share: how one becomes a tvm.transform
+module pass, the ways they rewrite a Relax module without changing the one they are given, and what they ask
+of an expression and of its readers."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+
+
+def module_pass(rewrite: Callable, name: str):
+    """`rewrite` (a module -> a new module) as a tvm.transform module pass named `name`: lowering composes the
+    rewrites with TVM's own passes in one Sequential, and a test applies one as TVM's passes are tested, to a
+    Before module, comparing the result with an Expected one."""
+    import tvm
+
+    return tvm.transform.module_pass(lambda module, _context: rewrite(module), opt_level=0, name=name)
+
+
+def rewrite_functions(module, rewrite: Callable, where: Callable = lambda function: True):
+    """A copy of the module (the caller's stays as it was) with each Relax function for which `where` holds
+    replaced by `rewrite(module, function)`."""
+    from tvm import relax
+
+    module = module.clone()
+    for gv, func in list(module.functions.items()):
+        if isinstance(func, relax.Function) and where(func):
+            module[gv] = rewrite(module, func)
+    return module
 
 
 def rewrite_calls(module, rule):
@@ -29,14 +52,26 @@ def rewrite_calls(module, rule):
     return module
 
 
+def operator_name(expr) -> str | None:
+    """The name of the operator a Relax call applies ('relax.nn.conv2d'); None for anything else."""
+    return getattr(getattr(expr, "op", None), "name", None)
+
+
 def known_shape(expr) -> list[int] | None:
     """The expression's shape, or None where it has none or a dimension is symbolic."""
-    from tvm import tirx
+    return known_dims(getattr(getattr(expr, "ty", None), "shape", None))
 
-    dims = getattr(getattr(expr.ty, "shape", None), "values", None)
-    if dims is None or not all(isinstance(d, tirx.IntImm) for d in dims):
+
+def known_dims(shape) -> list[int] | None:
+    """The sizes of a shape (a Relax shape, its values, or a sequence of sizes), or None where it is absent or
+    a size is symbolic."""
+    dims = getattr(shape, "values", shape)
+    if dims is None:
         return None
-    return [int(d) for d in dims]
+    try:
+        return [int(d) for d in dims]
+    except (TypeError, ValueError):  # a symbolic size (a tirx.Var) has no int; a shape of unknown rank no values
+        return None
 
 
 def use_counts(func) -> dict:

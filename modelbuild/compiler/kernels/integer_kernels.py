@@ -15,6 +15,7 @@ from modelbuild.compiler.kernels import (
     vnni_conv,
     vnni_depthwise,
 )
+from modelbuild.compiler.relax_rewrite import known_shape
 
 
 def legalize_quantize(bb, call):
@@ -132,11 +133,11 @@ def legalize_matmul(bb, call):
 
 
 def _reduction_length(call) -> int:
-    try:
-        _, in_per_group, kh, kw = (int(d) for d in call.args[1].ty.shape.values)
-    except (AttributeError, TypeError, ValueError):
+    weight = known_shape(call.args[1])
+    if weight is None or len(weight) != 4 or str(call.attrs.kernel_layout) != "OIHW":
         return EXACT_FLOAT_PRODUCTS + 1
-    return in_per_group * kh * kw if str(call.attrs.kernel_layout) == "OIHW" else EXACT_FLOAT_PRODUCTS + 1
+    _, in_per_group, kh, kw = weight
+    return in_per_group * kh * kw
 
 
 def _float_accumulated_conv2d(bb, call):

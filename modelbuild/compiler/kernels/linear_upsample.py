@@ -21,10 +21,11 @@ the input's, one of them larger; any other resize keeps TVM's.
 
 from __future__ import annotations
 
+from modelbuild.compiler.kernels.nearest_upsample import LAYOUTS, upsampling_factors
+
 COLUMNS_BLOCK = "linear_upsample_columns"  # kept a block of its own (inlined, its taps were computed per row)
 BLOCK = "linear_upsample"
 MODES = ("half_pixel", "pytorch_half_pixel", "asymmetric")
-LAYOUTS = {"NCHW": (2, 3), "NHWC": (1, 2)}  # the height and width axes
 
 
 def eligible(call) -> bool:
@@ -38,22 +39,7 @@ def eligible(call) -> bool:
         and str(call.args[0].ty.dtype) == "float32"
     ):
         return False
-    return upsampling_factors(call.args[0].ty.shape, call.ty.shape, str(attrs.layout)) is not None
-
-
-def upsampling_factors(in_shape, out_shape, layout: str) -> tuple[int, int] | None:
-    """(fh, fw) where the output's height and width are whole multiples of the input's and every other side is
-    the same; None otherwise or if a shape is dynamic."""
-    try:
-        source, target = ([int(d) for d in (s.values if hasattr(s, "values") else s)] for s in (in_shape, out_shape))
-    except (AttributeError, TypeError, ValueError):
-        return None
-    h, w = LAYOUTS[layout]
-    if len(source) != 4 or any(source[a] != target[a] for a in range(4) if a not in (h, w)):
-        return None
-    if any(target[a] % source[a] or target[a] < source[a] for a in (h, w)) or target == source:
-        return None
-    return target[h] // source[h], target[w] // source[w]
+    return upsampling_factors(call.args[0].ty.shape, call.ty.shape, str(attrs.layout)) not in (None, (1, 1))
 
 
 def legalize(bb, call):

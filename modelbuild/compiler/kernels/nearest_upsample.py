@@ -17,6 +17,10 @@ vectoriser.
 
 from __future__ import annotations
 
+from modelbuild.compiler.relax_rewrite import known_dims
+
+LAYOUTS = {"NCHW": (2, 3), "NHWC": (1, 2)}  # the height and width axes
+
 BLOCK = "nearest_upsample"
 FUNCTION = "resize2d"  # the kernel's name, as TVM names its own resize2d (FuseOps' names read the same)
 VECTOR_BYTES = (64, 32, 16)  # one shuffle's output, widest first: the AVX-512 vector, then AVX2's and SSE's
@@ -38,16 +42,18 @@ def eligible(call) -> bool:
     return upsampling_factors(call.args[0].ty.shape, call.ty.shape) is not None
 
 
-def upsampling_factors(in_shape, out_shape) -> tuple[int, int] | None:
-    """(fh, fw) where out = in x (1, 1, fh, fw) with whole factors; None otherwise or if a shape is dynamic."""
-    try:
-        source = [int(d) for d in in_shape.values] if hasattr(in_shape, "values") else [int(d) for d in in_shape]
-        target = [int(d) for d in out_shape.values] if hasattr(out_shape, "values") else [int(d) for d in out_shape]
-    except (AttributeError, TypeError, ValueError):
+def upsampling_factors(in_shape, out_shape, layout: str = "NCHW") -> tuple[int, int] | None:
+    """(fh, fw) where the output's height and width are whole multiples of the input's (1 included) and every
+    other side is the same; None otherwise or if a shape is dynamic. Linear upsampling asks the same."""
+    source, target = known_dims(in_shape), known_dims(out_shape)
+    if source is None or target is None or len(source) != 4 or len(target) != 4:
         return None
-    if len(source) != 4 or source[:2] != target[:2] or any(t % s for s, t in zip(source[2:], target[2:])):
+    h, w = LAYOUTS[layout]
+    if any(source[a] != target[a] for a in range(4) if a not in (h, w)):
         return None
-    return target[2] // source[2], target[3] // source[3]
+    if any(target[a] % source[a] or target[a] < source[a] for a in (h, w)):
+        return None
+    return target[h] // source[h], target[w] // source[w]
 
 
 def legalize_resize2d(bb, call):

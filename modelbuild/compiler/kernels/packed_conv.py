@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from modelbuild.compiler.integer_ops import constant_value
+from modelbuild.compiler.relax_rewrite import known_dims
 
 GROUP = 4  # 8-bit products summed into each int32 lane by a dot-product instruction
 PAD_VECTOR = 64  # padded bytes written per vector
@@ -125,11 +126,7 @@ def eligible(call) -> bool:
 
 
 def static_shape(shape) -> bool:
-    try:
-        [int(d) for d in shape.values]
-        return True
-    except (AttributeError, TypeError, ValueError):
-        return False
+    return known_dims(shape) is not None
 
 
 def legalize(bb, call, instruction: Instruction):

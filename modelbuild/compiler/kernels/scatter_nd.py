@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 
 from modelbuild.compiler.kernels import statements
+from modelbuild.compiler.relax_rewrite import known_shape
 
 LANES = 16  # elements a vector copies (float32 on AVX-512; LLVM splits it on narrower units)
 PARALLEL_MIN_ELEMENTS = 1 << 16  # a copy shorter than this runs on one core: waking the pool costs more
@@ -32,9 +33,7 @@ def legalize(bb, call):
 
 def eligible(call) -> bool:
     """Static shapes, integer indices and a reduction this kernel knows."""
-    try:
-        [int(d) for arg in call.args for d in arg.ty.shape.values]
-    except (AttributeError, TypeError, ValueError):
+    if any(known_shape(arg) is None for arg in call.args):
         return False
     return str(call.args[1].ty.dtype) in ("int32", "int64") and str(call.attrs.reduction) in REDUCTIONS
 

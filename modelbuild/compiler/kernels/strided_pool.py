@@ -19,6 +19,8 @@ another order.
 
 from __future__ import annotations
 
+from modelbuild.compiler.relax_rewrite import known_shape
+
 BLOCK = "strided_pool"
 PAD_BLOCK = "strided_pool_pad"
 BLOCKS = (BLOCK,)
@@ -33,10 +35,8 @@ def eligible(call) -> bool:
     """A pool this kernel computes (see the module's docstring)."""
     op = getattr(call.op, "name", None)
     attrs = call.attrs
-    try:
-        shape = [int(d) for d in call.ty.shape]
-        [int(d) for d in call.args[0].ty.shape]
-    except (AttributeError, TypeError, ValueError):
+    shape = known_shape(call)
+    if shape is None or known_shape(call.args[0]) is None:
         return False
     return (
         op in OPS

@@ -19,10 +19,16 @@ from __future__ import annotations
 import math
 
 from modelbuild.compiler.kernels import statements
+from modelbuild.compiler.relax_rewrite import known_shape, module_pass
 
 PARALLEL_MIN_ELEMENTS = 1 << 14  # rows shorter than this together run on one core
 LANES = 16  # elements one comparison clears while the heap is full of better ones (a float32 vector of AVX-512)
 RET_TYPES = ("both",)  # what ONNX's converter asks for; "values" or "indices" alone stay with TVM's sort
+
+
+def transform():
+    """`rewrite` as a module pass: TopK on its last axis as this kernel, before the library dispatch."""
+    return module_pass(rewrite, "TopKAsKernel")
 
 
 def rewrite(module):
@@ -48,9 +54,8 @@ def rewrite(module):
 
 def eligible(call) -> bool:
     """Static shapes, 1 <= k <= the axis's length, both outputs, a numeric element type."""
-    try:
-        shape = [int(d) for d in call.args[0].ty.shape.values]
-    except (AttributeError, TypeError, ValueError):
+    shape = known_shape(call.args[0])
+    if shape is None:
         return False
     attrs = call.attrs
     k = int(attrs.k)

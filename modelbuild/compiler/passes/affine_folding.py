@@ -21,7 +21,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from modelbuild.compiler.integer_ops import constant_value, fold_into_quantize
-from modelbuild.compiler.relax_rewrite import bound_constant, known_shape, use_counts
+from modelbuild.compiler.relax_rewrite import (
+    bound_constant,
+    known_shape,
+    module_pass,
+    operator_name,
+    rewrite_functions,
+    use_counts,
+)
 
 AFFINE = ("relax.multiply", "relax.divide", "relax.add", "relax.subtract")
 COMMUTATIVE = ("relax.multiply", "relax.add")
@@ -35,6 +42,11 @@ class Chain:
     m: np.ndarray
     b: np.ndarray
     steps: int
+
+
+def transform():
+    """`fold` as a module pass: chains of scalings and shifts folded."""
+    return module_pass(fold, "AffineChainsFolded")
 
 
 def fold(module):
@@ -113,10 +125,7 @@ def fold(module):
             self.made.add(shifted)
             return relax.op.multiply(shifted, _const(m))
 
-    module = module.clone()  # the caller's stays as it was
-    for gv, func in list(module.functions.items()):
-        if isinstance(func, relax.Function):
-            module[gv] = Folding(module, use_counts(func)).visit_expr(func)
+    module = rewrite_functions(module, lambda module, func: Folding(module, use_counts(func)).visit_expr(func))
     # the links of each chain, and the multiplications quantizes took, are read by nothing now
     return relax.transform.DeadCodeElimination()(fold_into_quantize(module))
 
@@ -124,7 +133,7 @@ def fold(module):
 def _step(value, constant):
     """(the operand, composing (m, b) -> (m', b')) when `value` is a float32 call of AFFINE with one operand
     a constant (`constant(expr)` gives it, or None), else None."""
-    name = getattr(getattr(value, "op", None), "name", None)
+    name = operator_name(value)
     if name not in AFFINE or len(value.args) != 2 or str(getattr(value.ty, "dtype", "")) != "float32":
         return None
     left, right = (constant(arg) for arg in value.args)

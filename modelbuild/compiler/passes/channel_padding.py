@@ -13,11 +13,16 @@ slice drops the padding: one more pass over the output, fused with the operator'
 from __future__ import annotations
 
 from modelbuild.compiler.default_schedule import VECTOR_LANES
-from modelbuild.compiler.relax_rewrite import known_shape, rewrite_calls
+from modelbuild.compiler.relax_rewrite import known_shape, module_pass, rewrite_calls
 
 MAX_CHANNELS_IN_LANES = 3  # narrower heads are summed in lanes (padded_channels, _output_channels_first)
 VECTOR_WIDTHS = (VECTOR_LANES, VECTOR_LANES // 2, VECTOR_LANES // 4)  # what the schedule splits by
 CONSTANT_DEPTH = 8  # how many operators back a weight is looked for among constants (a transpose, a reshape)
+
+
+def transform():
+    """`rewrite` as a module pass: channels padded to whole vectors."""
+    return module_pass(rewrite, "ChannelsPadded")
 
 
 def rewrite(module):
@@ -146,12 +151,10 @@ def _weight_channel_axis(call) -> int | None:
     op = getattr(call.op, "name", None)
     if op not in ("relax.matmul", "relax.nn.conv2d", "relax.nn.conv1d") or len(call.args) < 2:
         return None
-    try:
-        data = [int(d) for d in call.args[0].ty.shape.values]
-        weight = [int(d) for d in call.args[1].ty.shape.values]
-        dtype = str(call.args[0].ty.dtype)
-    except (AttributeError, TypeError, ValueError):
+    data, weight = known_shape(call.args[0]), known_shape(call.args[1])
+    if data is None or weight is None:
         return None
+    dtype = str(call.args[0].ty.dtype)
     if not dtype.startswith("float") or len(data) < 2:
         return None
     if op == "relax.matmul":

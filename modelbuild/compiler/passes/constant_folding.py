@@ -10,7 +10,12 @@ zero point subtracted in int32, one float32 multiply). What is left on constants
 
 from __future__ import annotations
 
-from modelbuild.compiler.relax_rewrite import known_shape, rewrite_calls
+from modelbuild.compiler.relax_rewrite import known_shape, module_pass, rewrite_calls
+
+
+def transform():
+    """`fold` as a module pass: operators on constants folded."""
+    return module_pass(fold, "ConstantsFolded")
 
 
 def fold(module):

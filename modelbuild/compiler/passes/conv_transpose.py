@@ -20,7 +20,12 @@ from __future__ import annotations
 import numpy as np
 
 from modelbuild.compiler.integer_ops import constant_value
-from modelbuild.compiler.relax_rewrite import bound_constant, known_shape, rewrite_calls
+from modelbuild.compiler.relax_rewrite import bound_constant, known_shape, module_pass, rewrite_calls
+
+
+def transform():
+    """`rewrite` as a module pass: transposed convs as convs and a depth-to-space."""
+    return module_pass(rewrite, "ConvTransposeAsConv")
 
 
 def rewrite(module):
@@ -42,11 +47,10 @@ def _non_overlapping(mutator, call):
 def eligible(call) -> bool:
     """NCHW / IOHW, static shapes, one group, no padding or dilation, and stride equal to the kernel."""
     attrs, weight = call.attrs, call.args[1]
-    try:
-        _, _, kh, kw = (int(d) for d in weight.ty.shape.values)
-        [int(d) for d in call.args[0].ty.shape.values]
-    except (AttributeError, TypeError, ValueError):
+    kernel, data = known_shape(weight), known_shape(call.args[0])
+    if kernel is None or data is None or len(kernel) != 4:
         return False
+    _, _, kh, kw = kernel
     return (
         (str(attrs.data_layout), str(attrs.kernel_layout), str(attrs.out_layout or attrs.data_layout))
         == ("NCHW", "IOHW", "NCHW")

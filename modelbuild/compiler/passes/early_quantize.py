@@ -21,7 +21,12 @@ from __future__ import annotations
 import numpy as np
 
 from modelbuild.compiler.integer_ops import constant_value
-from modelbuild.compiler.relax_rewrite import bound_constant, use_counts
+from modelbuild.compiler.relax_rewrite import bound_constant, module_pass, operator_name, rewrite_functions, use_counts
+
+
+def transform():
+    """`rewrite` as a module pass: quantizes moved before concatenations and resizes."""
+    return module_pass(rewrite, "QuantizedEarly")
 
 
 def rewrite(module):
@@ -47,7 +52,7 @@ def rewrite(module):
         def _moved(self, data, scale, zero, quantize):
             """`quantize` of `data` computed before the concatenation or resize that makes data, or None."""
             value = self._single_use_value(data)
-            name = getattr(getattr(value, "op", None), "name", None)
+            name = operator_name(value)
             axis = int(quantize.attrs.axis) % len(quantize.ty.shape)
             if name == "relax.concat" and int(value.attrs.axis) % len(quantize.ty.shape) == axis:
                 return self._concatenated(value, scale, zero, quantize)
@@ -94,10 +99,7 @@ def rewrite(module):
         def _constant(self, expr):
             return bound_constant(self, expr)
 
-    module = module.clone()  # the caller's stays as it was
-    for gv, func in list(module.functions.items()):
-        if isinstance(func, relax.Function):
-            module[gv] = EarlyQuantize(module, use_counts(func)).visit_expr(func)
+    module = rewrite_functions(module, lambda module, func: EarlyQuantize(module, use_counts(func)).visit_expr(func))
     # the float concatenations and resizes are read by nothing now
     return relax.transform.DeadCodeElimination()(module)
 

@@ -11,7 +11,14 @@ rounds them, which differs from it by float16's own rounding (about 1e-3 relativ
 
 from __future__ import annotations
 
+from modelbuild.compiler.relax_rewrite import module_pass, rewrite_functions
+
 HALF, FULL = "float16", "float32"
+
+
+def transform():
+    """`widen` as a module pass: every float16 tensor computed as float32."""
+    return module_pass(widen, "Float16ComputedInFloat32")
 
 
 def widen(module):
@@ -30,11 +37,9 @@ def widen(module):
             args = [self.visit_expr(arg) for arg in call.args]
             return _in_full(self.builder_, call, args)
 
-    module = module.clone()
-    for gv, func in list(module.functions.items()):
-        if isinstance(func, relax.Function) and _mentions_half(func):
-            widened = Widen(module).visit_expr(func)
-            module[gv] = _returning(widened, func.ret_ty)
+    module = rewrite_functions(
+        module, lambda module, func: _returning(Widen(module).visit_expr(func), func.ret_ty), _mentions_half
+    )
     return relax.transform.Normalize()(module)
 
 

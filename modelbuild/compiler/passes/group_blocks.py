@@ -21,9 +21,14 @@ import numpy as np
 
 from modelbuild.compiler.default_schedule import VECTOR_LANES
 from modelbuild.compiler.integer_ops import constant_value
-from modelbuild.compiler.relax_rewrite import rewrite_calls
+from modelbuild.compiler.relax_rewrite import module_pass, rewrite_calls
 
 MAX_MERGED = 8  # at most this many times the multiply-adds: groups of 2 channels (8x) still beat the gather
+
+
+def transform():
+    """`rewrite` as a module pass: grouped convs' groups merged into block-diagonal ones."""
+    return module_pass(rewrite, "GroupBlocksMerged")
 
 
 def rewrite(module):

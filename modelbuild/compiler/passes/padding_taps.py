@@ -16,7 +16,12 @@ the conv's own padding and is left alone.
 from __future__ import annotations
 
 from modelbuild.compiler.integer_ops import constant_value
-from modelbuild.compiler.relax_rewrite import rewrite_calls
+from modelbuild.compiler.relax_rewrite import known_shape, module_pass, rewrite_calls
+
+
+def transform():
+    """`rewrite` as a module pass: the kernel taps that read only padding dropped."""
+    return module_pass(rewrite, "PaddingTapsDropped")
 
 
 def rewrite(module):
@@ -45,11 +50,11 @@ def _without_padding_taps(mutator, call):
         "NCHW",
     ) or any(int(d) != 1 for d in attrs.dilation):
         return call
-    try:
-        _, _, height, width = (int(d) for d in call.args[0].ty.shape.values)
-        _, _, out_h, out_w = (int(d) for d in call.ty.shape.values)
-    except (AttributeError, TypeError, ValueError):
+    data, out = known_shape(call.args[0]), known_shape(call)
+    if data is None or out is None:
         return call
+    _, _, height, width = data
+    _, _, out_h, out_w = out
     weight = constant_value(call.args[1])
     top, left, bottom, right = (int(p) for p in attrs.padding)
     sh, sw = (int(s) for s in attrs.strides)

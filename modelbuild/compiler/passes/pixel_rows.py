@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from modelbuild.compiler.kernels import packed_conv
 from modelbuild.compiler.passes import channels_last
-from modelbuild.compiler.relax_rewrite import rewrite_calls
+from modelbuild.compiler.relax_rewrite import module_pass, rewrite_calls
 
 # operators computed element by element, whose tensor arguments may be cut into other rows together
 ELEMENTWISE = frozenset(
@@ -42,6 +42,11 @@ ELEMENTWISE = frozenset(
 )
 CHANNEL_AXIS = 1
 MIN_ROWS = 2  # rows of the new map: the packed conv runs its rows in parallel
+
+
+def transform(lanes: int):
+    """`rewrite` as a module pass, for convs whose instruction takes `lanes` pixels at once."""
+    return module_pass(lambda module: rewrite(module, lanes), "PixelRows")
 
 
 def rewrite(module, lanes: int):

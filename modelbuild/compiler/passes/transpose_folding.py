@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-from modelbuild.compiler.relax_rewrite import known_shape, rewrite_calls
+from modelbuild.compiler.relax_rewrite import known_shape, module_pass, operator_name, rewrite_calls
 
 # functions of one element that commute with any permutation of the axes
 ELEMENTWISE = {
@@ -41,6 +41,11 @@ RESHAPES = {"relax.reshape", "relax.permute_dims"}
 CHECKED_ELEMENTS = 1 << 22  # a leaf's indices are checked as an array of this many int32 at most (16 MiB)
 
 
+def transform():
+    """`fold` as a module pass: transposes folded into their readers."""
+    return module_pass(fold, "TransposesFolded")
+
+
 def fold(module):
     """The module with every foldable transpose folded (dead code removed)."""
     from tvm import relax
@@ -49,7 +54,7 @@ def fold(module):
     changed = []
 
     def rule(mutator, call):
-        if _name(call) != "relax.permute_dims" or _rank(call.args[0]) is None:
+        if operator_name(call) != "relax.permute_dims" or _rank(call.args[0]) is None:
             return call
         folded = _through(mutator, call.args[0], _axes(call), uses)
         if folded is None:
@@ -69,7 +74,7 @@ def _through(mutator, value, axes: list[int], uses: dict):
     call = _single_use_binding(mutator, value, uses)
     if call is None:
         return None
-    name = _name(call)
+    name = operator_name(call)
     if name in ELEMENTWISE:
         inner = _through(mutator, call.args[0], axes, uses)
         return (
@@ -91,13 +96,16 @@ def _leaf(mutator, value, axes: list[int], uses: dict):
     from tvm import relax
 
     chain, base = [], value
-    while (call := _single_use_binding(mutator, base, uses)) is not None and _name(call) in RESHAPES:
+    while (call := _single_use_binding(mutator, base, uses)) is not None and operator_name(call) in RESHAPES:
         chain.append(call)
         base = call.args[0]
     shape = known_shape(base)
     if not chain or shape is None or math.prod(shape) > CHECKED_ELEMENTS:
         return None
-    steps = [(_name(c), _axes(c) if _name(c) == "relax.permute_dims" else known_shape(c)) for c in reversed(chain)]
+    steps = [
+        (operator_name(c), _axes(c) if operator_name(c) == "relax.permute_dims" else known_shape(c))
+        for c in reversed(chain)
+    ]
     final = _kept_in_place(shape, steps + [("relax.permute_dims", axes)])
     return None if final is None else relax.op.reshape(base, final)
 
@@ -139,10 +147,6 @@ def _uses(module) -> dict:
         if isinstance(func, relax.Function):
             relax.analysis.post_order_visit(func.body, visit)
     return counts
-
-
-def _name(call) -> str | None:
-    return getattr(getattr(call, "op", None), "name", None)
 
 
 def _rank(expr) -> int | None:

@@ -18,8 +18,14 @@ its own, as TVM fuses it.
 from __future__ import annotations
 
 from modelbuild.compiler.kernels import nearest_upsample
+from modelbuild.compiler.relax_rewrite import known_dims, module_pass, operator_name
 
 BROADCAST, INJECTIVE, OUT_ELEMWISE_FUSABLE = 1, 2, 4  # TVM's OpPatternKind
+
+
+def transform():
+    """`fuse` as a module pass: FuseOps, with nearest upsamplings fused as broadcasts."""
+    return module_pass(fuse, "FuseOpsUpsampling")
 
 
 def fuse(legalized):
@@ -71,12 +77,7 @@ def _beside_wide_anchors(grouped, marked):
     for func in grouped.functions.values():
         if not isinstance(func, relax.Function) or not func.attrs or "Primitive" not in func.attrs:
             continue
-        calls = [
-            b
-            for block in func.body.blocks
-            for b in block.bindings
-            if getattr(getattr(b.value, "op", None), "name", None) == "relax.call_tir"
-        ]
+        calls = [b for block in func.body.blocks for b in block.bindings if operator_name(b.value) == "relax.call_tir"]
         kernels = [b.value.args[0] for b in calls]
         inside = [gv for gv in marked if any(gv.same_as(k) for k in kernels)]
         if inside and any(_wide_anchor(grouped[k], b.var.ty) for k, b in zip(kernels, calls)):
@@ -88,8 +89,7 @@ def _wide_anchor(kernel, out_type) -> bool:
     pattern = kernel.attrs["op_pattern"] if kernel.attrs is not None and "op_pattern" in kernel.attrs else None
     if pattern is None or int(pattern) != OUT_ELEMWISE_FUSABLE:
         return False
-    try:
-        shape = [int(d) for d in out_type.shape.values]
-    except (AttributeError, TypeError, ValueError):
+    shape = known_dims(getattr(out_type, "shape", None))
+    if shape is None:
         return True
     return len(shape) != 4 or shape[2] * shape[3] != 1
