@@ -4,8 +4,6 @@
 and calls what it built.
 """
 
-__version__ = "0.1.0"
-
 __all__ = ["__version__", "build"]
 
 
@@ -16,4 +14,8 @@ def __getattr__(name: str):
         from modelbuild.api import build
 
         return build
+    if name == "__version__":  # as installed, from the git tag it was built at (pyproject.toml's setuptools-scm)
+        from modelbuild.versions import package_version
+
+        return package_version()
     raise AttributeError(f"module 'modelbuild' has no attribute {name!r}")

@@ -7,8 +7,6 @@ import re
 import sys
 from functools import cache
 
-from modelbuild import __version__
-
 # Distribution names on PyPI for the short names used in keys and messages.
 DISTRIBUTIONS = {
     "tvm": "apache-tvm",
@@ -24,7 +22,7 @@ DISTRIBUTIONS = {
 def tool_version(name: str) -> str:
     """The installed version of a tool by its short name ('modelbuild', 'tvm', ...), or 'missing'."""
     if name == "modelbuild":
-        return __version__
+        return package_version()
     return dist_info_version(DISTRIBUTIONS[name]) or _metadata_version(DISTRIBUTIONS[name])
 
 
@@ -59,4 +57,17 @@ def _metadata_version(distribution: str) -> str:
 
 
 def tool_versions(names: tuple[str, ...]) -> dict[str, str]:
-    return {name: tool_version(name) for name in ("modelbuild", *names)}
+    """The versions a key holds: modelbuild's release (its code enters keys by its digest, so a commit between
+    tags must not change every key) and each tool's."""
+    return {"modelbuild": release(package_version()), **{name: tool_version(name) for name in names}}
+
+
+@cache
+def package_version() -> str:
+    """modelbuild's version as installed: the git tag it was built at, or a post-release of it."""
+    return dist_info_version("modelbuild") or _metadata_version("modelbuild")
+
+
+def release(version: str) -> str:
+    """'0.1.0' of '0.1.0.post3.dev0+g1a2b3c4' (and of '0.1.0')."""
+    return re.split(r"\.post|\.dev|\+", version, maxsplit=1)[0]
