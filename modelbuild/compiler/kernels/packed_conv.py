@@ -415,7 +415,8 @@ def rows_outermost(sch, instruction: Instruction, taps: int, pixels: int, channe
     """Whether a tile instruction's conv (amx_conv) has its rows outermost, its blocks of output channels
     inside them: a 1x1 conv whose data outweighs its weights, unless bound by its stores. The VNNI, AVX2 and
     sdot convs have their rows outermost unless too few or bound by their stores (schedule_column_lanes);
-    AMX's rule was measured before that, on a host whose cores shared their data, and stays as it was."""
+    AMX's rule is the narrower one because it is the one measured on an AMX host (whose cores shared their
+    data), and the wider rule has not been."""
     return taps == 1 and pixels > channels and not store_bound(sch, instruction)
 
 
