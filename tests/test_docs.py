@@ -13,7 +13,11 @@ LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 
 
 def pages() -> list:
-    return [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md")), *sorted((REPO / "bench" / "results").glob("*.md"))]
+    return [
+        REPO / "README.md",
+        *sorted((REPO / "docs").rglob("*.md")),
+        *sorted((REPO / "bench" / "results").glob("*.md")),
+    ]
 
 
 def test_the_readme_is_a_guide_of_at_most_200_lines():
