@@ -205,8 +205,7 @@ def test_a_depthwise_conv_reads_its_padding_in_place_and_computes_the_same():
         w = relax.const(np.random.default_rng(17).standard_normal((32, 1, 3, 3)).astype("float32"))
         return bb.emit(relax.op.nn.conv2d(x, w, strides=2, padding=1, groups=32))
 
-    # channels-last, as in a network whose other convs pay for it (alone, it would stay NCHW)
-    script, scheduled = scheduled_kernel(build_module(body, shape), "conv2d", schedule=True, layout="NHWC")
+    script, scheduled = scheduled_kernel(build_module(body, shape), "conv2d", schedule=True, layout="auto")
     assert 'T.sblock("pad_temp")' not in script and "T.vectorized(T.int64(16))" in script
     _, stock = scheduled_kernel(build_module(body, shape), "conv2d", schedule=False, layout="NCHW")
     x = tvm.runtime.tensor(np.random.default_rng(18).standard_normal(shape).astype("float32"))
@@ -282,7 +281,7 @@ def test_a_depthwise_conv_still_tiles_its_rows():
 
     weights = relax.const(np.random.default_rng(6).standard_normal((32, 1, 3, 3)).astype("float32"))
     module = build_module(lambda bb, x: bb.emit(relax.op.nn.conv2d(x, weights, padding=1, groups=32)), (1, 32, 24, 24))
-    script, _ = scheduled_kernel(module, "conv2d", schedule=True, layout="NHWC")  # as in a network
+    script, _ = scheduled_kernel(module, "conv2d", schedule=True, layout="auto")
     assert "yy_1 in T.unroll(T.int64(6))" in script
 
 
@@ -1015,10 +1014,10 @@ def test_a_row_read_through_a_reshapes_flat_index_is_read_in_whole_vectors():
     np.testing.assert_array_equal(main(tvm.runtime.tensor(x)).numpy(), x.reshape(1, 64, 20, 152) + 1)
 
 
-def test_a_model_of_thin_grouped_or_depthwise_convs_alone_keeps_nchw_and_one_with_a_dense_conv_converts():
-    """Groups of 3 channels, or of one (depthwise), compute in NCHW as fast as channels-last or faster, and
-    alone such a conv does not pay for the transposes into and out of channels-last (a 1x1 conv of 6 groups
-    of 3 at 184x184: 0.61 ms channels-last, 0.06 ms NCHW). Beside a dense conv, the model converts whole."""
+def test_a_model_of_thin_grouped_convs_alone_keeps_nchw_and_one_with_a_dense_conv_converts():
+    """Groups of 3 channels compute faster in NCHW, and alone such a conv does not pay for the transposes into
+    and out of channels-last (a 1x1 conv of 6 groups of 3 at 184x184: 0.61 ms channels-last, 0.06 ms NCHW).
+    Beside a dense conv, the model converts whole; a depthwise conv alone converts too."""
     import numpy as np
     from tvm import relax
 
@@ -1026,19 +1025,21 @@ def test_a_model_of_thin_grouped_or_depthwise_convs_alone_keeps_nchw_and_one_wit
 
     rng = np.random.default_rng(8)
     thin = relax.const(rng.standard_normal((18, 3, 1, 1)).astype("float32"))
+    thin_3x3 = relax.const(rng.standard_normal((18, 3, 3, 3)).astype("float32"))
     depthwise = relax.const(rng.standard_normal((18, 1, 3, 3)).astype("float32"))
     dense = relax.const(rng.standard_normal((32, 18, 3, 3)).astype("float32"))
 
     def alone(bb, x):
-        return relax.op.nn.conv2d(bb.emit(relax.op.nn.conv2d(x, thin, groups=6)), depthwise, padding=1, groups=18)
+        return relax.op.nn.conv2d(bb.emit(relax.op.nn.conv2d(x, thin, groups=6)), thin_3x3, padding=1, groups=6)
 
-    def beside_a_dense_conv(bb, x):
-        return relax.op.nn.conv2d(bb.emit(alone(bb, x)), dense, padding=1)
+    def beside(weight, **attrs):
+        return lambda bb, x: relax.op.nn.conv2d(bb.emit(alone(bb, x)), weight, padding=1, **attrs)
 
-    shape = (1, 18, 20, 20)
-    assert channels_last.convert(build_module(alone, shape), "auto")[1] == channels_last.KEPT
-    assert channels_last.convert(build_module(beside_a_dense_conv, shape), "auto")[1] == channels_last.CONVERTED
-    assert channels_last.convert(build_module(alone, shape), "NHWC")[1] == channels_last.CONVERTED
+    shape, convert = (1, 18, 20, 20), channels_last.convert
+    assert convert(build_module(alone, shape), "auto")[1] == channels_last.KEPT
+    assert convert(build_module(beside(dense), shape), "auto")[1] == channels_last.CONVERTED
+    assert convert(build_module(beside(depthwise, groups=18), shape), "auto")[1] == channels_last.CONVERTED
+    assert convert(build_module(alone, shape), "NHWC")[1] == channels_last.CONVERTED
 
 
 def test_a_costly_function_read_twice_by_the_next_is_computed_once_not_copied_into_it():
