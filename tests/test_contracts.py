@@ -16,7 +16,7 @@ from modelbuild.pipeline.graph import contract_breaches
 from modelbuild.pipeline.names import BuildId
 from modelbuild.recipe import params as models
 from modelbuild.stages import contracts
-from modelbuild.stages.contracts import COMPILE, REFERENCE, STAGES, Role
+from modelbuild.stages.contracts import COMPILE, CONTRACTS, REFERENCE, Role
 
 
 def roles_read(stage) -> set[str]:
@@ -31,14 +31,14 @@ def roles_read(stage) -> set[str]:
     }
 
 
-@pytest.mark.parametrize("stage", STAGES, ids=lambda s: s.name)
+@pytest.mark.parametrize("stage", CONTRACTS, ids=lambda s: s.name)
 def test_a_stage_reads_only_the_roles_it_declares(stage):
     read = roles_read(stage)
     assert read, f"{stage.name} reads no input by its role"
     assert read <= {*stage.inputs, *stage.optional}
 
 
-@pytest.mark.parametrize("stage", STAGES, ids=lambda s: s.name)
+@pytest.mark.parametrize("stage", CONTRACTS, ids=lambda s: s.name)
 def test_a_stages_params_name_a_model_of_recipe_params(stage):
     assert issubclass(getattr(models, stage.params), models.Strict)
 

@@ -310,8 +310,8 @@ def _read_again(sch, block) -> bool:
     """Whether the block is a costly function (GATE_MIN_TERMS terms and more) that a consumer reads more than
     once an element: a polynomial exp reads its argument at its clamp, its NaN test and its polynomial.
     Inlining writes the block's whole expression at each read, and down a chain of such functions the copies
-    multiply (a sigmoid, two ReLUs, an add and an exp over 96 x 10 x 10 came to 490 KB of TIR, built in 40 s
-    and ran at 55x onnxruntime's time); kept apart, it is computed once an element, into a buffer."""
+    multiply, so the kernel's code, its build time and its run time grow exponentially with the chain's length
+    (bench/results/README.md); kept apart, the block is computed once an element, into a buffer."""
     if _terms(sch, block) < GATE_MIN_TERMS:
         return False
     written = sch.get(block).writes[0].source

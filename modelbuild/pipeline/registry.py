@@ -10,8 +10,7 @@ from __future__ import annotations
 from modelbuild.engine.stage import Stage
 from modelbuild.errors import ModelbuildError
 from modelbuild.frontend.external_data import model_digest
-from modelbuild.stages.contracts import STAGES as CONTRACTS
-from modelbuild.stages.contracts import Role
+from modelbuild.stages.contracts import CONTRACTS, Role
 
 STAGES: dict[str, Stage] = {stage.name: stage for stage in CONTRACTS}
 

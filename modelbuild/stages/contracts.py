@@ -155,7 +155,7 @@ VALIDATE = Contract(
     outputs=(METRICS,),
     also_runs=("modelbuild.measurement.measure",),
 )
-STAGES = (IMPORT, QUANTIZE, TUNE, COMPILE, REFERENCE, VALIDATE)
+CONTRACTS = (IMPORT, QUANTIZE, TUNE, COMPILE, REFERENCE, VALIDATE)
 
 
 def read_params(stage: Contract, params: dict) -> Any:

@@ -122,10 +122,9 @@ def _thin_groups(conv) -> bool:
     """Whether a grouped conv2d's groups are too thin for vectors of output channels: fewer output channels a
     group than a vector holds, and no merge of groups (group_blocks.merged) that makes whole vectors of them.
     Such a conv computes faster in NCHW, its vectors over columns, and a model whose every conv is one keeps
-    NCHW rather than pay for channels-last and its transposes: alone, a 1x1 conv of 6 groups of 3 channels at
-    184x184 ran 0.61 ms channels-last and 0.06 ms in NCHW, 8 groups of 7 at stride 2 0.34 and 0.08 ms. Where
-    another conv of the model pays, the whole model converts, these convs with it. Depthwise convs are not
-    thin: at stride 2, or 5x5, they ran 1.5-3x faster channels-last."""
+    NCHW rather than pay for channels-last and its transposes (alone, several times faster:
+    bench/results/README.md). Where another conv of the model pays, the whole model converts, these convs with
+    it. Depthwise convs are not thin: at stride 2, or 5x5, they compute faster channels-last."""
     weight = known_shape(conv.args[1])
     groups = int(conv.attrs.groups)
     if weight is None or groups == 1 or str(conv.attrs.kernel_layout) != "OIHW":
