@@ -44,11 +44,13 @@ def build(
     build_dir: str | os.PathLike | None = None,
     cache_mode: str | None = None,
     baseline: str | os.PathLike | None = None,
+    executor: str | None = None,
     reporter: Reporter = silent,
 ) -> Report:
     """Build the recipe's builds (or those `selectors` name: model@target, a model, a glob), write the
     reports into the build folder and return the report; failed gates are in it (`report.passed`). The store
-    and build folder default to .cache/ and build/ beside the recipe, as on the command line. Raises
+    and build folder default to .cache/ and build/ beside the recipe, as on the command line; `executor` is
+    --executor's (local, auto or ray://HOST:PORT). Raises
     BuildFailed if a stage failed, with the report of what did build."""
     project = open_project(
         Path(recipe),
@@ -56,6 +58,7 @@ def build(
         build_dir=Path(build_dir) if build_dir else None,
         cache_mode=cache_mode,
         baseline=Path(baseline) if baseline else None,
+        executor=executor,
     )
     outcome = run_build(project, selectors, jobs=1 if jobs is None else jobs, keep_going=keep_going, reporter=reporter)
     assert outcome.report is not None, "only a dry run writes no report"

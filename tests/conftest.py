@@ -1,14 +1,18 @@
 from __future__ import annotations
 
+import subprocess
+import sys
 import textwrap
 import time
+import uuid
 from pathlib import Path
 
 import pytest
 
 from modelbuild.pipeline import registry
 from tests.helpers.fake_stages import FAKE_RECIPE, FAKE_STAGES, write_fake_model
-from tests.helpers.processes import EMULATED_ARM64_KEY, free_port, serve_emulated_arm64
+from tests.helpers.object_store import s3
+from tests.helpers.processes import EMULATED_ARM64_KEY, free_port, serve_emulated_arm64, wait_for_port
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
@@ -96,3 +100,33 @@ def arm64_tracker():
     yield address
     server.terminate()
     server.wait(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """moto's S3 server in its own process on 127.0.0.1; yields its endpoint URL."""
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    wait_for_port(port, server)
+    yield f"http://127.0.0.1:{port}"
+    server.terminate()
+    server.wait(10)
+
+
+@pytest.fixture
+def bucket(s3_server, monkeypatch):
+    """A fresh bucket on the server, with the environment a CI job would set; yields the remote's URL."""
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": s3_server,
+    }.items():
+        monkeypatch.setenv(name, value)
+    name = f"team-{uuid.uuid4().hex[:12]}"
+    s3().mkdir(name)
+    return f"s3://{name}/modelbuild"

@@ -4,50 +4,11 @@ shared folder, with the fake stages: what a second machine takes, what it refuse
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
-import uuid
-
-import fsspec  # the [remote] extra; the test extra installs it, so a missing one fails here, not skips
-import pytest
 
 from modelbuild.engine.remote import redact
 from tests.helpers.cli import run_cli
-from tests.helpers.processes import free_port, wait_for_port
-
-
-@pytest.fixture(scope="module")
-def s3_server():
-    """moto's S3 server in its own process on 127.0.0.1; yields its endpoint URL."""
-    port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    wait_for_port(port, server)
-    yield f"http://127.0.0.1:{port}"
-    server.terminate()
-    server.wait(10)
-
-
-@pytest.fixture
-def bucket(s3_server, monkeypatch):
-    """A fresh bucket on the server, with the environment a CI job would set; yields the remote's URL."""
-    for name, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ENDPOINT_URL": s3_server,
-    }.items():
-        monkeypatch.setenv(name, value)
-    name = f"team-{uuid.uuid4().hex[:12]}"
-    s3().mkdir(name)
-    return f"s3://{name}/modelbuild"
-
-
-def s3():
-    return fsspec.filesystem("s3", skip_instance_cache=True)
+from tests.helpers.object_store import s3
+from tests.helpers.processes import free_port
 
 
 def clone(root, tmp_path_factory):

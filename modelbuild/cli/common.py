@@ -20,6 +20,7 @@ def project_of(args):
         build_dir=args.build_dir,
         cache_mode=args.cache_mode,
         baseline=args.baseline,
+        executor=getattr(args, "executor", None),
     )
 
 

@@ -74,6 +74,12 @@ def argument_parser() -> argparse.ArgumentParser:
         default=1,
         help="run up to N independent stages at once (a stage that times on this machine runs alone)",
     )
+    build.add_argument(
+        "--executor",
+        metavar="WHERE",
+        help="where stages run: local (this machine), ray://HOST:PORT (a Ray cluster; stages that time stay "
+        "here), or auto (the recipe's cluster where it answers, else here); MODELBUILD_EXECUTOR sets it too",
+    )
     build.add_argument("-k", "--keep-going", action="store_true", help="continue past a failed build")
     build.add_argument("-n", "--dry-run", action="store_true", help="say what would run and why")
     build.add_argument("--json", action="store_true", help="print a machine-readable summary")

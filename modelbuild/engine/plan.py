@@ -45,6 +45,9 @@ class Plan:
     # how a declared file under a role is digested where its own bytes are not all it is (an ONNX model
     # keeps its weights in files beside it); any other file is its bytes
     digesters: dict[str, Callable[[FileDigests, Path], str]] = field(default_factory=dict)
+    # the files a declared file under a role needs beside it, by name relative to its folder: what travels
+    # with it to a machine that runs its stage (an ONNX model's external data)
+    companions: dict[str, Callable[[FileDigests, Path], list[str]]] = field(default_factory=dict)
 
     def upstream(self, node_id: str) -> set[str]:
         """Every node that `node_id` transitively depends on."""
@@ -68,6 +71,7 @@ class Plan:
             builds={b: self.builds[b] for b in builds},
             stages=self.stages,
             digesters=self.digesters,
+            companions=self.companions,
         )
 
     def downstream(self, node_id: str) -> set[str]:

@@ -84,16 +84,29 @@ class Remote:
         digest this run, is replaced: the team's cache heals instead of refusing that result forever."""
 
         def upload(fs) -> None:
-            for digest, path in objects.items():
-                target = self._object_path(digest)
-                if digest in self._mismatched or _size(fs, target) != path.stat().st_size:
-                    self._write(fs, target, lambda name: fs.put_file(str(path), name))  # noqa: B023  (called here)
-                    self._mismatched.discard(digest)
+            self._upload_objects(fs, objects)
             self._write(fs, self._entry_path(key), lambda name: fs.pipe_file(name, entry))
             self.given += 1
 
         if self.writable:
             self._guard(upload)
+
+    def put_objects(self, objects: dict[str, Path]) -> None:
+        """Upload objects not there yet, with no entry: the inputs a cluster's worker takes by digest."""
+        if self.writable:
+            self._guard(lambda fs: self._upload_objects(fs, objects))
+
+    @property
+    def broken(self) -> bool:
+        """The remote failed this run and is off for the rest of it (its note says why)."""
+        return self._broken
+
+    def _upload_objects(self, fs, objects: dict[str, Path]) -> None:
+        for digest, path in objects.items():
+            target = self._object_path(digest)
+            if digest in self._mismatched or _size(fs, target) != path.stat().st_size:
+                self._write(fs, target, lambda name: fs.put_file(str(path), name))  # noqa: B023  (called here)
+                self._mismatched.discard(digest)
 
     def note(self, message: str) -> None:
         if message not in self.notes:

@@ -44,6 +44,8 @@ from modelbuild.errors import InputError, Interrupted, StageError
 if TYPE_CHECKING:
     from concurrent.futures import ProcessPoolExecutor
 
+    from modelbuild.engine.cluster import Cluster
+
 PROGRESS_POLL_SECONDS = 0.5
 LOCK_POLL_SECONDS = 0.2
 
@@ -82,14 +84,17 @@ class Scheduler:
         build_dir: Path,
         reporter: Reporter = silent,
         doubt: Callable[[Node, ActionResult], str | None] | None = None,
+        cluster: Cluster | None = None,
     ) -> None:
         self.plan = plan
+        self.cluster = cluster  # where stages that need not run here run, if anywhere
         self.doubt = doubt
         self.store = store
         self.build_dir = Path(build_dir)
         self.report = reporter
         self.run_result = RunResult()
-        self._pool: ProcessPoolExecutor | None = None  # made when the first stage must run
+        self._pool: ProcessPoolExecutor | None = None  # made when the first stage must run here
+        self._on_cluster: set = set()  # the running stages' Futures that the cluster runs
         # a running stage's Future -> (node, decision, key inputs, scratch, started, its locks)
         self._running: dict = {}
         self._queued: list[tuple[Node, Decision, dict]] = []  # stale, waiting for one of the -j slots
@@ -122,6 +127,8 @@ class Scheduler:
     def _abandon(self) -> None:
         """Kill the running stages instead of waiting for them (a compile can take minutes): their outputs
         were never recorded, so nothing half-done stays, and their scratch folders go."""
+        if self._on_cluster and self.cluster is not None:
+            self.cluster.cancel()
         if self._pool is not None:
             # ProcessPoolExecutor has no public way to stop a running task before Python 3.14's
             # terminate_workers(); killing its processes is what that does
@@ -290,14 +297,18 @@ class Scheduler:
     def _start_queued(self, jobs: int) -> None:
         """Start queued stages while fewer than `jobs` run, so a stage's clock starts when it does; a stage whose
         key another run is building waits for it, then reuses its result. An exclusive stage starts once nothing
-        runs, and nothing starts beside it: the other stages go first, so -j still overlaps all they can."""
+        runs, and nothing starts beside it: the other stages go first, so -j still overlaps all they can. -j
+        counts the stages that run here: a cluster's queue is Ray's, and its stages leave this machine's
+        timings alone."""
         for item in sorted(self._queued, key=lambda queued: queued[0].exclusive):  # stable: in order otherwise
-            if len(self._running) >= jobs or any(other.exclusive for other, *_ in self._running.values()):
-                return
             node, decision, inputs = item
-            if node.exclusive and self._running:
-                continue
-            locks = self._locks_to_start(node, decision.key)
+            elsewhere = self.cluster is not None and self.cluster.takes(node)
+            if not elsewhere:
+                here = [other for future, (other, *_) in self._running.items() if future not in self._on_cluster]
+                if len(here) >= jobs or any(other.exclusive for other in here) or (node.exclusive and here):
+                    continue
+            start = self._key_lock_to_start if elsewhere else self._locks_to_start
+            locks = start(node, decision.key)
             if locks is None:
                 continue
             self._queued.remove(item)
@@ -317,6 +328,9 @@ class Scheduler:
             except DamagedObject as err:
                 locks.release()
                 self._redo_upstream(node, err)
+            except BaseException:  # the cluster does not answer: the run ends, and the key is free again
+                locks.release()
+                raise
 
     def _locks_to_start(self, node: Node, key: str) -> Locks | None:
         """The machine's timing lock (exclusive for a stage that times here) and the key's, both held; None,
@@ -330,6 +344,14 @@ class Scheduler:
             self._tell_waiting(NodeWaiting(node.id, key_lock.holder()))
             return None
         return Locks((key_lock, machine))
+
+    def _key_lock_to_start(self, node: Node, key: str) -> Locks | None:
+        """The key's lock alone, for a stage that runs on the cluster; None where another run holds it."""
+        key_lock = self.store.key_lock(key)
+        if not key_lock.try_acquire():
+            self._tell_waiting(NodeWaiting(node.id, key_lock.holder()))
+            return None
+        return Locks((key_lock,))
 
     def _timing_lock_to_start(self, node: Node) -> Lock | None:
         """The machine's timing lock held for the node, or None. A stage that times queues first (and stays
@@ -372,6 +394,9 @@ class Scheduler:
         self._waiting.append(node.id)
 
     def _submit(self, node: Node, decision: Decision, inputs: dict, jobs: int, locks: Locks) -> None:
+        if self.cluster is not None and self.cluster.takes(node):
+            self._submit_to_cluster(node, decision, inputs, locks)
+            return
         if self._pool is None:
             # spawn, not fork: TVM and onnxruntime hold threads that a forked child would inherit broken.
             # imported here: a build whose stages are all cached never starts a pool, nor pays for its import
@@ -405,6 +430,15 @@ class Scheduler:
         )
         self._running[future] = (node, decision, inputs, scratch, time.perf_counter(), locks)
 
+    def _submit_to_cluster(self, node: Node, decision: Decision, inputs: dict, locks: Locks) -> None:
+        assert self.cluster is not None, "called with a cluster"
+        upstream = self._upstream_digests(node)
+        future = self.cluster.submit(self.plan, node, decision.key, decision.inputs, upstream)
+        self.report(NodeStarted(node.id, decision.reasons))
+        scratch = self.store.scratch(node.stage + "-")  # for the log of a failure
+        self._on_cluster.add(future)
+        self._running[future] = (node, decision, inputs, scratch, time.perf_counter(), locks)
+
     def _collect(self) -> bool:
         """Wait for at least one running stage, passing on their progress meanwhile; True if one failed."""
         from concurrent.futures import FIRST_COMPLETED, wait  # loaded already: a stage is running
@@ -421,9 +455,13 @@ class Scheduler:
             node, decision, inputs, scratch, started, locks = self._running.pop(future)
             seconds = time.perf_counter() - started
             try:
-                seconds = future.result()  # the stage's own time, without the worker's start-up
-                self._check_outputs(node, scratch / "out")
-                self._record(node, decision, inputs, scratch / "out", seconds)
+                if future in self._on_cluster:
+                    self._on_cluster.discard(future)
+                    self._take_from_cluster(node, decision, inputs, future, scratch)
+                else:
+                    seconds = future.result()  # the stage's own time, without the worker's start-up
+                    self._check_outputs(node, scratch / "out")
+                    self._record(node, decision, inputs, scratch / "out", seconds)
             except (StageError, BrokenProcessPool) as err:
                 failed = True
                 self._fail(node, decision, err, scratch, seconds)
@@ -451,6 +489,22 @@ class Scheduler:
     def _record(self, node: Node, decision: Decision, inputs: dict, out: Path, seconds: float) -> None:
         outputs = {p.name: self.store.put_object(p) for p in sorted(out.iterdir()) if p.is_file()}
         self.store.record(decision.key, ActionResult(node.stage, node.id, outputs, seconds))
+        self._built(node, decision, inputs, outputs, seconds)
+
+    def _take_from_cluster(self, node: Node, decision: Decision, inputs: dict, future, scratch: Path) -> None:
+        """The cluster's result, taken into the store from the remote cache. A key another build had the
+        cluster make meanwhile is a hit, as it would be had that build finished before this one looked."""
+        assert self.cluster is not None, "a cluster's Future"
+        result, outcome = self.cluster.result(future, decision.key, scratch / "stage.log")
+        if outcome.built:
+            self._built(node, decision, inputs, result.outputs, outcome.seconds)
+            return
+        self.store.remember(node.id, decision.key, inputs)
+        self._reuse(
+            node, Decision(node.id, decision.key, result, inputs=inputs), inputs, time.perf_counter(), publish=True
+        )
+
+    def _built(self, node: Node, decision: Decision, inputs: dict, outputs: dict[str, str], seconds: float) -> None:
         self.store.remember(node.id, decision.key, inputs)
         self._publish(node, outputs)
         self.run_result.stats = self.run_result.stats.add(Stats(misses=1, miss_seconds=seconds))

@@ -19,7 +19,7 @@ def model_digest(digests: FileDigests, path: Path) -> str:
     """The model file's digest; where it names external data, a digest over it and each of those files.
     Which files it names is remembered per digest of the .onnx, so an unchanged model is not parsed again."""
     own = digests.digest(path)
-    names = digests.remembered(f"external data of {own}", lambda: locations(path))
+    names = companions(digests, path)
     if not names:
         return own
     missing = [name for name in names if not (path.parent / name).is_file()]
@@ -30,6 +30,12 @@ def model_digest(digests: FileDigests, path: Path) -> str:
             f"with its tensors inside)"
         )
     return digest_of({"model": own, "external data": {name: digests.digest(path.parent / name) for name in names}})
+
+
+def companions(digests: FileDigests, path: Path) -> list[str]:
+    """The files beside the model that it keeps tensors in, remembered per digest of the .onnx: what travels
+    with it where a stage runs on another machine."""
+    return digests.remembered(f"external data of {digests.digest(path)}", lambda: locations(path))
 
 
 def locations(path: Path) -> list[str]:

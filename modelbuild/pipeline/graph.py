@@ -106,7 +106,13 @@ def build_plan(recipe: LoadedRecipe, resolve: TargetResolver, *, tuning_root: Pa
     breaches = contract_breaches(nodes)
     if breaches:
         raise ModelbuildError(f"the plan breaks its stages' contracts ({breaches[0]}); this is a modelbuild bug")
-    return Plan(nodes=nodes, builds=builds, stages=dict(registry.STAGES), digesters=dict(registry.DIGESTERS))
+    return Plan(
+        nodes=nodes,
+        builds=builds,
+        stages=dict(registry.STAGES),
+        digesters=dict(registry.DIGESTERS),
+        companions=dict(registry.COMPANIONS),
+    )
 
 
 def contract_breaches(nodes: dict[str, Node]) -> list[str]:

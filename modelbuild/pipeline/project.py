@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 
 from modelbuild.engine.events import Reporter, silent
+from modelbuild.engine.executors import EXECUTOR_ENV, LOCAL, ExecutorChoice, choose_executor
 from modelbuild.engine.plan import Plan
 from modelbuild.engine.remote import configured
 from modelbuild.engine.scheduler import Options, RunResult, Scheduler
@@ -23,6 +25,7 @@ class Project:
     recipe: LoadedRecipe
     store: Store
     build_dir: Path
+    executor: ExecutorChoice = LOCAL
 
     @cached_property
     def plan(self) -> Plan:
@@ -34,8 +37,19 @@ class Project:
         return self.store.root / "tuning"
 
     def run(self, selectors: list[str], options: Options, reporter: Reporter = silent, doubt=None) -> RunResult:
-        """`doubt`: see Scheduler."""
-        return Scheduler(select(self.plan, selectors), self.store, self.build_dir, reporter, doubt).run(options)
+        """`doubt`: see Scheduler. A cluster is asked for nothing by a dry run, nor by a build with nothing
+        to run (it connects when a stage must run)."""
+        cluster = None
+        if self.executor.on_cluster and not options.dry_run:
+            from modelbuild.engine.cluster import Cluster  # Ray, and what talks to it, only for cluster builds
+
+            cluster = Cluster(self.executor, self.store)
+        plan = select(self.plan, selectors)
+        try:
+            return Scheduler(plan, self.store, self.build_dir, reporter, doubt, cluster).run(options)
+        finally:
+            if cluster is not None:
+                cluster.close()
 
 
 def open_project(
@@ -45,10 +59,12 @@ def open_project(
     build_dir: Path | None = None,
     cache_mode: str | None = None,
     baseline: Path | None = None,
+    executor: str | None = None,
 ) -> Project:
     """Load the recipe; the store and build folder default to .cache/ and build/ beside it, the remote cache
     to the recipe's [cache] section unless the environment or `cache_mode` says otherwise, and the baseline
-    report to the recipe's unless `baseline` is given."""
+    report to the recipe's unless `baseline` is given, and the executor to `executor`, else MODELBUILD_EXECUTOR,
+    else the recipe's [executor]."""
     recipe_path = Path(recipe_path).resolve()
     cache = Path(cache_dir) if cache_dir else recipe_path.parent / ".cache"
     recipe = load_recipe(recipe_path, snapshots=cache / "recipes")
@@ -57,4 +73,11 @@ def open_project(
             raise ModelbuildError(f"--baseline {baseline}: no such report; pass the report.json of an earlier build")
         recipe = replace(recipe, baseline=Path(baseline).resolve())
     remote = configured(recipe.spec.cache.remote, recipe.spec.cache.mode, cache_mode)
-    return Project(recipe=recipe, store=Store(cache, remote=remote), build_dir=build_dir or recipe.root / "build")
+    spec = recipe.spec.executor
+    choice = choose_executor(executor, os.environ.get(EXECUTOR_ENV), spec.kind, spec.address)
+    return Project(
+        recipe=recipe,
+        store=Store(cache, remote=remote),
+        build_dir=build_dir or recipe.root / "build",
+        executor=choice,
+    )

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 from modelbuild.engine.stage import Stage
 from modelbuild.errors import ModelbuildError
-from modelbuild.frontend.external_data import model_digest
+from modelbuild.frontend.external_data import companions, model_digest
 from modelbuild.stages.contracts import CONTRACTS, Role
 
 STAGES: dict[str, Stage] = {stage.name: stage for stage in CONTRACTS}
 
 # the role of a declared ONNX model file, digested with the files it keeps its tensors in
 DIGESTERS = {Role.MODEL: model_digest}
+# and the files it keeps beside it, which travel with it to a cluster's worker
+COMPANIONS = {Role.MODEL: companions}
 
 
 def get_stage(name: str) -> Stage:

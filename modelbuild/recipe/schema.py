@@ -419,6 +419,30 @@ class CacheSpec(Strict):
     )
 
 
+class ExecutorSpec(Strict):
+    """Where stages run. Not part of any key: a library built on a cluster is the one built here."""
+
+    kind: Literal["local", "ray", "auto"] = Field(
+        default="local",
+        description="local: a pool of processes on this machine; ray: every stage that does not time on this "
+        "machine runs on the Ray cluster at `address` (one that does not answer fails the build); auto: the "
+        "cluster where it answers, else this machine, with a note. --executor or MODELBUILD_EXECUTOR "
+        "override it.",
+    )
+    address: str | None = Field(
+        default=None,
+        pattern=r"^ray://[^/:]+:[0-9]+$",
+        description="The cluster's Ray Client address, ray://HOST:PORT (its head's client server, port 10001 "
+        "by default). Its workers take inputs from and give outputs to the remote cache ([cache] remote).",
+    )
+
+    @model_validator(mode="after")
+    def _address_for_ray(self) -> ExecutorSpec:
+        if self.kind == "ray" and self.address is None:
+            raise ValueError('kind = "ray" needs address = "ray://HOST:PORT", the cluster\'s head')
+        return self
+
+
 class Recipe(Strict):
     """A whole deploy.toml after its includes are merged."""
 
@@ -437,6 +461,9 @@ class Recipe(Strict):
         default_factory=dict, description="Searches for the fastest build that passes the gates."
     )
     cache: CacheSpec = Field(default_factory=CacheSpec, description="The local store's limits and a remote cache.")
+    executor: ExecutorSpec = Field(
+        default_factory=ExecutorSpec, description="Where stages run: this machine, or a Ray cluster."
+    )
 
 
 def json_schema() -> dict:

@@ -35,6 +35,10 @@ def import_(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
         os._exit(11)  # a worker that dies as a segfault in native code would
     if model.get("pidfile"):  # says which process runs the stage, for tests that kill its parent
         Path(model["pidfile"]).write_text(str(os.getpid()))
+    if model.get("cmdline"):  # says what process runs the stage: a worker of the pool, or of a Ray node
+        Path(model["cmdline"]).write_bytes(Path("/proc/self/cmdline").read_bytes())
+    if model.get("hold"):  # runs until the test lets it go: a stage caught mid-run
+        _wait_for(Path(model["hold"]), "the test to let the stage finish", timeout=120)
     if model.get("progress"):
         from modelbuild import progress
 
