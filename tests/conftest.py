@@ -130,3 +130,19 @@ def bucket(s3_server, monkeypatch):
     name = f"team-{uuid.uuid4().hex[:12]}"
     s3().mkdir(name)
     return f"s3://{name}/modelbuild"
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """A Ray cluster on 127.0.0.1, a head and two worker nodes of one CPU each (about 10 s to start), for the
+    session: tests that kill a node start it again."""
+    pytest.importorskip("ray", reason="ray is not installed here (pip install 'modelbuild[cluster]')")
+    from tests.helpers.ray_cluster import RayCluster
+
+    cluster = RayCluster.start()
+    try:
+        cluster.add_node("node1")
+        cluster.add_node("node2")
+        yield cluster
+    finally:
+        cluster.stop()

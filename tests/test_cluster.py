@@ -26,17 +26,9 @@ ray = pytest.importorskip("ray", reason="ray is not installed here (pip install 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    from tests.helpers.ray_cluster import RayCluster
-
-    started = RayCluster.start()
-    try:
-        started.add_node("node1")
-        started.add_node("node2")
-        yield started
-    finally:
-        started.stop()
+@pytest.fixture
+def cluster(ray_cluster):
+    return ray_cluster
 
 
 @pytest.fixture

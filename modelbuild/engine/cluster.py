@@ -36,6 +36,11 @@ from modelbuild.errors import (
 )
 
 CONNECT_SECONDS = 5.0  # a head that does not take a TCP connection in this long is not there
+# Ray Client's head forks a server for each driver, and that server dies at start a few times in a hundred
+# (a gRPC poller race, ray-project/ray#63202), which the driver sees as ConnectionAbortedError ("Initialization
+# failure from server"); the next try gets a fresh one
+CONNECT_ATTEMPTS = 3
+HEAD_NODE = "node:__internal_head__"  # the resource only a cluster's head offers
 # a task whose worker dies (its node killed, out of memory) runs again elsewhere this many times
 RETRIES = 3
 # what a worker needs of the driver's environment to reach the remote cache and seal entries as this team
@@ -157,20 +162,33 @@ class Cluster:
             ) from None
         env = {name: os.environ[name] for name in FORWARDED_ENV if name in os.environ}
         env["MODELBUILD_REMOTE_CACHE"] = remote.url
-        try:
-            ray.init(
-                self.choice.address,
-                namespace=NAMESPACE,
-                runtime_env={"env_vars": env},
-                log_to_driver=False,
-                logging_level=logging.ERROR,
-            )
-        except Exception as err:  # Ray Client's: a version mismatch, a refused session
-            raise EnvironmentFailure(
-                f"the Ray cluster at {self.address} refused this driver ({type(err).__name__}: {last_line(err)})"
-            ) from None
+        for attempt in range(1, CONNECT_ATTEMPTS + 1):
+            try:
+                ray.init(
+                    self.choice.address,
+                    namespace=NAMESPACE,
+                    runtime_env={"env_vars": env},
+                    log_to_driver=False,
+                    logging_level=logging.ERROR,
+                )
+                break
+            except Exception as err:  # Ray Client's: a version mismatch, a refused session
+                if attempt < CONNECT_ATTEMPTS and isinstance(err, ConnectionAbortedError):
+                    continue
+                raise EnvironmentFailure(
+                    f"the Ray cluster at {self.address} refused this driver ({type(err).__name__}: {last_line(err)})"
+                ) from None
+        # on the head, which lives as long as the cluster does (a worker node may go at any time), and
+        # restarted should its process die: its leases lost, a key is at worst built twice, never damaged
         ray.remote(KeyLeases).options(
-            name=LEASES, namespace=NAMESPACE, lifetime="detached", get_if_exists=True, num_cpus=0
+            name=LEASES,
+            namespace=NAMESPACE,
+            lifetime="detached",
+            get_if_exists=True,
+            num_cpus=0,
+            resources={HEAD_NODE: 0.001},
+            max_restarts=-1,
+            max_task_retries=-1,
         ).remote()
         self._task = ray.remote(run_job)
         self._largest = max((int(n["Resources"].get("CPU", 0)) for n in ray.nodes() if n["Alive"]), default=1) or 1

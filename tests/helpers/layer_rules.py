@@ -63,8 +63,9 @@ FORBIDDEN: dict[str, set[str]] = {
 HOLDS: dict[str, str] = {
     "engine": "`plan` (Node, Plan), `stage` (what a stage is to the build system), `keys`, `store`, `sealing` "
     "(entries' digests and team signatures), `locks`, `remote` (the team cache through fsspec), `housekeeping` "
-    "(verify, gc, leftovers), `rebuilder`, `scheduler`, `worker`, `events`, `render` (the plan as a tree, dot, "
-    "mermaid)",
+    "(verify, gc, leftovers), `rebuilder`, `scheduler`, `worker`, `executors` (local or a Ray cluster, "
+    "chosen), `cluster` (stages as Ray tasks, from the driver), `cluster_task` (a stage on a worker, and the "
+    "leases that build each key once), `events`, `render` (the plan as a tree, dot, mermaid)",
     "recipe": "`schema` (pydantic), `load` (TOML, includes, checks), `snapshot` (validated recipes read back "
     "without pydantic), `locate` (field -> line), `targets`, `params` (each stage's params, typed: what the plan "
     "writes and the stage parses at entry)",
