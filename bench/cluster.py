@@ -50,6 +50,7 @@ def models(root: Path) -> dict[str, str]:
 
 
 def recipe(root: Path) -> Path:
+    root.mkdir(parents=True)
     shapes = models(root)
     text = ["[validation]\nenabled = false  # the bench times building; validation times on the driver\n"]
     for name, shape in shapes.items():
@@ -64,8 +65,8 @@ def recipe(root: Path) -> Path:
 
 def build(recipe_path: Path, work: Path, *extra: str, env: dict, cores: str | None = None) -> tuple[float, dict]:
     """A cold build: (wall seconds, its --json summary)."""
-    command = [sys.executable, "-m", "modelbuild", "-f", str(recipe_path), "--cache-dir", str(work / "cache")]
-    command += ["--build-dir", str(work / "build"), "build", "--json", *extra]
+    command = [sys.executable, "-m", "modelbuild", "build", "-f", str(recipe_path), "--cache-dir", str(work / "cache")]
+    command += ["--build-dir", str(work / "build"), "--json", *extra]
     if cores:
         command = ["taskset", "-c", cores, *command]
     started = time.perf_counter()

@@ -68,15 +68,18 @@ class Cluster:
         self._task: Any = None  # run_job as a Ray remote function
         self._largest = 1  # CPUs of the cluster's largest node: a task asking more could never be placed
         self._refs: dict[Future, object] = {}
+        # objects this run knows the remote holds (given to it, or taken from it): not offered again, as each
+        # offer costs the remote a look (a HEAD on S3)
+        self._in_remote: set[str] = set()
 
     @property
     def address(self) -> str:
         return redact(self.choice.address or "")
 
     def takes(self, node: Node) -> bool:
-        """Whether this node runs on the cluster: not where it times or keeps a memo here, nor once an `auto`
-        cluster has not answered."""
-        if node.exclusive or node.memos or self._given_up:
+        """Whether this node runs on the cluster: not where it times or keeps a memo here, nor where it reaches
+        a device through this machine's RPC tracker, nor once an `auto` cluster has not answered."""
+        if node.exclusive or node.memos or node.params.get("device") or self._given_up:
             return False
         if not self._connected:
             try:
@@ -97,6 +100,7 @@ class Cluster:
         remote.put_objects(uploads)
         if remote.broken:
             raise EnvironmentFailure(f"the cluster's inputs could not be given to the remote cache: {remote.notes[-1]}")
+        self._in_remote |= set(uploads)
         cpus = min(self._largest, _cpus(node))
         ref = self._task.options(num_cpus=cpus, max_retries=RETRIES, retry_exceptions=False, name=node.id).remote(job)
         future = ref.future()
@@ -126,6 +130,7 @@ class Cluster:
                 "the cluster built it, and its result could not be taken from the remote cache: "
                 + "; ".join(self.store.messages()[:-1] or ["not there"])
             )
+        self._in_remote |= set(result.outputs.values())
         return result, outcome
 
     def cancel(self) -> None:
@@ -206,11 +211,12 @@ class Cluster:
             files = [path, *(path.parent / name for name in beside)]
             names = [path.name, *beside]
             inputs[role] = [(digests.digest(file), name) for file, name in zip(files, names)]
-            uploads |= {digests.digest(file): file for file in files}
+            uploads |= {digests.digest(file): file for file in files if digests.digest(file) not in self._in_remote}
         for role, (_, name) in node.deps.items():
             digest = upstream[role]
             inputs[role] = [(digest, name)]
-            uploads[digest] = self.store.verified(digest)
+            if digest not in self._in_remote:
+                uploads[digest] = self.store.verified(digest)
         stage = plan.stages[node.stage]
         job = ClusterJob(
             node=node.id,

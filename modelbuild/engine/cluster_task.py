@@ -129,12 +129,12 @@ def _claim(leases, job: ClusterJob, remote: Remote, key: bytes | None) -> bool:
     import ray
 
     while True:
-        if _entry_there(remote, job.key, key):
-            return False
         if ray.get(leases.claim.remote(job.key, job.token, LEASE_SECONDS)):
-            if not _entry_there(remote, job.key, key):  # the last holder may have finished as it let go
+            if not _entry_there(remote, job.key, key):  # built meanwhile, by a job whose lease has ended
                 return True
             ray.get(leases.release.remote(job.key, job.token))
+            return False
+        if _entry_there(remote, job.key, key):  # the holder finished while this job waited
             return False
         time.sleep(POLL_SECONDS)
 
