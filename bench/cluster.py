@@ -1,6 +1,6 @@
 """Builds on a Ray cluster against the local executor: speed-up by worker nodes, overhead per stage, Amdahl.
 
-Twelve builds (four generated models x three x86 targets, untuned, 1 core each) from nothing, on:
+Twelve builds (four of the zoo's generated networks x three x86 targets, untuned, 1 core each) from nothing, on:
 - the local executor with -j 1 pinned to one core, and with -j N on this machine's N cores;
 - a Ray cluster on this machine (tests/helpers/ray_cluster.py: a head, and worker nodes of one CPU each,
   each pinned to a core of its own, as an emulated board was pinned for RPC), with 1, 2, ... nodes up to the
@@ -32,7 +32,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.helpers.onnx_models import conv_relu, conv_then_dense, mixed_ops, two_convs  # noqa: E402
+from bench.zoo import dcgan_ish, mobilenetv3_ish, regnet_ish, resnet_ish  # noqa: E402
 from tests.helpers.processes import free_port, wait_for_port  # noqa: E402
 from tests.helpers.ray_cluster import RayCluster  # noqa: E402
 
@@ -40,24 +40,22 @@ ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"} | 
 TARGETS = {"avx2": "core-avx2", "zen3": "znver3", "avx512": "skylake-avx512"}
 
 
-def models(root: Path) -> dict[str, str]:
-    """Four small networks of different operators: name -> input shape."""
-    conv_relu(root / "conv.onnx", channels=16)
-    two_convs(root / "pair.onnx", channels=24)
-    conv_then_dense(root / "dense.onnx")
-    mixed_ops(root / "mixed.onnx")
-    return {"conv": "[1, 3, 32, 32]", "pair": "[1, 3, 32, 32]", "dense": None, "mixed": None}
+def models(root: Path) -> list[str]:
+    """Four of the zoo's generated networks, of different operators and compile times (2 to 7 s a target)."""
+    for make in (resnet_ish, regnet_ish, mobilenetv3_ish, dcgan_ish):
+        make(root / f"{make.__name__}.onnx")
+    return [make.__name__ for make in (resnet_ish, regnet_ish, mobilenetv3_ish, dcgan_ish)]
 
 
 def recipe(root: Path) -> Path:
     root.mkdir(parents=True)
-    shapes = models(root)
+    names = models(root)
     text = ["[validation]\nenabled = false  # the bench times building; validation times on the driver\n"]
-    for name, shape in shapes.items():
-        text.append(f'[models.{name}]\npath = "{name}.onnx"\n' + (f"inputs.x = {{ shape = {shape} }}\n" if shape else ""))
+    for name in names:
+        text.append(f'[models.{name}]\npath = "{name}.onnx"\n')
     for name, mcpu in TARGETS.items():
         text.append(f'[targets.{name}]\nkind = "llvm"\nmcpu = "{mcpu}"\nnum-cores = 1\n')
-    for name in shapes:
+    for name in names:
         text.append(f'[[builds]]\nmodel = "{name}"\ntargets = {json.dumps(list(TARGETS))}\n')
     (root / "deploy.toml").write_text("\n".join(text))
     return root / "deploy.toml"
@@ -103,9 +101,7 @@ def s3_server(env: dict) -> tuple[subprocess.Popen, dict]:
         "AWS_DEFAULT_REGION": "us-east-1",
         "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
     }
-    subprocess.run(
-        [sys.executable, "-c", "import fsspec; fsspec.filesystem('s3').mkdir('bench')"], env=env, check=True
-    )
+    subprocess.run([sys.executable, "-c", "import fsspec; fsspec.filesystem('s3').mkdir('bench')"], env=env, check=True)
     return server, env
 
 
@@ -144,7 +140,9 @@ def main() -> None:
     print(f"{len(reference)} builds, {rows[0][3]} stages each run, from nothing; medians of one run each")
     for name, wall, own, stages in rows:
         overhead = (wall - own) / stages
-        print(f"  {name:<28} {wall:7.1f} s   stages' own time {own:6.1f} s   wall less own, per stage {overhead:5.2f} s")
+        print(
+            f"  {name:<28} {wall:7.1f} s   stages' own time {own:6.1f} s   wall less own, per stage {overhead:5.2f} s"
+        )
     local_overhead = (rows[0][1] - rows[0][2]) / rows[0][3]
     if 1 in by_nodes:
         name, wall, own, stages = rows[2]
@@ -158,8 +156,10 @@ def main() -> None:
         predicted = ", ".join(f"{n}: {1 / (serial + (1 - serial) / n):.1f}x" for n in (4, 8, 16, 64))
         print(f"Amdahl fit: serial fraction {serial:.2f}; predicted speed-up over one node at {predicted}")
     best = min(by_nodes.values(), default=float("nan"))
-    print(f"speed-up of the most nodes over local -j 1: {rows[0][1] / best:.2f}x, over local -j {cores}: "
-          f"{rows[1][1] / best:.2f}x")
+    print(
+        f"speed-up of the most nodes over local -j 1: {rows[0][1] / best:.2f}x, over local -j {cores}: "
+        f"{rows[1][1] / best:.2f}x"
+    )
     print(f"libraries byte-identical to the local -j 1 build's in every run: {'yes' if all(identical) else 'NO'}")
 
 

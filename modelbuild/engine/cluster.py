@@ -12,15 +12,13 @@ no connection. The connection is Ray Client's (ray://HOST:PORT), so the driver n
 
 from __future__ import annotations
 
-import logging
 import os
-import socket
 import uuid
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from modelbuild.engine.cluster_task import LEASES, NAMESPACE, ClusterJob, KeyLeases, Outcome, run_job
+from modelbuild.engine.cluster_task import LEASES, ClusterJob, KeyLeases, Outcome, run_job, wait_for_key
 from modelbuild.engine.executors import ExecutorChoice
 from modelbuild.engine.plan import Node, Plan
 from modelbuild.engine.remote import redact
@@ -34,12 +32,8 @@ from modelbuild.errors import (
     StageError,
     last_line,
 )
+from modelbuild.ray_connection import CLUSTER_ENV, FALLBACK_ENV, NAMESPACE, connect
 
-CONNECT_SECONDS = 5.0  # a head that does not take a TCP connection in this long is not there
-# Ray Client's head forks a server for each driver, and that server dies at start a few times in a hundred
-# (a gRPC poller race, ray-project/ray#63202), which the driver sees as ConnectionAbortedError ("Initialization
-# failure from server"); the next try gets a fresh one
-CONNECT_ATTEMPTS = 3
 HEAD_NODE = "node:__internal_head__"  # the resource only a cluster's head offers
 # a task whose worker dies (its node killed, out of memory) runs again elsewhere this many times
 RETRIES = 3
@@ -66,6 +60,7 @@ class Cluster:
         self._connected = False
         self._given_up = False  # auto: the cluster did not answer, and the run builds here
         self._task: Any = None  # run_job as a Ray remote function
+        self._gate: Any = None  # wait_for_key, likewise
         self._largest = 1  # CPUs of the cluster's largest node: a task asking more could never be placed
         self._refs: dict[Future, object] = {}
         # objects this run knows the remote holds (given to it, or taken from it): not offered again, as each
@@ -92,6 +87,13 @@ class Cluster:
                 return False
         return True
 
+    def environment(self) -> dict[str, str]:
+        """What a stage that runs here is told of the cluster, to send work of its own there (tuning's
+        candidate compiles): nothing once an `auto` cluster has not answered."""
+        if self._given_up or self.choice.address is None:
+            return {}
+        return {CLUSTER_ENV: self.choice.address} | ({FALLBACK_ENV: "1"} if self.choice.fallback else {})
+
     def submit(self, plan: Plan, node: Node, key: str, key_inputs: dict, upstream: dict[str, str]) -> Future:
         """Start the node's stage on the cluster; the Future's result is the job's Outcome."""
         job, uploads = self._job(plan, node, key, key_inputs, upstream)
@@ -102,7 +104,12 @@ class Cluster:
             raise EnvironmentFailure(f"the cluster's inputs could not be given to the remote cache: {remote.notes[-1]}")
         self._in_remote |= set(uploads)
         cpus = min(self._largest, _cpus(node))
-        ref = self._task.options(num_cpus=cpus, max_retries=RETRIES, retry_exceptions=False, name=node.id).remote(job)
+        claimed = self._gate.options(num_cpus=0, max_retries=RETRIES, name=f"{node.id} (its key)").remote(
+            key, job.token, job.remote
+        )
+        ref = self._task.options(num_cpus=cpus, max_retries=RETRIES, retry_exceptions=False, name=node.id).remote(
+            job, claimed
+        )
         future = ref.future()
         self._refs[future] = ref
         return future
@@ -156,33 +163,11 @@ class Cluster:
                 f"the Ray executor at {self.address} needs a remote cache its workers can reach, read and "
                 "written (fix: set [cache] remote or MODELBUILD_REMOTE_CACHE, in readwrite mode)"
             )
-        host, _, port = (self.choice.address or "").removeprefix("ray://").rpartition(":")
-        if not _answers(host, int(port)):
-            raise EnvironmentFailure(f"the Ray cluster at {self.address} does not answer")
-        try:
-            import ray
-        except ModuleNotFoundError:
-            raise EnvironmentFailure(
-                f"the Ray executor at {self.address} needs ray (fix: pip install 'modelbuild[cluster]')"
-            ) from None
         env = {name: os.environ[name] for name in FORWARDED_ENV if name in os.environ}
         env["MODELBUILD_REMOTE_CACHE"] = remote.url
-        for attempt in range(1, CONNECT_ATTEMPTS + 1):
-            try:
-                ray.init(
-                    self.choice.address,
-                    namespace=NAMESPACE,
-                    runtime_env={"env_vars": env},
-                    log_to_driver=False,
-                    logging_level=logging.ERROR,
-                )
-                break
-            except Exception as err:  # Ray Client's: a version mismatch, a refused session
-                if attempt < CONNECT_ATTEMPTS and isinstance(err, ConnectionAbortedError):
-                    continue
-                raise EnvironmentFailure(
-                    f"the Ray cluster at {self.address} refused this driver ({type(err).__name__}: {last_line(err)})"
-                ) from None
+        connect(self.choice.address or "", env=env)
+        import ray
+
         # on the head, which lives as long as the cluster does (a worker node may go at any time), and
         # restarted should its process die: its leases lost, a key is at worst built twice, never damaged
         ray.remote(KeyLeases).options(
@@ -196,6 +181,7 @@ class Cluster:
             max_task_retries=-1,
         ).remote()
         self._task = ray.remote(run_job)
+        self._gate = ray.remote(wait_for_key)
         self._largest = max((int(n["Resources"].get("CPU", 0)) for n in ray.nodes() if n["Alive"]), default=1) or 1
         self._connected = True
 
@@ -247,11 +233,3 @@ def _cpus(node: Node) -> int:
     target = node.params.get("target")
     cores = target.get("num-cores") if isinstance(target, dict) else None
     return int(cores or node.params.get("threads") or 1)
-
-
-def _answers(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=CONNECT_SECONDS):
-            return True
-    except OSError:
-        return False

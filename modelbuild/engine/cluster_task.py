@@ -5,9 +5,10 @@ The driver then takes the entry as it takes any remote hit, objects verified on 
 writes anywhere a reader looks until the entry, which is written last, so a worker killed at any point
 leaves nothing that is served: the task is retried elsewhere and starts over.
 
-A key is built once across the cluster, whatever the drivers: a job claims its key in the cluster's one
-`KeyLeases` actor before it runs, and a job that finds the key claimed waits, then takes what the other made.
-A claim lapses unless renewed, so a job on a node that died frees its key for the retry.
+A key is built once across the cluster, whatever the drivers: a job's key is claimed in the cluster's one
+`KeyLeases` actor before the job runs (`wait_for_key`, a task of its own), and a job whose key another job
+holds waits, then takes what the other made. A claim lapses unless renewed, so a job on a node that died
+frees its key for the retry, which holds the same token.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ from modelbuild.engine.sealing import seal, signing_key, unseal
 from modelbuild.engine.store import ActionResult
 from modelbuild.errors import EnvironmentFailure, StageError
 from modelbuild.hashing import sha256_file
+from modelbuild.ray_connection import NAMESPACE
 
-NAMESPACE = "modelbuild"
 LEASES = "modelbuild-key-leases"
 LEASE_SECONDS = 30.0  # a claim not renewed for this long lapses: its job's node is gone
 POLL_SECONDS = 0.5
@@ -81,28 +82,47 @@ class KeyLeases:
             del self._held[key]
 
 
-def run_job(job: ClusterJob) -> Outcome:
-    """The Ray task: the stage run once for its key across the cluster."""
+def wait_for_key(key: str, token: str, remote_url: str) -> bool:
+    """A Ray task of no CPU, ahead of each job: True once the job's token holds the key, False once another job
+    has built it. Apart from the job because Ray lends a blocked task's CPU to another task: a job that
+    waited inside itself would run beside the task that took its CPU, two to a core."""
+    import ray
+
+    leases = ray.get_actor(LEASES, namespace=NAMESPACE)
+    remote, signing = Remote(remote_url), signing_key()
+    while True:
+        if ray.get(leases.claim.remote(key, token, LEASE_SECONDS)):
+            if not _entry_there(remote, key, signing):  # built meanwhile, by a job whose lease has ended
+                return True
+            leases.release.remote(key, token)
+            return False
+        if _entry_there(remote, key, signing):  # the holder finished while this job waited
+            return False
+        time.sleep(POLL_SECONDS)
+
+
+def run_job(job: ClusterJob, claimed: bool) -> Outcome:
+    """The Ray task: the stage run once for its key across the cluster, where `wait_for_key` claimed it. No
+    call here waits on Ray, so the task keeps its CPUs to itself."""
     import ray
 
     worker = ray.get_runtime_context().get_node_id()
-    differs = code_mismatch(job)
-    if differs:
-        return Outcome(False, error=differs, exit_code=EnvironmentFailure.exit_code, worker=worker)
-    remote, key = Remote(job.remote), signing_key()
-    leases = ray.get_actor(LEASES, namespace=NAMESPACE)
-    if not _claim(leases, job, remote, key):
+    if not claimed:
         return Outcome(False, worker=worker)
+    leases = ray.get_actor(LEASES, namespace=NAMESPACE)
     renewing = threading.Event()
     renewer = threading.Thread(target=_renew, args=(leases, job, renewing), daemon=True)
     renewer.start()
     scratch = Path(tempfile.mkdtemp(prefix=f"modelbuild-{job.stage}-"))
     try:
-        return _run(job, remote, key, scratch, worker)
+        differs = code_mismatch(job)
+        if differs:
+            return Outcome(False, error=differs, exit_code=EnvironmentFailure.exit_code, worker=worker)
+        return _run(job, Remote(job.remote), signing_key(), scratch, worker)
     finally:
         renewing.set()
         shutil.rmtree(scratch, ignore_errors=True)
-        ray.get(leases.release.remote(job.key, job.token))
+        leases.release.remote(job.key, job.token)
 
 
 def code_mismatch(job: ClusterJob) -> str | None:
@@ -124,26 +144,9 @@ def code_mismatch(job: ClusterJob) -> str | None:
     return None
 
 
-def _claim(leases, job: ClusterJob, remote: Remote, key: bytes | None) -> bool:
-    """True once this job holds the key; False where another job built it meanwhile."""
-    import ray
-
-    while True:
-        if ray.get(leases.claim.remote(job.key, job.token, LEASE_SECONDS)):
-            if not _entry_there(remote, job.key, key):  # built meanwhile, by a job whose lease has ended
-                return True
-            ray.get(leases.release.remote(job.key, job.token))
-            return False
-        if _entry_there(remote, job.key, key):  # the holder finished while this job waited
-            return False
-        time.sleep(POLL_SECONDS)
-
-
 def _renew(leases, job: ClusterJob, stop: threading.Event) -> None:
-    import ray
-
     while not stop.wait(LEASE_SECONDS / 3):
-        ray.get(leases.claim.remote(job.key, job.token, LEASE_SECONDS))
+        leases.claim.remote(job.key, job.token, LEASE_SECONDS)  # not waited for: see wait_for_key
 
 
 def _entry_there(remote: Remote, key: str, signing: bytes | None) -> bool:

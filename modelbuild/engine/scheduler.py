@@ -427,6 +427,7 @@ class Scheduler:
             str(out),
             str(log),
             str(scratch / "progress.jsonl"),
+            self.cluster.environment() if self.cluster is not None else None,
         )
         self._running[future] = (node, decision, inputs, scratch, time.perf_counter(), locks)
 

@@ -13,15 +13,30 @@ from pathlib import Path
 
 from modelbuild.errors import StageEnvironmentError, StageError, environment_failure, last_line
 from modelbuild.progress import ENV
+from modelbuild.ray_connection import CLUSTER_ENV, FALLBACK_ENV
+
+WHERE = (CLUSTER_ENV, FALLBACK_ENV)  # the variables `environment` may set, cleared for each stage
 
 
-def execute(entry: str, inputs: dict[str, str], params: dict, out: str, log: str, progress: str) -> float:
+def execute(
+    entry: str,
+    inputs: dict[str, str],
+    params: dict,
+    out: str,
+    log: str,
+    progress: str,
+    environment: dict[str, str] | None = None,
+) -> float:
     """Call the stage function `entry` ('module:function'); any failure becomes a StageError with the log.
 
     Returns the seconds the stage itself ran, which exclude waiting for a worker. The stage's progress
-    reports go to the file `progress`, which the scheduler reads while it runs."""
+    reports go to the file `progress`, which the scheduler reads while it runs. `environment` is what the
+    build tells its stages of where they run (a worker process runs many stages: each gets its own)."""
     started = time.perf_counter()
     os.environ[ENV] = progress
+    for name in WHERE:
+        os.environ.pop(name, None)
+    os.environ.update(environment or {})
     with open(log, "ab") as log_file:
         saved = os.dup(1), os.dup(2)
         sys.stdout.flush(), sys.stderr.flush()

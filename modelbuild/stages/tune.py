@@ -26,13 +26,14 @@ import sys
 import tempfile
 import time
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from modelbuild import progress
 from modelbuild.compiler import default_schedule, lowering
 from modelbuild.errors import StageEnvironmentError, StageError, last_line
 from modelbuild.measurement import device as remote
+from modelbuild.ray_connection import cluster_for_this_stage
 from modelbuild.recipe.params import TuneParams
 from modelbuild.recipe.schema import TuningSpec
 from modelbuild.sources import imported_closure, source_digest
@@ -41,6 +42,7 @@ from modelbuild.stages.contracts import Role
 from modelbuild.tuning import candidate_timing
 from modelbuild.tuning import database as tuning_db
 from modelbuild.tuning.candidate_builder import pooled_builder
+from modelbuild.tuning.cluster_builder import cluster_builder
 
 
 def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
@@ -74,7 +76,7 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
     best = _best_records(data, hashes, baseline)
     (out / contracts.TUNED_RECORDS).write_text(json.dumps(best, sort_keys=True))
     (out / contracts.TUNE_SUMMARY).write_text(
-        json.dumps(_summary(tasks, hashes, data, todo, best, baseline, seconds), indent=1)
+        json.dumps(_summary(tasks, hashes, data, todo, best, baseline, seconds, measurer.cluster), indent=1)
     )
 
 
@@ -186,6 +188,8 @@ class Measurer:
     device: dict | None = None
     cross_compiler: str | None = None
     devices: int = 1  # of the key at the tracker: one candidate at a time on each, so N boards measure N-fold
+    # candidates compiled on the build's Ray cluster, where it has one (the "compiled" count)
+    cluster: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def of(cls, p: TuneParams) -> Measurer:
@@ -198,9 +202,14 @@ class Measurer:
         return cls(p.device, p.cross_compiler, devices)
 
     def builder(self, tuning: TuningSpec, target_kind: str):
-        """A context: the builder's worker processes end with it."""
+        """A context: the builder's worker processes (or its connection to the build's cluster) end with it.
+        Where candidates compile never changes what they are, so the cluster is not in the stage's key."""
         export = functools.partial(export_shared, compiler=self.cross_compiler) if self.cross_compiler else None
-        return pooled_builder(tuning.timeout_s, export, functools.partial(import_tensor_intrinsics, target_kind))
+        intrinsics = functools.partial(import_tensor_intrinsics, target_kind)
+        cluster = cluster_for_this_stage()
+        if cluster:
+            return cluster_builder(cluster, tuning.timeout_s, export, intrinsics, self.cluster)
+        return pooled_builder(tuning.timeout_s, export, intrinsics)
 
     @contextlib.contextmanager
     def exported(self, module):
@@ -445,7 +454,7 @@ def _best_records(data: dict, hashes: list[str], baseline: dict[str, float | Non
     }
 
 
-def _summary(tasks, hashes, data, todo, best, baseline, seconds: dict[str, float]) -> dict:
+def _summary(tasks, hashes, data, todo, best, baseline, seconds: dict[str, float], cluster: dict[str, int]) -> dict:
     applied = {w[0]: _mean_seconds(r) for w, (_, r) in zip(best["workloads"], best["records"])}
 
     def used(h):  # the seconds of what the compile stage will use for this task
@@ -469,4 +478,5 @@ def _summary(tasks, hashes, data, todo, best, baseline, seconds: dict[str, float
         "tuned_tasks": len(applied),
         "estimated_latency_us": sum(used(h) * t.weight for t, h in zip(tasks, hashes)) * 1e6,
         "seconds": {name: round(value, 3) for name, value in seconds.items()},
+        "compiled_on_cluster": cluster.get("compiled", 0),
     }

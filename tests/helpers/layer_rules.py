@@ -7,8 +7,19 @@ table of docs/design.md from them, so the table says what the test checks and no
 from __future__ import annotations
 
 # used by every layer: errors, file and code digests, atomic writes, tool versions, a model's signature, a
-# library's manifest, progress lines, and the package itself (its version)
-SHARED = {"errors", "fsutil", "hashing", "sources", "versions", "signature", "manifest", "progress", ""}
+# library's manifest, progress lines, a connection to a Ray cluster, and the package itself (its version)
+SHARED = {
+    "errors",
+    "fsutil",
+    "hashing",
+    "sources",
+    "versions",
+    "signature",
+    "manifest",
+    "progress",
+    "ray_connection",
+    "",
+}
 
 # layer -> the other layers (or single modules, `layer.module`) it may import
 ALLOWED: dict[str, set[str]] = {
