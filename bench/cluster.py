@@ -12,7 +12,10 @@ local -j 1 run), an Amdahl fit of the node counts, and whether every run's libra
 local build's. The driver, the head and the S3 server share the machine with the nodes: on a small machine
 that is the serial part the fit finds.
 
-Usage: python bench/cluster.py [--nodes 2]
+With --kills N, it then makes N builds on the cluster, killing a worker node at a random moment of each:
+how many finish, how many entries of the remote cache are damaged, and whether the libraries are the same.
+
+Usage: python bench/cluster.py [--nodes 2] [--kills 10]
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import argparse
 import hashlib
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -109,6 +113,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     cores = len(os.sched_getaffinity(0))
     parser.add_argument("--nodes", type=int, default=cores, help="the most worker nodes (default: one per core)")
+    parser.add_argument("--kills", type=int, default=0, help="then this many builds, each with a worker node killed")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-cluster-"))
     recipe_path = recipe(tmp / "project")
@@ -133,6 +138,7 @@ def main() -> None:
             by_nodes[count] = wall
             rows.append((f"ray, {count} node{'s' * (count > 1)} of 1 core", wall, *own_seconds(summary)))
             identical.append(libraries(work) == reference)
+        killed = kills(cluster, recipe_path, tmp, env, reference, args.kills, rows[-1][1]) if args.kills else ""
     finally:
         cluster.stop()
         server.terminate()
@@ -161,6 +167,59 @@ def main() -> None:
         f"{rows[1][1] / best:.2f}x"
     )
     print(f"libraries byte-identical to the local -j 1 build's in every run: {'yes' if all(identical) else 'NO'}")
+    if killed:
+        print(killed)
+
+
+def kills(
+    cluster: RayCluster, recipe_path: Path, tmp: Path, env: dict, reference: dict, count: int, wall: float
+) -> str:
+    """`count` cold builds on the cluster, each with one worker node killed (SIGKILL to all its processes) at a
+    random moment of it, then started again: how many finished, how many remote entries were damaged, and
+    whether every library is the reference's."""
+    rng = random.Random(0)
+    os.environ.update({k: v for k, v in env.items() if k.startswith("AWS_")})  # for the checks' S3 client
+    finished = damaged = same = 0
+    for run in range(count):
+        work, prefix = tmp / f"kill-{run}", f"bench/kill-{run}-{uuid.uuid4().hex[:8]}"
+        command = [sys.executable, "-m", "modelbuild", "build", "-f", str(recipe_path), "--cache-dir"]
+        command += [str(work / "cache"), "--build-dir", str(work / "build"), "--executor", cluster.address]
+        run_env = env | {"MODELBUILD_REMOTE_CACHE": f"s3://{prefix}"}
+        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=run_env)
+        time.sleep(rng.uniform(0.2, 0.8) * wall)
+        victim = rng.choice(sorted(cluster.nodes))
+        cluster.kill_node(victim)
+        cluster.add_node(victim, cpus=1, cores=str(int(victim.removeprefix("node")) - 1))
+        _, err = proc.communicate(timeout=900)
+        finished += proc.returncode == 0
+        damaged += damaged_entries(prefix)
+        same += libraries(work) == reference
+        if proc.returncode:
+            print(f"  run {run}: exit {proc.returncode}: {err.strip().splitlines()[-1:]}")
+    return (
+        f"{count} builds with a worker node killed in each: {finished} finished, {damaged} damaged entries in the "
+        f"remote cache, {same} with every library byte-identical   (goal: {count}, 0, {count})"
+    )
+
+
+def damaged_entries(prefix: str) -> int:
+    """Entries whose seal fails, or that name an object missing or not its digest's bytes."""
+    import fsspec
+
+    from modelbuild.engine.sealing import unseal
+
+    s3 = fsspec.filesystem("s3", skip_instance_cache=True)
+    damaged = 0
+    for path in s3.glob(f"{prefix}/actions/*/*.json"):
+        entry = unseal(s3.cat_file(path), None)
+        objects = (entry or {}).get("outputs", {}).values()
+        intact = entry is not None and all(
+            s3.exists(f"{prefix}/objects/{d[:2]}/{d}")
+            and hashlib.sha256(s3.cat_file(f"{prefix}/objects/{d[:2]}/{d}")).hexdigest() == d
+            for d in objects
+        )
+        damaged += not intact
+    return damaged
 
 
 if __name__ == "__main__":

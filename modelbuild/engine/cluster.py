@@ -13,12 +13,21 @@ no connection. The connection is Ray Client's (ray://HOST:PORT), so the driver n
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from modelbuild.engine.cluster_task import LEASES, ClusterJob, KeyLeases, Outcome, run_job, wait_for_key
+from modelbuild.engine.cluster_task import (
+    LEASE_SECONDS,
+    LEASES,
+    ClusterJob,
+    KeyLeases,
+    Outcome,
+    run_job,
+    wait_for_key,
+)
 from modelbuild.engine.executors import ExecutorChoice
 from modelbuild.engine.plan import Node, Plan
 from modelbuild.engine.remote import redact
@@ -61,6 +70,9 @@ class Cluster:
         self._given_up = False  # auto: the cluster did not answer, and the run builds here
         self._task: Any = None  # run_job as a Ray remote function
         self._gate: Any = None  # wait_for_key, likewise
+        self._leases: Any = None  # the cluster's KeyLeases actor
+        self._claims: dict[str, str] = {}  # key -> token, of the jobs this run has submitted and not taken
+        self._renewed = 0.0
         self._largest = 1  # CPUs of the cluster's largest node: a task asking more could never be placed
         self._refs: dict[Future, object] = {}
         # objects this run knows the remote holds (given to it, or taken from it): not offered again, as each
@@ -104,9 +116,7 @@ class Cluster:
             raise EnvironmentFailure(f"the cluster's inputs could not be given to the remote cache: {remote.notes[-1]}")
         self._in_remote |= set(uploads)
         cpus = min(self._largest, _cpus(node))
-        claimed = self._gate.options(num_cpus=0, max_retries=RETRIES, name=f"{node.id} (its key)").remote(
-            key, job.token, job.remote
-        )
+        claimed = self._claim(node, key, job)
         ref = self._task.options(num_cpus=cpus, max_retries=RETRIES, retry_exceptions=False, name=node.id).remote(
             job, claimed
         )
@@ -114,13 +124,39 @@ class Cluster:
         self._refs[future] = ref
         return future
 
+    def _claim(self, node: Node, key: str, job: ClusterJob):
+        """True where the key is this job's now; else a task that waits for it (see wait_for_key). Either way the
+        run renews the job's claim until the job is done (keep_claims)."""
+        import ray
+
+        self._claims[key] = job.token
+        if ray.get(self._leases.claim.remote(key, job.token, LEASE_SECONDS)):
+            return True
+        return self._gate.options(num_cpus=0, max_retries=RETRIES, name=f"{node.id} (waits for its key)").remote(
+            key, job.token, job.remote
+        )
+
+    def keep_claims(self) -> None:
+        """Renew the claims of this run's jobs, as often as a claim needs; the scheduler calls it as it waits."""
+        if self._claims and time.monotonic() - self._renewed > LEASE_SECONDS / 3:
+            for key, token in self._claims.items():
+                self._leases.claim.remote(key, token, LEASE_SECONDS)  # not waited for
+            self._renewed = time.monotonic()
+
+    def _let_go(self, key: str) -> None:
+        token = self._claims.pop(key, None)
+        if token is not None:
+            self._leases.release.remote(key, token)
+
     def result(self, future: Future, key: str, log: Path) -> tuple[ActionResult, Outcome]:
         """The job's result, taken from the remote cache into the local store; a failed job raises StageError
         with its log written to `log`."""
         ref = self._refs.pop(future, None)
         try:
             outcome: Outcome = future.result()
+            self._let_go(key)
         except Exception as err:  # Ray's own: the task's workers all died, or the cluster went away
+            self._let_go(key)
             raise StageError(
                 f"the cluster could not run it ({type(err).__name__}: {last_line(err)})",
                 log=None,
@@ -147,6 +183,8 @@ class Cluster:
         for ref in self._refs.values():
             ray.cancel(ref, force=True)
         self._refs.clear()
+        for key in list(self._claims):
+            self._let_go(key)
 
     def close(self) -> None:
         if self._connected:
@@ -170,16 +208,20 @@ class Cluster:
 
         # on the head, which lives as long as the cluster does (a worker node may go at any time), and
         # restarted should its process die: its leases lost, a key is at worst built twice, never damaged
-        ray.remote(KeyLeases).options(
-            name=LEASES,
-            namespace=NAMESPACE,
-            lifetime="detached",
-            get_if_exists=True,
-            num_cpus=0,
-            resources={HEAD_NODE: 0.001},
-            max_restarts=-1,
-            max_task_retries=-1,
-        ).remote()
+        self._leases = (
+            ray.remote(KeyLeases)
+            .options(
+                name=LEASES,
+                namespace=NAMESPACE,
+                lifetime="detached",
+                get_if_exists=True,
+                num_cpus=0,
+                resources={HEAD_NODE: 0.001},
+                max_restarts=-1,
+                max_task_retries=-1,
+            )
+            .remote()
+        )
         self._task = ray.remote(run_job)
         self._gate = ray.remote(wait_for_key)
         self._largest = max((int(n["Resources"].get("CPU", 0)) for n in ray.nodes() if n["Alive"]), default=1) or 1

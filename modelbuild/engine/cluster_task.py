@@ -5,17 +5,17 @@ The driver then takes the entry as it takes any remote hit, objects verified on 
 writes anywhere a reader looks until the entry, which is written last, so a worker killed at any point
 leaves nothing that is served: the task is retried elsewhere and starts over.
 
-A key is built once across the cluster, whatever the drivers: a job's key is claimed in the cluster's one
-`KeyLeases` actor before the job runs (`wait_for_key`, a task of its own), and a job whose key another job
-holds waits, then takes what the other made. A claim lapses unless renewed, so a job on a node that died
-frees its key for the retry, which holds the same token.
+A key is built once across the cluster, whatever the drivers: the driver claims a job's key in the cluster's
+one `KeyLeases` actor before it submits the job, and renews the claim while the job runs; a job whose key
+another job holds waits (`wait_for_key`, a task of its own), then takes what the other made. A claim lapses
+unless renewed, so the key of a driver that died is freed; a job retried after its worker died holds the
+same token, and so the same claim.
 """
 
 from __future__ import annotations
 
 import shutil
 import tempfile
-import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -83,46 +83,37 @@ class KeyLeases:
 
 
 def wait_for_key(key: str, token: str, remote_url: str) -> bool:
-    """A Ray task of no CPU, ahead of each job: True once the job's token holds the key, False once another job
-    has built it. Apart from the job because Ray lends a blocked task's CPU to another task: a job that
-    waited inside itself would run beside the task that took its CPU, two to a core."""
+    """A Ray task of no CPU, ahead of a job whose key another job held when the driver asked: True once the
+    job's token holds the key, False once the other job has built it. A task of its own because Ray lends a
+    blocked task's CPU to another task: a job that waited inside itself would run two to a core."""
     import ray
 
     leases = ray.get_actor(LEASES, namespace=NAMESPACE)
     remote, signing = Remote(remote_url), signing_key()
     while True:
+        if entry_there(remote, key, signing):  # the holder finished while this job waited
+            return False
         if ray.get(leases.claim.remote(key, token, LEASE_SECONDS)):
-            if not _entry_there(remote, key, signing):  # built meanwhile, by a job whose lease has ended
-                return True
-            leases.release.remote(key, token)
-            return False
-        if _entry_there(remote, key, signing):  # the holder finished while this job waited
-            return False
+            return not entry_there(remote, key, signing)  # built meanwhile, by a job whose lease has ended
         time.sleep(POLL_SECONDS)
 
 
 def run_job(job: ClusterJob, claimed: bool) -> Outcome:
-    """The Ray task: the stage run once for its key across the cluster, where `wait_for_key` claimed it. No
-    call here waits on Ray, so the task keeps its CPUs to itself."""
+    """The Ray task: the stage, where its key is this job's (the driver claimed it and renews the claim, or
+    `wait_for_key` did). Nothing here waits on Ray, so the task keeps its CPUs to itself."""
     import ray
 
     worker = ray.get_runtime_context().get_node_id()
     if not claimed:
         return Outcome(False, worker=worker)
-    leases = ray.get_actor(LEASES, namespace=NAMESPACE)
-    renewing = threading.Event()
-    renewer = threading.Thread(target=_renew, args=(leases, job, renewing), daemon=True)
-    renewer.start()
+    differs = code_mismatch(job)
+    if differs:
+        return Outcome(False, error=differs, exit_code=EnvironmentFailure.exit_code, worker=worker)
     scratch = Path(tempfile.mkdtemp(prefix=f"modelbuild-{job.stage}-"))
     try:
-        differs = code_mismatch(job)
-        if differs:
-            return Outcome(False, error=differs, exit_code=EnvironmentFailure.exit_code, worker=worker)
         return _run(job, Remote(job.remote), signing_key(), scratch, worker)
     finally:
-        renewing.set()
         shutil.rmtree(scratch, ignore_errors=True)
-        leases.release.remote(job.key, job.token)
 
 
 def code_mismatch(job: ClusterJob) -> str | None:
@@ -144,12 +135,7 @@ def code_mismatch(job: ClusterJob) -> str | None:
     return None
 
 
-def _renew(leases, job: ClusterJob, stop: threading.Event) -> None:
-    while not stop.wait(LEASE_SECONDS / 3):
-        leases.claim.remote(job.key, job.token, LEASE_SECONDS)  # not waited for: see wait_for_key
-
-
-def _entry_there(remote: Remote, key: str, signing: bytes | None) -> bool:
+def entry_there(remote: Remote, key: str, signing: bytes | None) -> bool:
     data = remote.get_entry(key)
     return data is not None and unseal(data, signing) is not None
 

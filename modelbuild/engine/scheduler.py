@@ -448,6 +448,8 @@ class Scheduler:
         done: set = set()
         while not done:
             done, _ = wait(list(self._running), timeout=PROGRESS_POLL_SECONDS, return_when=FIRST_COMPLETED)
+            if self._on_cluster and self.cluster is not None:
+                self.cluster.keep_claims()
             if not done:
                 self._report_progress()
         self._report_progress()  # a stage's last report may land after the last poll
