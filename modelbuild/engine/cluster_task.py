@@ -89,7 +89,7 @@ def wait_for_key(key: str, token: str, remote_url: str) -> bool:
     import ray
 
     leases = ray.get_actor(LEASES, namespace=NAMESPACE)
-    remote, signing = Remote(remote_url), signing_key()
+    remote, signing = Remote(remote_url, reuse=True), signing_key()
     while True:
         if entry_there(remote, key, signing):  # the holder finished while this job waited
             return False
@@ -111,7 +111,7 @@ def run_job(job: ClusterJob, claimed: bool) -> Outcome:
         return Outcome(False, error=differs, exit_code=EnvironmentFailure.exit_code, worker=worker)
     scratch = Path(tempfile.mkdtemp(prefix=f"modelbuild-{job.stage}-"))
     try:
-        return _run(job, Remote(job.remote), signing_key(), scratch, worker)
+        return _run(job, Remote(job.remote, reuse=True), signing_key(), scratch, worker)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

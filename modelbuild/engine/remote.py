@@ -41,6 +41,9 @@ class Remote:
     _local: bool = False  # a shared folder, not an object store
     _broken: bool = False
     _mismatched: set[str] = field(default_factory=set)  # digests whose remote bytes failed their check
+    # keep the connection for the next Remote of this URL in this process: a cluster's worker runs many stages,
+    # and a fresh S3 client costs 0.1-0.2 s, more than the stage's transfers
+    reuse: bool = False
 
     @property
     def writable(self) -> bool:
@@ -151,6 +154,9 @@ class Remote:
             return None
 
     def _filesystem(self):
+        reused = _CONNECTIONS.get(_connection_key(self.url)) if self.reuse else None
+        if self._fs is None and reused is not None:
+            self._fs, self._root, self._local = reused
         if self._fs is None:
             import fsspec  # only builds with a remote pay for it; configured() checked it is there
 
@@ -160,7 +166,18 @@ class Remote:
                 self.url, skip_instance_cache=True, **({"auto_mkdir": True} if self._local else {})
             )
             self._root = self._root.rstrip("/")
+            if self.reuse:
+                _CONNECTIONS[_connection_key(self.url)] = (self._fs, self._root, self._local)
         return self._fs
+
+
+_CONNECTIONS: dict[tuple, tuple] = {}  # (URL, the environment that configures it) -> (filesystem, root, local)
+
+
+def _connection_key(url: str) -> tuple:
+    """What a connection was made from: the URL and the variables that carry credentials and endpoints."""
+    prefixes = ("AWS_", "FSSPEC_", "GOOGLE_", "GCS", "AZURE_")
+    return url, tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(prefixes)))
 
 
 def _size(fs, path: str) -> int | None:
