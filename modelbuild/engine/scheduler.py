@@ -8,7 +8,8 @@ Builds sharing a store coordinate through its locks: a run holds the store lock 
 only under its key's lock; a run that finds the key locked waits (saying for whom) and then reuses what the
 other built. Builds on one machine, whatever their store, coordinate through its timing lock: a stage that
 times here runs with no stage of any build beside it (locks.py). A cached output found damaged when it is used
-is dropped and its stage runs again.
+is dropped and its stage runs again. With a cluster (engine/cluster.py), the stages it takes run there and
+come back through the store's remote; the rest run here, -j counting only those.
 """
 
 from __future__ import annotations
