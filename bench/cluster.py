@@ -37,7 +37,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.zoo import dcgan_ish, mobilenetv3_ish, regnet_ish, resnet_ish  # noqa: E402
-from tests.helpers.processes import free_port, wait_for_port  # noqa: E402
+from tests.helpers.object_store import start_s3_server  # noqa: E402
 from tests.helpers.ray_cluster import RayCluster  # noqa: E402
 
 ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"} | {"NO_COLOR": "1"}
@@ -92,18 +92,12 @@ def own_seconds(summary: dict) -> tuple[float, int]:
 
 
 def s3_server(env: dict) -> tuple[subprocess.Popen, dict]:
-    port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    wait_for_port(port, server)
+    server, endpoint = start_s3_server()
     env = env | {
         "AWS_ACCESS_KEY_ID": "bench",
         "AWS_SECRET_ACCESS_KEY": "bench",
         "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+        "AWS_ENDPOINT_URL": endpoint,
     }
     subprocess.run([sys.executable, "-c", "import fsspec; fsspec.filesystem('s3').mkdir('bench')"], env=env, check=True)
     return server, env

@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 import time
 import uuid
@@ -11,8 +9,8 @@ import pytest
 
 from modelbuild.pipeline import registry
 from tests.helpers.fake_stages import FAKE_RECIPE, FAKE_STAGES, write_fake_model
-from tests.helpers.object_store import s3
-from tests.helpers.processes import EMULATED_ARM64_KEY, free_port, serve_emulated_arm64, wait_for_port
+from tests.helpers.object_store import s3, start_s3_server
+from tests.helpers.processes import EMULATED_ARM64_KEY, free_port, serve_emulated_arm64
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
@@ -105,14 +103,8 @@ def arm64_tracker():
 @pytest.fixture(scope="session")
 def s3_server():
     """moto's S3 server in its own process on 127.0.0.1; yields its endpoint URL."""
-    port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    wait_for_port(port, server)
-    yield f"http://127.0.0.1:{port}"
+    server, endpoint = start_s3_server()
+    yield endpoint
     server.terminate()
     server.wait(10)
 

@@ -91,7 +91,7 @@ class Cluster:
         if not self._connected:
             try:
                 self._connect()
-            except (EnvironmentFailure, ModelbuildError) as err:
+            except ModelbuildError as err:  # no answer (EnvironmentFailure), or no remote cache
                 if not self.choice.fallback:
                     raise
                 self._given_up = True
