@@ -43,9 +43,8 @@ def fma_flops(threads: int, seconds: float = 0.05, repeats: int = 5) -> float:
     """The best FLOP/s of `repeats` runs of the FMA loop on `threads` cores, each run about `seconds` long."""
     import tvm
 
-    target = host_target(threads)
-    lanes = vector_lanes(target)
-    run = tvm.compile(tvm.IRModule({"main": _fma_loop(threads, lanes)}), target=target)["main"]
+    executable, lanes = compiled_fma_loop(threads)
+    run = executable["main"]
     out = tvm.runtime.tensor(np.zeros((threads, lanes), "float32"))
     flops_per_step = 2 * CHAINS * lanes * threads
     steps = 1000
@@ -55,6 +54,15 @@ def fma_flops(threads: int, seconds: float = 0.05, repeats: int = 5) -> float:
     if not np.all(np.isfinite(out.numpy())):  # the chains are read back, so LLVM cannot drop them
         raise RuntimeError("the FMA loop gave non-finite sums")
     return best
+
+
+def compiled_fma_loop(threads: int):
+    """The FMA loop built for this CPU on `threads` cores, and the float32 lanes of its vectors."""
+    import tvm
+
+    target = host_target(threads)
+    lanes = vector_lanes(target)
+    return tvm.compile(tvm.IRModule({"main": _fma_loop(threads, lanes)}), target=target), lanes
 
 
 def _fma_loop(threads: int, lanes: int):
