@@ -77,6 +77,46 @@ def cases() -> dict:
             18,
             False,
         ),
+        # the speed fuzzer's worst convs: depthwise over many channels at small maps, over few at large ones,
+        # dilated; a pointwise conv from few input channels over a large map
+        **{
+            f"Conv_depthwise_{c}x{h}x{w}{f'_d{d}' if d > 1 else ''}": (
+                [node("Conv", ["x", "w"], ["y"], group=c, kernel_shape=[3, 3], pads=[d] * 4, dilations=[d, d])],
+                {"x": [1, c, h, w]},
+                {"w": (rng.standard_normal((c, 1, 3, 3)) / 3).astype(np.float32)},
+                18,
+                False,
+            )
+            for c, h, w, d in ((568, 12, 14, 1), (144, 28, 28, 2), (24, 101, 101, 1), (96, 30, 30, 1))
+        },
+        # dense convs from little work per element of their input and output (which a single conv converts
+        # to channels-last and back) to much
+        **{
+            f"Conv_{k}x{k}_{cin}_to_{cout}_{h}x{w}": (
+                [node("Conv", ["x", "w"], ["y"], kernel_shape=[k, k], pads=[k // 2] * 4)],
+                {"x": [1, cin, h, w]},
+                {"w": (rng.standard_normal((cout, cin, k, k)) / (3 * k)).astype(np.float32)},
+                18,
+                False,
+            )
+            for k, cin, cout, h, w in (
+                (1, 11, 24, 224, 174),
+                (1, 32, 32, 112, 112),
+                (1, 64, 64, 56, 56),
+                (1, 128, 128, 28, 28),
+                (3, 16, 16, 112, 112),
+                (1, 256, 256, 14, 14),
+                (3, 32, 32, 56, 56),
+                (3, 64, 64, 28, 28),
+            )
+        },
+        "MatMul_computed_column": (  # an attention-pooling score: rows by a column the model computed
+            [node("MatMul", ["x", "v"], ["y"])],
+            {"x": [294, 3210], "v": [3210, 1]},
+            {},
+            18,
+            False,
+        ),
         "MatMul_anchors": (
             [node("MatMul", ["x", "w"], ["y"])],
             {"x": [1, 32, 64]},  # a prototype-mask head
@@ -186,7 +226,7 @@ def model(name: str, nodes, inputs: dict, initializers: dict, opset: int):
     return built
 
 
-def compiled(onnx_model, inputs: dict, threads: int):
+def compiled(onnx_model, inputs: dict, threads: int, layout: str = "auto"):
     """main() of the model imported and lowered as the compile stage does, for this host."""
     import tvm
     from tvm import relax
@@ -201,12 +241,12 @@ def compiled(onnx_model, inputs: dict, threads: int):
     )  # as a recipe's mcpu = "host" builds
     target = tvm.target.Target(targets.tvm_target(host))
     with target, tvm.transform.PassContext(opt_level=3):
-        phases = lowering.lower(module, target, fuse=True, layout="auto", schedule=True)
+        phases = lowering.lower(module, target, fuse=True, layout=layout, schedule=True)
         executable = tvm.compile(phases.planned, target=target, relax_pipeline=lowering.finish_passes(target))
     return relax.VirtualMachine(executable, tvm.cpu())["main"]
 
 
-def measure(name: str, case, threads: int, seconds: float) -> str:
+def measure(name: str, case, threads: int, seconds: float, layout: str = "auto") -> str:
     import numpy as np
     import onnxruntime as ort
     import tvm
@@ -222,7 +262,7 @@ def measure(name: str, case, threads: int, seconds: float) -> str:
     session = ort.InferenceSession(onnx_model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     expected = session.run(None, feed)
     try:
-        main = compiled(onnx_model, inputs, threads)
+        main = compiled(onnx_model, inputs, threads, layout)
     except Exception as err:  # a refusal is a finding here, not a crash of the benchmark
         return f"| {name} | failed: {str(err).strip().splitlines()[-1][:100]} | | | |"
     tensors = [tvm.runtime.tensor(feed[k]) for k in inputs]
@@ -245,6 +285,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=1.0, help="timing per case and runtime")
     parser.add_argument("--list", action="store_true", help="list the cases and exit")
+    parser.add_argument("--layout", default="auto", choices=["auto", "NCHW", "NHWC"], help="as a recipe's layout")
     args = parser.parse_args()
     table = cases()
     if args.list:
@@ -258,7 +299,7 @@ def main() -> None:
     print("| operator | modelbuild ms | onnxruntime ms | ratio | max abs error |")
     print("| --- | --- | --- | --- | --- |")
     for name in args.names or table:
-        print(measure(name, table[name], args.threads, args.seconds), flush=True)
+        print(measure(name, table[name], args.threads, args.seconds, args.layout), flush=True)
 
 
 if __name__ == "__main__":

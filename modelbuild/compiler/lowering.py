@@ -151,7 +151,7 @@ def _legalize_resize2d(bb, call):
 
 def _legalize_matmul(bb, call):
     """A float GEMV by constant weights on packed weights (packed_gemv.py), a float matmul by one to three
-    constant columns on its weights column by column (narrow_matmul.py); any other matmul as the integer
+    columns, constant or computed, on its columns one after another (narrow_matmul.py); any other matmul as the integer
     kernels legalise it (int8 by constant int8 weights), or TVM."""
     call = _with_constant_weights(bb, call)
     if packed_gemv.eligible(call):

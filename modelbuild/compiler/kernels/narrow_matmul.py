@@ -1,12 +1,14 @@
-"""A float matmul by constant weights of one to three columns, its weights stored column by column, so that
-each output's sum reads its row and its weights' column as two contiguous runs.
+"""A float matmul by one to three columns, its columns stored one after another, so that each output's sum
+reads its row and its column as two contiguous runs.
 
 A matmul to so few columns has no vector of output columns to compute: the default schedule sums each
 output's K products in vector lanes instead (`_sum_in_lanes`), reading K contiguous floats of the row but the
 weights' column N floats apart, and it does so only where K is whole vectors: otherwise it vectorised the N
-outputs of a row and summed K one product at a time. Here the weights are transposed to [..., N, K] once
-at compile time (they are constants) and K is padded to whole vectors, with zero weights and a copy of the
-data padded with zeros: the sum reads both runs in order, in lanes (measured in bench/results/README.md).
+outputs of a row and summed K one product at a time. Here the columns are transposed to [..., N, K], once
+at compile time where they are constant weights, at run time where they are computed (N x K floats, a few
+reads of the data's M x K): each sum reads both runs in order, in vector lanes up to its last whole vector
+and the few products left one by one (measured in bench/results/README.md). A computed single column was 27.6x onnxruntime's time
+on the default schedule, which vectorised its one output column.
 """
 
 from __future__ import annotations
@@ -22,15 +24,12 @@ LANES = 16  # the default schedule sums in lanes a reduction of whole vectors of
 
 
 def eligible(call) -> bool:
-    """A static float32 [..., M, K] x constant float32 [..., K, N] matmul, N of 1 to MAX_COLUMNS, K of
-    MIN_SUMMED or more, the weights 2-D or batched as the data is (no broadcasting of the data)."""
-    from tvm.ir import Constant
-
+    """A static float32 [..., M, K] x float32 [..., K, N] matmul, N of 1 to MAX_COLUMNS, K of MIN_SUMMED or
+    more, the columns 2-D or batched as the data is (no broadcasting of the data); constant or computed."""
     data, weight = call.args[0], call.args[1]
     if not (
-        isinstance(weight, Constant)
-        and str(weight.ty.dtype) == "float32"
-        and str(data.ty.dtype) == "float32"
+        str(getattr(weight.ty, "dtype", "")) == "float32"
+        and str(getattr(data.ty, "dtype", "")) == "float32"
         and str(call.attrs.out_dtype) in ("float32", "None", "void", "")
     ):
         return False
@@ -47,29 +46,47 @@ def columns_first(weight: np.ndarray) -> np.ndarray:
 
 
 def legalize(bb, call):
-    """An eligible matmul (see `eligible`) on its weights stored column by column."""
+    """An eligible matmul (see `eligible`) on its columns stored one after another."""
     from tvm import relax, te
+    from tvm.ir import Constant
 
-    weight = constant_value(call.args[1])
     out_shape = [int(d) for d in call.ty.shape.values]
-    summed = weight.shape[-2]
-    k_extent = -(-summed // LANES) * LANES
-    batched = weight.ndim > 2
-    data = call.args[0]
-    if k_extent != summed:  # whole vectors of products: the data's rows padded with zeros, a copy; the weights free
-        widths = [0] * (2 * len(out_shape))
-        widths[-1] = k_extent - summed
-        data = bb.emit(relax.op.nn.pad(data, widths))
-        weight = np.concatenate(
-            [weight, np.zeros((*weight.shape[:-2], k_extent - summed, weight.shape[-1]), weight.dtype)], -2
-        )
+    dims = known_shape(call.args[1])
+    summed = dims[-2]
+    whole = summed // LANES * LANES
+    batched = len(dims) > 2
+    if isinstance(call.args[1], Constant):
+        columns = relax.const(columns_first(constant_value(call.args[1])))
+    else:
+        columns = bb.emit(_computed_columns(call.args[1], dims))
 
     def matmul(data, columns):
-        k = te.reduce_axis((0, k_extent), "k")
-
-        def column(i):  # the weights' index of output i's column: its batch, then the column
+        def column(i, k):  # the columns' index of output i's column: its batch, then the column
             return (*i[:-2], i[-1], k) if batched else (i[-1], k)
 
-        return te.compute(out_shape, lambda *i: te.sum(data[(*i[:-1], k)] * columns[column(i)], axis=k), name="matmul")
+        def product(i, k):
+            return data[(*i[:-1], k)] * columns[column(i, k)]
 
-    return bb.call_te(matmul, data, relax.const(columns_first(weight)), primfunc_name_hint="matmul")
+        k = te.reduce_axis((0, whole), "k")
+        vectors = te.compute(out_shape, lambda *i: te.sum(product(i, k), axis=k), name="matmul")
+        if whole == summed:
+            return vectors
+        # the last few products, fewer than a vector, added one by one as the sum's epilogue: padding the data's
+        # rows to whole vectors instead copied all of it ([294, 3210] x [3210, 1]: 0.141 -> 0.049 ms)
+        return te.compute(
+            out_shape,
+            lambda *i: vectors(*i) + sum(product(i, k) for k in range(whole, summed)),
+            name="matmul_tail",
+        )
+
+    return bb.call_te(matmul, call.args[0], columns, primfunc_name_hint="matmul")
+
+
+def _computed_columns(weight, dims: list[int]):
+    """Computed [..., K, N] columns as [..., N, K]: one column is a reshape (its K floats are a run already),
+    more a transpose."""
+    from tvm import relax
+
+    if dims[-1] == 1:
+        return relax.op.reshape(weight, [*dims[:-2], 1, dims[-2]])
+    return relax.op.permute_dims(weight, [*range(len(dims) - 2), len(dims) - 1, len(dims) - 2])
