@@ -62,8 +62,8 @@ def test_a_conv_from_33_channels_to_one_reads_40_summed_in_lanes_and_matches_the
     import tvm
 
     module, _ = conv_head(1, inputs=33)
-    assert any([3, 3, 40, 1] in shapes for shapes in kernel_shapes(module, "auto").values())
-    script, run = scheduled_kernel(module, "conv2d", schedule=True, layout="auto")
+    assert any([3, 3, 40, 1] in shapes for shapes in kernel_shapes(module, "NHWC").values())
+    script, run = scheduled_kernel(module, "conv2d", schedule=True, layout="NHWC")
     assert '_rf_update"' in script and "T.vectorized(T.int64(8))" in script
     _, stock = scheduled_kernel(conv_head(1, inputs=33)[0], "conv2d", schedule=False, layout="NCHW")
     x = tvm.runtime.tensor(np.random.default_rng(12).standard_normal((1, 33, 6, 10)).astype("float32"))
@@ -101,8 +101,8 @@ def test_a_conv_head_of_two_or_three_channels_reads_its_weights_output_channels_
     import tvm
 
     module, _ = conv_head(channels, inputs=inputs)
-    assert any(weights in shapes for shapes in kernel_shapes(module, "auto").values())
-    script, run = scheduled_kernel(module, "conv2d", schedule=True, layout="auto")
+    assert any(weights in shapes for shapes in kernel_shapes(module, "NHWC").values())
+    script, run = scheduled_kernel(module, "conv2d", schedule=True, layout="NHWC")
     assert '_rf_update"' in script
     _, stock = scheduled_kernel(conv_head(channels, inputs=inputs)[0], "conv2d", schedule=False, layout="NCHW")
     x = tvm.runtime.tensor(np.random.default_rng(16).standard_normal((1, inputs, 6, 10)).astype("float32"))

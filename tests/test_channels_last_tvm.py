@@ -53,11 +53,11 @@ def assert_channels_last_throughout(model, seed: int) -> None:
 
 
 def float_and_integer_convs(bb, x):
-    """A float conv 8 -> 16 channels, and an int8 conv 8 -> 24 channels of the same input cast to int8."""
+    """A float conv 8 -> 32 channels, and an int8 conv 8 -> 24 channels of the same input cast to int8."""
     from tvm import relax
 
     rng = np.random.default_rng(5)
-    w = relax.const(rng.standard_normal((16, 8, 3, 3)).astype("float32"))
+    w = relax.const(rng.standard_normal((32, 8, 3, 3)).astype("float32"))
     q = relax.const(rng.integers(-8, 8, (24, 8, 1, 1)).astype("int8"))
     floats = bb.emit(relax.op.nn.conv2d(x, w, padding=1))
     ints = bb.emit(relax.op.nn.conv2d(bb.emit(relax.op.astype(x, "int8")), q, out_dtype="int32"))
@@ -69,12 +69,12 @@ def test_auto_layout_turns_float_convs_channels_last_and_keeps_integer_convs_nch
     so their vectors run over output channels; layout = "NCHW" keeps the model's layout everywhere."""
     module = build_module(float_and_integer_convs, (1, 8, 12, 20))
     auto = kernel_shapes(module, "auto")
-    float_conv = next(shapes for name, shapes in auto.items() if "conv2d" in name and [3, 3, 8, 16] in shapes)
-    assert [1, 12, 20, 16] in float_conv  # NHWC output
+    float_conv = next(shapes for name, shapes in auto.items() if "conv2d" in name and [3, 3, 8, 32] in shapes)
+    assert [1, 12, 20, 32] in float_conv  # NHWC output
     integer_conv = next(shapes for name, shapes in auto.items() if "conv2d" in name and [24, 8, 1, 1] in shapes)
     assert [1, 24, 12, 20] in integer_conv  # NCHW output, OIHW weights
     kept = kernel_shapes(module, "NCHW")
-    assert any([16, 8, 3, 3] in shapes and [1, 16, 12, 20] in shapes for shapes in kept.values())
+    assert any([32, 8, 3, 3] in shapes and [1, 32, 12, 20] in shapes for shapes in kept.values())
     every = kernel_shapes(module, "NHWC")  # integer convs too (it was rejected as an invalid layout before)
     assert any([1, 1, 8, 24] in shapes and [1, 12, 20, 24] in shapes for shapes in every.values())
 
@@ -197,7 +197,7 @@ def test_a_reduction_over_a_stack_becomes_element_wise_so_the_model_converts_and
     from modelbuild.compiler.passes import channels_last
 
     module = reduced_stack(keepdims=False)
-    converted, used = channels_last.convert(module, "auto")
+    converted, used = channels_last.convert(module, "NHWC")  # asked for: too little work for "auto" to convert
     assert used == channels_last.CONVERTED and "R.maximum(" in converted.script()
     x = np.random.default_rng(20).standard_normal((1, 4, 6, 6)).astype("float32")
     outputs = [
@@ -213,7 +213,7 @@ def test_a_model_tvm_cannot_convert_keeps_its_layout_and_says_why():
     from modelbuild.compiler.passes import channels_last
 
     module = reduced_stack(keepdims=True)
-    converted, used = channels_last.convert(module, "auto")
+    converted, used = channels_last.convert(module, "NHWC")  # asked for: too little work for "auto" to convert
     assert converted is module
     assert used.startswith("model (TVM's layout conversion failed: ") and "SLayout" in used
 

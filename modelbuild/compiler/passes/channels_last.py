@@ -25,12 +25,13 @@ it can infer a layout for, so the transposes sit at the model's edges and the we
 
 from __future__ import annotations
 
+import math
 import re
 
 from modelbuild.compiler.default_schedule import VECTOR_LANES
 from modelbuild.compiler.passes import group_blocks
 from modelbuild.compiler.passes.channel_padding import padded_channels
-from modelbuild.compiler.relax_rewrite import known_shape, rewrite_calls
+from modelbuild.compiler.relax_rewrite import known_dims, known_shape, rewrite_calls
 from modelbuild.errors import last_line
 
 CHANNELS_LAST = {
@@ -42,20 +43,81 @@ CONVS = tuple(CHANNELS_LAST)
 LAYOUTS = ("auto", "NHWC")  # the recipe's layouts that convert convs
 CONVERTED = "channels-last"
 KEPT = "model"
+EDGES_OUTWEIGH = f"{KEPT} (too little conv work to pay for transposing its inputs and outputs)"
+# conv multiply-adds per element of the model's inputs and outputs (each transposed once, into channels-last and
+# out of it) from which converting pays. Alone, NCHW against channels-last with its transposes: a 3x3 depthwise
+# conv (about 4.5) 0.07-0.18 against 0.14-0.56 ms, a 1x1 from 11 to 24 channels (7.5) 0.31 against 0.85, a 1x1 of
+# 64 channels (32) 0.46 against 0.42, of 128 (64) 0.59 against 0.43, a 3x3 of 64 (288) 1.41 against 0.46.
+EDGE_WORK = 32
 
 
 def convert(module, layout: str | None):
     """The module with its convs in `layout`, and the layout used: CONVERTED, or KEPT with the reason where
-    a conversion was asked for and TVM refused it."""
+    a conversion was asked for and TVM refused it, or where "auto" found it would not pay."""
     from tvm import relax
 
     if layout not in LAYOUTS or not _has_conv(module, chosen=layout == "auto"):
         return module, KEPT
+    if layout == "auto" and not _pays_for_its_edges(module):
+        return module, EDGES_OUTWEIGH
     try:
         converted = relax.transform.ConvertLayout({}, lambda call: _desired_layouts(call, layout))
         return converted(plain_elementwise(module)), CONVERTED
     except (RuntimeError, ValueError, TypeError) as err:
         return module, f"{KEPT} (TVM's layout conversion failed: {last_line(err, 200)})"
+
+
+def _pays_for_its_edges(module) -> bool:
+    """Whether the float conv2ds and conv3ds (those "auto" converts) do EDGE_WORK multiply-adds or more per element of main's inputs and
+    outputs of four dimensions or more (the maps a channels-last model transposes at its edges). A model whose
+    shapes are not all known converts, as a real network's convs always pay, and so does one with a conv1d
+    that pays, whose few time steps made NWC several times faster even in a model of a few convs (silero)."""
+    main = next((func for gv, func in module.functions.items() if gv.name_hint == "main"), None)
+    edges = _edge_shapes(main)
+    convs = [call for call in _calls(module, ("relax.nn.conv2d", "relax.nn.conv3d")) if _is_float(call.args[0])]
+    work = [_multiply_adds(call) for call in convs]
+    if (
+        edges is None
+        or any(w is None for w in work)
+        or any(map(_channels_last_pays, _calls(module, ("relax.nn.conv1d",))))
+    ):
+        return True
+    return sum(work) >= EDGE_WORK * sum(math.prod(shape) for shape in edges if len(shape) >= 4)
+
+
+def _edge_shapes(func) -> list[list[int]] | None:
+    """The shapes of a Relax function's parameters and of each tensor it returns; None where one is unknown."""
+    from tvm import relax
+
+    if not isinstance(func, relax.Function):
+        return None
+    returned = func.ret_ty.fields if isinstance(func.ret_ty, relax.TupleType) else [func.ret_ty]
+    shapes = [known_shape(param) for param in func.params] + [known_dims(getattr(ty, "shape", None)) for ty in returned]
+    return None if any(shape is None for shape in shapes) else shapes
+
+
+def _calls(module, ops: tuple) -> list:
+    """Every call to one of `ops` in the module's Relax functions."""
+    from tvm import relax
+
+    found = []
+
+    def visit(expr):
+        if isinstance(expr, relax.Call) and getattr(expr.op, "name", None) in ops:
+            found.append(expr)
+
+    for func in module.functions.values():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func, visit)
+    return found
+
+
+def _multiply_adds(conv) -> int | None:
+    """A conv's multiply-adds: each output element sums its group's input channels over the kernel's taps."""
+    out, weight = known_shape(conv), known_shape(conv.args[1])
+    if out is None or weight is None or not str(conv.attrs.kernel_layout).startswith("OI"):
+        return None
+    return math.prod(out) * math.prod(weight[1:])
 
 
 def _has_conv(module, *, chosen: bool) -> bool:
