@@ -385,7 +385,8 @@ class BuildSpec(Strict):
     layout: Literal["auto", "NCHW", "NHWC"] = Field(
         default="auto",
         description="conv2d layout: auto converts float convs to NHWC (vectorised over channels) "
-        "and keeps integer convs NCHW; NCHW keeps the model's; NHWC converts all.",
+        "where their work pays for the transposes at the model's edges, and keeps integer convs NCHW; "
+        "NCHW keeps the model's; NHWC converts all.",
     )
     tuning: Name | None = Field(default=None, description="A [tuning.NAME] section; none builds untuned.")
     quantization: Name | None = Field(default=None, description="A [quantization.NAME] section; none is float.")
