@@ -291,3 +291,44 @@ def test_a_conv3d_goes_channels_last_and_computes_the_same():
     assert any([3, 3, 3, 16, 16] in s and [1, 4, 6, 10, 16] in s for name, s in shapes.items() if "conv3d" in name)
     x = np.random.default_rng(58).standard_normal((1, 3, 4, 6, 10)).astype("float32")
     np.testing.assert_allclose(lowered_run(module, "auto", x), lowered_run(module, "NCHW", x), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "channels, out_channels, kernel, groups, converts",
+    [
+        (24, 24, 3, 24, False),  # a depthwise conv: 9 multiply-adds an output, about 4.5 an edge element
+        (11, 24, 1, 1, False),  # a pointwise conv from 11 channels: about 7.5
+        (64, 64, 3, 1, True),  # a dense 3x3 conv of 64 channels: 288
+    ],
+    ids=["depthwise", "thin-pointwise", "dense-3x3"],
+)
+def test_auto_converts_a_model_whose_convs_pay_for_the_transposes_at_its_edges(
+    channels, out_channels, kernel, groups, converts
+):
+    """A model of one conv transposes its input into channels-last and its output back: a depthwise conv, or a
+    pointwise one from few channels, gains less from the layout than that costs, and keeps NCHW, saying why."""
+    from tvm import relax
+
+    from modelbuild.compiler.passes import channels_last
+
+    weight = np.random.default_rng(31).standard_normal((out_channels, channels // groups, kernel, kernel))
+    module = build_module(
+        lambda bb, x: relax.op.nn.conv2d(x, relax.const(weight.astype("float32")), padding=kernel // 2, groups=groups),
+        (1, channels, 40, 40),
+    )
+    _, used = channels_last.convert(module, "auto")
+    assert used == (channels_last.CONVERTED if converts else channels_last.EDGES_OUTWEIGH)
+    assert channels_last.convert(module, "NHWC")[1] == channels_last.CONVERTED  # asked for, it converts
+
+
+def test_a_model_whose_sizes_are_not_all_known_converts_as_a_network_does():
+    from tvm import relax, tirx
+
+    from modelbuild.compiler.passes import channels_last
+
+    side = tirx.Var("side", "int64")
+    weight = np.random.default_rng(32).standard_normal((24, 1, 3, 3)).astype("float32")
+    module = build_module(
+        lambda bb, x: relax.op.nn.conv2d(x, relax.const(weight), padding=1, groups=24), (1, 24, side, side)
+    )
+    assert channels_last.convert(module, "auto")[1] == channels_last.CONVERTED
