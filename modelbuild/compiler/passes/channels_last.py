@@ -46,8 +46,8 @@ KEPT = "model"
 EDGES_OUTWEIGH = f"{KEPT} (too little conv work to pay for transposing its inputs and outputs)"
 # conv multiply-adds per element of the model's inputs and outputs (each transposed once, into channels-last and
 # out of it) from which converting pays. Alone, NCHW against channels-last with its transposes: a 3x3 depthwise
-# conv (about 4.5) 0.07-0.18 against 0.14-0.56 ms, a 1x1 from 11 to 24 channels (7.5) 0.31 against 0.85, a 1x1 of
-# 64 channels (32) 0.46 against 0.42, of 128 (64) 0.59 against 0.43, a 3x3 of 64 (288) 1.41 against 0.46.
+# conv at stride 1 (about 4.5) 0.07-0.18 against 0.14-0.56 ms; a 3x3 of 16 channels at 112x112 (72) 0.46
+# against 0.64 and of 64 at 28x28 (288) 1.41 against 0.46.
 EDGE_WORK = 32
 
 
@@ -68,10 +68,11 @@ def convert(module, layout: str | None):
 
 
 def _pays_for_its_edges(module) -> bool:
-    """Whether the float conv2ds and conv3ds (those "auto" converts) do EDGE_WORK multiply-adds or more per element of main's inputs and
-    outputs of four dimensions or more (the maps a channels-last model transposes at its edges). A model whose
-    shapes are not all known converts, as a real network's convs always pay, and so does one with a conv1d
-    that pays, whose few time steps made NWC several times faster even in a model of a few convs (silero)."""
+    """Whether converting pays: unless every float conv2d is one NCHW computes well (`_fast_in_nchw`) and
+    together they do fewer than EDGE_WORK multiply-adds per element of main's inputs and outputs of four
+    dimensions or more (the maps a channels-last model transposes at its edges). A model whose shapes are not
+    all known converts, as a real network's convs always pay, and so does one with a conv1d that pays, whose
+    few time steps made NWC several times faster even in a model of a few convs (silero)."""
     main = next((func for gv, func in module.functions.items() if gv.name_hint == "main"), None)
     edges = _edge_shapes(main)
     convs = [call for call in _calls(module, ("relax.nn.conv2d", "relax.nn.conv3d")) if _is_float(call.args[0])]
@@ -79,10 +80,26 @@ def _pays_for_its_edges(module) -> bool:
     if (
         edges is None
         or any(w is None for w in work)
+        or not all(map(_fast_in_nchw, convs))
         or any(map(_channels_last_pays, _calls(module, ("relax.nn.conv1d",))))
     ):
         return True
     return sum(work) >= EDGE_WORK * sum(math.prod(shape) for shape in edges if len(shape) >= 4)
+
+
+def _fast_in_nchw(conv) -> bool:
+    """A conv2d of thin groups (`_thin_groups`), or a depthwise one of 3x3 taps or fewer at stride 1, whose NCHW
+    kernel, vectors over an output row, measured as fast as its channels-last one at any width. Dense convs in NCHW fell off wherever their rows
+    made no whole vectors (a 1x1 of 32 channels over 66 columns 4.8x onnxruntime's time, a 3x3 at stride 2
+    12.6x), and so did strided and 5x5 depthwise ones."""
+    weight = known_shape(conv.args[1])
+    if getattr(conv.op, "name", None) != "relax.nn.conv2d" or weight is None or len(weight) != 4:
+        return False
+    if _thin_groups(conv):
+        return True
+    depthwise = weight[1] == 1 and int(conv.attrs.groups) == weight[0]
+    taps = weight[2:] if str(conv.attrs.kernel_layout) == "OIHW" else [99]
+    return depthwise and max(taps) <= 3 and all(int(s) == 1 for s in conv.attrs.strides)
 
 
 def _edge_shapes(func) -> list[list[int]] | None:
