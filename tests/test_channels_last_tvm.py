@@ -299,17 +299,17 @@ def test_a_conv3d_goes_channels_last_and_computes_the_same():
         (24, 24, 3, 24, 1, False),  # a depthwise conv: 9 multiply-adds an output, about 4.5 an edge element
         (24, 24, 3, 24, 2, True),  # strided, NCHW's kernel falls off
         (24, 24, 5, 24, 1, True),  # and so it does for 5x5 taps
-        (11, 24, 1, 1, 1, True),  # dense: about 7.5, but NCHW's rows may make no whole vectors
+        (11, 24, 1, 1, 1, False),  # pointwise: the same matmul in either layout, NCHW's over the flattened map
         (64, 64, 3, 1, 1, True),  # a dense 3x3 conv of 64 channels: 288
     ],
     ids=["depthwise", "depthwise-stride-2", "depthwise-5x5", "thin-pointwise", "dense-3x3"],
 )
-def test_auto_keeps_nchw_only_for_a_few_depthwise_convs_that_would_not_pay_for_the_transposes_at_its_edges(
+def test_auto_keeps_nchw_for_pointwise_and_a_few_depthwise_convs_that_would_not_pay_for_the_transposes(
     channels, out_channels, kernel, groups, stride, converts
 ):
     """A model of one conv transposes its input into channels-last and its output back: a 3x3 depthwise conv
-    at stride 1 gains less from the layout than that costs, and keeps NCHW, saying why; convs whose NCHW
-    kernel falls off convert whatever their work."""
+    at stride 1 gains less from the layout than that costs, and a pointwise one nothing, so they keep NCHW,
+    saying why; convs whose NCHW kernel falls off convert whatever their work."""
     from tvm import relax
 
     from modelbuild.compiler.passes import channels_last

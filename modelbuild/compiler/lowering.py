@@ -64,6 +64,7 @@ from modelbuild.compiler.passes import (
     group_blocks,
     padding_taps,
     pixel_rows,
+    pointwise_matmul,
     transpose_folding,
     upsample_fusion,
 )
@@ -108,6 +109,10 @@ def lower(module, target, *, fuse: bool, layout: str | None, database=None, sche
             # QDQ graph quantizes that tensor once per conv with equal constants (6 of the DB detector's 10
             # quantize kernels), and the one left fuses into the kernel that makes the tensor
             relax.transform.EliminateCommonSubexpr(),
+            # the float pointwise convs left in NCHW, once their scales and biases are folded into them and the
+            # quantized ones are integer convs; their maps padded to whole vectors as any matmul's columns are
+            pointwise_matmul.transform(),
+            channel_padding.transform(),
             *([pixel_rows.transform(instruction.lanes)] if instruction is not None else []),
         ]
     )(module)

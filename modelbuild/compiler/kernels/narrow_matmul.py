@@ -7,8 +7,8 @@ weights' column N floats apart, and it does so only where K is whole vectors: ot
 outputs of a row and summed K one product at a time. Here the columns are transposed to [..., N, K], once
 at compile time where they are constant weights, at run time where they are computed (N x K floats, a few
 reads of the data's M x K): each sum reads both runs in order, in vector lanes up to its last whole vector
-and the few products left one by one (measured in bench/results/README.md). A computed single column was 27.6x onnxruntime's time
-on the default schedule, which vectorised its one output column.
+and the few products left one by one (measured in bench/results/README.md). A computed single column was
+27.6x onnxruntime's time on the default schedule, which vectorised its one output column.
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ import math
 import re
 
 from modelbuild.compiler.default_schedule import VECTOR_LANES
-from modelbuild.compiler.passes import group_blocks
+from modelbuild.compiler.passes import group_blocks, pointwise_matmul
 from modelbuild.compiler.passes.channel_padding import padded_channels
 from modelbuild.compiler.relax_rewrite import known_dims, known_shape, rewrite_calls
 from modelbuild.errors import last_line
@@ -44,10 +44,10 @@ LAYOUTS = ("auto", "NHWC")  # the recipe's layouts that convert convs
 CONVERTED = "channels-last"
 KEPT = "model"
 EDGES_OUTWEIGH = f"{KEPT} (too little conv work to pay for transposing its inputs and outputs)"
-# conv multiply-adds per element of the model's inputs and outputs (each transposed once, into channels-last and
-# out of it) from which converting pays. Alone, NCHW against channels-last with its transposes: a 3x3 depthwise
-# conv at stride 1 (about 4.5) 0.07-0.18 against 0.14-0.56 ms; a 3x3 of 16 channels at 112x112 (72) 0.46
-# against 0.64 and of 64 at 28x28 (288) 1.41 against 0.46.
+# depthwise multiply-adds per element of the model's inputs and outputs (each transposed once, into channels-last
+# and out of it) from which converting pays. Alone, NCHW against channels-last with its transposes: a 3x3
+# depthwise conv at stride 1 (about 4.5) 0.07-0.18 against 0.14-0.56 ms; a 3x3 dense conv of 16 channels at
+# 112x112 (72) 0.46 against 0.64 and of 64 at 28x28 (288) 1.41 against 0.46.
 EDGE_WORK = 32
 
 
@@ -69,14 +69,17 @@ def convert(module, layout: str | None):
 
 def _pays_for_its_edges(module) -> bool:
     """Whether converting pays: unless every float conv2d is one NCHW computes well (`_fast_in_nchw`) and
-    together they do fewer than EDGE_WORK multiply-adds per element of main's inputs and outputs of four
-    dimensions or more (the maps a channels-last model transposes at its edges). A model whose shapes are not
-    all known converts, as a real network's convs always pay, and so does one with a conv1d that pays, whose
-    few time steps made NWC several times faster even in a model of a few convs (silero)."""
+    those that channels-last would speed up (the depthwise ones: a pointwise conv is the same matmul in either
+    layout, thin groups are faster in NCHW) do fewer than EDGE_WORK multiply-adds per element of main's inputs
+    and outputs of four dimensions or more (the maps a channels-last model transposes at its edges). A model
+    whose shapes are not all known converts, as a real network's convs always pay, and so does one with a
+    conv1d that pays, whose few time steps made NWC several times faster even in a model of a few convs
+    (silero)."""
     main = next((func for gv, func in module.functions.items() if gv.name_hint == "main"), None)
     edges = _edge_shapes(main)
     convs = [call for call in _calls(module, ("relax.nn.conv2d", "relax.nn.conv3d")) if _is_float(call.args[0])]
-    work = [_multiply_adds(call) for call in convs]
+    gaining = [call for call in convs if not (_thin_groups(call) or pointwise_matmul.eligible(call))]
+    work = [_multiply_adds(call) for call in gaining]
     if (
         edges is None
         or any(w is None for w in work)
@@ -88,14 +91,15 @@ def _pays_for_its_edges(module) -> bool:
 
 
 def _fast_in_nchw(conv) -> bool:
-    """A conv2d of thin groups (`_thin_groups`), or a depthwise one of 3x3 taps or fewer at stride 1, whose NCHW
-    kernel, vectors over an output row, measured as fast as its channels-last one at any width. Dense convs in NCHW fell off wherever their rows
+    """A conv2d of thin groups (`_thin_groups`), a pointwise one that is a matmul in NCHW (pointwise_matmul.py),
+    or a depthwise one of 3x3 taps or fewer at stride 1, whose NCHW kernel, vectors over an output row,
+    measured as fast as its channels-last one at any width. Dense convs in NCHW fell off wherever their rows
     made no whole vectors (a 1x1 of 32 channels over 66 columns 4.8x onnxruntime's time, a 3x3 at stride 2
     12.6x), and so did strided and 5x5 depthwise ones."""
     weight = known_shape(conv.args[1])
     if getattr(conv.op, "name", None) != "relax.nn.conv2d" or weight is None or len(weight) != 4:
         return False
-    if _thin_groups(conv):
+    if _thin_groups(conv) or pointwise_matmul.eligible(conv):
         return True
     depthwise = weight[1] == 1 and int(conv.attrs.groups) == weight[0]
     taps = weight[2:] if str(conv.attrs.kernel_layout) == "OIHW" else [99]

@@ -1,0 +1,62 @@
+"""Float 1x1 convs left in NCHW computed as matmuls over the flattened map; every other conv left alone."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.helpers.relax_graphs import build_module, op_names
+
+
+def conv_module(shape, out_channels: int, kernel: int = 1, **attrs):
+    from tvm import relax
+
+    weight = np.random.default_rng(41).standard_normal(
+        (out_channels, shape[1] // attrs.get("groups", 1), kernel, kernel)
+    )
+    return build_module(lambda bb, x: relax.op.nn.conv2d(x, relax.const(weight.astype("float32")), **attrs), shape)
+
+
+def run(module, x: np.ndarray) -> np.ndarray:
+    import tvm
+    from tvm import relax
+
+    return relax.VirtualMachine(tvm.compile(module, target="llvm"), tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
+
+
+@pytest.mark.parametrize("shape, out_channels", [((1, 32, 66, 66), 32), ((2, 11, 9, 7), 24)], ids=["one", "batch-2"])
+def test_a_pointwise_conv_in_nchw_is_the_weights_times_the_flattened_map(shape, out_channels):
+    from modelbuild.compiler.passes import pointwise_matmul
+
+    module = conv_module(shape, out_channels)
+    rewritten = pointwise_matmul.rewrite(module)
+    assert op_names(rewritten) == ["relax.reshape", "relax.reshape", "relax.matmul", "relax.reshape"]
+    x = np.random.default_rng(42).standard_normal(shape).astype("float32")
+    np.testing.assert_allclose(run(rewritten, x), run(module, x), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "kernel, attrs",
+    [(3, {"padding": 1}), (1, {"strides": 2}), (1, {"groups": 4}), (1, {"padding": 1})],
+    ids=["3x3", "strided", "grouped", "padded"],
+)
+def test_other_convs_stay_convs(kernel, attrs):
+    from modelbuild.compiler.passes import pointwise_matmul
+
+    module = conv_module((1, 8, 12, 12), 16, kernel, **attrs)
+    assert op_names(pointwise_matmul.rewrite(module)) == ["relax.nn.conv2d"]
+
+
+def test_a_channels_last_pointwise_conv_is_left_to_the_channels_last_kernels():
+    from tvm import relax
+
+    from modelbuild.compiler.passes import channels_last, pointwise_matmul
+
+    rng = np.random.default_rng(43)
+    dense, pointwise = (relax.const(rng.standard_normal(s).astype("float32")) for s in ((64, 64, 3, 3), (32, 64, 1, 1)))
+    module = build_module(
+        lambda bb, x: relax.op.nn.conv2d(bb.emit(relax.op.nn.conv2d(x, dense, padding=1)), pointwise), (1, 64, 28, 28)
+    )
+    converted, used = channels_last.convert(module, "auto")  # the dense 3x3 conv converts the model
+    assert used == channels_last.CONVERTED
+    assert op_names(pointwise_matmul.rewrite(converted)).count("relax.nn.conv2d") == 2
