@@ -49,7 +49,9 @@ def test_an_upsampling_added_after_a_gate_of_one_pixel_is_computed_in_the_gates_
         return bb.emit(relax.op.add(bb.emit(relax.op.multiply(x, gate)), upsampled_corner(bb, x)))
 
     script, run = scheduled_kernel(build_module(neck, SHAPE), "resize", schedule=True)
-    assert "conv2d" in script and "T.Shuffle(" in script
+    # the kernel applying the gate (its sigmoid; the 1x1 conv itself a matmul in NCHW, pointwise_matmul.py)
+    # computes the upsampling, a load and a shuffle per vector
+    assert "sigmoid" in script.lower() and "T.Shuffle(" in script
     x = np.random.default_rng(1).standard_normal(SHAPE).astype("float32")
     gate = 1 / (1 + np.exp(-np.einsum("oc,nc->no", WEIGHTS[:, :, 0, 0], x.mean(axis=(2, 3)))))
     corner = np.repeat(np.repeat(x[:, :, :4, :16], 2, axis=2), 2, axis=3)
