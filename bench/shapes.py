@@ -569,8 +569,8 @@ def host_machine() -> dict:
 
 def remeasured_peak(peak: float, rows: list[Row], threads: int) -> float:
     """The peak measured again after the timings, the higher of the two kept and every row's share of it
-    recomputed: another process on a core can only lower the loop's reading, and one busy for the first
-    seconds of a run once read half the cores' speed (102 GFLOP/s against 203), and every share of it double."""
+    recomputed: another process on a core can only lower the loop's reading, and a core busy for the first
+    seconds of a run would halve the peak and double every share of it (bench/results/README.md)."""
     again = fma_peak(threads)
     if again <= peak:
         return peak

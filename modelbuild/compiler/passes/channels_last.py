@@ -45,9 +45,8 @@ CONVERTED = "channels-last"
 KEPT = "model"
 EDGES_OUTWEIGH = f"{KEPT} (too little conv work to pay for transposing its inputs and outputs)"
 # depthwise multiply-adds per element of the model's inputs and outputs (each transposed once, into channels-last
-# and out of it) from which converting pays. Alone, NCHW against channels-last with its transposes: a 3x3
-# depthwise conv at stride 1 (about 4.5) 0.07-0.18 against 0.14-0.56 ms; a 3x3 dense conv of 16 channels at
-# 112x112 (72) 0.46 against 0.64 and of 64 at 28x28 (288) 1.41 against 0.46.
+# and out of it) from which converting pays: a single 3x3 depthwise conv does about 4.5 and ran faster in NCHW,
+# dense convs of 72 and more faster channels-last (bench/results/README.md, "NCHW filters").
 EDGE_WORK = 32
 
 
@@ -93,9 +92,9 @@ def _pays_for_its_edges(module) -> bool:
 def _fast_in_nchw(conv) -> bool:
     """A conv2d of thin groups (`_thin_groups`), a pointwise one that is a matmul in NCHW (pointwise_matmul.py),
     or a depthwise one of 3x3 taps or fewer at stride 1, whose NCHW kernel, vectors over an output row,
-    measured as fast as its channels-last one at any width. Dense convs in NCHW fell off wherever their rows
-    made no whole vectors (a 1x1 of 32 channels over 66 columns 4.8x onnxruntime's time, a 3x3 at stride 2
-    12.6x), and so did strided and 5x5 depthwise ones."""
+    measured as fast as its channels-last one at any width. Dense convs' NCHW kernel falls off wherever their
+    rows make no whole vectors, or at a stride, and so does a strided or 5x5 depthwise one's
+    (bench/results/README.md)."""
     weight = known_shape(conv.args[1])
     if getattr(conv.op, "name", None) != "relax.nn.conv2d" or weight is None or len(weight) != 4:
         return False
@@ -144,23 +143,10 @@ def _multiply_adds(conv) -> int | None:
 def _has_conv(module, *, chosen: bool) -> bool:
     """Whether a conv would be converted; `chosen`: the layout is modelbuild's choice ("auto"), which converts
     float convs that pay for it, where NHWC asked for converts any."""
-    from tvm import relax
-
-    found = []
-
-    def visit(expr):
-        if (
-            isinstance(expr, relax.Call)
-            and getattr(expr.op, "name", None) in CONVS
-            and (not chosen or _is_float(expr.args[0]))
-            and _channels_last_pays(expr, chosen=chosen)
-        ):
-            found.append(expr)
-
-    for func in module.functions.values():
-        if isinstance(func, relax.Function):
-            relax.analysis.post_order_visit(func, visit)
-    return bool(found)
+    return any(
+        (not chosen or _is_float(conv.args[0])) and _channels_last_pays(conv, chosen=chosen)
+        for conv in _calls(module, CONVS)
+    )
 
 
 def _is_float(expr) -> bool:

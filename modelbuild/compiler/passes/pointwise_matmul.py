@@ -3,12 +3,11 @@
 In NCHW a pointwise conv's outputs for one channel are the whole map, contiguous: flattened, the map is a
 matrix whose rows are its input channels, and the conv is the weights times it, as onnxruntime's MLAS computes
 it. The default schedule then vectorises the matmul's long flattened rows, one tail at the end of each, where
-as a conv it vectorised each output row of the map (a 1x1 of 32 channels over 66 x 66: rows of 66 columns,
-4.8x onnxruntime's time). Models that convert to channels-last compute their pointwise convs as matmuls there;
-this takes those that keep NCHW (`channels_last._fast_in_nchw`). The reshapes are views: nothing is copied.
-A grouped one is a batch of such matmuls, a group each (4 groups of 11 channels at 107 x 107 and stride 2:
-3.0x onnxruntime's time as a conv); a strided one first takes the pixels it reads, a strided slice of its
-input.
+as a conv it would vectorise each output row of the map, a tail in every row that makes no whole vectors
+(measured in bench/results/README.md). Models that convert to channels-last compute their pointwise convs as
+matmuls there; this takes those that keep NCHW (`channels_last._fast_in_nchw`). The reshapes are views. A
+grouped conv is a batch of such matmuls, a group each; a strided one first takes the pixels it reads, a
+strided slice of its input (a copy of a quarter of it at stride 2).
 
 Eligible: conv2d, NCHW data and OIHW weights, float, a 1x1 kernel, no padding, static shapes.
 """
