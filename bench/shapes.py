@@ -571,7 +571,11 @@ def remeasured_peak(peak: float, rows: list[Row], threads: int) -> float:
     """The peak measured again after the timings, the higher of the two kept and every row's share of it
     recomputed: another process on a core can only lower the loop's reading, and a core busy for the first
     seconds of a run would halve the peak and double every share of it (bench/results/README.md)."""
-    again = fma_peak(threads)
+    return with_higher_peak(rows, peak, fma_peak(threads))
+
+
+def with_higher_peak(rows: list[Row], peak: float, again: float) -> float:
+    """The higher of two readings of the peak, every row's share of it recomputed where the second is higher."""
     if again <= peak:
         return peak
     print(f"FP32 peak measured again after the timings: {again:.1f} GFLOP/s (first {peak:.1f}); shares of it use it")

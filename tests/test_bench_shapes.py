@@ -58,3 +58,15 @@ def test_the_summary_ends_with_the_line_the_goals_are_read_from(shapes, tmp_path
     shapes.summarise(rows, 42, 100.0, 80.0, type("Args", (), {"threads": 2}), tmp_path / "shapes-42.json")
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last == "summary: median 1.00x, p90 2.00x, max 2.00x onnxruntime over 3 ops (seed 42)"
+
+
+def test_a_higher_second_reading_of_the_peak_is_kept_and_every_share_recomputed_against_it(shapes, capsys):
+    """A core busy when the run began lowers the first reading; the second, after the timings, replaces it."""
+    timed, failed = (
+        shapes.Row("a", "conv", "g", 1.0, gflops=100.0, peak_fraction=1.0),
+        shapes.Row("b", "conv", "g", 1.0),
+    )
+    assert shapes.with_higher_peak([timed, failed], 100.0, 200.0) == 200.0
+    assert timed.peak_fraction == 0.5 and failed.peak_fraction is None
+    assert "measured again" in capsys.readouterr().out
+    assert shapes.with_higher_peak([timed], 200.0, 150.0) == 200.0 and timed.peak_fraction == 0.5
