@@ -945,6 +945,24 @@ def test_the_copy_padding_a_matmuls_rows_runs_under_its_parallel_loop():
     np.testing.assert_allclose(run(tvm.runtime.tensor(x)).numpy(), want, rtol=1e-4, atol=1e-4)
 
 
+def test_a_matmul_whose_weights_go_outermost_copies_its_padded_rows_once():
+    """With more columns than rows ([196, 256] x [256, 256], a pointwise conv at 14 x 14) the parallel loop runs
+    over blocks of columns: a copy padding the rows under it ran once a block, every row each time. It runs
+    before the loop instead, in vectors."""
+    import numpy as np
+    import tvm
+    from tvm import relax
+
+    weight = np.random.default_rng(31).standard_normal((256, 256)).astype("float32")
+    module = build_module(lambda bb, x: bb.emit(relax.op.matmul(x, relax.const(weight))), (196, 256))
+    script, run = scheduled_kernel(module, "matmul", schedule=True)
+    assert "T.int64(198)" in script  # the padded rows
+    copy = script.index('T.sblock("x_pad")')
+    assert copy < script.index("T.parallel(") and "T.vectorized" in script[script.rfind("for", 0, copy) - 200 : copy]
+    x = np.random.default_rng(32).standard_normal((196, 256)).astype("float32")
+    np.testing.assert_allclose(run(tvm.runtime.tensor(x)).numpy(), x @ weight, rtol=1e-4, atol=1e-4)
+
+
 def test_a_conv_padded_to_one_vector_of_channels_keeps_its_epilogue_in_a_vector_of_its_width():
     """MTCNN's first conv computes 16 channels for its 10 (channel_padding). Its one column tile holds all 10,
     and the epilogue under it is a vector of 10 lanes; moved after the row's tiles (tried for attention's

@@ -568,7 +568,7 @@ def _schedule_reduction(sch, block, on: Machine) -> None:
             continue
         sch.reverse_compute_at(consumer, order[-1] if passes is None else order[at - 1])
         _vectorize_innermost(sch, consumer)
-    if parallel:
+    if parallel and not weights_outermost:  # else each block of columns would copy every row again
         _computed_under(sch, pads, parallel[-1])
     # Annotate first: parallel and vectorize need a whole reduction block (with its init) below them.
     _parallelize(sch, order if passes is None else order[:at], on.cores, worth_it)
@@ -578,8 +578,9 @@ def _schedule_reduction(sch, block, on: Machine) -> None:
 
 
 def _computed_under(sch, pads: list, loop) -> None:
-    """The copies padding a matmul's inputs (_rows_padded's) computed under its parallel `loop`, a part in
-    each iteration, where they ran whole on one core before it (ViT's Q K^T: 12 heads' queries, 25 us)."""
+    """The copies padding a matmul's inputs (_rows_padded's) computed under its parallel `loop` of rows or
+    heads, a part in each iteration, where they ran whole on one core before it (ViT's Q K^T: 12 heads'
+    queries, 25 us). A loop over blocks of columns does not take them: each block would copy every row."""
     from tvm.s_tir import ScheduleError
 
     for pad in pads:
