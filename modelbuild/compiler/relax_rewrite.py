@@ -6,6 +6,24 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+# functions of one element, which commute with any reshape or permutation of the axes
+ELEMENTWISE = {
+    "relax.sigmoid",
+    "relax.nn.relu",
+    "relax.tanh",
+    "relax.exp",
+    "relax.nn.silu",
+    "relax.nn.gelu",
+    "relax.nn.gelu_tanh",
+    "relax.negative",
+    "relax.abs",
+    "relax.sqrt",
+    "relax.log",
+    "relax.erf",
+    "relax.nn.softplus",
+    "relax.clip",
+}
+
 
 def module_pass(rewrite: Callable, name: str):
     """`rewrite` (a module -> a new module) as a tvm.transform module pass named `name`: lowering composes the
@@ -102,3 +120,29 @@ def bound_constant(mutator, expr):
     if isinstance(expr, relax.Var):
         expr = mutator.lookup_binding(expr)
     return expr if isinstance(expr, Constant) else None
+
+
+def single_use_binding(mutator, value, uses: dict):
+    """The call bound to `value` where the function reads `value` once, else None."""
+    from tvm import relax
+
+    if not isinstance(value, relax.Var) or uses.get(value, 0) != 1:
+        return None
+    bound = mutator.lookup_binding(value)
+    return bound if isinstance(bound, relax.Call) else None
+
+
+def module_uses(module) -> dict:
+    """How many times each variable is read in the module's Relax functions."""
+    from tvm import relax
+
+    counts: dict = {}
+
+    def visit(expr):
+        if isinstance(expr, relax.Var):
+            counts[expr] = counts.get(expr, 0) + 1
+
+    for func in module.functions.values():
+        if isinstance(func, relax.Function):
+            relax.analysis.post_order_visit(func.body, visit)
+    return counts

@@ -18,25 +18,16 @@ from __future__ import annotations
 
 import math
 
-from modelbuild.compiler.relax_rewrite import known_shape, module_pass, operator_name, rewrite_calls
+from modelbuild.compiler.relax_rewrite import (
+    ELEMENTWISE,
+    known_shape,
+    module_pass,
+    module_uses,
+    operator_name,
+    rewrite_calls,
+    single_use_binding,
+)
 
-# functions of one element that commute with any permutation of the axes
-ELEMENTWISE = {
-    "relax.sigmoid",
-    "relax.nn.relu",
-    "relax.tanh",
-    "relax.exp",
-    "relax.nn.silu",
-    "relax.nn.gelu",
-    "relax.nn.gelu_tanh",
-    "relax.negative",
-    "relax.abs",
-    "relax.sqrt",
-    "relax.log",
-    "relax.erf",
-    "relax.nn.softplus",
-    "relax.clip",
-}
 RESHAPES = {"relax.reshape", "relax.permute_dims"}
 CHECKED_ELEMENTS = 1 << 22  # a leaf's indices are checked as an array of this many int32 at most (16 MiB)
 
@@ -50,7 +41,7 @@ def fold(module):
     """The module with every foldable transpose folded (dead code removed)."""
     from tvm import relax
 
-    uses = _uses(module)
+    uses = module_uses(module)
     changed = []
 
     def rule(mutator, call):
@@ -71,7 +62,7 @@ def _through(mutator, value, axes: list[int], uses: dict):
     some leaf's elements would move."""
     from tvm import relax
 
-    call = _single_use_binding(mutator, value, uses)
+    call = single_use_binding(mutator, value, uses)
     if call is None:
         return None
     name = operator_name(call)
@@ -96,7 +87,7 @@ def _leaf(mutator, value, axes: list[int], uses: dict):
     from tvm import relax
 
     chain, base = [], value
-    while (call := _single_use_binding(mutator, base, uses)) is not None and operator_name(call) in RESHAPES:
+    while (call := single_use_binding(mutator, base, uses)) is not None and operator_name(call) in RESHAPES:
         chain.append(call)
         base = call.args[0]
     shape = known_shape(base)
@@ -121,32 +112,6 @@ def _kept_in_place(shape: list[int], steps: list[tuple]) -> list[int] | None:
             return None
         indices = indices.transpose(argument) if kind == "relax.permute_dims" else indices.reshape(argument)
     return list(indices.shape) if np.array_equal(indices.ravel(), np.arange(indices.size)) else None
-
-
-def _single_use_binding(mutator, value, uses: dict):
-    """The call bound to `value` where the function reads `value` once, else None."""
-    from tvm import relax
-
-    if not isinstance(value, relax.Var) or uses.get(value, 0) != 1:
-        return None
-    bound = mutator.lookup_binding(value)
-    return bound if isinstance(bound, relax.Call) else None
-
-
-def _uses(module) -> dict:
-    """How many times each variable is read in the module's Relax functions."""
-    from tvm import relax
-
-    counts: dict = {}
-
-    def visit(expr):
-        if isinstance(expr, relax.Var):
-            counts[expr] = counts.get(expr, 0) + 1
-
-    for func in module.functions.values():
-        if isinstance(func, relax.Function):
-            relax.analysis.post_order_visit(func.body, visit)
-    return counts
 
 
 def _rank(expr) -> int | None:
