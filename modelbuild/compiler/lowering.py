@@ -65,6 +65,7 @@ from modelbuild.compiler.passes import (
     padding_taps,
     pixel_rows,
     pointwise_matmul,
+    reshape_sinking,
     transpose_folding,
     upsample_fusion,
 )
@@ -109,9 +110,10 @@ def lower(module, target, *, fuse: bool, layout: str | None, database=None, sche
             # QDQ graph quantizes that tensor once per conv with equal constants (6 of the DB detector's 10
             # quantize kernels), and the one left fuses into the kernel that makes the tensor
             relax.transform.EliminateCommonSubexpr(),
-            # the float pointwise convs left in NCHW, once their scales and biases are folded into them and the
-            # quantized ones are integer convs; their maps padded to whole vectors as any matmul's columns are
+            # the float pointwise convs as matmuls, once their scales and biases are folded into them and the
+            # quantized ones are integer convs; the matmuls' columns padded to whole vectors as any matmul's are
             pointwise_matmul.transform(),
+            reshape_sinking.transform(),  # their epilogues fused into the matmuls
             channel_padding.transform(),
             *([pixel_rows.transform(instruction.lanes)] if instruction is not None else []),
         ]
