@@ -110,6 +110,36 @@ def cases() -> dict:
                 (3, 64, 64, 28, 28),
             )
         },
+        # channels-last pointwise convs as the matmuls they are (passes/pointwise_matmul.py): 256 -> 256 at
+        # 57 x 57 with its bias and ReLU, and at 14 x 14, where the weights outnumber the pixels
+        "MatMul_pixels_3249x256_by_256": (
+            [node("MatMul", ["x", "w"], ["m"]), node("Add", ["m", "b"], ["a"]), node("Relu", ["a"], ["y"])],
+            {"x": [3249, 256]},
+            {
+                "w": (rng.standard_normal((256, 256)) / 3).astype(np.float32),
+                "b": rng.standard_normal(256).astype(np.float32),
+            },
+            18,
+            False,
+        ),
+        "MatMul_pixels_196x256_by_256": (
+            [node("MatMul", ["x", "w"], ["y"])],
+            {"x": [196, 256]},
+            {"w": (rng.standard_normal((256, 256)) / 3).astype(np.float32)},
+            18,
+            False,
+        ),
+        # token x channel matmuls by constant weights, as transformers' projections and MLPs compute them
+        **{
+            f"MatMul_{m}x{k}_by_{n}": (
+                [node("MatMul", ["x", "w"], ["y"])],
+                {"x": [1, m, k]},
+                {"w": (rng.standard_normal((k, n)) / 3).astype(np.float32)},
+                18,
+                False,
+            )
+            for m, k, n in ((128, 256, 1024), (128, 1024, 256), (1500, 384, 1536), (197, 768, 192))
+        },
         "MatMul_computed_column": (  # an attention-pooling score: rows by a column the model computed
             [node("MatMul", ["x", "v"], ["y"])],
             {"x": [294, 3210], "v": [3210, 1]},
