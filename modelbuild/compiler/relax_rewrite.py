@@ -122,6 +122,18 @@ def bound_constant(mutator, expr):
     return expr if isinstance(expr, Constant) else None
 
 
+def reshaped(mutator, value, shape: list[int]):
+    """`value` reshaped: a constant (weights, a bias) as its array reshaped here, where a reshape left for
+    FoldConstant costs an LLVM build of its own; anything else as a reshape emitted through `mutator`."""
+    from tvm import relax
+
+    constant = bound_constant(mutator, value)
+    if constant is None:
+        return mutator.builder_.emit(relax.op.reshape(value, shape))
+    array = constant.value.numpy() if hasattr(constant.value, "numpy") else constant.value
+    return relax.const(array.reshape(shape), str(constant.ty.dtype))
+
+
 def single_use_binding(mutator, value, uses: dict):
     """The call bound to `value` where the function reads `value` once, else None."""
     from tvm import relax

@@ -20,7 +20,7 @@ Eligible: conv2d, NCHW data and OIHW weights or NHWC and HWIO, float, a 1x1 kern
 
 from __future__ import annotations
 
-from modelbuild.compiler.relax_rewrite import known_shape, module_pass, rewrite_calls
+from modelbuild.compiler.relax_rewrite import known_shape, module_pass, reshaped, rewrite_calls
 
 
 def transform():
@@ -89,10 +89,10 @@ def _channels_first(mutator, call):
     pixels = out_height * out_width
     if groups == 1:
         rows = emit(relax.op.reshape(data, [batch, channels, pixels]))
-        weights = emit(relax.op.reshape(call.args[1], [out_channels, channels]))
+        weights = reshaped(mutator, call.args[1], [out_channels, channels])
     else:
         rows = emit(relax.op.reshape(data, [batch, groups, channels // groups, pixels]))
-        weights = emit(relax.op.reshape(call.args[1], [groups, out_channels // groups, channels // groups]))
+        weights = reshaped(mutator, call.args[1], [groups, out_channels // groups, channels // groups])
     product = emit(relax.op.matmul(weights, rows, out_dtype="float32"))
     return relax.op.reshape(product, [batch, out_channels, out_height, out_width])
 
@@ -111,6 +111,6 @@ def _channels_last(mutator, call):
     if strides != [1, 1]:
         data = emit(relax.op.strided_slice(data, axes=[1, 2], begin=[0, 0], end=[height, width], strides=strides))
     rows = emit(relax.op.reshape(data, [batch * out_height * out_width, channels]))
-    weights = emit(relax.op.reshape(call.args[1], [channels, out_channels]))
+    weights = reshaped(mutator, call.args[1], [channels, out_channels])
     product = emit(relax.op.matmul(rows, weights, out_dtype="float32"))
     return relax.op.reshape(product, [batch, out_height, out_width, out_channels])

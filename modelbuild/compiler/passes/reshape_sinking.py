@@ -20,6 +20,7 @@ from modelbuild.compiler.relax_rewrite import (
     module_pass,
     module_uses,
     operator_name,
+    reshaped,
     rewrite_calls,
     single_use_binding,
 )
@@ -96,13 +97,11 @@ def _reshaped_matrix(mutator, value, uses: dict):
 def _as_rows(mutator, operand, target: list[int], rows: list[int]):
     """The other operand of a binary step, read against the [rows, C] matrix as it was against `target`: as it is
     where it varies along the last axis only, reshaped where it has the full shape; else None."""
-    from tvm import relax
-
     shape = known_shape(operand)
     if shape is None:
         return None
     if all(size == 1 for size in shape[:-1]) and len(shape) <= len(target):
-        return operand if len(shape) <= 2 else mutator.builder_.emit(relax.op.reshape(operand, [1, shape[-1]]))
+        return operand if len(shape) <= 2 else reshaped(mutator, operand, [1, shape[-1]])
     if shape == target:
-        return mutator.builder_.emit(relax.op.reshape(operand, rows))
+        return reshaped(mutator, operand, rows)
     return None
