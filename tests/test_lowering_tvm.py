@@ -953,8 +953,8 @@ def test_the_copy_padding_a_matmuls_rows_runs_under_its_parallel_loop():
 
 def test_a_matmul_whose_weights_go_outermost_copies_its_padded_rows_once():
     """With more columns than rows ([196, 256] x [256, 256], a pointwise conv at 14 x 14) the parallel loop runs
-    over blocks of columns: a copy padding the rows under it ran once a block, every row each time. It runs
-    before the loop instead, in vectors."""
+    over blocks of columns: under it, the copy padding the rows would copy every row once a block. It runs
+    before the loop, in vectors."""
     import numpy as np
     import tvm
     from tvm import relax

@@ -579,8 +579,8 @@ def _schedule_reduction(sch, block, on: Machine) -> None:
 
 def _computed_under(sch, pads: list, loop) -> None:
     """The copies padding a matmul's inputs (_rows_padded's) computed under its parallel `loop` of rows or
-    heads, a part in each iteration, where they ran whole on one core before it (ViT's Q K^T: 12 heads'
-    queries, 25 us). A loop over blocks of columns does not take them: each block would copy every row."""
+    heads, a part in each iteration, rather than whole on one core before it. A loop over blocks of columns
+    does not take them: each block would copy every row."""
     from tvm.s_tir import ScheduleError
 
     for pad in pads:

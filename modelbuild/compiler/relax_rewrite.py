@@ -25,6 +25,17 @@ ELEMENTWISE = {
 }
 
 
+# binary arithmetic that broadcasts its operands against each other
+ARITHMETIC = {
+    "relax.add",
+    "relax.subtract",
+    "relax.multiply",
+    "relax.divide",
+    "relax.maximum",
+    "relax.minimum",
+}
+
+
 def module_pass(rewrite: Callable, name: str):
     """`rewrite` (a module -> a new module) as a tvm.transform module pass named `name`: lowering composes the
     rewrites with TVM's own passes in one Sequential, and a test applies one as TVM's passes are tested, to a
@@ -68,6 +79,25 @@ def rewrite_calls(module, rule):
                 if added.name_hint not in present:
                     module[added] = function
     return module
+
+
+def rewrite_and_prune(module, rule):
+    """rewrite_calls with a `rule(mutator, call)` that returns what replaces the call, or None to keep it;
+    where it replaced any, the bindings nothing reads any more are removed, else the module is returned as
+    it was given."""
+    from tvm import relax
+
+    changed = []
+
+    def keep_or_replace(mutator, call):
+        replacement = rule(mutator, call)
+        if replacement is None:
+            return call
+        changed.append(call)
+        return replacement
+
+    rewritten = rewrite_calls(module, keep_or_replace)
+    return relax.transform.DeadCodeElimination()(rewritten) if changed else module
 
 
 def operator_name(expr) -> str | None:
@@ -127,11 +157,12 @@ def reshaped(mutator, value, shape: list[int]):
     FoldConstant costs an LLVM build of its own; anything else as a reshape emitted through `mutator`."""
     from tvm import relax
 
+    from modelbuild.compiler.integer_ops import constant_value  # integer_ops imports this module
+
     constant = bound_constant(mutator, value)
     if constant is None:
         return mutator.builder_.emit(relax.op.reshape(value, shape))
-    array = constant.value.numpy() if hasattr(constant.value, "numpy") else constant.value
-    return relax.const(array.reshape(shape), str(constant.ty.dtype))
+    return relax.const(constant_value(constant).reshape(shape), str(constant.ty.dtype))
 
 
 def single_use_binding(mutator, value, uses: dict):

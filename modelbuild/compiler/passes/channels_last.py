@@ -31,7 +31,7 @@ import re
 from modelbuild.compiler.default_schedule import VECTOR_LANES
 from modelbuild.compiler.passes import group_blocks, pointwise_matmul
 from modelbuild.compiler.passes.channel_padding import padded_channels
-from modelbuild.compiler.relax_rewrite import known_dims, known_shape, rewrite_calls
+from modelbuild.compiler.relax_rewrite import ARITHMETIC, known_dims, known_shape, rewrite_calls
 from modelbuild.errors import last_line
 
 CHANNELS_LAST = {
@@ -314,15 +314,7 @@ def _leaky_as_bound(mutator, x, alpha: float):
     return relax.op.maximum(x, scaled) if alpha <= 1 else relax.op.minimum(x, scaled)
 
 
-BROADCASTING = {
-    "relax.add",
-    "relax.subtract",
-    "relax.multiply",
-    "relax.divide",
-    "relax.maximum",
-    "relax.minimum",
-    "relax.power",
-}
+BROADCASTING = ARITHMETIC | {"relax.power"}
 
 
 def _single_value(expr):

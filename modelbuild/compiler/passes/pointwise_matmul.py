@@ -45,12 +45,9 @@ def eligible(call) -> bool:
     weight, data, out = known_shape(call.args[1]), known_shape(call.args[0]), known_shape(call)
     if weight is None or data is None or out is None:
         return False
-    if _layouts(call) == CHANNELS_LAST:
-        fits = int(attrs.groups) == 1
-    else:
-        fits = _layouts(call) == CHANNELS_FIRST
+    layouts = _layouts(call)
     return (
-        fits
+        (layouts == CHANNELS_FIRST or (layouts == CHANNELS_LAST and int(attrs.groups) == 1))
         and str(getattr(call.args[0].ty, "dtype", "")) == "float32"
         and str(getattr(call.args[1].ty, "dtype", "")) == "float32"
         and str(attrs.out_dtype) in ("float32", "None", "void", "")

@@ -15,24 +15,16 @@ axis is the reshape's.
 from __future__ import annotations
 
 from modelbuild.compiler.relax_rewrite import (
+    ARITHMETIC,
     ELEMENTWISE,
     known_shape,
     module_pass,
     module_uses,
     operator_name,
     reshaped,
-    rewrite_calls,
+    rewrite_and_prune,
     single_use_binding,
 )
-
-BINARY = {
-    "relax.add",
-    "relax.subtract",
-    "relax.multiply",
-    "relax.divide",
-    "relax.maximum",
-    "relax.minimum",
-}
 
 
 def transform():
@@ -43,20 +35,8 @@ def transform():
 def sink(module):
     """The module with every element-wise step that reads a movable reshape computed before it (dead code
     removed)."""
-    from tvm import relax
-
     uses = module_uses(module)
-    changed = []
-
-    def rule(mutator, call):
-        moved = _moved(mutator, call, uses)
-        if moved is None:
-            return call
-        changed.append(call)
-        return moved
-
-    rewritten = rewrite_calls(module, rule)
-    return relax.transform.DeadCodeElimination()(rewritten) if changed else module
+    return rewrite_and_prune(module, lambda mutator, call: _moved(mutator, call, uses))
 
 
 def _moved(mutator, call, uses: dict):
@@ -64,16 +44,16 @@ def _moved(mutator, call, uses: dict):
     from tvm import relax
 
     name = operator_name(call)
-    if name not in ELEMENTWISE and name not in BINARY:
+    if name not in ELEMENTWISE and name not in ARITHMETIC:
         return None
     target = known_shape(call)
-    for position, arg in enumerate(call.args[: 2 if name in BINARY else 1]):
+    for position, arg in enumerate(call.args[: 2 if name in ARITHMETIC else 1]):
         source = _reshaped_matrix(mutator, arg, uses)
         if source is None or target is None or known_shape(arg) != target:
             continue
         args = list(call.args)
         args[position] = source
-        if name in BINARY:
+        if name in ARITHMETIC:
             other = _as_rows(mutator, call.args[1 - position], target, known_shape(source))
             if other is None:
                 return None

@@ -24,7 +24,7 @@ from modelbuild.compiler.relax_rewrite import (
     module_pass,
     module_uses,
     operator_name,
-    rewrite_calls,
+    rewrite_and_prune,
     single_use_binding,
 )
 
@@ -39,22 +39,14 @@ def transform():
 
 def fold(module):
     """The module with every foldable transpose folded (dead code removed)."""
-    from tvm import relax
-
     uses = module_uses(module)
-    changed = []
 
     def rule(mutator, call):
         if operator_name(call) != "relax.permute_dims" or _rank(call.args[0]) is None:
-            return call
-        folded = _through(mutator, call.args[0], _axes(call), uses)
-        if folded is None:
-            return call
-        changed.append(call)
-        return folded
+            return None
+        return _through(mutator, call.args[0], _axes(call), uses)
 
-    rewritten = rewrite_calls(module, rule)
-    return relax.transform.DeadCodeElimination()(rewritten) if changed else module
+    return rewrite_and_prune(module, rule)
 
 
 def _through(mutator, value, axes: list[int], uses: dict):
