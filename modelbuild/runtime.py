@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from modelbuild import cuda_binaries
 from modelbuild import manifest as manifests
 from modelbuild.signature import Signature
 from modelbuild.validation import metrics
@@ -229,7 +230,10 @@ def _load(path: Path, manifest: manifests.Manifest):
             f"{path} was built with apache-tvm {built_with}; this process runs {tvm.__version__} "
             f"(fix: pip install apache-tvm=={built_with})",
         )
-    device = tvm.cuda(0) if manifest.target.get("kind") == "cuda" else tvm.cpu()
+    device = tvm.cpu()
+    if manifest.target.get("kind") == "cuda":
+        cuda_binaries.install_loader()  # the kernels the library carries, compiled when it was built
+        device = tvm.cuda(0)
     try:
         module = tvm.runtime.load_module(str(path))
     except Exception as err:  # noqa: BLE001  (TVM raises its own types; the message is what helps)

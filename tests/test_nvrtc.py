@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from modelbuild.host.nvrtc import loader_here, toolkit_environment
+from modelbuild.host.nvrtc import toolkit_environment
 
 
 def pip_layout(site, runtime="cuda_runtime", cccl="cuda_cccl/include"):
@@ -51,15 +51,3 @@ def test_an_nvcc_wrapper_outside_its_toolkit_does_not_hide_pips_headers(tmp_path
     (tmp_path / "local" / "bin").mkdir(parents=True)  # /usr/local/bin/nvcc: TVM would look in /usr/local
     found = toolkit_environment({}, [site], str(tmp_path / "local" / "bin" / "nvcc"), toolkit=tmp_path / "none")
     assert found["CUDA_PATH"] == str(tmp_path / "site-packages/nvidia/cuda_runtime")
-
-
-def test_what_loading_a_cuda_library_needs_is_read_without_importing_it(tmp_path):
-    site = pip_layout(tmp_path / "site-packages")
-    (site / "cuda_bindings-12.8.0.dist-info").mkdir()
-    found = loader_here({}, [str(site)], None, toolkit=tmp_path / "none")
-    assert found == {"bindings": "12.8.0", "headers": str(site / "nvidia/cuda_runtime/include")}
-    toolkit = tmp_path / "cuda"
-    (toolkit / "include").mkdir(parents=True)
-    (toolkit / "include" / "cuda_runtime.h").write_text("")
-    assert loader_here({}, [str(site)], None, toolkit=toolkit)["headers"] == str(toolkit / "include")
-    assert loader_here({"CUDA_PATH": str(tmp_path / "gone")}, [str(site)], None, toolkit=toolkit)["headers"] is None

@@ -247,6 +247,7 @@ def test_fuse_false_builds_the_unfused_library(tiny):
 
 
 def test_a_cuda_target_builds_the_same_kind_of_library_with_or_without_a_gpu_and_runs_where_one_is(tiny):
+    from modelbuild import cuda_binaries
     from modelbuild.cli import main
     from modelbuild.host.gpus import local_gpus
 
@@ -257,51 +258,62 @@ def test_a_cuda_target_builds_the_same_kind_of_library_with_or_without_a_gpu_and
     assert main(["build", "-f", str(tiny / "deploy.toml")]) == 0  # not validated here passes by default
     report = json.loads((tiny / "build/report.json").read_text())["builds"][0]
     assert report["fusion"] is None  # TVM's own GPU pipeline
-    # the kernels as CUDA C on every machine: TVM would compile them to a cubin where a driver is loaded
-    assert b'extern "C" __global__' in (tiny / "build/tiny/gpu/model.so").read_bytes()
+    # the kernels as CUDA C on every machine, with their cubin and PTX compiled here carried beside them
+    library = (tiny / "build/tiny/gpu/model.so").read_bytes()
+    assert b'extern "C" __global__' in library and cuda_binaries.MARKER.encode() in library
     found, no_gpu = local_gpus()
     if not found:
         assert report["validation"] == {"ran": False, "reason": no_gpu}
         return
     # on a GPU (sm_80 or newer): validated there, against onnxruntime on the CPU, and timed by the GPU's clock
     assert report["validation"]["ran"] and report["passed"], report["gates"]
-    assert report["provenance"]["machine"]["gpu"] == found[0].name
+    machine = report["provenance"]["machine"]
+    assert machine["gpu"] == found[0].name
+    assert machine["cuda_kernels"].startswith("prebuilt "), machine  # nothing compiled where it ran
     assert report["accuracy"]["y"]["cosine"] > 0.99999 and report["accuracy"]["y"]["max_abs"] < 1e-4
     assert report["latency_ms"]["median"] > 0 and report["scaling"] is None and report["roofline"] is None
 
 
-def test_each_cuda_presets_kernels_compile_with_nvrtc_to_a_cubin_of_its_arch(tiny, monkeypatch):
-    """What a GPU machine does when it loads the library, done here without one: NVRTC (the cuda extra)
-    compiles the CUDA C the compile stage keeps, with the headers modelbuild points TVM at."""
-    import shutil
+def test_each_cuda_preset_carries_a_cubin_of_its_arch_and_the_ptx_newer_gpus_take(tiny):
+    """What the compile stage carries in a cuda library, read back without a GPU: a cubin of the preset's
+    architecture and the PTX of its virtual one, compiled by the compiler its key names, the same bytes from
+    two builds; loading it compiles nothing (cuda_binaries.kernels_for)."""
     import tomllib
 
     import tvm
-    from tvm.support import nvcc
 
-    from modelbuild.host.nvrtc import toolkit_environment
+    from modelbuild import cuda_binaries
     from modelbuild.recipe.params import CompileOptions
+    from modelbuild.recipe.targets import cuda_compiler
     from modelbuild.stages import compile as compile_stage
 
     run, _ = build(tiny)
     project = open_project(tiny / "deploy.toml")
     ir = project.store.object_path(run.results["import:tiny"].outputs["ir.json"]).read_text()
-    for name, value in toolkit_environment(dict(os.environ), sys.path, shutil.which("nvcc")).items():
-        monkeypatch.setenv(name, value)
+    compiler = cuda_compiler(tiny / "linkers.json")
+    options = CompileOptions(fuse=True, opt_level=3, layout="auto")
+
+    def carried(target):
+        executable, _ = compile_stage._build(tvm.ir.load_json(ir), tvm.target.Target(target), options, None, compiler)
+        return next(m for m in _modules(executable.mod) if m.kind == "cuda").inspect_source("cuda")
+
     for preset, arch in (("cuda-sm80", 80), ("cuda-sm90", 90)):
         target = tomllib.loads((REPO / f"recipes/targets/{preset}.toml").read_text())["targets"][preset]
-        executable, _ = compile_stage._build(
-            tvm.ir.load_json(ir), tvm.target.Target(target), CompileOptions(fuse=True, opt_level=3, layout="auto"), None
-        )
-        source = next(m for m in _modules(executable.mod) if m.kind == "cuda").inspect_source("cuda")
-        assert 'extern "C" __global__' in source
-        cubin = bytes(nvcc.compile_cuda(source, target_format="cubin", arch=target["arch"]))
+        source = carried(target)
+        prebuilt = cuda_binaries.embedded(source)
+        assert prebuilt.compiler == f"{compiler['name']} {compiler['version']}" and prebuilt.arch == target["arch"]
         # an ELF for NVIDIA's GPUs (EM_CUDA, 190) whose flags name the preset's architecture
-        assert cubin[:4] == b"\x7fELF" and int.from_bytes(cubin[18:20], "little") == 190, preset
-        assert _cubin_arch(cubin) == arch, preset
-    # NVRTC 12 writes sm_100 in CUDA's second ELF ABI, as NVRTC 13 (an H200's toolkit) writes every arch
-    newer = bytes(nvcc.compile_cuda(source, target_format="cubin", arch="sm_100"))
-    assert newer[8] == 8 and _cubin_arch(newer) == 100
+        assert prebuilt.cubin[:4] == b"\x7fELF" and int.from_bytes(prebuilt.cubin[18:20], "little") == 190, preset
+        assert _cubin_arch(prebuilt.cubin) == arch, preset
+        assert f".target sm_{arch}".encode() in prebuilt.ptx, preset
+        assert carried(target) == source  # the same bytes from the same recipe
+
+        def compile_here(code):
+            raise AssertionError("a compiler ran at load")
+
+        newer = (arch // 10 + 1, 0)
+        assert cuda_binaries.kernels_for(source, (arch // 10, arch % 10), compile_here) == prebuilt.cubin
+        assert cuda_binaries.kernels_for(source, newer, compile_here) == prebuilt.ptx + b"\0"
 
 
 def _cubin_arch(cubin: bytes) -> int:

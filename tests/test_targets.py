@@ -137,3 +137,29 @@ def test_a_target_that_writes_object_files_has_no_linker_and_a_missing_one_is_th
         r"\(apt-get install gcc-aarch64-linux-gnu\)",
     ):
         resolve_target({**objects, "cross-compiler": "aarch64-linux-gnu-gcc"}, tmp_path / "host-cpu.json")
+
+
+def test_a_cuda_targets_kernel_compiler_enters_its_resolved_target_nvrtc_first_then_nvcc(tmp_path, monkeypatch):
+    from modelbuild.errors import EnvironmentFailure
+    from modelbuild.recipe.targets import cuda_compiler, resolve_target, tvm_target
+
+    site = tmp_path / "site-packages"
+    for dist in ("cuda_bindings-12.9.10", "nvidia_cuda_nvrtc_cu12-12.9.86"):
+        (site / f"{dist}.dist-info").mkdir(parents=True)
+    memo = tmp_path / "linkers.json"
+    assert cuda_compiler(memo, [str(site)]) == {"name": "nvrtc", "version": "12.9.86"}
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    # nvcc names itself first and its version on a later line
+    fake_compiler(
+        tools / "nvcc", "nvcc: NVIDIA (R) Cuda compiler driver\nCuda compilation tools, release 13.0, V13.0.88"
+    )
+    monkeypatch.setenv("PATH", str(tools))
+    assert cuda_compiler(memo, [str(tmp_path / "empty")]) == {"name": "nvcc", "version": "V13.0.88"}
+    fake_compiler(tools / "g++", "g++ (Debian 12.2.0-14) 12.2.0")
+    resolved = resolve_target({"kind": "cuda", "arch": "sm_80"}, tmp_path / "host-cpu.json")
+    assert resolved["cuda-compiler"]["name"] in ("nvrtc", "nvcc") and "cuda-compiler" not in tvm_target(resolved)
+    assert "cuda-compiler" not in resolve_target({"kind": "llvm", "mcpu": "znver3"}, tmp_path / "host-cpu.json")
+    monkeypatch.setenv("PATH", str(tmp_path / "nothing-here"))
+    with pytest.raises(EnvironmentFailure, match=r"no CUDA compiler: pip install 'modelbuild\[cuda\]' \(NVRTC\)"):
+        cuda_compiler(memo, [str(tmp_path / "empty")])

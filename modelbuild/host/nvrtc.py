@@ -1,13 +1,10 @@
-"""Where TVM's NVRTC callback finds CUDA's headers on a machine with a GPU driver but no CUDA toolkit.
+"""Where TVM's NVRTC finds CUDA's headers on a machine with no CUDA toolkit.
 
-Loading a cuda library compiles its CUDA C (stages/compile.py keeps it as source) through TVM's
-tvm_callback_cuda_compile, which looks for the headers under CUDA_PATH, else beside `nvcc`, else in
-/usr/local/cuda, and fails ("Cannot find CUDA path") where none is: an inference box often has the driver
-alone. pip's nvidia packages (the `cuda` extra) carry the headers NVRTC needs; this names them for TVM.
-Checked without a GPU: with nvidia-cuda-nvrtc-cu12 12.9 and these variables, the CUDA C of a library built
-for sm_80 and sm_90 compiled to cubins of those architectures; on an H200 with the CUDA 13 toolkit, TVM
-found its headers itself. A probe of the machine, as gpus.py is (no TVM import): `modelbuild doctor` asks it
-what loading would use, the validate stage sets what it finds.
+TVM's NVRTC compile (tvm.support.nvcc) looks for the headers under CUDA_PATH, else beside `nvcc`, else in
+/usr/local/cuda, and fails ("Cannot find CUDA path") where none is: a CI runner, or an inference box with the
+driver alone. pip's nvidia packages (the `cuda` extra) carry the headers NVRTC needs; this names them for TVM.
+The compile stage sets them to compile a cuda library's kernels (compiler/cuda_kernels.py), and the validate
+stage to load a library that carries none. A probe of the machine, as gpus.py is (no TVM import).
 """
 
 from __future__ import annotations
@@ -16,21 +13,6 @@ import os
 from pathlib import Path
 
 TOOLKIT = Path("/usr/local/cuda")
-
-
-def loader_here(
-    environ: dict[str, str], search_path: list[str], nvcc: str | None, toolkit: Path = TOOLKIT
-) -> dict[str, str | None]:
-    """What loading a cuda library needs on this machine, found without importing it: cuda-bindings' version
-    (its NVRTC compiles the CUDA C) and the folder of the cuda_runtime.h TVM's callback will use; None where
-    missing. Read by `modelbuild doctor` on a machine whose GPU could run the library."""
-    from modelbuild.versions import dist_info_version
-
-    bindings = dist_info_version("cuda-bindings", search_path)
-    found = toolkit_environment(environ, search_path, nvcc, toolkit)
-    root = environ.get("CUDA_PATH") or found.get("CUDA_PATH") or str(_toolkit_of(nvcc, toolkit))
-    headers = Path(root) / "include"
-    return {"bindings": bindings, "headers": str(headers) if (headers / "cuda_runtime.h").is_file() else None}
 
 
 def _toolkit_of(nvcc: str | None, toolkit: Path) -> Path:

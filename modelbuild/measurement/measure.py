@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from modelbuild import signature
+from modelbuild import cuda_binaries, signature
 from modelbuild.compiler import analysis  # the roofline of the kernels it times
 from modelbuild.errors import last_line
 from modelbuild.host.cgroup import cpu_quota, throttled_seconds
@@ -146,17 +146,20 @@ def _this_machine(gpu: bool) -> dict:
     a quota below the library's threads stalls it (host/cgroup.py)."""
     quota = cpu_quota()
     machine = validating_machine({"kind": "cuda"}) if gpu else host_machine()
+    if gpu:  # how the library's kernels reached the GPU: carried by it, or compiled here
+        machine = {**machine, "cuda_kernels": cuda_binaries.loaded[0] if cuda_binaries.loaded else None}
     return {**machine, "cpu_quota": quota} if quota is not None else machine
 
 
 def _on_gpu(library: str, baseline: str | None):
-    """(run, timer) for a cuda library on this machine's first GPU: its CUDA C is compiled here, by NVRTC, as
-    TVM loads it; the timer is the GPU's own clock (with a baseline, the two timed in turns)."""
+    """(run, timer) for a cuda library on this machine's first GPU: loaded with the kernels it carries
+    (cuda_binaries), its CUDA C compiled here by NVRTC only where it carries none; the timer is the GPU's own
+    clock (with a baseline, the two timed in turns)."""
     import tvm
-    import tvm.support.nvcc  # noqa: F401  (registers the NVRTC compiler TVM calls while loading CUDA C)
     from tvm import relax
 
     os.environ.update(toolkit_environment(dict(os.environ), sys.path, shutil.which("nvcc")))
+    cuda_binaries.install_loader()
     dev = tvm.cuda(0)
     try:
         vm, other = (

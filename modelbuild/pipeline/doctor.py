@@ -8,7 +8,6 @@ the probes that gather those facts are small functions beside it, so the tests g
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import socket
 import subprocess
@@ -16,8 +15,8 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from modelbuild.host import cgroup, gpus, nvrtc
-from modelbuild.recipe.targets import device_of, runs_on_host, why_not_run_here
+from modelbuild.host import cgroup, gpus
+from modelbuild.recipe.targets import cuda_compiler_here, device_of, runs_on_host, why_not_run_here
 
 # cross toolchains by target triple prefix: (compiler, the Debian package that brings it)
 CROSS = {
@@ -63,15 +62,8 @@ def assess(
     if kind == "cuda":
         found = tuple(gpus.Gpu.described(fields) for fields in caps.get("gpus", ()))
         not_here = gpus.why_not_on_gpu(target, found, caps.get("no_gpu") or "no CUDA GPU here")
-        if not_here is None:
-            missing = _nvrtc_missing(caps.get("nvrtc") or {})
-            return TargetCheck(
-                name,
-                builds,
-                build_note,
-                None if missing else "here",
-                f"this GPU loads the library with NVRTC, and {missing} (fix: {gpus.NVRTC_PACKAGES})" if missing else "",
-            )
+        if not_here is None:  # the library carries its kernels: loading it needs no compiler
+            return TargetCheck(name, builds, build_note, "here", "")
         return TargetCheck(
             name,
             builds,
@@ -131,24 +123,14 @@ def _builds(kind, target: dict, caps: dict, which) -> tuple[bool, str]:
     if kind == "cuda":
         if not caps.get("cuda_codegen"):
             return False, "this TVM was built without CUDA"
-        # the library carries CUDA C on every machine (compile.py), compiled where it is loaded
-        loader = caps.get("nvrtc") or {}
-        if caps.get("gpus") and not _nvrtc_missing(loader):
-            return True, (
-                f"CUDA C source, compiled to cubin by NVRTC when loaded (here: cuda-bindings "
-                f"{loader['bindings']}, CUDA headers in {loader['headers']})"
-            )
+        compiler = caps.get("cuda_compiler")
+        if compiler is None:
+            return False, "no CUDA compiler for its kernels (fix: pip install 'modelbuild[cuda]', or nvcc on the path)"
         return True, (
-            f"CUDA C source, compiled to cubin by NVRTC on the GPU machine that loads it ({gpus.NVRTC_PACKAGES} there)"
+            f"CUDA C with its cubin for {target.get('arch', 'the GPU')} and PTX, compiled here by {compiler['name']} "
+            f"{compiler['version']}: nothing to compile where it loads"
         )
     return True, f"{kind} code by TVM"
-
-
-def _nvrtc_missing(loader: dict) -> str:
-    """What of NVRTC's needs (host/nvrtc.py's loader_here) this machine lacks; '' where it has both."""
-    if not loader.get("bindings"):
-        return "cuda-bindings (NVRTC's Python binding) is not installed"
-    return "" if loader.get("headers") else "no CUDA headers were found for it"
 
 
 def _family(arch: str) -> str:
@@ -165,7 +147,7 @@ def probe_capabilities() -> dict:
         "gpus": [gpu.describe() for gpu in found],
         "no_gpu": no_gpu,
         "cpu_quota": cgroup.cpu_quota(),
-        "nvrtc": nvrtc.loader_here(dict(os.environ), sys.path, shutil.which("nvcc")),
+        "cuda_compiler": cuda_compiler_here(),
     }
     if done.returncode != 0:
         return {"tvm": None, "error": (done.stderr.strip().splitlines() or ["no output"])[-1], **driver}

@@ -19,7 +19,15 @@ from modelbuild.pipeline import registry
 from modelbuild.pipeline.names import BuildId
 from modelbuild.pipeline.sample_files import sample_files
 from modelbuild.recipe import LoadedRecipe
-from modelbuild.recipe.targets import LINKER, device_of, runs_on_host, tvm_target, validating_machine, why_not_run_here
+from modelbuild.recipe.targets import (
+    CUDA_COMPILER,
+    LINKER,
+    device_of,
+    runs_on_host,
+    tvm_target,
+    validating_machine,
+    why_not_run_here,
+)
 from modelbuild.stages.contracts import (
     ANALYSIS,
     COMPILE,
@@ -257,6 +265,8 @@ def compile_node(
         "linker": target.get(LINKER),
         "options": compile_options(spec),
     }
+    if CUDA_COMPILER in target:  # absent from a CPU target's params, whose keys stay as they were
+        params["cuda_compiler"] = target[CUDA_COMPILER]
     deps = {Role.IR: ir, Role.SIGNATURE: signature}
     if tuner:
         deps[Role.TUNING] = (tuner.id, TUNED_RECORDS)

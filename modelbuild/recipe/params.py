@@ -37,6 +37,7 @@ class CompileParams(Strict):
     library: str  # model.so, or model.tar of objects when no cross linker is at hand
     cross_compiler: str | None
     linker: dict[str, str] | None = None  # {command, version}: only enters the key, the stage links with cross_compiler
+    cuda_compiler: dict[str, str] | None = None  # {name, version}: what compiles a cuda target's kernels
     options: CompileOptions
 
 

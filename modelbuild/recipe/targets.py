@@ -13,7 +13,7 @@ from modelbuild.errors import EnvironmentFailure, ModelbuildError, last_line
 from modelbuild.fsutil import write_atomic
 from modelbuild.hashing import digest_of
 from modelbuild.host import gpus
-from modelbuild.versions import tool_version
+from modelbuild.versions import dist_info_version, tool_version
 
 _COMMON = ("kind", "keys", "tag", "device", "model", "libs", "host", "from_device", "target_device_type")
 
@@ -78,6 +78,8 @@ TARGET_OPTIONS: dict[str, tuple[str, ...]] = {
 # Keys modelbuild reads itself; they are stripped before the table becomes TVM's target JSON.
 MODELBUILD_KEYS = ("cross-compiler", "rpc")
 LINKER = "linker"  # added by resolve_target, never written in a recipe: what links the .so, and its version
+CUDA_COMPILER = "cuda-compiler"  # added by resolve_target to a cuda target: what compiles its kernels
+ADDED_KEYS = (LINKER, CUDA_COMPILER)
 RPC_TRACKER_ENV = "MODELBUILD_RPC_TRACKER"
 RPC_TIMEOUT_SECONDS = 60
 
@@ -234,7 +236,7 @@ def device_of(target: dict) -> dict | None:
 
 def tvm_target(target: dict) -> dict:
     """The part of a recipe target table that TVM reads."""
-    return {k: v for k, v in target.items() if k not in MODELBUILD_KEYS and k != LINKER}
+    return {k: v for k, v in target.items() if k not in MODELBUILD_KEYS and k not in ADDED_KEYS}
 
 
 def host_machine() -> dict:
@@ -334,8 +336,8 @@ def resolve_host_cpu(memo_path: Path) -> str:
 def resolve_target(target: dict, memo_path: Path) -> dict:
     """The target table as it enters cache keys: `mcpu = "host"` replaced by the real CPU name (with the tile
     extensions that name leaves out added, and the vector and tile extensions it implies that this machine
-    lacks removed: host_extensions), and the linker of its library with that linker's version (a new
-    compiler links different bytes)."""
+    lacks removed: host_extensions), the linker of its library with that linker's version (a new compiler
+    links different bytes), and for a cuda target the compiler of its kernels with its version."""
     resolved = dict(target)
     if target.get("mcpu") == HOST:
         resolved["mcpu"] = resolve_host_cpu(memo_path)
@@ -348,7 +350,36 @@ def resolve_target(target: dict, memo_path: Path) -> dict:
     command = linker_command(target)
     if command:
         resolved[LINKER] = linker_identity(command, memo_path.parent / "linkers.json")
+    if target.get("kind") == "cuda":
+        resolved[CUDA_COMPILER] = cuda_compiler(memo_path.parent / "linkers.json")
     return resolved
+
+
+def cuda_compiler(memo_path: Path | None, search_path: list[str] | None = None) -> dict:
+    """{name, version} of what compiles a cuda target's kernels at build time (`cuda_compiler_here`); none is
+    the environment's fault."""
+    found = cuda_compiler_here(memo_path, search_path)
+    if found is None:
+        raise EnvironmentFailure(
+            "a cuda target's kernels are compiled when it is built, and this machine has no CUDA compiler: "
+            "pip install 'modelbuild[cuda]' (NVRTC), or put nvcc on the path"
+        )
+    return found
+
+
+def cuda_compiler_here(memo_path: Path | None = None, search_path: list[str] | None = None) -> dict | None:
+    """NVRTC where the `cuda` extra is installed (its version pinned with the package), else the nvcc on the
+    path (its version memoised in `memo_path` where given), else None."""
+    bindings = dist_info_version("cuda-bindings", search_path)
+    nvrtc = dist_info_version("nvidia-cuda-nvrtc-cu12", search_path)
+    if bindings and nvrtc:
+        return {"name": "nvrtc", "version": nvrtc}
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        return None
+    # "Cuda compilation tools, release 13.0, V13.0.88"
+    release = linker_identity(nvcc, memo_path, line_with="release")["version"] if memo_path else None
+    return {"name": "nvcc", "version": (release or _version_line(nvcc, "release")).rpartition(", ")[2]}
 
 
 def linker_command(target: dict) -> str | None:
@@ -366,9 +397,10 @@ def linker_command(target: dict) -> str | None:
     return None
 
 
-def linker_identity(command: str, memo_path: Path) -> dict:
-    """{command, version}: the first line of `command --version`, memoised per executable (path, size, mtime)
-    so that a no-op build runs no compiler. A linker not on the path is the environment's fault."""
+def linker_identity(command: str, memo_path: Path, line_with: str = "") -> dict:
+    """{command, version}: the first line of `command --version` (the first holding `line_with`), memoised per
+    executable (path, size, mtime) so that a no-op build runs no compiler. A linker not on the path is the
+    environment's fault."""
     path = shutil.which(command)
     if path is None:
         package = f" (apt-get install gcc-{command.removesuffix('-gcc')})" if command.endswith("-linux-gnu-gcc") else ""
@@ -379,13 +411,13 @@ def linker_identity(command: str, memo_path: Path) -> dict:
         )
     real = os.path.realpath(path)
     stat = os.stat(real)
-    fingerprint = digest_of({"path": real, "size": stat.st_size, "mtime": stat.st_mtime_ns})
+    fingerprint = digest_of({"path": real, "size": stat.st_size, "mtime": stat.st_mtime_ns, "line": line_with})
     try:
         memo = json.loads(memo_path.read_text())
     except (OSError, ValueError):
         memo = {}
     if fingerprint not in memo:
-        memo[fingerprint] = _version_line(path)
+        memo[fingerprint] = _version_line(path, line_with)
         try:
             write_atomic(memo_path, json.dumps(memo).encode())
         except OSError:
@@ -393,12 +425,12 @@ def linker_identity(command: str, memo_path: Path) -> dict:
     return {"command": command, "version": memo[fingerprint]}
 
 
-def _version_line(path: str) -> str:
+def _version_line(path: str, line_with: str = "") -> str:
     import subprocess  # here: only the first build with a new compiler asks it
 
     try:
         proc = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as err:
         return f"unknown ({type(err).__name__})"
-    lines = (proc.stdout or proc.stderr).strip().splitlines()
+    lines = [line for line in (proc.stdout or proc.stderr).strip().splitlines() if line_with in line]
     return lines[0] if lines else "unknown"

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 import os
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from modelbuild import manifest, signature
-from modelbuild.compiler import analysis, lowering
+from modelbuild.compiler import analysis, cuda_kernels, lowering
 from modelbuild.errors import StageError, last_line
 from modelbuild.recipe.params import CompileOptions, CompileParams
 from modelbuild.stages import contracts
@@ -38,7 +38,7 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
     target = _target(p.target)
     try:
         with target, tvm.transform.PassContext(opt_level=p.options.opt_level):
-            executable, phases = _build(module, target, p.options, inputs.get(Role.TUNING))
+            executable, phases = _build(module, target, p.options, inputs.get(Role.TUNING), p.cuda_compiler)
     except StageError:
         raise
     except Exception as err:
@@ -65,11 +65,12 @@ def _target(spec: dict):
         raise StageError(f"TVM rejects the target {spec}: {last_line(err)}") from err
 
 
-def _build(module, target, options: CompileOptions, records: Path | None):
+def _build(module, target, options: CompileOptions, records: Path | None, cuda_compiler: dict | None = None):
     import tvm
 
     if target.kind.name != "llvm":  # the phased pipeline mirrors the CPU one; other kinds use their own
-        with _device_code_as_source():
+        carried = cuda_kernels.carried_in_source(cuda_compiler) if cuda_compiler else nullcontext()
+        with _device_code_as_source(), carried:
             return tvm.compile(module, target=target), None
     database = _database(records) if records else None
     phases = lowering.lower(
@@ -88,9 +89,9 @@ def _build(module, target, options: CompileOptions, records: Path | None):
 
 @contextmanager
 def _device_code_as_source():
-    """TVM compiles a GPU library's kernels to binary (cubin) only where a driver is loaded, and keeps them as
-    source elsewhere: the same recipe would give other bytes on a GPU machine than in CI, under one key. Kept
-    as source everywhere, the library is compiled for the GPU that loads it (NVRTC, in the validate stage)."""
+    """TVM writes a GPU library's kernels as a binary module only where a driver is loaded, and as source
+    elsewhere: the same recipe would give other bytes on a GPU machine than in CI, under one key. Kept as
+    source everywhere, with the binaries compiled here carried beside it (cuda_kernels.carried_in_source)."""
     before = os.environ.get(FORCE_SOURCE)
     os.environ[FORCE_SOURCE] = "1"  # read by TVM's codegen (CUDAModuleCreateWithFallback) at each build
     try:

@@ -7,8 +7,10 @@ table of docs/design.md from them, so the table says what the test checks and no
 from __future__ import annotations
 
 # used by every layer: errors, file and code digests, atomic writes, tool versions, a model's signature, a
-# library's manifest, progress lines, a connection to a Ray cluster, and the package itself (its version)
+# library's manifest and the GPU kernels it carries, progress lines, a connection to a Ray cluster, and the
+# package itself (its version)
 SHARED = {
+    "cuda_binaries",
     "errors",
     "fsutil",
     "hashing",
@@ -46,7 +48,7 @@ ALLOWED: dict[str, set[str]] = {
     # the validate stage's measuring script and the RPC device client: they run libraries, and time them
     "measurement": {"compiler", "host", "recipe.targets", "validation"},
     "frontend": {"recipe.schema"},  # an input as the recipe declares it, and its key as a fix writes it
-    "compiler": set(),
+    "compiler": {"host.nvrtc"},  # where NVRTC finds CUDA's headers, to compile a cuda library's kernels
     "quantization": {"validation"},
     "validation": set(),
     "reports": {"engine", "pipeline", "recipe", "validation", "stages.contracts"},
