@@ -3,7 +3,7 @@
 TVM 0.27 keeps a cuda library's kernels as CUDA C and compiles them when the library is loaded, through the
 `tvm_callback_cuda_compile` hook; its code generation writes a binary kernel module only where a GPU driver
 is loaded, so a CPU-only CI machine could only ship source. The compile stage therefore compiles the CUDA C
-itself (compiler/cuda_kernels.py) and appends the results to the source as one comment line: a cubin for the
+itself (gpu/cuda_kernels.py) and appends the results to the source as one comment line: a cubin for the
 target's architecture and its PTX. A loader (`install_loader`) answers TVM's hook with that cubin on a GPU of
 the same family, or with the PTX, which the driver translates, on a newer one: no NVRTC or nvcc runs where the
 library is loaded. A plain `tvm.runtime.load_module` ignores the comment and compiles the source as before.

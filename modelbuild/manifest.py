@@ -1,8 +1,9 @@
 """A built library's description of itself: library.json, published beside model.so.
 
 It holds what a program needs to load and call the library without the recipe: the library's file, the
-target it was compiled for, the threads that target runs on, the TVM runtime it needs, and its signature
-(inputs in argument order, outputs in result order, inputs bound to constants). The compile stage writes
+target it was compiled for (and the devices it is split between), the threads that target runs on, the TVM
+runtime it needs, and its signature (inputs in argument order, outputs in result order, inputs bound to
+constants). The compile stage writes
 it; modelbuild.runtime reads it. It imports nothing beyond the standard library, so neither side pays for
 the other's dependencies.
 """
@@ -26,6 +27,7 @@ class Manifest:
     threads: int  # the target's num-cores: what the library is meant to run on
     runtime: dict[str, str]  # package -> version the library needs at run time (the TVM that compiled it)
     signature: Signature
+    devices: tuple[str, ...] = ()  # a heterogeneous library's TVM device kinds, in the VM's order
 
     def to_json(self) -> str:
         data = {
@@ -35,14 +37,17 @@ class Manifest:
             "threads": self.threads,
             "runtime": self.runtime,
             "signature": json.loads(self.signature.to_json()),
+            **({"devices": list(self.devices)} if self.devices else {}),
         }
         return json.dumps(data, indent=1, sort_keys=False)
 
 
-def describe(*, library: str, target: dict, runtime: dict[str, str], signature: Signature) -> Manifest:
-    """The manifest of a library compiled for `target`: its threads are the target's num-cores (one where
-    the target does not say)."""
-    return Manifest(library, target, int(target.get("num-cores") or 1), runtime, signature)
+def describe(
+    *, library: str, target: dict, runtime: dict[str, str], signature: Signature, devices: list[str] | None = None
+) -> Manifest:
+    """The manifest of a library compiled for `target` (and `devices`, where it is split between them): its
+    threads are the target's num-cores (one where the target does not say)."""
+    return Manifest(library, target, int(target.get("num-cores") or 1), runtime, signature, tuple(devices or ()))
 
 
 def read(path: Path) -> Manifest:
@@ -58,4 +63,5 @@ def read(path: Path) -> Manifest:
     if data.get("format") != FORMAT:
         raise ValueError(f"{file}: format {data.get('format')!r}, where this modelbuild reads {FORMAT!r}")
     signature = from_json(data["signature"])
-    return Manifest(data["library"], data["target"], int(data["threads"]), data["runtime"], signature)
+    devices = tuple(data.get("devices", ()))
+    return Manifest(data["library"], data["target"], int(data["threads"]), data["runtime"], signature, devices)

@@ -230,17 +230,19 @@ def _load(path: Path, manifest: manifests.Manifest):
             f"{path} was built with apache-tvm {built_with}; this process runs {tvm.__version__} "
             f"(fix: pip install apache-tvm=={built_with})",
         )
-    device = tvm.cpu()
+    device = devices = tvm.cpu()
     if manifest.target.get("kind") == "cuda":
         cuda_binaries.install_loader()  # the kernels the library carries, compiled when it was built
-        device = tvm.cuda(0)
+        device = devices = tvm.cuda(0)
+        if manifest.devices:  # split between the GPU and this CPU, in the VM's order: inputs taken on the CPU
+            devices, device = [tvm.cuda(0) if kind == "cuda" else tvm.cpu() for kind in manifest.devices], tvm.cpu()
     try:
         module = tvm.runtime.load_module(str(path))
     except Exception as err:  # noqa: BLE001  (TVM raises its own types; the message is what helps)
         triple = manifest.target.get("mtriple")
         hint = f" (it was built for {triple}: load it there)" if triple else ""
         raise OSError(f"cannot load {path}{hint}: {str(err).strip().splitlines()[-1]}") from None
-    vm = relax.VirtualMachine(module, device)
+    vm = relax.VirtualMachine(module, devices)
     return vm["main"], device, tvm.runtime.empty
 
 

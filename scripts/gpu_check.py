@@ -9,8 +9,8 @@ needed), then:
 1. loads OUT's cuda library through modelbuild.runtime in a process where no CUDA compiler can run (NVRTC's
    binding made unimportable, no nvcc on the path), runs it on random inputs and compares its output with
    onnxruntime's on the CPU (cosine >= 0.9999), and says how its kernels were loaded;
-2. builds and validates the same example there with `modelbuild build`, and prints the GPU build's gates,
-   p50 and p99 from its report.
+2. builds and validates the same example there with `modelbuild build`, and prints the gates, p50 and p99 of
+   its GPU build and of its build split between the GPU and the CPU, beside the CPU build's p50.
 Each check prints one line, `PASS name: detail` or `FAIL name: detail`; the exit code is the number failed.
 """
 
@@ -27,6 +27,7 @@ REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "recipes/examples/x86-and-gpu.toml"
 MODEL = REPO / "models/text_direction_cls.onnx"
 GPU_BUILD = "text_cls/cuda-sm80"
+GPU_TARGETS = ("cuda-sm80", "cuda-sm80-with-cpu")  # the GPU alone, and split with the CPU
 
 # run in a fresh process: a cuda library loaded where neither NVRTC nor nvcc can run
 LOAD_WITHOUT_A_COMPILER = """
@@ -70,17 +71,23 @@ def validated_here(out: Path) -> tuple[bool, str]:
     code = build(here)
     if not (here / "build/report.json").is_file():
         return False, f"modelbuild build exited {code} with no report (its output is above)"
-    report = json.loads((here / "build/report.json").read_text())
-    gpu = next(b for b in report["builds"] if b["target"] == "cuda-sm80")
-    if not gpu["validation"].get("ran"):
-        return False, f"not run: {gpu['validation'].get('reason')}"
-    latency, machine = gpu["latency_ms"], gpu["provenance"]["machine"]
-    cosine = min(output["cosine"] for output in gpu["accuracy"].values())
-    detail = (
-        f"{machine.get('gpu')}: gates {'passed' if gpu['passed'] else 'FAILED'}, p50 {latency['median']:.3f} ms, "
-        f"p99 {latency['p99']:.3f} ms, cosine {cosine:.6f}, kernels {machine.get('cuda_kernels')}"
-    )
-    return bool(gpu["passed"]), detail
+    builds = {b["target"]: b for b in json.loads((here / "build/report.json").read_text())["builds"]}
+    passed, details = True, []
+    for target in GPU_TARGETS:
+        gpu = builds[target]
+        if not gpu["validation"].get("ran"):
+            passed, details = False, [*details, f"{target} not run: {gpu['validation'].get('reason')}"]
+            continue
+        latency, machine = gpu["latency_ms"], gpu["provenance"]["machine"]
+        cosine = min(output["cosine"] for output in gpu["accuracy"].values())
+        details.append(
+            f"{target} on {machine.get('gpu')}: gates {'passed' if gpu['passed'] else 'FAILED'}, "
+            f"p50 {latency['median']:.3f} ms, p99 {latency['p99']:.3f} ms, cosine {cosine:.6f}, "
+            f"kernels {machine.get('cuda_kernels')}"
+        )
+        passed = passed and bool(gpu["passed"])
+    cpu = builds.get("x86", {}).get("latency_ms")
+    return passed, "; ".join(details) + (f"; x86 p50 {cpu['median']:.3f} ms" if cpu else "")
 
 
 def run(out: Path) -> int:

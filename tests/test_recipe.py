@@ -402,3 +402,20 @@ def test_the_tracker_may_come_from_the_environment(tmp_path, monkeypatch):
         "key": "rpi4",
         "timeout": 60,
     }
+
+
+@pytest.mark.parametrize(
+    ("table", "found"),
+    [
+        ('kind = "llvm"\nmcpu = "host"\ndevices = ["cuda", "llvm"]', 'found ["cuda", "llvm"] on a llvm target'),
+        ('kind = "cuda"\narch = "sm_80"\ndevices = ["llvm", "cuda"]', 'found ["llvm", "cuda"] on a cuda target'),
+    ],
+)
+def test_a_split_between_devices_is_the_gpu_with_the_cpu_on_a_cuda_target(tmp_path, table, found):
+    text = GOOD.replace('kind = "llvm"\nmcpu = "host"\nnum-cores = 2', table)
+    err = error_of(tmp_path, text)
+    assert err.field == "targets.host.devices" and err.line == 9 and found in err.message
+    assert err.fix.startswith('kind = "cuda" with devices = ["cuda", "llvm"]')
+    cuda = 'kind = "cuda"\narch = "sm_80"\ndevices = ["cuda", "llvm"]'
+    split = GOOD.replace('kind = "llvm"\nmcpu = "host"\nnum-cores = 2', cuda)
+    assert load_recipe(write(tmp_path, split)).spec.targets["host"]["devices"] == ["cuda", "llvm"]

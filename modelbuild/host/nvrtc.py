@@ -3,7 +3,7 @@
 TVM's NVRTC compile (tvm.support.nvcc) looks for the headers under CUDA_PATH, else beside `nvcc`, else in
 /usr/local/cuda, and fails ("Cannot find CUDA path") where none is: a CI runner, or an inference box with the
 driver alone. pip's nvidia packages (the `cuda` extra) carry the headers NVRTC needs; this names them for TVM.
-The compile stage sets them to compile a cuda library's kernels (compiler/cuda_kernels.py), and the validate
+The compile stage sets them to compile a cuda library's kernels (gpu/cuda_kernels.py), and the validate
 stage to load a library that carries none. A probe of the machine, as gpus.py is (no TVM import).
 """
 

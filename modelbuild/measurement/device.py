@@ -54,9 +54,10 @@ def vm_runner(vm, dev, guard=lambda call: call()):
     return run
 
 
-def clocked_on_device(vm, dev, guard=lambda call: call(), other=None):
+def clocked_on_device(vm, dev, guard=lambda call: call(), other=None, inputs_on=None):
     """(timer, together) for a VM on `dev`, timed by the device's own clock (TVM's time_evaluator) with its
-    inputs already there: a host clock would count an RPC link's round trips, or a GPU's copies.
+    inputs already there (or on `inputs_on`, where the library takes them: a split library's CPU): a host
+    clock would count an RPC link's round trips, or a GPU's copies.
 
     timer(arrays, warmup, min_runs, ...) -> seconds of each run; together(...) -> (this VM's seconds, the
     `other` VM's) run in turns, or None without `other`."""
@@ -65,7 +66,7 @@ def clocked_on_device(vm, dev, guard=lambda call: call(), other=None):
     def timer(
         arrays, *, warmup: int, min_runs: int, min_seconds: float, max_seconds: float = float("inf"), **_
     ) -> list[float]:
-        args = [tvm.runtime.tensor(a, dev) for a in arrays]
+        args = [tvm.runtime.tensor(a, inputs_on or dev) for a in arrays]
         for _ in range(warmup):
             guard(lambda: vm["main"](*args))
         once = guard(lambda: vm.time_evaluator("main", dev, number=1, repeat=1)(*args).results[0])
@@ -76,7 +77,7 @@ def clocked_on_device(vm, dev, guard=lambda call: call(), other=None):
     def together(
         arrays, *, warmup: int, min_runs: int, min_seconds: float, max_seconds: float = float("inf"), **_
     ) -> tuple[list[float], list[float]]:
-        args = [tvm.runtime.tensor(a, dev) for a in arrays]
+        args = [tvm.runtime.tensor(a, inputs_on or dev) for a in arrays]
         for _ in range(warmup):
             guard(lambda: (vm["main"](*args), other["main"](*args)))
         ours, theirs = (m.time_evaluator("main", dev, number=1, repeat=1) for m in (vm, other))

@@ -42,6 +42,7 @@ def main(
     device_json: str = "",
     baseline: str = "",
     gpu: bool = False,
+    split: str = "",
 ) -> None:
     timing = json.loads(timing_json)
     tensors = signature.read(Path(signature_path))
@@ -56,7 +57,7 @@ def main(
     if device:
         run, timer, described = remote.load(library, device, baseline or None)
     elif gpu:
-        (run, timer), described = _on_gpu(library, baseline or None), {}
+        (run, timer), described = _on_gpu(library, baseline or None, split), {}
     else:
         run, timer, described = _load(library), None, {}
     first = run(inputs_of(golden, input_names, 0))
@@ -151,8 +152,9 @@ def _this_machine(gpu: bool) -> dict:
     return {**machine, "cpu_quota": quota} if quota is not None else machine
 
 
-def _on_gpu(library: str, baseline: str | None):
-    """(run, timer) for a cuda library on this machine's first GPU: loaded with the kernels it carries
+def _on_gpu(library: str, baseline: str | None, split: str = ""):
+    """(run, timer) for a cuda library on this machine's first GPU (with `split`, "cuda,llvm" or "llvm,cuda"
+    in the VM's order, on it and this CPU, its inputs given on the CPU): loaded with the kernels it carries
     (cuda_binaries), its CUDA C compiled here by NVRTC only where it carries none; the timer is the GPU's own
     clock (with a baseline, the two timed in turns)."""
     import tvm
@@ -161,9 +163,11 @@ def _on_gpu(library: str, baseline: str | None):
     os.environ.update(toolkit_environment(dict(os.environ), sys.path, shutil.which("nvcc")))
     cuda_binaries.install_loader()
     dev = tvm.cuda(0)
+    devices = [dev if kind == "cuda" else tvm.cpu() for kind in split.split(",")] if split else dev
     try:
         vm, other = (
-            relax.VirtualMachine(tvm.runtime.load_module(path), dev) if path else None for path in (library, baseline)
+            relax.VirtualMachine(tvm.runtime.load_module(path), devices) if path else None
+            for path in (library, baseline)
         )
     except Exception as err:  # noqa: BLE001  (TVM raises its own types; the NVRTC one names its package)
         said = last_line(err)
@@ -172,8 +176,9 @@ def _on_gpu(library: str, baseline: str | None):
                 f"the GPU cannot load the cuda library: {said} (fix: {NVRTC_PACKAGES})"
             ) from None
         raise
-    timer, together = remote.clocked_on_device(vm, dev, other=other)
-    return remote.vm_runner(vm, dev), together or timer
+    inputs_on = tvm.cpu() if split else dev
+    timer, together = remote.clocked_on_device(vm, dev, other=other, inputs_on=inputs_on)
+    return remote.vm_runner(vm, inputs_on), together or timer
 
 
 def cpu_clock(stat: Path = Path("/proc/stat")) -> metrics.CpuClock | None:
@@ -280,9 +285,10 @@ if __name__ == "__main__":
     parser.add_argument("--device", default="")
     parser.add_argument("--baseline", default="")
     parser.add_argument("--gpu", action="store_true")
+    parser.add_argument("--split", default="")  # with --gpu: a split library's devices, "cuda,llvm" in the VM's order
     a = parser.parse_args()
     try:
-        main(a.library, a.golden, a.signature, a.timing, a.out, a.analysis, a.qdq, a.device, a.baseline, a.gpu)
+        main(a.library, a.golden, a.signature, a.timing, a.out, a.analysis, a.qdq, a.device, a.baseline, a.gpu, a.split)
     except remote.DeviceUnavailable as err:
         # the last line of stderr is what the validate stage reports (this process is its subprocess)
         sys.stderr.write(f"{err}\n")

@@ -267,6 +267,8 @@ def compile_node(
     }
     if CUDA_COMPILER in target:  # absent from a CPU target's params, whose keys stay as they were
         params["cuda_compiler"] = target[CUDA_COMPILER]
+    if target.get("devices"):
+        params["devices"] = target["devices"]
     deps = {Role.IR: ir, Role.SIGNATURE: signature}
     if tuner:
         deps[Role.TUNING] = (tuner.id, TUNED_RECORDS)
@@ -327,6 +329,8 @@ def validate_node(
         ),
     }
     params |= {"device": device, "gpu": not device and target.get("kind") == "cuda"}
+    if target.get("devices"):
+        params["devices"] = target["devices"]
     library = compiler.params["library"]
     deps = {
         Role.LIBRARY: (compiler.id, library),

@@ -18,6 +18,7 @@ if TYPE_CHECKING:  # for annotations only: importing the schema loads pydantic
 import tomllib
 
 from modelbuild.recipe.targets import (
+    HETEROGENEOUS,
     HOST,
     MODELBUILD_KEYS,
     RPC_TRACKER_ENV,
@@ -329,6 +330,7 @@ def _check_targets(loaded: LoadedRecipe) -> None:
                 )
         _check_mcpu(loaded, name, table)
         _check_rpc(loaded, name, table.get("rpc"))
+        _check_devices(loaded, name, table)
         cores = table.get("num-cores")
         if cores is not None and (not isinstance(cores, int) or cores < 1):
             raise _fail(
@@ -337,6 +339,21 @@ def _check_targets(loaded: LoadedRecipe) -> None:
                 f"expected a positive integer, found {cores!r}",
                 "set num-cores to the number of cores the library may use",
             )
+
+
+def _check_devices(loaded: LoadedRecipe, name: str, table: dict) -> None:
+    """devices = ["cuda", "llvm"] on a cuda target: one model split between the GPU and the CPU."""
+    devices = table.get("devices")
+    if devices is None:
+        return
+    if table.get("kind") != "cuda" or devices != HETEROGENEOUS:
+        raise _fail(
+            loaded,
+            ("targets", name, "devices"),
+            f"expected devices = {json.dumps(HETEROGENEOUS)} on a cuda target, found {json.dumps(devices)} "
+            f"on a {table.get('kind')} target",
+            'kind = "cuda" with devices = ["cuda", "llvm"]: the GPU, with the CPU for what the GPU lacks',
+        )
 
 
 def _check_rpc(loaded: LoadedRecipe, name: str, rpc) -> None:

@@ -38,6 +38,7 @@ class CompileParams(Strict):
     cross_compiler: str | None
     linker: dict[str, str] | None = None  # {command, version}: only enters the key, the stage links with cross_compiler
     cuda_compiler: dict[str, str] | None = None  # {name, version}: what compiles a cuda target's kernels
+    devices: list[str] | None = None  # ["cuda", "llvm"]: each operator placed on the GPU or the CPU
     options: CompileOptions
 
 
@@ -65,6 +66,7 @@ class ValidateParams(Strict):
     machine: dict[str, Any]  # the host the timings belong to: a shared cache must not mix machines
     device: dict[str, Any] | None = None  # {tracker, key, timeout}: validated through TVM's RPC tracker
     gpu: bool = False  # a cuda library, run on this machine's first GPU
+    devices: list[str] | None = None  # a heterogeneous library's: run on the GPU and this CPU
 
 
 Params = TypeVar("Params", bound=Strict)

@@ -76,7 +76,9 @@ TARGET_OPTIONS: dict[str, tuple[str, ...]] = {
 }
 
 # Keys modelbuild reads itself; they are stripped before the table becomes TVM's target JSON.
-MODELBUILD_KEYS = ("cross-compiler", "rpc")
+MODELBUILD_KEYS = ("cross-compiler", "rpc", "devices")
+# a cuda target that also runs on the CPU: each operator placed on one of these (gpu/heterogeneous.py)
+HETEROGENEOUS = ["cuda", "llvm"]
 LINKER = "linker"  # added by resolve_target, never written in a recipe: what links the .so, and its version
 CUDA_COMPILER = "cuda-compiler"  # added by resolve_target to a cuda target: what compiles its kernels
 ADDED_KEYS = (LINKER, CUDA_COMPILER)

@@ -366,8 +366,24 @@ def of_roof(fraction: float) -> str:
     return f"{fraction:.0%}" if fraction <= 1 else "above (data in cache)"
 
 
+def _placement(p: dict) -> list[str]:
+    """A split build's placement: operators per device, the copies, and why each CPU operator is there."""
+    ops = p["operators"]
+    out = [
+        "",
+        f"Placement: {ops.get('cuda', 0)} operators on the GPU, {ops.get('llvm', 0)} on the CPU; "
+        f"{p['copies']} copies between them, {mb(p['bytes_copied'])} a call; estimated "
+        + ", ".join(f"{name} {ms:.3f} ms" for name, ms in p.get("estimated_ms", {}).items())
+        + ".",
+    ]
+    if p["on_cpu"]:
+        out += ["", "| on the CPU | op | why |", "| --- | --- | --- |"]
+        out += [f"| {c['operator']} | {c['op']} | {c['why']} |" for c in p["on_cpu"]]
+    return out
+
+
 def _fusion_and_memory(b: BuildReport) -> list[str]:
-    out = []
+    out = _placement(b.placement) if b.placement else []
     f, m = b.fusion, b.memory
     if f:
         out += [

@@ -80,6 +80,7 @@ class BuildReport:
     artifact_bytes: int | None = None
     peak_rss_bytes: int | None = None
     fusion: dict | None = None
+    placement: dict | None = None  # a split build's: operators per device, the copies, why each runs on the CPU
     schedule: dict | None = None
     kernels: list[dict] | None = None  # the heaviest kernels by FLOPs, with the ONNX layers each computes
     memory: dict | None = None
@@ -194,6 +195,7 @@ def _build(project, run: RunResult, name: str) -> BuildReport:
         artifact_bytes=measured.artifact_bytes,
         peak_rss_bytes=measured.peak_rss_bytes,
         fusion=figures.get("fusion"),
+        placement=figures.get("placement"),
         schedule=figures.get("schedule"),
         kernels=[{k: v for k, v in kernel.items() if k != "args"} for kernel in figures.get("kernels") or []] or None,
         memory=_memory(figures.get("memory"), measured),

@@ -13,8 +13,9 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from modelbuild import manifest, signature
-from modelbuild.compiler import analysis, cuda_kernels, lowering
+from modelbuild.compiler import analysis, lowering
 from modelbuild.errors import StageError, last_line
+from modelbuild.gpu import cuda_kernels, heterogeneous
 from modelbuild.recipe.params import CompileOptions, CompileParams
 from modelbuild.stages import contracts
 from modelbuild.stages.contracts import Role
@@ -36,9 +37,13 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
     p: CompileParams = contracts.read_params(contracts.COMPILE, params)
     module = tvm.ir.load_json(inputs[Role.IR].read_text())
     target = _target(p.target)
+    placement = None
     try:
         with target, tvm.transform.PassContext(opt_level=p.options.opt_level):
-            executable, phases = _build(module, target, p.options, inputs.get(Role.TUNING), p.cuda_compiler)
+            if p.devices:
+                (executable, placement), phases = _build_split(module, p.target, p.cuda_compiler), None
+            else:
+                executable, phases = _build(module, target, p.options, inputs.get(Role.TUNING), p.cuda_compiler)
     except StageError:
         raise
     except Exception as err:
@@ -49,9 +54,11 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
         target=p.target,
         runtime={"apache-tvm": tool_version("tvm")},
         signature=signature.read(inputs[Role.SIGNATURE]),
+        devices=placement["vm_devices"] if placement else None,
     )
     (out / manifest.FILE).write_text(described.to_json())
-    (out / contracts.ANALYSIS).write_text(json.dumps(_figures(phases), indent=1, sort_keys=True))
+    figures = _figures(phases) | ({"placement": placement} if placement else {})
+    (out / contracts.ANALYSIS).write_text(json.dumps(figures, indent=1, sort_keys=True))
     for name, phase in IR_FILES.items() if phases is not None else ():  # a GPU target's pipeline is TVM's own
         (out / name).write_text(getattr(phases, phase).script(show_meta=False))
 
@@ -85,6 +92,18 @@ def _build(module, target, options: CompileOptions, records: Path | None, cuda_c
         phases.planned, target=target, relax_pipeline=lowering.finish_passes(target), exec_mode=EXEC_MODE
     )
     return executable, phases
+
+
+def _build_split(module, gpu_target: dict, cuda_compiler: dict | None):
+    """(the executable, its placement's summary) for a library split between the GPU and the CPU: each
+    operator placed (gpu/heterogeneous.py), then TVM's own pipeline for each device's kernels."""
+    import tvm
+
+    placed, operators, placement = heterogeneous.split(module, gpu_target)
+    carried = cuda_kernels.carried_in_source(cuda_compiler) if cuda_compiler else nullcontext()
+    with _device_code_as_source(), carried:
+        executable = tvm.compile(placed, target=heterogeneous.build_target(gpu_target))
+    return executable, {**placement.summary(operators), "vm_devices": placement.vm_devices}
 
 
 @contextmanager

@@ -31,11 +31,26 @@ def run(*, inputs: dict[str, Path], params: dict, out: Path) -> None:
     # the roofline are measured for this CPU only
     on_cpu = not (p.device or p.gpu)
     measured = _measure(
-        inputs, timing, p.threads, out, roofline=p.timing.roofline and on_cpu, device=p.device, gpu=p.gpu
+        inputs,
+        timing,
+        p.threads,
+        out,
+        roofline=p.timing.roofline and on_cpu,
+        device=p.device,
+        gpu=p.gpu,
+        split=_split(inputs) if p.devices else "",
     )
     if p.timing.processes > 1:  # more processes, timing only: the variation between them is part of the noise
         again = [
-            _measure(inputs, {**timing, "latency_only": True}, p.threads, out, device=p.device, gpu=p.gpu)
+            _measure(
+                inputs,
+                {**timing, "latency_only": True},
+                p.threads,
+                out,
+                device=p.device,
+                gpu=p.gpu,
+                split=_split(inputs) if p.devices else "",
+            )
             for _ in range(p.timing.processes - 1)
         ]
         for timed in TIMED:
@@ -75,6 +90,7 @@ def _measure(
     device: dict | None = None,
     scaling: bool = False,
     gpu: bool = False,
+    split: str = "",
 ) -> dict:
     """Run measure.py in a fresh process with `threads` runtime threads (on `device` over RPC where given, on
     this machine's first GPU with `gpu`); its JSON result."""
@@ -99,6 +115,7 @@ def _measure(
             ),
             *(["--device", json.dumps(device)] if device else []),
             *(["--gpu"] if gpu else []),
+            *(["--split", split] if gpu and split else []),
             *(["--baseline", str(beside)] if beside and not scaling else []),
         ],
         env=env,
@@ -117,6 +134,12 @@ def _measure(
     if Role.FLOAT_LIBRARY in inputs and "baseline_latency_ms" in measured:
         measured["float_latency_ms"] = measured.pop("baseline_latency_ms")
     return measured
+
+
+def _split(inputs: dict[str, Path]) -> str:
+    """A split library's devices in its VM's order, as the compile stage placed its weights (analysis.json)."""
+    placement = json.loads(inputs[Role.ANALYSIS].read_text()).get("placement") or {}
+    return ",".join(placement.get("vm_devices") or ["cuda", "llvm"])
 
 
 def _write(out: Path, metrics: dict) -> None:

@@ -34,6 +34,7 @@ ALLOWED: dict[str, set[str]] = {
     # adapters: params in (typed by recipe.params), calls out
     "stages": {
         "compiler",
+        "gpu",
         "quantization",
         "validation",
         "recipe.targets",
@@ -48,7 +49,8 @@ ALLOWED: dict[str, set[str]] = {
     # the validate stage's measuring script and the RPC device client: they run libraries, and time them
     "measurement": {"compiler", "host", "recipe.targets", "validation"},
     "frontend": {"recipe.schema"},  # an input as the recipe declares it, and its key as a fix writes it
-    "compiler": {"host.nvrtc"},  # where NVRTC finds CUDA's headers, to compile a cuda library's kernels
+    "compiler": set(),
+    "gpu": {"host.nvrtc"},  # where NVRTC finds CUDA's headers, to compile a cuda library's kernels
     "quantization": {"validation"},
     "validation": set(),
     "reports": {"engine", "pipeline", "recipe", "validation", "stages.contracts"},
@@ -65,6 +67,7 @@ FORBIDDEN: dict[str, set[str]] = {
     "recipe": {"tvm", "onnx", "onnxruntime", "numpy"},
     "pipeline": {"tvm", "onnx", "onnxruntime", "numpy"},
     "compiler": {"onnxruntime", "onnx"},
+    "gpu": {"onnxruntime", "onnx", "numpy"},
     "quantization": {"tvm"},
     "frontend": {"tvm", "onnxruntime"},
     "validation": {"tvm", "onnxruntime"},
@@ -102,6 +105,9 @@ HOLDS: dict[str, str] = {
     "legalisation, each a `tvm.transform` module pass; and `kernels/` (packed dot-product convs and matmuls for "
     "x86 VNNI, x86 AVX2 (vpmaddwd) and Arm sdot; float GEMVs on packed weights; matmuls by a few columns; NCHW "
     "pools at stride two by shuffles; a row-by-row softmax)",
+    "gpu": "what a GPU build adds: `cuda_kernels` (its kernels compiled while it is built, for the library to "
+    "carry), `placement` (which device runs each operator of a split build, from a cost model: pure) and "
+    "`heterogeneous` (the split itself: GPU kernels found, the module placed on Relax's virtual devices)",
     "quantization": "ONNX-level: smoothing, bias correction, GPTQ weight rounding, sensitivity, activations",
     "validation": "golden inputs, accuracy and timing statistics, `measured` (metrics.json, typed), gates, "
     "`unsigned_weights` (a pre-quantized model's int8 weights as uint8, which onnxruntime's reference computes "
