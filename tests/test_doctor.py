@@ -85,6 +85,8 @@ def test_a_gpu_target_builds_where_a_cuda_compiler_is_and_validates_where_a_gpu_
     too_old = assess("gpu", {"kind": "cuda", "arch": "sm_100"}, CAPS | {"gpus": [h200]}, NOTHING, lambda _: False)
     assert not too_old.ready and "built for sm_100; this machine's GPU (NVIDIA H200) is sm_90" in too_old.validate_note
     assert not assess("gpu", {"kind": "cuda"}, CAPS | {"cuda_codegen": False}, NOTHING, lambda _: False).builds_here
+    split = assess("gpu", {**sm80, "devices": ["cuda", "llvm"]}, CAPS, NOTHING, lambda _: False)
+    assert split.build_note.startswith("split between the GPU and the CPU by a cost model; CUDA C with its cubin")
     no_compiler = assess("gpu", sm80, CAPS | {"cuda_compiler": None}, NOTHING, lambda _: False)
     assert not no_compiler.builds_here and no_compiler.build_note == (
         "no CUDA compiler for its kernels (fix: pip install 'modelbuild[cuda]', or nvcc on the path)"

@@ -126,9 +126,10 @@ def _builds(kind, target: dict, caps: dict, which) -> tuple[bool, str]:
         compiler = caps.get("cuda_compiler")
         if compiler is None:
             return False, "no CUDA compiler for its kernels (fix: pip install 'modelbuild[cuda]', or nvcc on the path)"
+        split = "split between the GPU and the CPU by a cost model; " if target.get("devices") else ""
         return True, (
-            f"CUDA C with its cubin for {target.get('arch', 'the GPU')} and PTX, compiled here by {compiler['name']} "
-            f"{compiler['version']}: nothing to compile where it loads"
+            f"{split}CUDA C with its cubin for {target.get('arch', 'the GPU')} and PTX, compiled here by "
+            f"{compiler['name']} {compiler['version']}: nothing to compile where it loads"
         )
     return True, f"{kind} code by TVM"
 
