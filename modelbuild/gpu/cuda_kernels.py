@@ -1,7 +1,7 @@
 """A cuda library's kernels compiled while it is built, for the library to carry (modelbuild/cuda_binaries.py).
 
 TVM's CUDA code generation passes each module's CUDA C through the `tvm_callback_cuda_postproc` hook before
-it keeps it; while `carried_in_source` is active, that hook compiles the source with the recipe machine's CUDA
+it keeps it; while `carried_in_source` is active, that hook compiles the source with this machine's CUDA
 compiler (NVRTC from the `cuda` extra, else nvcc) and returns it with the cubin and PTX appended.
 """
 
@@ -11,7 +11,7 @@ import os
 import shutil
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 from modelbuild import cuda_binaries
 from modelbuild.errors import StageEnvironmentError, StageError, last_line
@@ -53,7 +53,7 @@ def compiled(code: str, target, compiler: dict) -> cuda_binaries.Prebuilt:
     from tvm.support import nvcc
 
     name, arch = compiler["name"], str(target.attrs["arch"])
-    with target, _headers_for_nvrtc() if name == "nvrtc" else _nothing():  # nvcc reads the arch's family off it
+    with target, _headers_for_nvrtc() if name == "nvrtc" else nullcontext():  # nvcc reads the arch's family off it
         try:
             cubin = nvcc.compile_cuda(code, target_format="cubin", arch=arch, compiler=name)
             ptx = nvcc.compile_cuda(code, target_format="ptx", arch=arch.replace("sm_", "compute_"), compiler=name)
@@ -76,8 +76,3 @@ def _headers_for_nvrtc() -> Iterator[None]:
                 del os.environ[name]
             else:
                 os.environ[name] = value
-
-
-@contextmanager
-def _nothing() -> Iterator[None]:
-    yield
