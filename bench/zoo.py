@@ -38,6 +38,7 @@ import sys
 import tarfile
 import tempfile
 import time
+import tomllib
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -2222,6 +2223,71 @@ def int8_table(models: list[ZooModel], threads: int, seconds: float) -> None:
             )
 
 
+def gpu_table(models: list[ZooModel], target: str, seconds: float) -> None:
+    """The zoo built for a cuda target preset (recipes/targets/TARGET.toml) and, where this machine has a GPU
+    that runs it, each library against onnxruntime's CUDA provider (its CPU provider where onnxruntime-gpu is
+    not installed, said in the header), numpy arrays in and out on both sides, in alternating blocks."""
+    import numpy as np
+    import onnxruntime as ort
+
+    from modelbuild.host.gpus import local_gpus
+    from modelbuild.recipe.targets import why_not_run_here
+    from modelbuild.runtime import Library
+
+    preset = REPO / "recipes" / "targets" / f"{target}.toml"
+    table = tomllib.loads(preset.read_text())["targets"][target]
+    providers = [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in ort.get_available_providers()]
+    with tempfile.TemporaryDirectory(prefix="modelbuild-zoo-gpu-") as tmp:
+        root = Path(tmp)
+        lines = [f'include = ["{preset}"]', ""] + [line for m in models for line in model_section(m)]
+        lines += ["[validation]", "enabled = false", ""]
+        lines += [line for m in models for line in ("[[builds]]", f'model = "{m.name}"', f'targets = ["{target}"]', "")]
+        (root / "deploy.toml").write_text("\n".join(lines))
+        print(f"building {len(models)} models for {target} ...", flush=True)
+        command = ["-m", "modelbuild", "build", "-f", str(root / "deploy.toml"), "--keep-going"]
+        done = subprocess.run(
+            [sys.executable, *command, "--cache-dir", str(CACHE / "cache"), "--json"], capture_output=True, text=True
+        )
+        failed = {
+            n["node"].split(":", 1)[1].split("@")[0]: f"{n['stage']}: {n['error']}"
+            for n in json.loads(done.stdout or "{}").get("nodes", [])
+            if n["status"] == "failed"
+        }
+        not_here = why_not_run_here(table)
+        gpu = local_gpus()[0]
+        where = gpu[0].name if gpu else "no GPU"
+        print(f"\n{target} on {where}; onnxruntime providers {providers}; ratio = modelbuild / onnxruntime\n")
+        print("| model | built | cosine vs ORT | ORT ms | modelbuild ms | ratio |")
+        print("| --- | --- | --- | --- | --- | --- |")
+        ratios = []
+        for m in models:
+            if m.name in failed:
+                print(f"| {m.name} | failed: {failed[m.name][:160]} | | | | |", flush=True)
+                continue
+            if not_here:
+                print(f"| {m.name} | yes | not run here: {not_here} | | | |", flush=True)
+                continue
+            library = Library(root / "build" / m.name / target)
+            session = ort.InferenceSession(str(model_path(m)), providers=providers)
+            names = [i.name for i in session.get_inputs() if i.name not in m.bound]
+            arrays = random_inputs(m, names)
+            feed = dict(zip(names, arrays)) | {k: np.array(value, dtype) for k, (value, dtype) in m.bound.items()}
+            ours = library(*arrays)
+            ours = list(ours.values()) if isinstance(ours, dict) else [ours]
+            agreement = min(cosine(a, b) for a, b in zip(ours, session.run(None, feed)))
+            medians = alternate({"ort": lambda: session.run(None, feed), "mb": lambda: library(*arrays)}, seconds)
+            ratios.append(medians["mb"] / medians["ort"])
+            print(
+                f"| {m.name} | yes | {agreement:.6f} | {medians['ort'] * 1e3:.3f} | {medians['mb'] * 1e3:.3f} "
+                f"| {ratios[-1]:.2f}x |",
+                flush=True,
+            )
+        if ratios:
+            print(
+                f"\ngeometric mean over {len(ratios)} models: {geometric_mean(ratios):.2f}x onnxruntime (goal <= 1.0x)"
+            )
+
+
 def print_core_distance() -> None:
     """Which spell of this host the timing saw (bench/core_distance.py): printed before and after a table."""
     print(core_distance.describe(), flush=True)
@@ -2269,6 +2335,10 @@ def main() -> None:
         help="each conv model's int8 library against its fp32 one, gated on held-out inputs",
     )
     parser.add_argument(
+        "--target",
+        help="a cuda target preset (cuda-sm80, cuda-sm90): the zoo built for it, timed where a GPU runs it",
+    )
+    parser.add_argument(
         "--set",
         action="append",
         default=[],
@@ -2289,6 +2359,9 @@ def main() -> None:
         model_path(m)  # fetch before the clock starts
     if args.int8:
         int8_table(models, args.threads, args.seconds)
+        return
+    if args.target:
+        gpu_table(models, args.target, args.seconds)
         return
     with tempfile.TemporaryDirectory(prefix="modelbuild-zoo-") as tmp:
         root = Path(tmp)
