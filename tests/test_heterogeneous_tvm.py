@@ -120,7 +120,9 @@ def test_a_split_build_runs_the_heavy_work_on_the_gpu_and_what_it_lacks_on_the_c
     scorer_placement = builds["scorer@split"]["placement"]
     assert scorer_placement["operators"]["llvm"] == 0 and scorer_placement["copies"] == 1
     assert scorer_placement["bytes_copied"] == 256 * 1024 * 4
-    assert "on the CPU" in (split / "build/report.md").read_text()
+    markdown = (split / "build/report.md").read_text()
+    assert "Placement: 4 operators on the GPU, 1 on the CPU; 2 copies between them" in markdown
+    assert f"| relax.nonzero | {why} |" in markdown
     folder = split / "build/rows/split"
     assert manifest.read(folder).devices == ("cuda", "llvm")
     library = (folder / "model.so").read_bytes()
