@@ -239,3 +239,37 @@ def test_beside_float_times_the_float_library_in_turns_wherever_the_float_build_
     assert info.value.field == "validation.timing.beside_float" and info.value.line == 14
     assert "no float build of 'cls' for target 'host'" in info.value.message
     assert 'targets = ["host"] and no quantization' in info.value.fix
+
+
+def test_a_cuda_targets_kernel_compiler_and_its_split_enter_the_compile_key_and_not_tvms_target(tmp_path):
+    (tmp_path / "m.onnx").write_bytes(b"x")
+    recipe = textwrap.dedent("""\
+        [models.cls]
+        path = "m.onnx"
+        inputs.x = { shape = [1, 3, 8, 8] }
+
+        [targets.cpu]
+        kind = "llvm"
+
+        [targets.gpu]
+        kind = "cuda"
+        arch = "sm_80"
+        devices = ["cuda", "llvm"]
+
+        [[builds]]
+        model = "cls"
+        targets = ["cpu", "gpu"]
+        """)
+    (tmp_path / "deploy.toml").write_text(recipe)
+    nvrtc = {"name": "nvrtc", "version": "12.9.86"}
+
+    def resolved(target):  # what recipe/targets.resolve_target adds to a cuda target
+        return {**target, "cuda-compiler": nvrtc} if target["kind"] == "cuda" else target
+
+    plan = build_plan(load_recipe(tmp_path / "deploy.toml"), resolved)
+    compile_gpu = plan.nodes["compile:cls@gpu"].params
+    assert compile_gpu["cuda_compiler"] == nvrtc and compile_gpu["devices"] == ["cuda", "llvm"]
+    assert compile_gpu["target"] == {"kind": "cuda", "arch": "sm_80"}
+    assert plan.nodes["validate:cls@gpu"].params["devices"] == ["cuda", "llvm"]
+    compile_cpu = plan.nodes["compile:cls@cpu"].params
+    assert "cuda_compiler" not in compile_cpu and "devices" not in compile_cpu

@@ -10,6 +10,7 @@ that is.
 
 from __future__ import annotations
 
+from modelbuild.compiler.lowering import tensor_bytes
 from modelbuild.errors import StageError
 from modelbuild.gpu.placement import CONSTANT, CPU, GPU, INPUT, Operator, Placement, place
 
@@ -173,23 +174,7 @@ def _bytes(info) -> int:
 
     if isinstance(info, relax.TupleType):
         return sum(_bytes(field) for field in info.fields)
-    shape = getattr(info, "shape", None)
-    values = getattr(shape, "values", None)
-    if values is None:
-        return 0
-    try:
-        count = 1
-        for dim in values:
-            count *= int(dim)
-    except TypeError:  # a symbolic dimension: unknown size
-        return 0
-    return count * _dtype_bits(str(info.dtype)) // 8
-
-
-def _dtype_bits(dtype: str) -> int:
-    import tvm
-
-    return tvm.DataType(dtype).bits if dtype else 32
+    return tensor_bytes(info)
 
 
 def placed_module(module, gpu_target, operators: list[Operator], placement: Placement, vdevices=None):

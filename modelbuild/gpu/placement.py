@@ -91,6 +91,7 @@ class Placement:
             "on_cpu": on_cpu,
             "estimated_ms": {name: round(seconds * 1e3, 3) for name, seconds in self.estimates.items()},
             "weights_on": self.weights_on,
+            "vm_devices": self.vm_devices,
         }
 
 

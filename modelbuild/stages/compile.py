@@ -76,8 +76,7 @@ def _build(module, target, options: CompileOptions, records: Path | None, cuda_c
     import tvm
 
     if target.kind.name != "llvm":  # the phased pipeline mirrors the CPU one; other kinds use their own
-        carried = cuda_kernels.carried_in_source(cuda_compiler) if cuda_compiler else nullcontext()
-        with _device_code_as_source(), carried:
+        with _gpu_code(cuda_compiler):
             return tvm.compile(module, target=target), None
     database = _database(records) if records else None
     phases = lowering.lower(
@@ -100,10 +99,16 @@ def _build_split(module, gpu_target: dict, cuda_compiler: dict | None):
     import tvm
 
     placed, operators, placement = heterogeneous.split(module, gpu_target)
-    carried = cuda_kernels.carried_in_source(cuda_compiler) if cuda_compiler else nullcontext()
-    with _device_code_as_source(), carried:
+    with _gpu_code(cuda_compiler):
         executable = tvm.compile(placed, target=heterogeneous.build_target(gpu_target))
-    return executable, {**placement.summary(operators), "vm_devices": placement.vm_devices}
+    return executable, placement.summary(operators)
+
+
+@contextmanager
+def _gpu_code(cuda_compiler: dict | None):
+    """A GPU library's kernels kept as source, with what `cuda_compiler` compiles of them carried beside it."""
+    with _device_code_as_source(), cuda_kernels.carried_in_source(cuda_compiler) if cuda_compiler else nullcontext():
+        yield
 
 
 @contextmanager

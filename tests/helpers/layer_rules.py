@@ -50,7 +50,8 @@ ALLOWED: dict[str, set[str]] = {
     "measurement": {"compiler", "host", "recipe.targets", "validation"},
     "frontend": {"recipe.schema"},  # an input as the recipe declares it, and its key as a fix writes it
     "compiler": set(),
-    "gpu": {"host.nvrtc"},  # where NVRTC finds CUDA's headers, to compile a cuda library's kernels
+    # where NVRTC finds CUDA's headers, to compile a cuda library's kernels; a tensor's bytes, as fusion counts them
+    "gpu": {"host.nvrtc", "compiler.lowering"},
     "quantization": {"validation"},
     "validation": set(),
     "reports": {"engine", "pipeline", "recipe", "validation", "stages.contracts"},
