@@ -110,6 +110,24 @@ def cases() -> dict:
                 (3, 64, 64, 28, 28),
             )
         },
+        # grouped convs whose groups are thinner than a vector and merge into none, so they stay NCHW (4 groups
+        # of 6 channels over rows of 94 columns, stride 2 over 56), and ones that merge (32 groups of 8)
+        **{
+            f"Conv_{k}x{k}_{cin}_to_{cout}_g{g}_{h}x{w}{f'_s{s}' if s > 1 else ''}": (
+                [node("Conv", ["x", "w"], ["y"], group=g, kernel_shape=[k, k], pads=[k // 2] * 4, strides=[s, s])],
+                {"x": [1, cin, h, w]},
+                {"w": (rng.standard_normal((cout, cin // g, k, k)) / (3 * k)).astype(np.float32)},
+                18,
+                False,
+            )
+            for k, cin, cout, g, h, w, s in (
+                (3, 24, 24, 4, 124, 94, 1),
+                (3, 12, 20, 2, 96, 96, 1),
+                (3, 40, 40, 4, 56, 56, 2),
+                (5, 42, 42, 6, 61, 61, 2),
+                (3, 256, 256, 32, 28, 28, 1),
+            )
+        },
         # channels-last pointwise convs as the matmuls they are (passes/pointwise_matmul.py): 256 -> 256 at
         # 57 x 57 with its bias and ReLU, and at 14 x 14, where the weights outnumber the pixels
         "MatMul_pixels_3249x256_by_256": (

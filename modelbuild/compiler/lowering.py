@@ -57,6 +57,8 @@ from modelbuild.compiler.passes import (
     affine_folding,
     channel_padding,
     channels_last,
+    column_padding,
+    column_phases,
     constant_folding,
     conv_transpose,
     early_quantize,
@@ -115,6 +117,9 @@ def lower(module, target, *, fuse: bool, layout: str | None, database=None, sche
             pointwise_matmul.transform(),
             reshape_sinking.transform(),  # their epilogues fused into the matmuls
             channel_padding.transform(),
+            # the NCHW convs left: strided ones over their columns' phases, then all over rows of whole vectors
+            column_phases.transform(),
+            column_padding.transform(),
             *([pixel_rows.transform(instruction.lanes)] if instruction is not None else []),
         ]
     )(module)

@@ -73,3 +73,38 @@ def grouped_conv(x: np.ndarray, w: np.ndarray, groups: int) -> np.ndarray:
         weights = w[g * (out_channels // groups) : (g + 1) * (out_channels // groups)]
         out.append(np.einsum("ncyxij,ocij->noyx", data, weights))
     return np.concatenate(out, axis=1)
+
+
+def conv_module(shape, w, *, strides, padding, dilation, groups):
+    """A main(x) of one float NCHW conv2d by the constant `w`, and its ReLU."""
+    from tvm import relax
+
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType(shape=shape, dtype="float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            conv = relax.op.nn.conv2d(
+                x, relax.const(w), strides=strides, padding=padding, dilation=dilation, groups=groups
+            )
+            out = bb.emit_output(relax.op.nn.relu(conv))
+        bb.emit_func_output(out)
+    return bb.get()
+
+
+def padded_grouped_conv(x, w, *, strides, padding, dilation, groups) -> np.ndarray:
+    """A grouped conv in float64 numpy: NCHW data, OIHW weights, padding (top, left, bottom, right)."""
+    (sh, sw), (dh, dw), (top, left, bottom, right) = strides, dilation, padding
+    data = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (top, bottom), (left, right)))
+    out_ch, per_group, kh, kw = w.shape
+    out_h = (data.shape[2] - dh * (kh - 1) - 1) // sh + 1
+    out_w = (data.shape[3] - dw * (kw - 1) - 1) // sw + 1
+    out = np.zeros((x.shape[0], out_ch, out_h, out_w))
+    per_out = out_ch // groups
+    for g in range(groups):
+        ins, outs = slice(g * per_group, (g + 1) * per_group), slice(g * per_out, (g + 1) * per_out)
+        for i in range(kh):
+            for j in range(kw):
+                rows = slice(i * dh, i * dh + sh * (out_h - 1) + 1, sh)
+                cols = slice(j * dw, j * dw + sw * (out_w - 1) + 1, sw)
+                out[:, outs] += np.einsum("nchw,oc->nohw", data[:, ins, rows, cols], w[outs, :, i, j])
+    return out
