@@ -19,8 +19,10 @@ from tests.helpers.relax_graphs import grouped_conv
         (13, 8, None),  # RegNet's odd group counts: no count of groups divides them into whole vectors
         (4, 2, None),  # 8 would be needed, 4 groups have not
         (6, 12, None),  # 12 channels: 4 groups (48) would do, but 4 does not divide 6
+        (8, 14, None),  # 8 groups (8x the work) would do; padding each group to 16 costs 1.14x
+        (4, 12, None),  # 4x the work merged, 1.33x padded
     ],
-    ids=["8-wide", "4-wide", "2-wide", "odd-groups", "too-few-groups", "no-divisor"],
+    ids=["8-wide", "4-wide", "2-wide", "odd-groups", "too-few-groups", "no-divisor", "pad-14", "pad-12"],
 )
 def test_the_fewest_groups_that_make_whole_vectors_are_merged(groups, per_group_out, k):
     assert merged(groups, per_group_out) == k
