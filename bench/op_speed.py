@@ -111,7 +111,8 @@ def cases() -> dict:
             )
         },
         # grouped convs whose groups are thinner than a vector and merge into none, so they stay NCHW (4 groups
-        # of 6 channels over rows of 94 columns, stride 2 over 56), and ones that merge (32 groups of 8)
+        # of 6 channels over rows of 94 columns, stride 2 over 56; 8 groups of 14 that merge only at 8 times the
+        # work), and ones that merge (32 groups of 8)
         **{
             f"Conv_{k}x{k}_{cin}_to_{cout}_g{g}_{h}x{w}{f'_s{s}' if s > 1 else ''}": (
                 [node("Conv", ["x", "w"], ["y"], group=g, kernel_shape=[k, k], pads=[k // 2] * 4, strides=[s, s])],
@@ -123,6 +124,8 @@ def cases() -> dict:
             for k, cin, cout, g, h, w, s in (
                 (3, 24, 24, 4, 124, 94, 1),
                 (3, 12, 20, 2, 96, 96, 1),
+                (3, 48, 112, 8, 42, 42, 1),
+                (3, 32, 26, 2, 106, 106, 2),
                 (3, 40, 40, 4, 56, 56, 2),
                 (5, 42, 42, 6, 61, 61, 2),
                 (3, 256, 256, 32, 28, 28, 1),

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from modelbuild.compiler.passes.column_padding import MAX_WIDENING, ROW_LANES, widened_columns
+from modelbuild.compiler.default_schedule import VECTOR_LANES
+from modelbuild.compiler.passes.column_padding import MAX_WIDENING, MAX_WIDENING_TO_WIDE, ROW_LANES, widened_columns
 
 
 @pytest.mark.parametrize(
@@ -12,24 +13,29 @@ from modelbuild.compiler.passes.column_padding import MAX_WIDENING, ROW_LANES, w
     [
         (94, 96),  # the speed fuzzer's 4 groups of 6 over 124 x 94: no vector width divided the row
         (28, 32),  # divided by 4 lanes only: half an AVX2 vector
+        (56, 64),  # 7 vectors of 8: no tile of several vectors divides them
+        (40, 48),
         (61, 64),
+        (12, 16),
+        (20, 24),  # 32 would widen by more than a quarter: a multiple of 8 will do
         (7, 8),
-        (12, 16),  # a third more columns, still under the widening allowed
+        (24, None),  # 3 vectors of 8, which a tile of 3 vectors divides; 32 would widen it by a third
         (96, None),  # whole vectors already
         (16, None),
         (5, None),  # 8 columns for 5: more than the widening allowed
         (1, None),
     ],
 )
-def test_a_row_is_widened_to_the_next_whole_vector_unless_it_is_one_or_would_grow_too_much(columns, wide):
+def test_a_row_is_widened_to_whole_wide_vectors_or_else_whole_narrow_ones_within_the_widening_allowed(columns, wide):
     assert widened_columns(columns) == wide
 
 
 def test_every_widened_row_is_whole_vectors_within_the_widening_allowed():
     for columns in range(1, 300):
         wide = widened_columns(columns)
-        if wide is not None:
-            assert wide % ROW_LANES == 0 and columns < wide < columns + ROW_LANES
-            assert wide <= MAX_WIDENING * columns
-        else:
-            assert columns % ROW_LANES == 0 or -(-columns // ROW_LANES) * ROW_LANES > MAX_WIDENING * columns
+        if wide is None:
+            continue
+        assert wide % ROW_LANES == 0 and columns < wide < columns + VECTOR_LANES
+        assert wide <= MAX_WIDENING * columns
+        if wide > MAX_WIDENING_TO_WIDE * columns:  # the narrow vectors' width: the next multiple of theirs
+            assert wide - columns < ROW_LANES

@@ -31,9 +31,10 @@ def conv_widths(module) -> list[int]:
         ((1, 20, 7, 27), 4, 3, (2, 2), (1, 1, 1, 1), (1, 1), [16, 14]),  # stride 2: two columns per added one
         ((1, 8, 9, 21), 1, 3, (1, 1), (2, 0, 1, 2), (2, 2), [24, 19]),  # dense, uneven padding, dilation 2
         ((1, 12, 5, 13), 12, 5, (1, 1), (2, 2, 2, 2), (1, 1), [16, 13]),  # depthwise 5x5
+        ((1, 8, 5, 28), 8, 3, (1, 1), (1, 1, 1, 1), (1, 1), [28, 28]),  # depthwise on 4-lane vectors: unchanged
         ((1, 24, 6, 16), 4, 3, (1, 1), (1, 1, 1, 1), (1, 1), [16, 16]),  # whole vectors already: unchanged
     ],
-    ids=["thin-groups", "stride-2", "dense-dilated", "depthwise", "unchanged"],
+    ids=["thin-groups", "stride-2", "dense-dilated", "depthwise", "depthwise-4-lanes", "unchanged"],
 )
 def test_a_conv_over_widened_rows_gives_the_convs_outputs_exactly(
     shape, groups, kernel, strides, padding, dilation, widths
