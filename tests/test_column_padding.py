@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 from modelbuild.compiler.default_schedule import VECTOR_LANES
-from modelbuild.compiler.passes.column_padding import MAX_WIDENING, MAX_WIDENING_TO_WIDE, ROW_LANES, widened_columns
+from modelbuild.compiler.passes.column_padding import (
+    MAX_WIDENING,
+    MAX_WIDENING_TO_WIDE,
+    QUARTER_LANES,
+    ROW_LANES,
+    widened_columns,
+)
 
 
 @pytest.mark.parametrize(
@@ -16,9 +22,10 @@ from modelbuild.compiler.passes.column_padding import MAX_WIDENING, MAX_WIDENING
         (56, 64),  # 7 vectors of 8: no tile of several vectors divides them
         (40, 48),
         (61, 64),
-        (12, 16),
-        (20, 24),  # 32 would widen by more than a quarter: a multiple of 8 will do
-        (7, 8),
+        (12, None),  # 16 would widen by a third, and 4-lane vectors divide 12
+        (36, None),
+        (7, 8),  # 16 would more than double it, and no vector divides 7: a multiple of 8
+        (19, 24),
         (24, None),  # 3 vectors of 8, which a tile of 3 vectors divides; 32 would widen it by a third
         (96, None),  # whole vectors already
         (16, None),
@@ -37,5 +44,5 @@ def test_every_widened_row_is_whole_vectors_within_the_widening_allowed():
             continue
         assert wide % ROW_LANES == 0 and columns < wide < columns + VECTOR_LANES
         assert wide <= MAX_WIDENING * columns
-        if wide > MAX_WIDENING_TO_WIDE * columns:  # the narrow vectors' width: the next multiple of theirs
-            assert wide - columns < ROW_LANES
+        if wide > MAX_WIDENING_TO_WIDE * columns:  # the narrow vectors' width, where none divided the row
+            assert wide - columns < ROW_LANES and columns % QUARTER_LANES != 0

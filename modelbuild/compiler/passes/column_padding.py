@@ -4,11 +4,9 @@ A conv that stays NCHW (thin groups, depthwise, a model whose convs do not pay f
 output row, its columns. The default schedule splits that loop by the widest vector width dividing it: a row of
 94 columns divides by none and the conv ran in scalars, one of 28 by 4 lanes only, half an AVX2 vector, and one
 of 56 by 8 lanes into 7 vectors, which no register tile of several vectors divides. Widened, the same conv
-computes a few columns more over its zero padding and the extra columns are cut off after it: a 3x3 conv of 4
-groups of 6 channels over 124 x 94, 0.82 -> 0.29 ms with rows of 96; 4 groups of 10 channels at 28 x 28, 0.28 ->
-0.09 ms with rows of 32; 2 groups of 16 -> 13 channels at 56 x 56, 0.71 -> 0.25 ms with rows of 64
-(bench/results/README.md). The cut is a copy of the output, a pass over it, which the conv's tail cost many
-times over.
+computes a few columns more over its zero padding and the extra columns are cut off after it, several times
+faster for thin grouped convs (bench/results/README.md, "NCHW convs over rows of whole vectors"). The cut is a
+copy of the output, a pass over it, which the conv's tail cost many times over.
 
 The padding on the right grows by `stride` columns for each column added, so each of the conv's own output
 columns reads the same inputs with the same weights: the same sums, exactly. The extra columns read zero padding.
@@ -25,11 +23,11 @@ from modelbuild.compiler.relax_rewrite import known_shape, module_pass, rewrite_
 
 ROW_LANES = VECTOR_LANES // 2  # an AVX2 vector of float32; on AVX-512 the schedule runs it as half a vector
 MAX_WIDENING = 1.5  # rows of 5 would compute 8 columns: no gain left against the cut
-# Rows of 8-lane vectors whose count the register tile's vectors cannot divide (40 or 56 columns: 5 or 7 vectors)
-# ran one vector to a tile row, 2.9x slower than at 64; 24 columns (3 vectors) ran faster than widened to 32.
+# Rows of narrower vectors (40 or 56 columns: 8 lanes) run half the accumulators of a tile of 16-lane ones and
+# repay a widening of a quarter; not one of a third (24 columns ran faster than 32 computed and cut).
 MAX_WIDENING_TO_WIDE = 1.25
-# A depthwise conv's 9 multiply-adds an output ran as fast on 4-lane vectors as widened (144 channels, dilated,
-# over 28 columns: 20% slower over 32 and the cut); only rows that no vector divides are widened.
+# Rows that narrower vectors divide already (36 columns, in 4 lanes) ran no faster widened to 8-lane vectors; a
+# depthwise conv, too little work an output to repay the cut, widens only rows that no vector width divides.
 QUARTER_LANES = VECTOR_LANES // 4
 
 
@@ -45,13 +43,17 @@ def rewrite(module):
 
 def widened_columns(columns: int) -> int | None:
     """The row width a conv of `columns` output columns computes: the next multiple of VECTOR_LANES where it
-    widens the row by at most MAX_WIDENING_TO_WIDE, else the next of ROW_LANES by at most MAX_WIDENING; None
-    where the row is that width already or no such width exists."""
-    for lanes, most in ((VECTOR_LANES, MAX_WIDENING_TO_WIDE), (ROW_LANES, MAX_WIDENING)):
-        wide = -(-columns // lanes) * lanes
-        if wide <= most * columns:
-            return wide if wide != columns else None
-    return None
+    widens the row by at most MAX_WIDENING_TO_WIDE; else, where no vector width divides the row, the next
+    multiple of ROW_LANES where it widens it by at most MAX_WIDENING; else None, the row as it is."""
+    if columns % VECTOR_LANES == 0:
+        return None
+    wide = -(-columns // VECTOR_LANES) * VECTOR_LANES
+    if wide <= MAX_WIDENING_TO_WIDE * columns:
+        return wide
+    if columns % QUARTER_LANES == 0:
+        return None
+    wide = -(-columns // ROW_LANES) * ROW_LANES
+    return wide if wide <= MAX_WIDENING * columns else None
 
 
 def eligible(call) -> bool:
@@ -81,7 +83,7 @@ def _widened(mutator, call):
         return call
     out = known_shape(call)
     wide = widened_columns(out[3])
-    if wide is None or (_depthwise(call) and out[3] % QUARTER_LANES == 0):
+    if wide is None or (_depthwise(call) and out[3] % QUARTER_LANES == 0):  # 16-lane widenings included
         return call
     attrs = call.attrs
     top, left, bottom, right = (int(p) for p in attrs.padding)

@@ -1,19 +1,17 @@
 """NCHW convs of stride 2 along their rows computed as stride-1 convs over the rows' two phases.
 
-An NCHW conv vectorises each output row, and at stride 2 the vector of a tap reads every other input column:
-a gather, for every tap of every output channel. A 3x3 conv of 4 groups of 10 channels at stride 2 over 56 x 56
-ran 2.0x onnxruntime's time, where the same conv at stride 1 over 28 x 28, as many outputs, ran 0.7x
-(bench/results/README.md). Split once into its even and odd columns, the input is a map of twice the channels
-and half the columns, and the conv is one of stride 1 along the rows over it: tap x of input channel c reads
-column 2j + x, that is column j + x // 2 of phase x % 2, so the phase's channel takes the taps of its parity
-and a zero where the kernel has none (a 3x3 kernel's taps 0 and 2 for the even phase, tap 1 and a zero for the
-odd one). The sums are the same terms plus products by zero: 4 taps for 3, 6 for 5. The split is one copy of the
+An NCHW conv vectorises each output row, and at stride 2 the vector of a tap reads every other input column: a gather,
+for every tap of every output channel, where the same conv at stride 1 with as many outputs loads contiguous vectors
+(bench/results/README.md, "NCHW convs over rows of whole vectors"). Split once into its even and odd columns, the input
+is a map of twice the channels and half the columns, and the conv is one of stride 1 along the rows over it: tap x of
+input channel c reads column 2j + x, that is column j + x // 2 of phase x % 2, so the phase's channel takes the taps of
+its parity and a zero where the kernel has none (a 3x3 kernel's taps 0 and 2 for the even phase, tap 1 and a zero for
+the odd one). The sums are the same terms plus products by zero: 4 taps for 3, 6 for 5. The split is one copy of the
 input, its padding on the left and right included, the only gather left.
 
-Eligible: a float conv2d that is NCHW with OIHW constant weights once the layout is chosen, static shapes, stride
-2 along the rows and no dilation along them, a kernel more than one column wide, and an input that reaches
-every column the conv reads. Grouped convs keep their groups: each group's channels and their phases stay
-together.
+Eligible: a float conv2d that is NCHW with OIHW constant weights once the layout is chosen, static shapes, stride 2
+along the rows and no dilation along them, a kernel more than one column wide, and an input that reaches every column
+the conv reads. Grouped convs keep their groups: each group's channels and their phases stay together.
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ Eligible: conv2d as imported (NCHW data, OIHW weights, before channels_last.py),
 constant weight, groups of more than one input channel and fewer than VECTOR_LANES output channels, and a k
 of at most MAX_MERGED that makes the merged groups whole vectors of output channels and costs no more
 multiply-adds than padding each group's output channels to whole vectors (channel_padding.py) would: 8 groups
-of 14 channels, 48 -> 112 at 42 x 42, merged into one dense conv ran 3.2x onnxruntime's time; left grouped,
-1.16x in NCHW, 1.51x padded to 16 channels a group channels-last with the transposes at its edges. Depthwise convs (one
+of 14 channels merged into one dense conv do 8 times the work, and ran several times slower than left grouped
+(bench/results/README.md). Depthwise convs (one
 input channel a group) have a schedule of their own and are left alone. lowering.py merges only where the
 convs are then converted channels-last: in NCHW a vector runs over output columns, with no gather to save.
 """
