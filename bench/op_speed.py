@@ -80,14 +80,36 @@ def cases() -> dict:
         # the speed fuzzer's worst convs: depthwise over many channels at small maps, over few at large ones,
         # dilated; a pointwise conv from few input channels over a large map
         **{
-            f"Conv_depthwise_{c}x{h}x{w}{f'_d{d}' if d > 1 else ''}": (
-                [node("Conv", ["x", "w"], ["y"], group=c, kernel_shape=[3, 3], pads=[d] * 4, dilations=[d, d])],
+            f"Conv_depthwise_{f'{k}x{k}_' if k != 3 else ''}{c}x{h}x{w}{f'_d{d}' if d > 1 else ''}"
+            f"{f'_s{s}' if s > 1 else ''}": (
+                [
+                    node(
+                        "Conv",
+                        ["x", "w"],
+                        ["y"],
+                        group=c,
+                        kernel_shape=[k, k],
+                        pads=[d * (k // 2)] * 4,
+                        dilations=[d, d],
+                        strides=[s, s],
+                    )
+                ],
                 {"x": [1, c, h, w]},
-                {"w": (rng.standard_normal((c, 1, 3, 3)) / 3).astype(np.float32)},
+                {"w": (rng.standard_normal((c, 1, k, k)) / k).astype(np.float32)},
                 18,
                 False,
             )
-            for c, h, w, d in ((568, 12, 14, 1), (144, 28, 28, 2), (24, 101, 101, 1), (96, 30, 30, 1))
+            for c, h, w, d, k, s in (
+                (568, 12, 14, 1, 3, 1),
+                (144, 28, 28, 2, 3, 1),
+                (24, 101, 101, 1, 3, 1),
+                (96, 30, 30, 1, 3, 1),
+                # large kernels over small maps (MobileNetV3's and EfficientNet's 5x5, ConvNeXt's 7x7)
+                (280, 10, 10, 1, 7, 1),
+                (328, 16, 14, 1, 5, 1),
+                (56, 37, 37, 1, 5, 1),
+                (32, 62, 62, 1, 3, 2),
+            )
         },
         # dense convs from little work per element of their input and output (which a single conv converts
         # to channels-last and back) to much
@@ -168,6 +190,17 @@ def cases() -> dict:
             18,
             False,
         ),
+        # matmuls by a computed right operand whose columns make no whole vectors, read by a few rows
+        **{
+            f"MatMul_computed_{'x'.join(map(str, left))}_by_{'x'.join(map(str, right))}": (
+                [node("MatMul", ["x", "v"], ["y"])],
+                {"x": left, "v": right},
+                {},
+                18,
+                False,
+            )
+            for left, right in (([15, 546], [546, 2251]), ([1, 546], [546, 2251]), ([16, 4, 190], [16, 190, 402]))
+        },
         "MatMul_anchors": (
             [node("MatMul", ["x", "w"], ["y"])],
             {"x": [1, 32, 64]},  # a prototype-mask head

@@ -50,12 +50,10 @@ def _whole_vectors(mutator, call):
 
 def _rows_repay_a_copy(call) -> bool:
     """Whether a matmul by a computed right operand (attention's keys, [.., 64, 197] in a vision transformer)
-    is worth padding at run time: the copy of that operand is one pass over it, where the matmul reads it once
-    per row of its left operand. Its 197 columns made no whole vectors and the schedule summed each output in
-    lanes read 197 floats apart: 34 GFLOP/s, half a ViT-Tiny's latency; padded to 208, a copy and a slice."""
-    if getattr(call.op, "name", None) != "relax.matmul":
-        return False
-    return int(call.args[0].ty.shape.values[-2]) >= VECTOR_LANES
+    is worth padding at run time: any is. The copy of that operand is one pass over it, where without it the
+    schedule sums each output in lanes read N floats apart, for every row of the left operand; even a single
+    row ran several times slower that way than copied (bench/results/README.md)."""
+    return getattr(call.op, "name", None) == "relax.matmul"
 
 
 def padded_inputs(inputs: int, outputs: int) -> int:
