@@ -83,7 +83,7 @@ def _widened(mutator, call):
         return call
     out = known_shape(call)
     wide = widened_columns(out[3])
-    if wide is None or (_depthwise(call) and out[3] % QUARTER_LANES == 0):  # 16-lane widenings included
+    if wide is None or (_depthwise(call) and out[3] % QUARTER_LANES == 0):  # 4-lane rows stay, 16 lanes or not
         return call
     attrs = call.attrs
     top, left, bottom, right = (int(p) for p in attrs.padding)

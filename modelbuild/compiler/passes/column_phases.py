@@ -78,7 +78,7 @@ def _over_phases(mutator, call):
     out_columns = known_shape(call)[3]
     attrs = call.attrs
     groups = int(attrs.groups)
-    top, left, bottom, right = (int(p) for p in attrs.padding)
+    top, left, bottom, _ = (int(p) for p in attrs.padding)  # the right side: phase_columns's
     kernel_width = known_shape(call.args[1])[3]
     wide_right = phase_columns(columns, out_columns, kernel_width, left)
     if wide_right is None:

@@ -8,14 +8,13 @@ reached 70-160. Merged k at a time, k groups become one group of k times the cha
 between the original groups: every output channel of a vector then reads the same input channel, broadcast,
 and the conv computes k times the multiply-adds, the added ones by zero. The sums are the same, exactly.
 
-Eligible: conv2d as imported (NCHW data, OIHW weights, before channels_last.py), float32, static shapes, a
-constant weight, groups of more than one input channel and fewer than VECTOR_LANES output channels, and a k
-of at most MAX_MERGED that makes the merged groups whole vectors of output channels and costs no more
-multiply-adds than padding each group's output channels to whole vectors (channel_padding.py) would: 8 groups
-of 14 channels merged into one dense conv do 8 times the work, and ran several times slower than left grouped
-(bench/results/README.md). Depthwise convs (one
-input channel a group) have a schedule of their own and are left alone. lowering.py merges only where the
-convs are then converted channels-last: in NCHW a vector runs over output columns, with no gather to save.
+Eligible: conv2d as imported (NCHW data, OIHW weights, before channels_last.py), float32, static shapes, a constant
+weight, groups of more than one input channel and fewer than VECTOR_LANES output channels, and a k of at most
+MAX_MERGED that makes the merged groups whole vectors of output channels and costs no more multiply-adds than
+padding each group's output channels to whole vectors (channel_padding.py) would: 8 groups of 14 channels merged
+into one dense conv do 8 times the work, and ran several times slower than left grouped (bench/results/README.md).
+Depthwise convs (one input channel a group) have a schedule of their own and are left alone. lowering.py merges only
+where the convs are then converted channels-last: in NCHW a vector runs over output columns, with no gather to save.
 """
 
 from __future__ import annotations
