@@ -54,3 +54,14 @@ def test_a_conv_over_widened_rows_gives_the_convs_outputs_exactly(
     executable, _ = build(module, PLAIN_CPU)
     got = relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
     np.testing.assert_array_equal(got, np.maximum(padded_grouped_conv(x, w, **attrs), 0))
+
+
+def test_lowering_computes_an_nchw_conv_over_its_widened_rows():
+    """The pass runs in the pipeline: the conv's kernel computes rows of 32 columns into a buffer of its own and
+    writes the model's 30."""
+    from tests.helpers.relax_graphs import scheduled_kernel
+
+    w = np.ones((24, 6, 3, 3), "float32")
+    module = conv_module((1, 24, 9, 30), w, strides=(1, 1), padding=(1, 1, 1, 1), dilation=(1, 1), groups=4)
+    script, _ = scheduled_kernel(module, "conv2d", schedule=True, layout="NCHW")
+    assert "sblock_alloc_buffer((T.int64(1), T.int64(24), T.int64(9), T.int64(32)))" in script

@@ -54,3 +54,15 @@ def test_a_stride_2_conv_over_its_column_phases_gives_the_convs_outputs_exactly(
     executable, _ = build(module, PLAIN_CPU)
     got = relax.VirtualMachine(executable, tvm.cpu())["main"](tvm.runtime.tensor(x)).numpy()
     np.testing.assert_array_equal(got, np.maximum(padded_grouped_conv(x, w, **attrs), 0))
+
+
+def test_lowering_computes_a_stride_2_nchw_conv_over_its_column_phases():
+    """The pass runs in the pipeline: the conv's kernel reads the phases, twice the channels and half the
+    columns (14, and the 3x3 kernel's extra tap), and its weights of two taps a row."""
+    from tests.helpers.relax_graphs import kernel_shapes
+
+    w = np.ones((20, 5, 3, 3), "float32")
+    module = conv_module((1, 20, 12, 28), w, strides=(2, 2), padding=(1, 1, 1, 1), dilation=(1, 1), groups=4)
+    shapes = kernel_shapes(module, "NCHW")
+    conv = next(args for name, args in shapes.items() if "conv2d" in name)
+    assert [1, 40, 12, 15] in conv and [20, 10, 3, 2] in conv
